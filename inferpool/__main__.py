@@ -1,0 +1,7 @@
+"""``python -m inferpool`` is the ``inferpool`` command."""
+
+import sys
+
+from inferpool.cli import main
+
+sys.exit(main())

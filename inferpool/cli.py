@@ -1,0 +1,104 @@
+"""``inferpool serve``: command-line flags → ServerSettings → the server.
+
+Every server setting is a flag, generated from ServerSettings so the two never drift;
+only flags given on the command line override ``settings.json`` and the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from inferpool.settings import ServerSettings, load_server_settings
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    for name, field in ServerSettings.model_fields.items():
+        if name == "model_repository":
+            continue
+        flag = "--" + name.replace("_", "-")
+        default = field.default
+        help_text = f"{field.description} (default: {default}; env INFERPOOL_{name.upper()})"
+        if field.annotation is bool:
+            parser.add_argument(
+                flag,
+                dest=name,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+                help=help_text,
+            )
+        else:
+            kind = field.annotation if field.annotation in (int, float) else str
+            parser.add_argument(
+                flag, dest=name, type=kind, default=argparse.SUPPRESS, help=help_text
+            )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="inferpool", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser(
+        "serve",
+        help="serve a model repository over the V2 inference protocol",
+        description="Serve a model repository over the Open Inference Protocol (V2).",
+    )
+    serve.add_argument(
+        "model_repository",
+        nargs="?",
+        type=Path,
+        default=None,
+        help="folder of model folders (default: INFERPOOL_MODEL_REPOSITORY)",
+    )
+    serve.add_argument(
+        "--demo",
+        action="store_true",
+        help="train iris models into a temporary repository and serve it on 127.0.0.1",
+    )
+    _add_setting_flags(serve)
+    return parser
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    overrides: dict[str, Any] = {
+        k: v for k, v in vars(args).items() if k not in ("command", "model_repository", "demo")
+    }
+    repository = args.model_repository
+    if args.demo:
+        from inferpool.demo import build_demo_repository
+
+        repository = build_demo_repository()
+        overrides.setdefault("host", "127.0.0.1")
+        print(f"inferpool: demo models in {repository}", file=sys.stderr)
+    try:
+        settings = load_server_settings(repository, overrides)
+    except ValidationError as exc:
+        print(f"inferpool: invalid settings: {exc}", file=sys.stderr)
+        return 2
+    if settings.model_repository is None:
+        print("inferpool: name a model repository (or use --demo)", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    import uvloop
+
+    from inferpool.frontends.server import serve
+
+    return uvloop.run(serve(settings))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve_command(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

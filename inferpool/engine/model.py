@@ -1,0 +1,46 @@
+"""A loaded model: its runtime plus what the inference path needs precomputed at load time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferpool.runtimes.base import Runtime
+from inferpool.runtimes.registry import runtime_class
+from inferpool.settings import ModelSettings
+
+
+class LoadedModel:
+    """A runtime that has loaded its artefact, with its metadata computed once."""
+
+    __slots__ = ("input_content_types", "metadata", "output_names", "runtime", "settings")
+
+    def __init__(self, settings: ModelSettings, runtime: Runtime) -> None:
+        self.settings = settings
+        self.runtime = runtime
+        self.metadata: dict[str, Any] = runtime.metadata()
+        self.input_content_types: dict[str, str] = {
+            spec.name: spec.parameters["content_type"]
+            for spec in runtime.inputs()
+            if spec.parameters.get("content_type")
+        }
+        self.output_names = [spec.name for spec in runtime.outputs()]
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+
+def load_model(settings: ModelSettings) -> LoadedModel:
+    """Import the model's runtime and load it; raises with a one-line reason on failure."""
+    runtime = runtime_class(settings)(settings)
+    runtime.load()
+    return LoadedModel(settings, runtime)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """One line for a model that failed to load: the message, with its type if terse."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    name = type(exc).__name__
+    if not message:
+        return name
+    return message if name in ("RuntimeNotFound", "ModelLoadError") else f"{name}: {message}"

@@ -1,0 +1,89 @@
+"""The one error tree: every error the server reports carries its HTTP status and gRPC code.
+
+Errors cross process boundaries as ``(status, message)`` pairs, never as pickled
+exceptions, so ``from_status`` rebuilds the matching class on the other side.
+"""
+
+from __future__ import annotations
+
+# gRPC status codes by name, kept as strings so this module does not import grpc.
+_GRPC_BY_HTTP = {
+    400: "INVALID_ARGUMENT",
+    404: "NOT_FOUND",
+    409: "ALREADY_EXISTS",
+    422: "INVALID_ARGUMENT",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+class InferpoolError(Exception):
+    """Base error: a message safe to show to a client, and its HTTP status."""
+
+    status: int = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    @property
+    def grpc_code(self) -> str:
+        return grpc_code_for(self.status)
+
+
+class BadRequest(InferpoolError):
+    status = 400
+
+
+class ModelNotFound(InferpoolError):
+    status = 404
+
+
+class NotReady(InferpoolError):
+    status = 503
+
+
+class Overloaded(InferpoolError):
+    """Every queue that could take the request is full; the client should retry."""
+
+    status = 503
+
+
+class WorkerLost(InferpoolError):
+    status = 503
+
+
+class DeadlineExceeded(InferpoolError):
+    status = 504
+
+
+class ModelError(InferpoolError):
+    """The model itself raised while predicting."""
+
+    status = 500
+
+
+class ModelLoadError(InferpoolError):
+    status = 500
+
+
+_BY_STATUS: dict[int, type[InferpoolError]] = {
+    400: BadRequest,
+    404: ModelNotFound,
+    500: ModelError,
+    503: NotReady,
+    504: DeadlineExceeded,
+}
+
+
+def grpc_code_for(status: int) -> str:
+    """The gRPC status code name that matches an HTTP status."""
+    return _GRPC_BY_HTTP.get(status, "UNKNOWN" if status >= 400 else "OK")
+
+
+def from_status(status: int, message: str) -> InferpoolError:
+    """Rebuild an error received as ``(status, message)`` from another process."""
+    error = _BY_STATUS.get(status, InferpoolError)(message)
+    error.status = status
+    return error

@@ -1,0 +1,157 @@
+"""The V2 REST frontend: routes by model name and hands the raw body to the engine.
+
+It never parses tensors: the infer route reads the URL and one header, passes the body
+on, and writes the engine's reply bytes out as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+import inferpool
+from inferpool.engine.client import EngineClient
+from inferpool.engine.handler import KIND_REST, Reply
+from inferpool.engine.states import ModelState
+from inferpool.errors import BadRequest, InferpoolError
+
+JSON = "application/json"
+BINARY_HEADER = "inference-header-content-length"
+EXTENSIONS = ["model_repository", "statistics", "binary_tensor_data"]
+
+
+def json_response(document: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(document), status_code=status, media_type=JSON)
+
+
+def error_response(status: int, message: str) -> Response:
+    return json_response({"error": message}, status)
+
+
+def reply_response(reply: Reply) -> Response:
+    if reply.status != 200:
+        return error_response(reply.status, reply.body.decode("utf-8", "replace"))
+    if reply.json_length is None:
+        return Response(reply.body, media_type=JSON)
+    return Response(
+        reply.body,
+        media_type="application/octet-stream",
+        headers={"Inference-Header-Content-Length": str(reply.json_length)},
+    )
+
+
+def build_app(client: EngineClient) -> Starlette:
+    """The Starlette app for one engine client."""
+
+    async def live(request: Request) -> Response:
+        if client.live:
+            return json_response({"live": True})
+        return json_response({"live": False, "error": "server is shutting down"}, 503)
+
+    async def ready(request: Request) -> Response:
+        reason = client.not_ready_reason()
+        if reason is None:
+            return json_response({"ready": True})
+        return json_response({"ready": False, "error": reason}, 503)
+
+    async def server_metadata(request: Request) -> Response:
+        return json_response(
+            {"name": "inferpool", "version": inferpool.__version__, "extensions": EXTENSIONS}
+        )
+
+    async def model_metadata(request: Request) -> Response:
+        params = request.path_params
+        status = client.table.find(params["name"], params.get("version"))
+        document = dict(status.metadata) or {
+            "name": status.name,
+            "versions": [status.version] if status.version else [],
+            "platform": "",
+            "inputs": [],
+            "outputs": [],
+        }
+        document["state"] = status.state.value
+        if status.reason:
+            document["reason"] = status.reason
+        return json_response(document)
+
+    async def model_ready(request: Request) -> Response:
+        params = request.path_params
+        status = client.table.find(params["name"], params.get("version"))
+        if status.state is ModelState.READY:
+            return json_response({"name": status.name, "ready": True})
+        return json_response({"name": status.name, "ready": False, "error": status.describe()}, 503)
+
+    async def infer(request: Request) -> Response:
+        params = request.path_params
+        json_length = _json_length(request)
+        body = await request.body()
+        reply = await client.infer(
+            params["name"], params.get("version"), KIND_REST, body, json_length
+        )
+        return reply_response(reply)
+
+    async def repository_index(request: Request) -> Response:
+        return json_response([s.index_entry() for s in client.table.all()])
+
+    async def repository_load(request: Request) -> Response:
+        await client.load_model(request.path_params["name"])
+        return json_response({})
+
+    async def repository_unload(request: Request) -> Response:
+        await client.unload_model(request.path_params["name"])
+        return json_response({})
+
+    async def statistics(request: Request) -> Response:
+        params = request.path_params
+        return json_response(client.statistics(params.get("name"), params.get("version")))
+
+    model = "/v2/models/{name}"
+    versioned = "/v2/models/{name}/versions/{version}"
+    routes = [
+        Route("/v2/health/live", live),
+        Route("/v2/health/ready", ready),
+        Route("/v2", server_metadata),
+        Route("/v2/models/stats", statistics),
+        Route("/v2/repository/index", repository_index, methods=["POST", "GET"]),
+        Route("/v2/repository/models/{name}/load", repository_load, methods=["POST"]),
+        Route("/v2/repository/models/{name}/unload", repository_unload, methods=["POST"]),
+    ]
+    for prefix in (model, versioned):
+        routes += [
+            Route(prefix, model_metadata),
+            Route(prefix + "/ready", model_ready),
+            Route(prefix + "/infer", infer, methods=["POST"]),
+            Route(prefix + "/stats", statistics),
+        ]
+    return Starlette(
+        routes=routes,
+        exception_handlers={InferpoolError: _inferpool_error, HTTPException: _http_error},
+    )
+
+
+def _json_length(request: Request) -> int | None:
+    raw = request.headers.get(BINARY_HEADER)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise BadRequest(
+            f"Inference-Header-Content-Length must be an integer, got {raw!r}"
+        ) from None
+
+
+async def _inferpool_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, InferpoolError)
+    return error_response(exc.status, exc.message)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return error_response(exc.status_code, str(exc.detail))

@@ -1,0 +1,145 @@
+"""Runs the whole server on one uvloop loop: REST (Uvicorn or Hypercorn) and the engine.
+
+Start-up order: bind and serve (so liveness answers at once), load every model, then
+turn ready. Signal handlers only record; this loop acts: ready turns false, servers stop
+accepting and drain in-flight requests, the engine closes, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+
+import uvicorn
+
+from inferpool.engine.client import EngineClient, make_client
+from inferpool.engine.states import ModelState
+from inferpool.frontends.rest import build_app
+from inferpool.settings import ServerSettings
+
+logger = logging.getLogger("inferpool")
+
+
+class _Uvicorn(uvicorn.Server):
+    """Uvicorn without its own signal handling: the server's loop owns the signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket; an OSError says which address is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+class RestServer:
+    """The REST frontend: Uvicorn+httptools by default, Hypercorn with ``--http2``."""
+
+    def __init__(self, client: EngineClient, settings: ServerSettings) -> None:
+        self.settings = settings
+        self.app = build_app(client)
+        self.socket = bind_socket(settings.host, settings.http_port)
+        self._task: asyncio.Task | None = None
+        self._uvicorn: _Uvicorn | None = None
+        self._hypercorn_stop = asyncio.Event()
+
+    async def start(self) -> None:
+        if self.settings.http2:
+            self._task = asyncio.create_task(self._serve_hypercorn())
+            return
+        config = uvicorn.Config(
+            self.app,
+            http="httptools",
+            loop="none",
+            lifespan="off",
+            access_log=False,
+            log_level=self.settings.log_level.lower(),
+            timeout_graceful_shutdown=self.settings.shutdown_timeout,
+        )
+        self._uvicorn = _Uvicorn(config)
+        self._task = asyncio.create_task(self._uvicorn.serve(sockets=[self.socket]))
+        while not self._uvicorn.started and not self._task.done():
+            await asyncio.sleep(0.01)
+
+    async def _serve_hypercorn(self) -> None:
+        from hypercorn.asyncio import serve
+        from hypercorn.config import Config
+
+        config = Config()
+        config.graceful_timeout = self.settings.shutdown_timeout
+        config.loglevel = self.settings.log_level.upper()
+        config.accesslog = None
+        # Hypercorn binds by name; it re-creates the socket from the fd we already hold.
+        config.bind = [f"fd://{self.socket.fileno()}"]
+        await serve(self.app, config, shutdown_trigger=self._hypercorn_stop.wait)
+
+    async def stop(self) -> None:
+        if self._uvicorn is not None:
+            self._uvicorn.should_exit = True
+        self._hypercorn_stop.set()
+        if self._task is not None:
+            await self._task
+
+
+async def serve(settings: ServerSettings) -> int:
+    """Serve until SIGTERM/SIGINT; the process exit code."""
+    try:
+        client = make_client(settings)
+        rest = RestServer(client, settings)
+    except OSError as exc:
+        print(f"inferpool: {exc}", file=sys.stderr)
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await client.start()
+    await rest.start()
+    logger.info("REST on http://%s:%d", settings.host, settings.http_port)
+    code = await _load_then_wait(client, settings, stop)
+    client.stopping = True
+    await rest.stop()
+    await client.close()
+    return code
+
+
+async def _load_then_wait(client: EngineClient, settings: ServerSettings, stop) -> int:
+    loading = asyncio.ensure_future(client.load_repository())
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({loading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not loading.done():
+        loading.cancel()
+        return 0
+    try:
+        statuses = loading.result()
+    except FileNotFoundError as exc:
+        print(f"inferpool: {exc}", file=sys.stderr)
+        return 1
+    failed = [s for s in statuses if s.state is ModelState.FAILED]
+    if failed and settings.exit_on_error:
+        for status in failed:
+            print(f"inferpool: {status.describe()}", file=sys.stderr)
+        stopping.cancel()
+        return 1
+    client.started = True
+    reason = client.not_ready_reason()
+    logger.info("started with %d model(s); %s", len(statuses), reason or "ready")
+    await stopping
+    logger.info("shutting down")
+    return 0

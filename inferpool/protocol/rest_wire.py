@@ -1,0 +1,27 @@
+"""Registers the REST wire format (V2 JSON, and Triton binary tensors) with the handler."""
+
+from __future__ import annotations
+
+from inferpool.engine.handler import KIND_REST, register_wire_format
+from inferpool.errors import BadRequest
+from inferpool.protocol import rest_json
+from inferpool.protocol.types import InferenceRequest, InferenceResponse
+
+
+def decode(body: bytes, json_length: int | None) -> InferenceRequest:
+    if json_length is None:
+        return rest_json.decode_request(body)
+    if not 0 <= json_length <= len(body):
+        raise BadRequest(
+            f"Inference-Header-Content-Length {json_length} is outside the body ({len(body)} bytes)"
+        )
+    view = memoryview(body)
+    document = rest_json.parse_json_object(bytes(view[:json_length]), "JSON header")
+    return rest_json.request_from_document(document, binary_tail=view[json_length:])
+
+
+def encode(response: InferenceResponse, request: InferenceRequest) -> tuple[bytes, int | None]:
+    return rest_json.encode_response(response), None
+
+
+register_wire_format(KIND_REST, decode, encode)

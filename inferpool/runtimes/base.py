@@ -1,0 +1,75 @@
+"""The Runtime interface that every model library implements (and users subclass).
+
+A runtime loads one model and predicts. The engine decodes each request into the
+payload the runtime ``accepts`` before calling ``predict``, and encodes what it returns,
+so a runtime never sees wire formats.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from inferpool.protocol.types import TensorSpec
+from inferpool.settings import ModelSettings
+
+# What ``predict`` receives: the single input (or inputs side by side as columns) as an
+# ndarray, a pandas DataFrame with one column per input, a dict of decoded inputs by
+# name, or the InferenceRequest itself.
+PAYLOAD_KINDS = ("array", "dataframe", "dict", "request")
+
+
+class Runtime(ABC):
+    """Serve one model. Subclass it, implement ``load`` and ``predict``."""
+
+    #: the runtime's name in settings (``"runtime": "sklearn"``) and in metadata
+    platform: ClassVar[str] = "custom"
+    #: the form ``predict`` receives its inputs in; one of PAYLOAD_KINDS
+    accepts: str = "array"
+
+    def __init__(self, settings: ModelSettings) -> None:
+        self.settings = settings
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    @abstractmethod
+    def load(self) -> None:
+        """Load the model's artefact; raise with a one-line reason on failure."""
+
+    @abstractmethod
+    def predict(self, payload: Any, outputs: Sequence[str]) -> Mapping[str, Any] | Any:
+        """Compute the requested outputs; return a mapping of output name to value.
+
+        A single value (not a mapping) is taken as the first requested output.
+        """
+
+    def inputs(self) -> list[TensorSpec]:
+        """The model's inputs; settings win over anything the runtime derives."""
+        return self.settings.input_specs()
+
+    def outputs(self) -> list[TensorSpec]:
+        """Every output the model can compute; the first is computed by default."""
+        return self.settings.output_specs() or [TensorSpec("output-0", "BYTES", [-1])]
+
+    def default_outputs(self) -> list[str]:
+        return [self.outputs()[0].name]
+
+    def validate(self, payload: Any) -> None:  # noqa: B027 - optional hook
+        """Refuse a payload that cannot fit the model (raise BadRequest saying why)."""
+
+    def limit_threads(self, threads: int) -> None:  # noqa: B027 - optional hook
+        """Cap the native thread pools this model uses (workers × threads ≤ cores)."""
+
+    def metadata(self) -> dict[str, Any]:
+        """V2 model metadata: never empty for a loaded model."""
+        version = self.settings.version
+        return {
+            "name": self.name,
+            "versions": [version] if version else [],
+            "platform": self.platform,
+            "inputs": [spec.to_dict() for spec in self.inputs()],
+            "outputs": [spec.to_dict() for spec in self.outputs()],
+        }

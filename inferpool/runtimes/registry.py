@@ -1,0 +1,112 @@
+"""Chooses the runtime class for a model: from settings, MLServer names or the artefact."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+from inferpool.runtimes.base import Runtime
+from inferpool.settings import ModelSettings
+
+# runtime name → (module, class, pip extra that provides the library)
+BUILTIN_RUNTIMES: dict[str, tuple[str, str, str]] = {
+    "sklearn": ("inferpool.runtimes.sklearn", "SKLearnRuntime", "sklearn"),
+    "lightgbm": ("inferpool.runtimes.lightgbm", "LightGBMRuntime", "lightgbm"),
+    "xgboost": ("inferpool.runtimes.xgboost", "XGBoostRuntime", "xgboost"),
+    "mlflow": ("inferpool.runtimes.mlflow", "MLflowRuntime", "mlflow"),
+}
+
+# MLServer's implementation strings, so an MLServer repository serves unchanged.
+MLSERVER_IMPLEMENTATIONS = {
+    "mlserver_sklearn.SKLearnModel": "sklearn",
+    "mlserver_lightgbm.LightGBMModel": "lightgbm",
+    "mlserver_xgboost.XGBoostModel": "xgboost",
+    "mlserver_mlflow.MLflowRuntime": "mlflow",
+}
+
+# Artefact file names recognised without settings, in order of preference.
+ARTEFACTS: tuple[tuple[str, str], ...] = (
+    ("model.joblib", "sklearn"),
+    ("model.pkl", "sklearn"),
+    ("model.pickle", "sklearn"),
+    ("model.txt", "lightgbm"),
+    ("model.json", "xgboost"),
+    ("model.ubj", "xgboost"),
+    ("model.bst", "xgboost"),
+    ("model.xgb", "xgboost"),
+    ("MLmodel", "mlflow"),
+)
+
+
+class RuntimeNotFound(Exception):
+    """No runtime could be chosen or imported; the message is the one-line reason."""
+
+
+def runtime_name_for(settings: ModelSettings) -> str:
+    """The runtime's name, or the ``module.Class`` of a custom implementation."""
+    if settings.runtime:
+        return settings.runtime
+    implementation = settings.implementation
+    if implementation:
+        return MLSERVER_IMPLEMENTATIONS.get(implementation, implementation)
+    return infer_runtime(settings)
+
+
+def infer_runtime(settings: ModelSettings) -> str:
+    """Recognise the runtime from the artefact named by ``uri`` or found in the folder."""
+    if settings.parameters.uri:
+        uri = settings.resolve(settings.parameters.uri)
+        for filename, runtime in ARTEFACTS:
+            if uri.name == filename or uri.suffix == Path(filename).suffix:
+                return runtime
+        if uri.is_dir():
+            return _runtime_in_folder(uri)
+    if settings.folder is not None:
+        return _runtime_in_folder(settings.folder)
+    raise RuntimeNotFound(f"model '{settings.name}' has no folder and no runtime")
+
+
+def _runtime_in_folder(folder: Path) -> str:
+    for filename, runtime in ARTEFACTS:
+        if (folder / filename).exists():
+            return runtime
+    expected = ", ".join(name for name, _ in ARTEFACTS)
+    raise RuntimeNotFound(f"no model artefact in {folder} (expected one of: {expected})")
+
+
+def runtime_class(settings: ModelSettings) -> type[Runtime]:
+    """Import the runtime class for a model, or raise RuntimeNotFound with what to do."""
+    name = runtime_name_for(settings)
+    if name in BUILTIN_RUNTIMES:
+        module_name, class_name, extra = BUILTIN_RUNTIMES[name]
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("inferpool"):
+                raise RuntimeNotFound(f"runtime '{name}' is not available in this build") from None
+            raise RuntimeNotFound(
+                f"the '{name}' runtime needs {exc.name}: install inferpool[{extra}]"
+            ) from None
+        return getattr(module, class_name)
+    return _custom_class(name, settings)
+
+
+def _custom_class(implementation: str, settings: ModelSettings) -> type[Runtime]:
+    module_name, _, class_name = implementation.rpartition(".")
+    if not module_name:
+        known = ", ".join(BUILTIN_RUNTIMES)
+        raise RuntimeNotFound(
+            f"unknown runtime '{implementation}': use one of {known} or module.Class"
+        )
+    if settings.folder is not None and str(settings.folder) not in sys.path:
+        # The model's folder holds the user's module, as MLServer allows.
+        sys.path.insert(0, str(settings.folder))
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise RuntimeNotFound(f"cannot import '{module_name}': {exc}") from None
+    cls = getattr(module, class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Runtime)):
+        raise RuntimeNotFound(f"'{implementation}' is not a subclass of inferpool.Runtime")
+    return cls

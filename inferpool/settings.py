@@ -1,0 +1,160 @@
+"""Server and model settings, with every default in one place.
+
+Precedence, lowest first: defaults < ``settings.json`` (in the model repository, as
+MLServer reads it) < ``INFERPOOL_*`` environment variables < command-line flags.
+MLServer's ``settings.json`` and ``model-settings.json`` are read as they are.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    JsonConfigSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from inferpool.protocol.types import TensorSpec
+
+SETTINGS_FILE = "settings.json"
+MODEL_SETTINGS_FILE = "model-settings.json"
+
+# MLServer's names for server settings that we call differently.
+_MLSERVER_SERVER_KEYS = {"parallel_workers": "workers", "debug": None, "server_name": None}
+
+_settings_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
+    "inferpool_settings_file", default=None
+)
+
+
+class ServerSettings(BaseSettings):
+    """Everything that configures one server process; ``inferpool serve --help`` lists it."""
+
+    model_config = SettingsConfigDict(env_prefix="INFERPOOL_", extra="ignore")
+
+    model_repository: Path | None = Field(None, description="folder of model folders")
+    host: str = Field("0.0.0.0", description="address the REST, gRPC and metrics servers bind")
+    http_port: int = Field(8080, description="REST (V2 HTTP) port")
+    grpc_port: int = Field(8081, description="gRPC port; 0 or a negative value disables gRPC")
+    metrics_port: int = Field(8082, description="Prometheus metrics port; 0 disables it")
+    workers: int = Field(0, description="worker processes; 0 runs models in the server process")
+    http2: bool = Field(False, description="serve REST with Hypercorn (HTTP/1.1 and h2c)")
+    exit_on_error: bool = Field(True, description="exit non-zero when a model fails at start-up")
+    allow_empty: bool = Field(False, description="report ready with no model loaded")
+    log_level: str = Field("info", description="debug, info, warning or error")
+    access_log: bool = Field(False, description="log every request (method, model, status, ms)")
+    shutdown_timeout: float = Field(30.0, description="seconds to drain requests on shutdown")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = _settings_file.get()
+        if path is not None:
+            sources.append(_MLServerJsonSource(settings_cls, json_file=path))
+        return tuple(sources)
+
+
+class _MLServerJsonSource(JsonConfigSettingsSource):
+    """``settings.json``, with MLServer's key names mapped to ours."""
+
+    def __call__(self) -> dict[str, Any]:
+        values = super().__call__()
+        for theirs, ours in _MLSERVER_SERVER_KEYS.items():
+            if theirs in values:
+                value = values.pop(theirs)
+                if ours is not None:
+                    values.setdefault(ours, value)
+        return values
+
+
+def load_server_settings(repository: Path | None, overrides: dict[str, Any]) -> ServerSettings:
+    """Settings for a server of ``repository``; ``overrides`` are the CLI flags given."""
+    env_repo = ServerSettings().model_repository if repository is None else None
+    repository = repository or env_repo
+    path = repository / SETTINGS_FILE if repository is not None else None
+    token = _settings_file.set(path if path is not None and path.is_file() else None)
+    try:
+        if repository is not None:
+            overrides = {"model_repository": repository, **overrides}
+        return ServerSettings(**overrides)
+    finally:
+        _settings_file.reset(token)
+
+
+class ModelParameters(BaseModel):
+    """The ``parameters`` block of a model-settings file (MLServer's shape)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    uri: str | None = None
+    version: str | None = None
+    content_type: str | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelSettings(BaseModel):
+    """One model: read from its folder's ``model-settings.json``, or inferred from its files."""
+
+    model_config = ConfigDict(extra="ignore", protected_namespaces=())
+
+    name: str
+    implementation: str | None = None
+    runtime: str | None = None
+    parameters: ModelParameters = Field(default_factory=ModelParameters)
+    inputs: list[dict[str, Any]] = Field(default_factory=list)
+    outputs: list[dict[str, Any]] = Field(default_factory=list)
+    max_batch_size: int = 0
+    max_batch_time: float = 0.0
+    replicas: int | None = None
+    folder: Path | None = None
+
+    @property
+    def version(self) -> str | None:
+        return self.parameters.version
+
+    def input_specs(self) -> list[TensorSpec]:
+        return [TensorSpec.from_dict(spec) for spec in self.inputs]
+
+    def output_specs(self) -> list[TensorSpec]:
+        return [TensorSpec.from_dict(spec) for spec in self.outputs]
+
+    def resolve(self, relative: str) -> Path:
+        """A path from the settings file, relative to the model's folder."""
+        path = Path(relative)
+        if not path.is_absolute() and self.folder is not None:
+            path = self.folder / path
+        return path
+
+
+def read_model_settings(folder: Path, default_name: str) -> ModelSettings:
+    """The settings of the model in ``folder``; ``ValueError`` with a one-line reason."""
+    raw: dict[str, Any] = {}
+    path = folder / MODEL_SETTINGS_FILE
+    if path.is_file():
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}: must hold a JSON object")
+    raw.setdefault("name", default_name)
+    raw["folder"] = folder
+    try:
+        return ModelSettings(**raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ValueError(f"{path}: {where}: {first['msg']}") from None
