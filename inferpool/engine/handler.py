@@ -6,6 +6,7 @@ the model lives, and writes the reply's bytes out unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -57,10 +58,8 @@ def _load_wire_formats() -> None:
     # Imported on first use so a process only loads the formats it serves.
     from inferpool.protocol import rest_wire  # noqa: F401
 
-    try:
+    with contextlib.suppress(ImportError):
         from inferpool.protocol import grpc_wire  # noqa: F401
-    except ImportError:
-        pass
 
 
 def handle(model: LoadedModel, kind: int, body: bytes, json_length: int | None = None) -> Reply:
