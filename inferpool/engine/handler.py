@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import orjson
+
 from inferpool.engine import inference
 from inferpool.engine.model import LoadedModel
 from inferpool.engine.stats import StageTimes
@@ -23,6 +25,7 @@ logger = logging.getLogger(__name__)
 # Wire formats of a request body.
 KIND_REST = 0  # V2 JSON, optionally followed by Triton binary tensors (json_length set)
 KIND_GRPC = 1  # a serialized inference.ModelInferRequest
+KIND_CUSTOM = 2  # a runtime's custom endpoint: b"<endpoint>\\0" + the raw request body
 
 
 @dataclass(slots=True)
@@ -62,8 +65,34 @@ def _load_wire_formats() -> None:
         from inferpool.protocol import grpc_wire  # noqa: F401
 
 
+def custom_body(endpoint: str, body: bytes) -> bytes:
+    """The body of a KIND_CUSTOM request: the endpoint's name, NUL, then the raw body."""
+    return endpoint.encode() + b"\0" + body
+
+
+def handle_custom(model: LoadedModel, body: bytes) -> Reply:
+    """Run a runtime's custom endpoint; its result is sent as JSON."""
+    endpoint, _, payload = body.partition(b"\0")
+    name = endpoint.decode("utf-8", "replace")
+    function = model.runtime.custom_endpoints().get(name)
+    if function is None:
+        return Reply(404, f"model '{model.name}' has no endpoint '{name}'".encode())
+    try:
+        result = function(payload)
+    except InferpoolError as exc:
+        return Reply(exc.status, exc.message.encode())
+    except Exception as exc:
+        logger.exception("custom endpoint %r of model %r raised", name, model.name)
+        return Reply(500, f"model '{model.name}' raised {type(exc).__name__}: {exc}".encode())
+    if isinstance(result, bytes):
+        return Reply(200, result)
+    return Reply(200, orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY))
+
+
 def handle(model: LoadedModel, kind: int, body: bytes, json_length: int | None = None) -> Reply:
     """Decode, predict and encode one request; never raises."""
+    if kind == KIND_CUSTOM:
+        return handle_custom(model, body)
     try:
         decode, encode = wire_format(kind)
         start = time.perf_counter_ns()

@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 import inferpool
 from inferpool.engine.client import EngineClient
-from inferpool.engine.handler import KIND_REST, Reply
+from inferpool.engine.handler import KIND_CUSTOM, KIND_REST, Reply, custom_body
 from inferpool.engine.states import ModelState
 from inferpool.errors import BadRequest, InferpoolError
 
@@ -96,6 +96,12 @@ def build_app(client: EngineClient) -> Starlette:
         )
         return reply_response(reply)
 
+    async def custom_endpoint(request: Request) -> Response:
+        params = request.path_params
+        body = custom_body(params["endpoint"], await request.body())
+        reply = await client.infer(params["name"], params.get("version"), KIND_CUSTOM, body, None)
+        return reply_response(reply)
+
     async def repository_index(request: Request) -> Response:
         return json_response([s.index_entry() for s in client.table.all()])
 
@@ -129,6 +135,11 @@ def build_app(client: EngineClient) -> Starlette:
             Route(prefix + "/infer", infer, methods=["POST"]),
             Route(prefix + "/stats", statistics),
         ]
+    # Runtime-registered endpoints last, so they never shadow a protocol route.
+    routes += [
+        Route(model + "/{endpoint}", custom_endpoint, methods=["POST"]),
+        Route(versioned + "/{endpoint}", custom_endpoint, methods=["POST"]),
+    ]
     return Starlette(
         routes=routes,
         exception_handlers={InferpoolError: _inferpool_error, HTTPException: _http_error},

@@ -8,7 +8,7 @@ so a runtime never sees wire formats.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from inferpool.protocol.types import TensorSpec
@@ -62,6 +62,10 @@ class Runtime(ABC):
 
     def limit_threads(self, threads: int) -> None:  # noqa: B027 - optional hook
         """Cap the native thread pools this model uses (workers × threads ≤ cores)."""
+
+    def custom_endpoints(self) -> dict[str, Callable[[bytes], Any]]:
+        """Extra routes, ``POST /v2/models/{name}/{endpoint}``: raw body in, JSON-able out."""
+        return {}
 
     def metadata(self) -> dict[str, Any]:
         """V2 model metadata: never empty for a loaded model."""

@@ -1,0 +1,118 @@
+"""Test helpers: free ports, generated model repositories, and real server processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def iris_data():
+    from sklearn.datasets import load_iris
+
+    return load_iris(return_X_y=True)
+
+
+def write_sklearn_model(folder: Path, estimator, filename: str = "model.joblib") -> Path:
+    import joblib
+
+    folder.mkdir(parents=True, exist_ok=True)
+    joblib.dump(estimator, folder / filename)
+    return folder
+
+
+def build_iris_repository(root: Path) -> Path:
+    """``iris-logreg`` (LogisticRegression) and ``iris-rf`` (RandomForest, 20 trees)."""
+    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.linear_model import LogisticRegression
+
+    X, y = iris_data()
+    write_sklearn_model(root / "iris-logreg", LogisticRegression(max_iter=1000).fit(X, y))
+    rf = RandomForestClassifier(n_estimators=20, random_state=0, n_jobs=1).fit(X, y)
+    write_sklearn_model(root / "iris-rf", rf)
+    return root
+
+
+class Server:
+    """``python -m inferpool serve`` as a subprocess on free ports, stopped with SIGTERM."""
+
+    def __init__(self, repository: Path | None, *args: str, env: dict | None = None) -> None:
+        self.http_port = free_port()
+        self.grpc_port = free_port()
+        self.metrics_port = free_port()
+        self.url = f"http://127.0.0.1:{self.http_port}"
+        self.grpc_address = f"127.0.0.1:{self.grpc_port}"
+        command = [sys.executable, "-m", "inferpool", "serve"]
+        if repository is not None:
+            command.append(str(repository))
+        command += [
+            "--host", "127.0.0.1",
+            "--http-port", str(self.http_port),
+            "--grpc-port", str(self.grpc_port),
+            "--metrics-port", str(self.metrics_port),
+            *args,
+        ]  # fmt: skip
+        self.log = tempfile.NamedTemporaryFile(prefix="inferpool-server-", suffix=".log")
+        self.process = subprocess.Popen(
+            command,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+        self.returncode: int | None = None
+
+    def output(self) -> str:
+        return Path(self.log.name).read_text(errors="replace")
+
+    def wait_live(self, timeout: float = 60) -> None:
+        self._wait("/v2/health/live", timeout)
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        self._wait("/v2/health/ready", timeout)
+
+    def _wait(self, path: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited {self.process.returncode}:\n{self.output()}")
+            try:
+                if httpx.get(self.url + path, timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"{path} not 200 after {timeout}s:\n{self.output()}")
+
+    def wait_exit(self, timeout: float = 60) -> int:
+        self.returncode = self.process.wait(timeout)
+        return self.returncode
+
+    def stop(self, timeout: float = 60) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.wait_exit(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+        self.log.close()
