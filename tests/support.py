@@ -65,7 +65,7 @@ class Server:
             "--metrics-port", str(self.metrics_port),
             *args,
         ]  # fmt: skip
-        self.log = tempfile.NamedTemporaryFile(prefix="inferpool-server-", suffix=".log")
+        self.log = tempfile.NamedTemporaryFile(prefix="inferpool-server-", suffix=".log")  # noqa: SIM115 - closed in __exit__
         self.process = subprocess.Popen(
             command,
             stdout=self.log,
