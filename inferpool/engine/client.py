@@ -17,7 +17,7 @@ from inferpool.engine.handler import Reply
 from inferpool.engine.repository import Discovered, discover, find_model
 from inferpool.engine.states import ModelState, ModelStatus, ModelTable
 from inferpool.engine.stats import ModelStats
-from inferpool.errors import InferpoolError, ModelNotFound
+from inferpool.errors import DeadlineExceeded, InferpoolError, ModelNotFound
 from inferpool.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -106,12 +106,23 @@ class EngineClient(ABC):
 
     # -- inference ------------------------------------------------------------------------
     async def infer(
-        self, name: str, version: str | None, kind: int, body: bytes, json_length: int | None
+        self,
+        name: str,
+        version: str | None,
+        kind: int,
+        body: bytes,
+        json_length: int | None,
+        deadline: float | None = None,
     ) -> Reply:
-        """Run one raw request; routing problems raise, model problems come back as a Reply."""
+        """Run one raw request; routing problems raise, model problems come back as a Reply.
+
+        ``deadline`` is a ``time.monotonic()`` instant (the same clock in every process on
+        Linux): a request still waiting then is dropped before it reaches a model.
+        """
         self.table.ready_model(name, version)
+        check_deadline(deadline)
         started = time.perf_counter_ns()
-        reply = await self._infer(name, kind, body, json_length)
+        reply = await self._infer(name, kind, body, json_length, deadline)
         stats = self.stats.get(name)
         if stats is not None:
             stats.record(reply.status == 200, time.perf_counter_ns() - started, reply.times)
@@ -153,10 +164,18 @@ class InProcessClient(EngineClient):
     async def _unload(self, name: str) -> None:
         self.models.pop(name, None)
 
-    async def _infer(self, name: str, kind: int, body: bytes, json_length: int | None) -> Reply:
+    async def _infer(
+        self, name: str, kind: int, body: bytes, json_length: int | None, deadline: float | None
+    ) -> Reply:
         from inferpool.engine.handler import handle
 
         return handle(self.models[name], kind, body, json_length)
+
+
+def check_deadline(deadline: float | None) -> None:
+    """Refuse a request whose deadline has passed (504 / DEADLINE_EXCEEDED)."""
+    if deadline is not None and time.monotonic() > deadline:
+        raise DeadlineExceeded("the request's deadline passed before it could run")
 
 
 def make_client(settings: ServerSettings) -> EngineClient:
