@@ -116,3 +116,41 @@ class Server:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
         self.log.close()
+
+
+def write_custom_model(
+    folder: Path, source: str, class_name: str, module: str | None = None, **settings
+) -> Path:
+    """A model folder served by a custom Runtime subclass written from ``source``."""
+    import json
+    import textwrap
+
+    module = module or f"{folder.name.replace('-', '_')}_runtime"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{module}.py").write_text(textwrap.dedent(source))
+    document = {"name": folder.name, "implementation": f"{module}.{class_name}", **settings}
+    (folder / "model-settings.json").write_text(json.dumps(document))
+    return folder
+
+
+ECHO_RUNTIME = """
+    from inferpool import Runtime
+
+
+    class EchoRuntime(Runtime):
+        '''Returns every input unchanged, as an output of the same name.'''
+
+        accepts = "dict"
+
+        def load(self):
+            pass
+
+        def outputs(self):
+            return self.inputs()
+
+        def default_outputs(self):
+            return []  # no outputs named: echo every input received
+
+        def predict(self, payload, outputs):
+            return {name: payload[name] for name in outputs or payload}
+"""

@@ -90,7 +90,8 @@ def cast_checked(values: np.ndarray, datatype: str, input_name: str) -> np.ndarr
         return values.astype(target, copy=False)
     if kind == "b":
         raise BadRequest(f"input '{input_name}': {datatype} data must be numbers")
-    cast = values.astype(target, copy=False)
+    with np.errstate(over="ignore"):  # overflow is detected below, as a 400
+        cast = values.astype(target, copy=False)
     if (
         target != values.dtype
         and kind == "f"

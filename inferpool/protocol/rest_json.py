@@ -110,12 +110,25 @@ def tensor_data_from_json(data: object, datatype: str, shape: tuple[int, ...], n
             values = np.asarray(data)
         except (ValueError, TypeError):
             raise BadRequest(f"input '{name}': data is ragged or not numeric") from None
+        if datatype == "UINT64" and values.dtype.kind in "fO":
+            values = _uint64_exact(data, values, name)
         values = cast_checked(values, datatype, name)
     if values.size != expected:
         raise BadRequest(
             f"input '{name}': shape {list(shape)} needs {expected} values, got {values.size}"
         )
     return values.reshape(shape)
+
+
+def _uint64_exact(data: object, values: np.ndarray, name: str) -> np.ndarray:
+    """UINT64 values past the int64 range, which numpy would otherwise read as floats."""
+    items = np.asarray(data, dtype=object).reshape(-1)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+        return values  # floats or other types: cast_checked refuses them with a clear message
+    try:
+        return np.array(items.tolist(), dtype=np.uint64).reshape(values.shape)
+    except OverflowError:
+        raise BadRequest(f"input '{name}': a value is out of range for UINT64") from None
 
 
 def _bytes_from_json(data: object, name: str) -> np.ndarray:
