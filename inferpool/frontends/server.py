@@ -19,6 +19,7 @@ import uvicorn
 
 from inferpool.engine.client import EngineClient, make_client
 from inferpool.engine.states import ModelState
+from inferpool.frontends.metrics import build_metrics_app
 from inferpool.frontends.rest import build_app
 from inferpool.settings import ServerSettings
 
@@ -49,18 +50,19 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 class RestServer:
-    """The REST frontend: Uvicorn+httptools by default, Hypercorn with ``--http2``."""
+    """An ASGI app on its own port: Uvicorn+httptools, or Hypercorn with ``--http2``."""
 
-    def __init__(self, client: EngineClient, settings: ServerSettings) -> None:
+    def __init__(self, app, settings: ServerSettings, port: int, http2: bool = False) -> None:
         self.settings = settings
-        self.app = build_app(client)
-        self.socket = bind_socket(settings.host, settings.http_port)
+        self.app = app
+        self.http2 = http2
+        self.socket = bind_socket(settings.host, port)
         self._task: asyncio.Task | None = None
         self._uvicorn: _Uvicorn | None = None
         self._hypercorn_stop = asyncio.Event()
 
     async def start(self) -> None:
-        if self.settings.http2:
+        if self.http2:
             self._task = asyncio.create_task(self._serve_hypercorn())
             return
         config = uvicorn.Config(
@@ -101,7 +103,10 @@ async def serve(settings: ServerSettings) -> int:
     """Serve until SIGTERM/SIGINT; the process exit code."""
     try:
         client = make_client(settings)
-        rest = RestServer(client, settings)
+        servers = [RestServer(build_app(client), settings, settings.http_port, settings.http2)]
+        if settings.metrics_port > 0:
+            metrics_app = build_metrics_app(client)
+            servers.append(RestServer(metrics_app, settings, settings.metrics_port))
     except OSError as exc:
         print(f"inferpool: {exc}", file=sys.stderr)
         return 1
@@ -110,11 +115,13 @@ async def serve(settings: ServerSettings) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await client.start()
-    await rest.start()
+    for server in servers:
+        await server.start()
     logger.info("REST on http://%s:%d", settings.host, settings.http_port)
     code = await _load_then_wait(client, settings, stop)
     client.stopping = True
-    await rest.stop()
+    for server in servers:
+        await server.stop()
     await client.close()
     return code
 
