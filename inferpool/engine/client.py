@@ -69,7 +69,6 @@ class EngineClient(ABC):
         return status
 
     async def unload_model(self, name: str) -> None:
-        self.table.find(name)
         status = self.table.find(name)
         status.state = ModelState.UNLOADING
         await self._unload(name)
