@@ -56,11 +56,18 @@ def parse_datetimes(texts: list[str], name: str) -> np.ndarray:
     """ISO-8601 texts as a flat datetime64 array; a 400 names the first bad element."""
     try:
         with warnings.catch_warnings():
-            # numpy warns (and would drop it) on an offset: take the UTC path below instead.
+            # numpy warns (and would drop it) on an offset: take the UTC path instead.
             warnings.simplefilter("error")
-            return np.array(texts, dtype="datetime64")
+            parsed = np.array(texts, dtype="datetime64")
     except (ValueError, UserWarning, DeprecationWarning):
-        pass
+        return _parse_in_utc(texts, name)
+    if np.datetime_data(parsed.dtype)[0] == "generic":
+        # Only NaT (or nothing) carries no unit: give the one pandas uses.
+        return parsed.astype("M8[ns]")
+    return parsed
+
+
+def _parse_in_utc(texts: list[str], name: str) -> np.ndarray:
     import pandas as pd
 
     try:

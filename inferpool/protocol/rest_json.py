@@ -123,12 +123,29 @@ def tensor_data_from_json(data: object, datatype: str, shape: tuple[int, ...], n
             values = np.asarray(data)
         except (ValueError, TypeError):
             raise BadRequest(f"input '{name}': data is ragged or not numeric") from None
+        if values.size and values.dtype.kind in "fO" and datatype in ("INT64", "UINT64"):
+            # Integers beyond int64 made numpy fall back to float (losing digits) or object.
+            values = _wide_integers(data, values, datatype, name)
         values = cast_checked(values, datatype, name)
     if values.size != expected:
         raise BadRequest(
             f"input '{name}': shape {list(shape)} needs {expected} values, got {values.size}"
         )
     return values.reshape(shape)
+
+
+def _wide_integers(data: object, values: np.ndarray, datatype: str, name: str) -> np.ndarray:
+    """64-bit integers parsed exactly (the rare path: some value is beyond int64)."""
+    items = np.asarray(data, dtype=object)
+    flat = items.reshape(-1).tolist()
+    if not all(type(item) is int for item in flat):
+        return values  # real floats (or worse): cast_checked refuses them
+    info = np.iinfo(numpy_dtype(datatype))
+    if min(flat) < info.min or max(flat) > info.max:
+        raise BadRequest(
+            f"input '{name}': a value is out of range for {datatype} [{info.min}, {info.max}]"
+        )
+    return np.array(flat, dtype=numpy_dtype(datatype)).reshape(items.shape)
 
 
 def _bytes_from_json(data: object, name: str) -> np.ndarray:
