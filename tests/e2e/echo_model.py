@@ -54,5 +54,5 @@ class EchoRuntime(inferpool.Runtime):
         if self.mode == "describe":
             return {"echo": describe(payload)}
         if self.settings.outputs:
-            return {name: payload[name] for name in outputs}
+            return {name: payload[name] for name in outputs if name in payload}
         return payload
