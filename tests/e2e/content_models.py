@@ -10,7 +10,13 @@ from typing import Any
 ECHO_SOURCE = Path(__file__).with_name("echo_model.py")
 
 
-def write_echo_model(root: Path, name: str, outputs: list[dict] | None = None, **extra: Any):
+def write_echo_model(
+    root: Path,
+    name: str,
+    outputs: list[dict] | None = None,
+    inputs: list[dict] | None = None,
+    **extra: Any,
+) -> Path:
     """A model folder running ``echo_model.EchoRuntime`` with ``parameters.extra``."""
     folder = root / name
     folder.mkdir(parents=True)
@@ -22,5 +28,7 @@ def write_echo_model(root: Path, name: str, outputs: list[dict] | None = None, *
     }
     if outputs is not None:
         settings["outputs"] = outputs
+    if inputs is not None:
+        settings["inputs"] = inputs
     (folder / "model-settings.json").write_text(json.dumps(settings))
     return folder

@@ -30,6 +30,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     write_echo_model(root, "echo-request", ECHO_OUTPUT, accepts="request")
     write_echo_model(root, "echo-frame", ECHO_OUTPUT, accepts="dataframe")
     write_echo_model(root, "mirror", None, accepts="dict", mode="mirror")
+    declared = [
+        {"name": "text", "datatype": "BYTES", "shape": [-1], "parameters": {"content_type": "str"}},
+        {"name": "doc", "datatype": "BYTES", "shape": [-1], "parameters": {"content_type": "json"}},
+    ]
+    write_echo_model(root, "echo-declared", ECHO_OUTPUT, declared, accepts="dict")
     with Server(root, "--workers", "0") as running:
         running.wait_ready()
         yield running
@@ -82,6 +87,19 @@ def test_each_content_type_arrives_as_its_python_type(server: Server) -> None:
     assert items["when"]["dtype"] == "datetime64[s]" and items["when"]["shape"] == [2]
     assert items["doc"]["value"] == repr([{"k": [1, 2]}])
     assert items["grid"]["shape"] == [2, 2] and items["grid"]["element"] == "str"
+
+
+def test_model_metadata_content_type_applies_when_the_request_is_silent(server: Server) -> None:
+    metadata = httpx.get(f"{server.url}/v2/models/echo-declared", timeout=30).json()
+    assert metadata["inputs"][0]["parameters"]["content_type"] == "str"
+    inputs = [texts("text", ["a", "b"]), texts("doc", ['{"x": 1}']), texts("other", ["c"])]
+    items = echo(server, "echo-declared", inputs)["items"]
+    assert items["text"]["value"] == repr(["a", "b"])
+    assert items["doc"]["value"] == repr([{"x": 1}])
+    assert items["other"]["element"] == "bytes"  # undeclared: bytes, as over every wire
+    # the request's own content type still wins over the model's
+    overridden = echo(server, "echo-declared", [texts("text", ["YQ=="], "base64")])["items"]
+    assert overridden["text"]["value"] == repr([b"a"])
 
 
 def test_pd_request_gives_a_dataframe_with_mixed_dtypes(server: Server) -> None:
