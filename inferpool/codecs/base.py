@@ -74,20 +74,16 @@ def convert_elements(
     tensor: Tensor, convert: Callable[[bytes], Any], problem: str, errors: tuple
 ) -> list[Any]:
     """``convert`` applied to each BYTES element, row-major; a 400 names the first bad one."""
-    items = tensor.data.reshape(-1).tolist()
-    try:
-        return [convert(item) for item in items]
-    except errors:
-        pass
-    for index, item in enumerate(items):
+    out = []
+    for index, item in enumerate(tensor.data.reshape(-1).tolist()):
         try:
-            convert(item)
+            out.append(convert(item))
         except errors as exc:
             detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise BadRequest(
                 f"input '{tensor.name}': element {index} is not {problem} ({detail})"
             ) from None
-    raise AssertionError("unreachable: a conversion failed once and then never")
+    return out
 
 
 def shaped(values: list[Any], shape: Sequence[int]) -> Any:

@@ -17,9 +17,10 @@ from inferpool.errors import BadRequest
 from inferpool.protocol.types import Tensor
 
 
-def _is_frame(value: Any) -> bool:
-    # No pandas import for runtimes that never return one.
-    return type(value).__name__ == "DataFrame" and type(value).__module__.startswith("pandas")
+def is_pandas(value: Any, kind: str) -> bool:
+    """``value`` is a pandas ``kind`` (DataFrame, Series), without importing pandas."""
+    cls = type(value)
+    return cls.__name__ == kind and cls.__module__.startswith("pandas")
 
 
 class PandasCodec(RequestCodec):
@@ -27,7 +28,7 @@ class PandasCodec(RequestCodec):
 
     @classmethod
     def can_encode(cls, value: Any) -> bool:
-        return _is_frame(value)
+        return is_pandas(value, "DataFrame")
 
     @classmethod
     def decode(cls, tensors: Sequence[Tensor], default_content_types: dict[str, str]):
@@ -80,20 +81,13 @@ def _columns(tensor: Tensor, value: Any) -> list[tuple[str, Any]]:
 
 
 def column_values(series: Any) -> Any:
-    """A column as the value its codec encodes: ndarray (numeric, datetime) or a list."""
-    dtype = series.dtype
-    if dtype.kind in "biufM" and not hasattr(dtype, "tz"):
-        return series.to_numpy()
-    if getattr(dtype, "tz", None) is not None:
-        return series.dt.tz_convert(None).to_numpy()
-    values = series.tolist()
-    if all(isinstance(v, str) for v in values) and values:
-        return values
-    if all(isinstance(v, bytes) for v in values) and values:
-        array = np.empty(len(values), dtype=object)
-        array[:] = values
-        return array
-    # Mixed objects, missing values, nested documents: one JSON document per row.
-    array = np.empty(len(values), dtype=object)
-    array[:] = values
+    """A column as the value its codec encodes: an ndarray (numeric, bool, datetime;
+    objects for the registry to tell bytes from JSON documents) or a list of str."""
+    if getattr(series.dtype, "tz", None) is not None:
+        return series.dt.tz_convert(None).to_numpy()  # UTC, as the datetime codec reads
+    array = series.to_numpy()
+    if array.dtype.kind == "O":
+        values = array.tolist()
+        if values and all(isinstance(v, str) for v in values):
+            return values
     return array

@@ -12,7 +12,7 @@ from inferpool.codecs.datetime import DatetimeCodec
 from inferpool.codecs.dict_codec import DictCodec
 from inferpool.codecs.json import JsonCodec
 from inferpool.codecs.numpy import NumpyCodec
-from inferpool.codecs.pandas import PandasCodec
+from inferpool.codecs.pandas import PandasCodec, column_values, is_pandas
 from inferpool.codecs.string import StringCodec
 from inferpool.errors import BadRequest, ModelError
 from inferpool.protocol.types import Tensor
@@ -62,6 +62,8 @@ def encode_output(name: str, value: Any) -> Tensor:
     """Encode one value a runtime returned as one output tensor, labelled with its codec."""
     if isinstance(value, Tensor):
         return value
+    if is_pandas(value, "Series"):
+        value = column_values(value)  # encoded as the same column of a DataFrame would be
     try:
         for codec in INPUT_CODECS:
             if codec.can_encode(value):

@@ -168,3 +168,20 @@ def test_dict_roundtrip(binary: bool) -> None:
     assert decoded["raw"] == result["raw"]
     assert decoded["info"] == result["info"]
     assert_same_array(decoded["when"], result["when"])
+
+
+@pytest.mark.parametrize(
+    "series",
+    [
+        pd.Series([1.5, np.nan], dtype=np.float32),
+        pd.Series(["a", "ü"]),
+        pd.Series(pd.to_datetime(["2024-01-01T05:00:00+05:00"])),
+        pd.Series([b"\x00", b"\xff"]),
+    ],
+    ids=["float", "str", "tz-datetime", "bytes"],
+)
+def test_series_output_encodes_like_a_dataframe_column(series: pd.Series) -> None:
+    (tensor,) = through_rest([encode_output("out", series)], False).outputs
+    frame = decode_response([tensor], "pd")
+    expected = series.dt.tz_convert(None) if hasattr(series.dtype, "tz") else series
+    pd.testing.assert_series_equal(frame["out"], expected, check_names=False)
