@@ -26,7 +26,10 @@ def payload_kind(content_type: str) -> str:
     """The payload kind a request-level content type asks for; 400 if unknown."""
     if content_type in ARRAY_CONTENT_TYPES:
         return "array"
-    return _PAYLOAD_KIND[find_request_codec(content_type)]
+    try:
+        return _PAYLOAD_KIND[find_request_codec(content_type)]
+    except BadRequest as exc:
+        raise BadRequest(f"{exc.message}, {', '.join(ARRAY_CONTENT_TYPES)}") from None
 
 
 def decode_payload(

@@ -85,12 +85,14 @@ def _bytes_elements(chunk: memoryview, count: int, name: str) -> np.ndarray:
     return out
 
 
-def tensor_to_bytes(tensor: Tensor) -> bytes:
-    """A tensor's data as the extension carries it (the inverse of ``tensor_from_bytes``)."""
+def tensor_to_bytes(tensor: Tensor) -> bytes | memoryview:
+    """A tensor's data as the extension carries it (the inverse of ``tensor_from_bytes``);
+    numeric data is a view of the array when it is already contiguous little-endian."""
     if tensor.datatype == "BYTES":
         return bytes_elements_to_wire(tensor.data)
     dtype = NUMPY_BY_DATATYPE[tensor.datatype].newbyteorder("<")
-    return np.ascontiguousarray(tensor.data, dtype=dtype).tobytes()
+    array = np.ascontiguousarray(tensor.data, dtype=dtype).reshape(-1)
+    return memoryview(array).cast("B") if array.size else b""
 
 
 def bytes_elements_to_wire(data: np.ndarray) -> bytes:
@@ -124,10 +126,12 @@ def _flag(value: Any, name: str) -> bool:
     return value
 
 
-def split_binary_outputs(outputs: list[Tensor], binary: list[bool]) -> tuple[list[Tensor], bytes]:
+def split_binary_outputs(
+    outputs: list[Tensor], binary: list[bool]
+) -> tuple[list[Tensor], list[bytes | memoryview]]:
     """Outputs for the JSON header (binary ones carrying ``binary_data_size`` and no data),
-    and the bytes that follow the header."""
-    parts: list[bytes] = []
+    and the buffers that follow the header, in order (joined once, by the caller)."""
+    parts: list[bytes | memoryview] = []
     header: list[Tensor] = []
     for output, as_binary in zip(outputs, binary, strict=True):
         if not as_binary:
@@ -137,4 +141,4 @@ def split_binary_outputs(outputs: list[Tensor], binary: list[bool]) -> tuple[lis
         parts.append(raw)
         parameters = {**output.parameters, "binary_data_size": len(raw)}
         header.append(Tensor(output.name, output.datatype, output.shape, None, parameters))
-    return header, b"".join(parts)
+    return header, parts

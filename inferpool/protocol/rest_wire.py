@@ -28,7 +28,7 @@ def encode(response: InferenceResponse, request: InferenceRequest) -> tuple[byte
         return rest_json.encode_response(response), None
     header, tail = split_binary_outputs(response.outputs, binary)
     document = rest_json.encode_response(response, header)
-    return document + tail, len(document)
+    return b"".join([document, *tail]), len(document)
 
 
 register_wire_format(KIND_REST, decode, encode)

@@ -49,4 +49,4 @@ def through_rest(tensors: list[Tensor], binary: bool, parameters: dict | None = 
         return rest_json.decode_response(rest_json.encode_response(response))
     header, tail = split_binary_outputs(tensors, [True] * len(tensors))
     document = rest_json.encode_response(response, header)
-    return rest_json.decode_response(document + tail, len(document))
+    return rest_json.decode_response(b"".join([document, *tail]), len(document))
