@@ -1,4 +1,8 @@
-"""The ``np`` codec: a tensor as a numpy ndarray of the declared shape (the default)."""
+"""The ``np`` codec: a tensor as a numpy ndarray of the declared shape (the default).
+
+Decoding hands over the tensor's array itself (for binary tensors, a view of the request
+body); BYTES stay an object array of ``bytes``, as over every wire format.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +20,11 @@ class NumpyCodec(InputCodec):
 
     @classmethod
     def can_encode(cls, value: Any) -> bool:
-        return isinstance(value, np.ndarray)
+        if not isinstance(value, np.ndarray):
+            return False
+        if value.dtype.kind == "O":
+            return all(isinstance(item, bytes) for item in value.reshape(-1).tolist())
+        return value.dtype.kind in "biufS"
 
     @classmethod
     def decode(cls, tensor: Tensor) -> np.ndarray:
@@ -25,7 +33,10 @@ class NumpyCodec(InputCodec):
     @classmethod
     def encode(cls, name: str, value: Any) -> Tensor:
         array = np.asarray(value)
+        if array.dtype.byteorder == ">":
+            # The wire is little-endian; so is every array the engine hands on.
+            array = array.astype(array.dtype.newbyteorder("<"))
         datatype = datatype_of(array)
-        if datatype == "BYTES" and array.dtype.kind in "US":
+        if datatype == "BYTES" and array.dtype.kind != "O":
             array = array.astype(object)
         return Tensor(name, datatype, array.shape, array, {"content_type": "np"})

@@ -1,4 +1,8 @@
-"""Request-level decoding: a whole request to the payload a runtime ``accepts``."""
+"""Request-level decoding: a whole request to the payload a runtime ``accepts``.
+
+The engine converts once, here: the request's own ``content_type`` (a request codec)
+wins over what the runtime accepts.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +10,26 @@ from typing import Any
 
 import numpy as np
 
-from inferpool.codecs.registry import decode_input
+from inferpool.codecs.dict_codec import DictCodec
+from inferpool.codecs.pandas import PandasCodec, frame
+from inferpool.codecs.registry import decode_input, find_request_codec
 from inferpool.errors import BadRequest
 from inferpool.protocol.types import InferenceRequest
 
-# Request-level content types (and aliases) and the payload kind each one asks for.
-REQUEST_CONTENT_TYPES = {
-    "pd": "dataframe",
-    "pandas": "dataframe",
-    "dataframe": "dataframe",
-    "dict": "dict",
-    "np": "array",
-    "ndarray": "array",
-}
+# Request-level content types that ask for a plain array (besides the request codecs).
+ARRAY_CONTENT_TYPES = ("np", "ndarray", "numpy")
+# The payload kind each request codec gives.
+_PAYLOAD_KIND = {PandasCodec: "dataframe", DictCodec: "dict"}
+
+
+def payload_kind(content_type: str) -> str:
+    """The payload kind a request-level content type asks for; 400 if unknown."""
+    if content_type in ARRAY_CONTENT_TYPES:
+        return "array"
+    try:
+        return _PAYLOAD_KIND[find_request_codec(content_type)]
+    except BadRequest as exc:
+        raise BadRequest(f"{exc.message}, {', '.join(ARRAY_CONTENT_TYPES)}") from None
 
 
 def decode_payload(
@@ -30,21 +41,34 @@ def decode_payload(
     """Decode ``request`` into the runtime's payload kind; the request may override it."""
     content_type = request.content_type
     if content_type is not None:
-        try:
-            accepts = REQUEST_CONTENT_TYPES[content_type]
-        except (KeyError, TypeError):
-            known = ", ".join(REQUEST_CONTENT_TYPES)
-            raise BadRequest(
-                f"unknown request content type {content_type!r}; expected one of {known}"
-            ) from None
+        accepts = payload_kind(content_type)
     if accepts == "request":
         return request
-    decoded = {t.name: decode_input(t, default_content_types.get(t.name)) for t in request.inputs}
+    if accepts == "dataframe":
+        single = _single_matrix_frame(request, column_names, default_content_types)
+        if single is not None:
+            return single
+        return PandasCodec.decode(request.inputs, default_content_types)
+    decoded = DictCodec.decode(request.inputs, default_content_types)
     if accepts == "dict":
         return decoded
-    if accepts == "dataframe":
-        return _dataframe(decoded, column_names)
     return _array(decoded)
+
+
+def _single_matrix_frame(
+    request: InferenceRequest, column_names: list[str] | None, defaults: dict[str, str]
+):
+    """One [rows, k] input for a model whose k inputs are its feature names: the frame
+    with those names (how clients send a whole table to a DataFrame model)."""
+    if len(request.inputs) != 1 or not column_names:
+        return None
+    (tensor,) = request.inputs
+    if tensor.name in column_names or len(tensor.shape) != 2:
+        return None
+    if tensor.shape[1] != len(column_names):
+        return None
+    value = np.asarray(decode_input(tensor, defaults.get(tensor.name)))
+    return frame({name: value[:, j] for j, name in enumerate(column_names)})
 
 
 def _array(decoded: dict[str, Any]) -> Any:
@@ -52,7 +76,10 @@ def _array(decoded: dict[str, Any]) -> Any:
         return next(iter(decoded.values()))
     # Several inputs side by side, one or more columns each: the same rows, in order.
     columns = [_as_rows(name, np.asarray(value)) for name, value in decoded.items()]
-    _check_rows(columns)
+    rows = {name: len(col) for name, col in columns}
+    if len(set(rows.values())) > 1:
+        detail = ", ".join(f"'{n}' has {r}" for n, r in rows.items())
+        raise BadRequest(f"inputs must have the same number of rows: {detail}")
     return np.concatenate([c for _, c in columns], axis=1)
 
 
@@ -60,31 +87,3 @@ def _as_rows(name: str, value: np.ndarray) -> tuple[str, np.ndarray]:
     if value.ndim == 0:
         raise BadRequest(f"input '{name}' is a scalar; inputs need a first (row) dimension")
     return name, value.reshape(value.shape[0], -1)
-
-
-def _check_rows(columns: list[tuple[str, np.ndarray]]) -> None:
-    rows = {name: len(col) for name, col in columns}
-    if len(set(rows.values())) > 1:
-        detail = ", ".join(f"'{n}' has {r}" for n, r in rows.items())
-        raise BadRequest(f"inputs must have the same number of rows: {detail}")
-
-
-def _dataframe(decoded: dict[str, Any], column_names: list[str] | None):
-    import pandas as pd
-
-    if len(decoded) == 1 and column_names:
-        ((name, value),) = decoded.items()
-        value = np.asarray(value)
-        if value.ndim == 2 and value.shape[1] == len(column_names) and name not in column_names:
-            return pd.DataFrame(value, columns=column_names)
-    columns = [_as_rows(name, np.asarray(value)) for name, value in decoded.items()]
-    _check_rows(columns)
-    frame = {}
-    for name, col in columns:
-        if col.shape[1] == 1:
-            frame[name] = col[:, 0]
-        else:
-            # A multi-column input becomes named sub-columns, never extra rows.
-            for j in range(col.shape[1]):
-                frame[f"{name}_{j}"] = col[:, j]
-    return pd.DataFrame(frame)

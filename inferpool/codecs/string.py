@@ -1,4 +1,4 @@
-"""The ``str`` codec: BYTES tensors as UTF-8 strings, shaped as declared."""
+"""The ``str`` codec: BYTES tensors as UTF-8 strings, in the declared shape."""
 
 from __future__ import annotations
 
@@ -6,9 +6,20 @@ from typing import Any
 
 import numpy as np
 
-from inferpool.codecs.base import InputCodec
-from inferpool.errors import BadRequest
+from inferpool.codecs.base import (
+    InputCodec,
+    all_instances,
+    bytes_tensor,
+    convert_elements,
+    flat_elements,
+    require_bytes,
+    shaped,
+)
 from inferpool.protocol.types import Tensor
+
+
+def decode_utf8(item: bytes) -> str:
+    return item.decode("utf-8")
 
 
 class StringCodec(InputCodec):
@@ -16,24 +27,22 @@ class StringCodec(InputCodec):
 
     @classmethod
     def can_encode(cls, value: Any) -> bool:
-        return isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+        if isinstance(value, str):
+            return True
+        if isinstance(value, np.ndarray):
+            if value.dtype.kind == "U":
+                return True
+            return value.dtype.kind == "O" and all_instances(value.reshape(-1).tolist(), str)
+        return isinstance(value, list | tuple) and all_instances(value, str)
 
     @classmethod
-    def decode(cls, tensor: Tensor) -> np.ndarray:
-        if tensor.datatype != "BYTES":
-            raise BadRequest(f"input '{tensor.name}': content type 'str' needs BYTES data")
-        flat = tensor.data.reshape(-1)
-        out = np.empty(flat.shape, dtype=object)
-        for i, item in enumerate(flat):
-            try:
-                out[i] = item.decode("utf-8") if isinstance(item, bytes) else str(item)
-            except UnicodeDecodeError:
-                raise BadRequest(f"input '{tensor.name}': element {i} is not valid UTF-8") from None
-        return out.reshape(tensor.shape)
+    def decode(cls, tensor: Tensor) -> Any:
+        """A str for shape [], a list of str for one dimension, else an object ndarray."""
+        require_bytes(tensor, "str")
+        values = convert_elements(tensor, decode_utf8, "valid UTF-8", (UnicodeDecodeError,))
+        return shaped(values, tensor.shape)
 
     @classmethod
     def encode(cls, name: str, value: Any) -> Tensor:
-        items = list(np.asarray(value, dtype=object).reshape(-1))
-        data = np.array([str(item).encode("utf-8") for item in items], dtype=object)
-        shape = np.shape(value) if isinstance(value, np.ndarray) else (len(items),)
-        return Tensor(name, "BYTES", tuple(shape), data.reshape(shape), {"content_type": "str"})
+        items, shape = flat_elements(value)
+        return bytes_tensor(name, [item.encode("utf-8") for item in items], shape, "str")

@@ -10,11 +10,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from inferpool.codecs.payload import decode_payload
-from inferpool.codecs.registry import encode_output
+from inferpool.codecs.registry import encode_outputs
 from inferpool.engine.model import LoadedModel
 from inferpool.errors import BadRequest, InferpoolError, ModelError
 from inferpool.protocol.rest_json import new_request_id
 from inferpool.protocol.types import InferenceRequest, InferenceResponse
+
+# Request parameters that describe the request's own encoding, not the response's.
+_REQUEST_ONLY = frozenset({"content_type", "binary_data_output"})
 
 
 def prepare(model: LoadedModel, request: InferenceRequest) -> tuple[Any, list[str]]:
@@ -56,12 +59,16 @@ def predict(model: LoadedModel, payload: Any, outputs: list[str]) -> Mapping[str
 def respond(
     model: LoadedModel, request: InferenceRequest, result: Mapping[str, Any]
 ) -> InferenceResponse:
-    outputs = [encode_output(name, value) for name, value in result.items()]
+    outputs, content_type = encode_outputs(result)
+    # Echo the request's parameters, except those that described the request itself.
+    parameters = {k: v for k, v in request.parameters.items() if k not in _REQUEST_ONLY}
+    if content_type is not None:
+        parameters["content_type"] = content_type
     return InferenceResponse(
         model_name=model.name,
         model_version=model.settings.version,
         id=request.id or new_request_id(),
-        parameters=request.parameters,
+        parameters=parameters,
         outputs=outputs,
     )
 

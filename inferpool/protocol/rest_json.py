@@ -8,6 +8,7 @@ numpy → JSON with orjson's native numpy serialisation: no Python loop per elem
 from __future__ import annotations
 
 import base64
+import json
 import uuid
 from typing import Any
 
@@ -25,10 +26,21 @@ def parse_json_object(body: bytes, what: str = "request body") -> dict[str, Any]
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"{what} is not valid JSON: {exc}") from None
+        document = _loads_with_constants(body, exc, what)
     if not isinstance(document, dict):
         raise BadRequest(f"{what} must be a JSON object")
     return document
+
+
+def _loads_with_constants(body: bytes, error: Exception, what: str) -> Any:
+    """Python's json (what MLServer and tritonclient write) puts NaN and Infinity as bare
+    literals, which orjson refuses: parse those bodies with the standard library."""
+    if b"NaN" not in body and b"Infinity" not in body:
+        raise BadRequest(f"{what} is not valid JSON: {error}") from None
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest(f"{what} is not valid JSON: {error}") from None
 
 
 def decode_request(body: bytes) -> InferenceRequest:
@@ -44,11 +56,11 @@ def request_from_document(
     raw_inputs = document.get("inputs")
     if not isinstance(raw_inputs, list) or not raw_inputs:
         raise BadRequest("request must have a non-empty 'inputs' list")
-    inputs = [_decode_input(raw, index) for index, raw in enumerate(raw_inputs)]
+    inputs = [tensor_from_document(raw, index) for index, raw in enumerate(raw_inputs)]
     if binary_tail is not None:
-        from inferpool.protocol.binary import attach_binary_inputs
+        from inferpool.protocol.binary import attach_binary_tensors
 
-        attach_binary_inputs(inputs, raw_inputs, binary_tail)
+        attach_binary_tensors(inputs, binary_tail)
     request_id = document.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise BadRequest("request 'id' must be a string")
@@ -81,21 +93,22 @@ def _decode_outputs(raw: object) -> list[RequestedOutput]:
     return outputs
 
 
-def _decode_input(raw: object, index: int) -> Tensor:
+def tensor_from_document(raw: object, index: int, what: str = "input") -> Tensor:
+    """One tensor of a request (or response) document; a 400 names it and the problem."""
     if not isinstance(raw, dict):
-        raise BadRequest(f"input {index} must be an object")
+        raise BadRequest(f"{what} {index} must be an object")
     name = raw.get("name")
     if not isinstance(name, str) or not name:
-        raise BadRequest(f"input {index} must have a 'name'")
+        raise BadRequest(f"{what} {index} must have a 'name'")
     datatype = raw.get("datatype")
     numpy_dtype(datatype, name)
     shape = check_shape(raw.get("shape"), name)
-    parameters = _parameters(raw.get("parameters"), f"input '{name}'")
+    parameters = _parameters(raw.get("parameters"), f"{what} '{name}'")
     if "binary_data_size" in parameters:
-        # Filled in from the binary tail by attach_binary_inputs.
+        # Filled in from the binary tail by attach_binary_tensors.
         return Tensor(name, datatype, shape, np.empty(0), parameters)
     if "data" not in raw:
-        raise BadRequest(f"input '{name}' has no 'data'")
+        raise BadRequest(f"{what} '{name}' has no 'data'")
     data = tensor_data_from_json(raw["data"], datatype, shape, name)
     return Tensor(name, datatype, shape, data, parameters)
 
@@ -110,8 +123,9 @@ def tensor_data_from_json(data: object, datatype: str, shape: tuple[int, ...], n
             values = np.asarray(data)
         except (ValueError, TypeError):
             raise BadRequest(f"input '{name}': data is ragged or not numeric") from None
-        if datatype == "UINT64" and values.dtype.kind in "fO":
-            values = _uint64_exact(data, values, name)
+        if values.size and values.dtype.kind in "fO" and datatype in ("INT64", "UINT64"):
+            # Integers beyond int64 made numpy fall back to float (losing digits) or object.
+            values = _wide_integers(data, values, datatype, name)
         values = cast_checked(values, datatype, name)
     if values.size != expected:
         raise BadRequest(
@@ -120,43 +134,73 @@ def tensor_data_from_json(data: object, datatype: str, shape: tuple[int, ...], n
     return values.reshape(shape)
 
 
-def _uint64_exact(data: object, values: np.ndarray, name: str) -> np.ndarray:
-    """UINT64 values past the int64 range, which numpy would otherwise read as floats."""
-    items = np.asarray(data, dtype=object).reshape(-1)
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
-        return values  # floats or other types: cast_checked refuses them with a clear message
-    try:
-        return np.array(items.tolist(), dtype=np.uint64).reshape(values.shape)
-    except OverflowError:
-        raise BadRequest(f"input '{name}': a value is out of range for UINT64") from None
+def _wide_integers(data: object, values: np.ndarray, datatype: str, name: str) -> np.ndarray:
+    """64-bit integers parsed exactly (the rare path: some value is beyond int64)."""
+    items = np.asarray(data, dtype=object)
+    flat = items.reshape(-1).tolist()
+    if not all(type(item) is int for item in flat):
+        return values  # real floats (or worse): cast_checked refuses them
+    info = np.iinfo(numpy_dtype(datatype))
+    if min(flat) < info.min or max(flat) > info.max:
+        raise BadRequest(
+            f"input '{name}': a value is out of range for {datatype} [{info.min}, {info.max}]"
+        )
+    return np.array(flat, dtype=numpy_dtype(datatype)).reshape(items.shape)
 
 
 def _bytes_from_json(data: object, name: str) -> np.ndarray:
+    """JSON strings (nested or flat) as UTF-8 ``bytes``: BYTES decode the same way over
+    every wire format, and a codec (``str``, ``json``, ...) takes them from there."""
+    if not isinstance(data, list):
+        raise BadRequest(f"input '{name}': BYTES data must be a list of strings")
     try:
         strings = np.asarray(data, dtype=object)
     except ValueError:
         raise BadRequest(f"input '{name}': BYTES data is ragged") from None
-    flat = strings.reshape(-1)
-    out = np.empty(flat.shape, dtype=object)
-    for i, item in enumerate(flat):
-        if isinstance(item, str):
-            out[i] = item.encode()
-        else:
-            raise BadRequest(f"input '{name}': BYTES data must be strings")
+    try:
+        encoded = [item.encode() for item in strings.reshape(-1).tolist()]
+    except AttributeError:
+        raise BadRequest(f"input '{name}': BYTES data must be strings") from None
+    out = np.empty(len(encoded), dtype=object)
+    out[:] = encoded
     return out
 
 
-def encode_response(response: InferenceResponse) -> bytes:
-    """Serialise a response; output data is always flat, row-major."""
+def encode_response(response: InferenceResponse, outputs: list[Tensor] | None = None) -> bytes:
+    """Serialise a response (``outputs`` in place of its own, e.g. with binary ones
+    reduced to headers); output data is always flat, row-major."""
     document: dict[str, Any] = {
         "model_name": response.model_name,
         "id": response.id,
         "parameters": response.parameters,
-        "outputs": [output_document(output) for output in response.outputs],
+        "outputs": [output_document(o) for o in (response.outputs if outputs is None else outputs)],
     }
     if response.model_version is not None:
         document["model_version"] = response.model_version
     return orjson.dumps(document, option=_DUMP_OPTIONS)
+
+
+def decode_response(body: bytes, json_length: int | None = None) -> InferenceResponse:
+    """Parse a V2 REST response (with Triton binary outputs after ``json_length`` bytes):
+    what clients, tests and benchmarks use to read a reply back into tensors."""
+    view = memoryview(body)
+    header = body if json_length is None else bytes(view[:json_length])
+    document = parse_json_object(header, "response body")
+    raw_outputs = document.get("outputs")
+    if not isinstance(raw_outputs, list):
+        raise BadRequest("response must have an 'outputs' list")
+    outputs = [tensor_from_document(raw, i, "output") for i, raw in enumerate(raw_outputs)]
+    if json_length is not None:
+        from inferpool.protocol.binary import attach_binary_tensors
+
+        attach_binary_tensors(outputs, view[json_length:], "output")
+    return InferenceResponse(
+        model_name=str(document.get("model_name", "")),
+        outputs=outputs,
+        model_version=document.get("model_version"),
+        id=document.get("id"),
+        parameters=_parameters(document.get("parameters"), "response"),
+    )
 
 
 def output_document(output: Tensor) -> dict[str, Any]:
@@ -164,8 +208,9 @@ def output_document(output: Tensor) -> dict[str, Any]:
         "name": output.name,
         "shape": list(output.shape),
         "datatype": output.datatype,
-        "data": json_data(output),
     }
+    if output.data is not None:  # None: the data follows the JSON, in binary
+        document["data"] = json_data(output)
     if output.parameters:
         document["parameters"] = output.parameters
     return document
@@ -175,8 +220,13 @@ def json_data(output: Tensor) -> Any:
     data = output.data.reshape(-1)
     if output.datatype == "BYTES":
         return _bytes_to_json(output, data)
-    if data.dtype == np.float16:
-        data = data.astype(np.float32)
+    if data.dtype.kind == "f":
+        if not np.isfinite(data).all():
+            # orjson would write null; write the literals Python's json (so MLServer and
+            # tritonclient) reads back as the same values.
+            return orjson.Fragment(json.dumps(data.tolist()))
+        if data.dtype == np.float16:
+            data = data.astype(np.float32)
     return np.ascontiguousarray(data)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from inferpool.engine.handler import KIND_REST, register_wire_format
 from inferpool.errors import BadRequest
 from inferpool.protocol import rest_json
+from inferpool.protocol.binary import binary_outputs, split_binary_outputs
 from inferpool.protocol.types import InferenceRequest, InferenceResponse
 
 
@@ -21,7 +22,13 @@ def decode(body: bytes, json_length: int | None) -> InferenceRequest:
 
 
 def encode(response: InferenceResponse, request: InferenceRequest) -> tuple[bytes, int | None]:
-    return rest_json.encode_response(response), None
+    """JSON, or JSON then binary outputs (and its length) when the request asks for them."""
+    binary = binary_outputs(request, response.outputs)
+    if not any(binary):
+        return rest_json.encode_response(response), None
+    header, tail = split_binary_outputs(response.outputs, binary)
+    document = rest_json.encode_response(response, header)
+    return b"".join([document, *tail]), len(document)
 
 
 register_wire_format(KIND_REST, decode, encode)

@@ -1,0 +1,47 @@
+"""The ``json`` codec: BYTES elements each holding one JSON document, as Python objects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+
+from inferpool.codecs.base import (
+    InputCodec,
+    all_instances,
+    bytes_tensor,
+    convert_elements,
+    flat_elements,
+    require_bytes,
+    shaped,
+)
+from inferpool.protocol.types import Tensor
+
+_DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+
+
+class JsonCodec(InputCodec):
+    content_types = ("json",)
+
+    @classmethod
+    def can_encode(cls, value: Any) -> bool:
+        """A dict (one document), a list of dicts, or an object ndarray of documents."""
+        if isinstance(value, dict):
+            return True
+        if isinstance(value, np.ndarray):
+            return value.dtype.kind == "O"
+        return isinstance(value, list | tuple) and all_instances(value, dict)
+
+    @classmethod
+    def decode(cls, tensor: Tensor) -> Any:
+        """The document for shape [], a list of documents for one dimension, else an ndarray."""
+        require_bytes(tensor, "json")
+        values = convert_elements(tensor, orjson.loads, "valid JSON", (orjson.JSONDecodeError,))
+        return shaped(values, tensor.shape)
+
+    @classmethod
+    def encode(cls, name: str, value: Any) -> Tensor:
+        items, shape = flat_elements(value)
+        documents = [orjson.dumps(item, option=_DUMP_OPTIONS) for item in items]
+        return bytes_tensor(name, documents, shape, "json")
