@@ -6,6 +6,7 @@ import importlib
 import sys
 from pathlib import Path
 
+from inferpool.runtimes.artefacts import is_lightgbm_text
 from inferpool.runtimes.base import Runtime
 from inferpool.settings import ModelSettings
 
@@ -59,7 +60,7 @@ def infer_runtime(settings: ModelSettings) -> str:
         uri = settings.resolve(settings.parameters.uri)
         for filename, runtime in ARTEFACTS:
             if uri.name == filename or uri.suffix == Path(filename).suffix:
-                return runtime
+                return _by_content(uri, runtime)
         if uri.is_dir():
             return _runtime_in_folder(uri)
     if settings.folder is not None:
@@ -70,9 +71,17 @@ def infer_runtime(settings: ModelSettings) -> str:
 def _runtime_in_folder(folder: Path) -> str:
     for filename, runtime in ARTEFACTS:
         if (folder / filename).exists():
-            return runtime
+            return _by_content(folder / filename, runtime)
     expected = ", ".join(name for name, _ in ARTEFACTS)
     raise RuntimeNotFound(f"no model artefact in {folder} (expected one of: {expected})")
+
+
+def _by_content(path: Path, runtime: str) -> str:
+    """The runtime for an artefact whose name two libraries use: a ``.bst`` is written by
+    XGBoost (binary or UBJSON) or by LightGBM (text), so its first bytes decide."""
+    if path.suffix == ".bst" and is_lightgbm_text(path):
+        return "lightgbm"
+    return runtime
 
 
 def runtime_class(settings: ModelSettings) -> type[Runtime]:
