@@ -10,13 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import joblib
 import numpy as np
 
 from inferpool.errors import ModelLoadError
 from inferpool.protocol.datatypes import datatype_of
 from inferpool.protocol.types import TensorSpec
-from inferpool.runtimes.artefacts import find_artefact, library_of
+from inferpool.runtimes.artefacts import find_artefact, library_of, unpickle
 from inferpool.runtimes.base import Runtime
 from inferpool.runtimes.tabular import check_matrix, columns_in_order, is_dataframe
 
@@ -35,7 +34,7 @@ class SKLearnRuntime(Runtime):
     def load(self) -> None:
         path = find_artefact(self, ARTEFACT_NAMES)
         try:
-            self.model = joblib.load(path)
+            self.model = unpickle(path)
         except ModuleNotFoundError as exc:
             package = (exc.name or "").partition(".")[0]
             extra = EXTRAS.get(package)
