@@ -26,8 +26,10 @@ MLSERVER_IMPLEMENTATIONS = {
     "mlserver_mlflow.MLflowRuntime": "mlflow",
 }
 
-# Artefact file names recognised without settings, in order of preference.
+# Artefact file names recognised without settings, in order of preference. MLmodel comes
+# first: an MLflow folder also holds its flavour's file (an sklearn flavour's model.pkl).
 ARTEFACTS: tuple[tuple[str, str], ...] = (
+    ("MLmodel", "mlflow"),
     ("model.joblib", "sklearn"),
     ("model.pkl", "sklearn"),
     ("model.pickle", "sklearn"),
@@ -36,7 +38,6 @@ ARTEFACTS: tuple[tuple[str, str], ...] = (
     ("model.ubj", "xgboost"),
     ("model.bst", "xgboost"),
     ("model.xgb", "xgboost"),
-    ("MLmodel", "mlflow"),
 )
 
 
@@ -58,11 +59,12 @@ def infer_runtime(settings: ModelSettings) -> str:
     """Recognise the runtime from the artefact named by ``uri`` or found in the folder."""
     if settings.parameters.uri:
         uri = settings.resolve(settings.parameters.uri)
-        for filename, runtime in ARTEFACTS:
-            if uri.name == filename or uri.suffix == Path(filename).suffix:
-                return _by_content(uri, runtime)
         if uri.is_dir():
             return _runtime_in_folder(uri)
+        for filename, runtime in ARTEFACTS:
+            suffix = Path(filename).suffix
+            if uri.name == filename or (suffix and uri.suffix == suffix):
+                return _by_content(uri, runtime)
     if settings.folder is not None:
         return _runtime_in_folder(settings.folder)
     raise RuntimeNotFound(f"model '{settings.name}' has no folder and no runtime")

@@ -62,3 +62,14 @@ def test_library_of_reads_the_class_module(boosters):
     assert library_of(xgb) == "xgboost"
     assert library_of(lightgbm_estimator("regressor")[0]) == "lightgbm"
     assert library_of(object()) is None
+
+
+def test_mlflow_folder_with_a_flavour_pickle_is_mlflow(tmp_path):
+    (tmp_path / "MLmodel").write_text("flavors: {}\n")
+    (tmp_path / "model.pkl").write_bytes(b"")
+    assert runtime_name_for(settings_for(tmp_path)) == "mlflow"
+
+
+def test_uri_to_a_folder_is_recognised_by_its_content(tmp_path, boosters):
+    save_booster(tmp_path / "m" / "v1", boosters[0], "model.txt")
+    assert runtime_name_for(settings_for(tmp_path / "m", "v1")) == "lightgbm"
