@@ -2,7 +2,7 @@
 checks and the outputs a request can select.
 
 A subclass loads its library's model, sets the fields below from it, and implements the
-four library calls (``_probabilities``, ``_values``, ``_margin``, ``_contrib``).
+three library calls (``_values``, ``_margin``, ``_contrib``).
 """
 
 from __future__ import annotations
@@ -42,12 +42,10 @@ class BoostedTreesRuntime(Runtime):
     n_targets: int = 1
 
     @abstractmethod
-    def _probabilities(self, matrix: np.ndarray) -> np.ndarray:
-        """rows × classes probabilities (a classifier with ``has_probabilities``)."""
-
-    @abstractmethod
     def _values(self, matrix: np.ndarray) -> np.ndarray:
-        """The library's plain prediction: values of a regressor, class indices otherwise."""
+        """The library's plain prediction: class probabilities (P(class 1) of a binary
+        model) if ``has_probabilities``, class indices of another classifier, values of a
+        regressor."""
 
     @abstractmethod
     def _margin(self, matrix: np.ndarray) -> np.ndarray:
@@ -118,11 +116,13 @@ class BoostedTreesRuntime(Runtime):
             elif name == "contrib":
                 result[name] = self._contrib(matrix)
             else:
-                raise ValueError(f"unknown output {name!r}")
+                # Only reachable through outputs declared in model-settings.json.
+                computed = ", ".join(spec.name for spec in BoostedTreesRuntime.outputs(self))
+                raise ValueError(f"{self.platform} computes {computed}, not {name!r}")
         return result
 
     def _class_probabilities(self, matrix: np.ndarray) -> np.ndarray:
-        probabilities = self._probabilities(matrix)
+        probabilities = self._values(matrix)
         if probabilities.ndim == 1:
             return two_class_probabilities(probabilities)
         return probabilities

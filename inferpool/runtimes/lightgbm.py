@@ -54,9 +54,6 @@ class LightGBMRuntime(BoostedTreesRuntime):
     def limit_threads(self, threads: int) -> None:
         self.predict_params["num_threads"] = max(1, int(threads))
 
-    def _probabilities(self, matrix: np.ndarray) -> np.ndarray:
-        return self.booster.predict(matrix, **self.predict_params)
-
     def _values(self, matrix: np.ndarray) -> np.ndarray:
         return self.booster.predict(matrix, **self.predict_params)
 

@@ -79,9 +79,6 @@ class XGBoostRuntime(BoostedTreesRuntime):
     def limit_threads(self, threads: int) -> None:
         self.booster.set_param({"nthread": max(1, int(threads))})
 
-    def _probabilities(self, matrix: np.ndarray) -> np.ndarray:
-        return self.booster.inplace_predict(matrix, **self.predict_params)
-
     def _values(self, matrix: np.ndarray) -> np.ndarray:
         return self.booster.inplace_predict(matrix, **self.predict_params)
 
