@@ -7,7 +7,8 @@ runtime's library is imported (a missing library must give "install inferpool[..
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,6 +24,20 @@ PICKLE_SUFFIXES = (".joblib", ".pkl", ".pickle")
 # library's own loader. Some libraries (LightGBM) deadlock or half-initialise when two
 # threads import them at once, so everything that may import one takes this lock.
 IMPORT_LOCK = threading.RLock()
+
+
+@contextmanager
+def single_threaded() -> Iterator[None]:
+    """Load without starting an OpenMP thread pool.
+
+    LightGBM and XGBoost parse their trees in OpenMP parallel loops; a pool started while
+    loading would make the process unsafe to fork (DESIGN §3: workers fork from a parent
+    that has loaded the models). The limit applies to the calling thread only.
+    """
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="openmp"):
+        yield
 
 
 class HasSettings(Protocol):
@@ -78,4 +93,5 @@ def unpickle(path: Path) -> Any:
     with IMPORT_LOCK:
         import joblib  # only pickled artefacts need it
 
-        return joblib.load(path)
+        with single_threaded():
+            return joblib.load(path)

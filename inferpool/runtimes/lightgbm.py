@@ -13,7 +13,12 @@ from typing import Any
 import lightgbm
 import numpy as np
 
-from inferpool.runtimes.artefacts import PICKLE_SUFFIXES, find_artefact, unpickle
+from inferpool.runtimes.artefacts import (
+    PICKLE_SUFFIXES,
+    find_artefact,
+    single_threaded,
+    unpickle,
+)
 from inferpool.runtimes.boosted import BoostedTreesRuntime
 
 ARTEFACT_NAMES = ("model.txt", "model.bst", "model.joblib", "model.pkl", "model.pickle")
@@ -32,7 +37,8 @@ class LightGBMRuntime(BoostedTreesRuntime):
         if path.suffix in PICKLE_SUFFIXES:
             self.adopt(unpickle(path))
         else:
-            self.adopt(lightgbm.Booster(model_file=str(path)))
+            with single_threaded():
+                self.adopt(lightgbm.Booster(model_file=str(path)))
 
     def adopt(self, model: Any) -> None:
         """Serve an in-memory LightGBM Booster or scikit-learn-API LightGBM estimator."""

@@ -16,7 +16,12 @@ from typing import Any
 import numpy as np
 import xgboost
 
-from inferpool.runtimes.artefacts import PICKLE_SUFFIXES, find_artefact, unpickle
+from inferpool.runtimes.artefacts import (
+    PICKLE_SUFFIXES,
+    find_artefact,
+    single_threaded,
+    unpickle,
+)
 from inferpool.runtimes.boosted import BoostedTreesRuntime
 
 ARTEFACT_NAMES = (
@@ -45,10 +50,11 @@ class XGBoostRuntime(BoostedTreesRuntime):
             self.adopt(unpickle(path))
             return
         booster = xgboost.Booster()
-        # From bytes, so XGBoost tells JSON, UBJSON and its old binary format apart by
-        # content, whatever the file's extension.
-        booster.load_model(bytearray(path.read_bytes()))
-        self.adopt(booster)
+        with single_threaded():
+            # From bytes, so XGBoost tells JSON, UBJSON and its old binary format apart by
+            # content, whatever the file's extension.
+            booster.load_model(bytearray(path.read_bytes()))
+            self.adopt(booster)
 
     def adopt(self, model: Any) -> None:
         """Serve an in-memory XGBoost Booster or scikit-learn-API XGBoost estimator."""
