@@ -84,3 +84,20 @@ def test_wrong_feature_count_is_a_bad_request(tmp_path):
     model = load(save(tmp_path / "m", estimator, "model.txt"))
     with pytest.raises(BadRequest, match=f"expects {N_FEATURES} features, got 3"):
         infer(model, X[:2, :3])
+
+
+def test_mlserver_model_settings_with_a_bst_uri(tmp_path):
+    import json
+
+    estimator, X = lightgbm_estimator("classifier")
+    folder = save_booster(tmp_path / "m", estimator.booster_, "iris-lgb.bst")
+    settings = {
+        "name": "m",
+        "implementation": "mlserver_lightgbm.LightGBMModel",
+        "parameters": {"uri": "./iris-lgb.bst", "version": "v1"},
+    }
+    (folder / "model-settings.json").write_text(json.dumps(settings))
+    model = load(folder)
+    assert isinstance(model.runtime, LightGBMRuntime)
+    assert model.metadata["versions"] == ["v1"]
+    assert np.array_equal(infer(model, X[:10])["predict"], estimator.predict(X[:10]))

@@ -104,3 +104,20 @@ def test_wrong_feature_count_is_a_bad_request(tmp_path):
     model = load(save(tmp_path / "m", estimator, "model.json"))
     with pytest.raises(BadRequest, match=f"expects {N_FEATURES} features, got {N_FEATURES + 1}"):
         infer(model, np.hstack([X[:2], X[:2, :1]]))
+
+
+def test_mlserver_model_settings_with_a_bst_uri(tmp_path):
+    import json
+
+    estimator, X = xgboost_estimator("classifier")
+    folder = save(tmp_path / "m", estimator, "model.bst")
+    (folder / "model.bst").rename(folder / "trees.bst")
+    settings = {
+        "name": "m",
+        "implementation": "mlserver_xgboost.XGBoostModel",
+        "parameters": {"uri": "./trees.bst"},
+    }
+    (folder / "model-settings.json").write_text(json.dumps(settings))
+    model = load(folder)
+    assert isinstance(model.runtime, XGBoostRuntime)
+    assert np.array_equal(infer(model, X[:10])["predict"], estimator.predict(X[:10]))
