@@ -29,7 +29,7 @@ from inferpool.runtimes.tabular import is_dataframe
 
 MLMODEL = "MLmodel"
 # MLflow error codes that mean the input, not the model, is wrong.
-CLIENT_ERRORS = ("INVALID_PARAMETER_VALUE", "BAD_REQUEST", "INVALID_STATE")
+CLIENT_ERRORS = ("INVALID_PARAMETER_VALUE", "BAD_REQUEST")
 
 
 class MLflowRuntime(Runtime):
