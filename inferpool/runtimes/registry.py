@@ -6,6 +6,7 @@ import importlib
 import sys
 from pathlib import Path
 
+from inferpool.runtimes.artefacts import IMPORT_LOCK, is_lightgbm_text
 from inferpool.runtimes.base import Runtime
 from inferpool.settings import ModelSettings
 
@@ -25,8 +26,10 @@ MLSERVER_IMPLEMENTATIONS = {
     "mlserver_mlflow.MLflowRuntime": "mlflow",
 }
 
-# Artefact file names recognised without settings, in order of preference.
+# Artefact file names recognised without settings, in order of preference. MLmodel comes
+# first: an MLflow folder also holds its flavour's file (an sklearn flavour's model.pkl).
 ARTEFACTS: tuple[tuple[str, str], ...] = (
+    ("MLmodel", "mlflow"),
     ("model.joblib", "sklearn"),
     ("model.pkl", "sklearn"),
     ("model.pickle", "sklearn"),
@@ -35,7 +38,6 @@ ARTEFACTS: tuple[tuple[str, str], ...] = (
     ("model.ubj", "xgboost"),
     ("model.bst", "xgboost"),
     ("model.xgb", "xgboost"),
-    ("MLmodel", "mlflow"),
 )
 
 
@@ -57,11 +59,12 @@ def infer_runtime(settings: ModelSettings) -> str:
     """Recognise the runtime from the artefact named by ``uri`` or found in the folder."""
     if settings.parameters.uri:
         uri = settings.resolve(settings.parameters.uri)
-        for filename, runtime in ARTEFACTS:
-            if uri.name == filename or uri.suffix == Path(filename).suffix:
-                return runtime
         if uri.is_dir():
             return _runtime_in_folder(uri)
+        for filename, runtime in ARTEFACTS:
+            suffix = Path(filename).suffix
+            if uri.name == filename or (suffix and uri.suffix == suffix):
+                return _by_content(uri, runtime)
     if settings.folder is not None:
         return _runtime_in_folder(settings.folder)
     raise RuntimeNotFound(f"model '{settings.name}' has no folder and no runtime")
@@ -70,9 +73,17 @@ def infer_runtime(settings: ModelSettings) -> str:
 def _runtime_in_folder(folder: Path) -> str:
     for filename, runtime in ARTEFACTS:
         if (folder / filename).exists():
-            return runtime
+            return _by_content(folder / filename, runtime)
     expected = ", ".join(name for name, _ in ARTEFACTS)
     raise RuntimeNotFound(f"no model artefact in {folder} (expected one of: {expected})")
+
+
+def _by_content(path: Path, runtime: str) -> str:
+    """The runtime for an artefact whose name two libraries use: a ``.bst`` is written by
+    XGBoost (binary or UBJSON) or by LightGBM (text), so its first bytes decide."""
+    if path.suffix == ".bst" and is_lightgbm_text(path):
+        return "lightgbm"
+    return runtime
 
 
 def runtime_class(settings: ModelSettings) -> type[Runtime]:
@@ -81,7 +92,8 @@ def runtime_class(settings: ModelSettings) -> type[Runtime]:
     if name in BUILTIN_RUNTIMES:
         module_name, class_name, extra = BUILTIN_RUNTIMES[name]
         try:
-            module = importlib.import_module(module_name)
+            with IMPORT_LOCK:
+                module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
             if exc.name and exc.name.startswith("inferpool"):
                 raise RuntimeNotFound(f"runtime '{name}' is not available in this build") from None
@@ -103,7 +115,8 @@ def _custom_class(implementation: str, settings: ModelSettings) -> type[Runtime]
         # The model's folder holds the user's module, as MLServer allows.
         sys.path.insert(0, str(settings.folder))
     try:
-        module = importlib.import_module(module_name)
+        with IMPORT_LOCK:
+            module = importlib.import_module(module_name)
     except ImportError as exc:
         raise RuntimeNotFound(f"cannot import '{module_name}': {exc}") from None
     cls = getattr(module, class_name, None)

@@ -1,51 +1,49 @@
-"""The scikit-learn runtime: any estimator or pipeline saved with joblib or pickle."""
+"""The scikit-learn runtime: any estimator or pipeline saved with joblib or pickle.
+
+An estimator fitted on a DataFrame (``feature_names_in_``) gets its rows as a DataFrame
+with those columns, from one input per feature or one 2-D input. A pickled LightGBM or
+XGBoost model is handed to that library's runtime, which offers more outputs.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-import joblib
 import numpy as np
 
-from inferpool.errors import BadRequest
+from inferpool.errors import ModelLoadError
 from inferpool.protocol.datatypes import datatype_of
 from inferpool.protocol.types import TensorSpec
+from inferpool.runtimes.artefacts import find_artefact, library_of, unpickle
 from inferpool.runtimes.base import Runtime
+from inferpool.runtimes.tabular import check_matrix, columns_in_order, is_dataframe
 
 ARTEFACT_NAMES = ("model.joblib", "model.pkl", "model.pickle")
 # Estimator methods served as outputs, in the order they are offered.
 METHODS = ("predict", "predict_proba", "decision_function", "transform")
 
 
-def find_artefact(runtime: Runtime, names: Sequence[str]) -> Path:
-    """The artefact named by ``parameters.uri``, or the first of ``names`` in the folder."""
-    settings = runtime.settings
-    if settings.parameters.uri:
-        path = settings.resolve(settings.parameters.uri)
-        if path.is_dir():
-            return find_in_folder(path, names)
-        if not path.exists():
-            raise FileNotFoundError(f"model file {path} does not exist")
-        return path
-    if settings.folder is None:
-        raise FileNotFoundError(f"model '{settings.name}' names no uri and has no folder")
-    return find_in_folder(settings.folder, names)
-
-
-def find_in_folder(folder: Path, names: Sequence[str]) -> Path:
-    for name in names:
-        if (folder / name).is_file():
-            return folder / name
-    raise FileNotFoundError(f"none of {', '.join(names)} in {folder}")
+# Packages a pickled model may need, and the inferpool extra that installs each.
+EXTRAS = {"sklearn": "sklearn", "lightgbm": "lightgbm", "xgboost": "xgboost"}
 
 
 class SKLearnRuntime(Runtime):
     platform = "sklearn"
 
     def load(self) -> None:
-        self.model = joblib.load(find_artefact(self, ARTEFACT_NAMES))
+        path = find_artefact(self, ARTEFACT_NAMES)
+        try:
+            self.model = unpickle(path)
+        except ModuleNotFoundError as exc:
+            package = (exc.name or "").partition(".")[0]
+            extra = EXTRAS.get(package)
+            fix = f"install inferpool[{extra}]" if extra else f"install {package}"
+            raise ModelLoadError(f"{path.name} needs {package}: {fix}") from None
+        library = library_of(self.model)
+        if library is not None:
+            self._hand_over(library)
+            return
         if not hasattr(self.model, "predict") and not hasattr(self.model, "transform"):
             raise TypeError(f"{type(self.model).__name__} has neither predict nor transform")
         self.methods = [m for m in METHODS if hasattr(self.model, m)]
@@ -54,6 +52,22 @@ class SKLearnRuntime(Runtime):
         self.feature_names = [str(n) for n in names] if names is not None else None
         if self.feature_names is not None:
             self.accepts = "dataframe"
+
+    def _hand_over(self, library: str) -> None:
+        """Become the LightGBM or XGBoost runtime for the model already unpickled.
+
+        The engine holds this instance, so it changes class rather than wrapping another
+        runtime: from here on it is exactly that runtime (outputs ``raw_score``/``margin``
+        and ``contrib``, thread limits, metadata), with no second copy of the model.
+        """
+        if library == "lightgbm":
+            from inferpool.runtimes.lightgbm import LightGBMRuntime as runtime_class
+        else:
+            from inferpool.runtimes.xgboost import XGBoostRuntime as runtime_class
+        model = self.model
+        del self.model
+        self.__class__ = runtime_class
+        self.adopt(model)
 
     def inputs(self) -> list[TensorSpec]:
         declared = super().inputs()
@@ -86,18 +100,21 @@ class SKLearnRuntime(Runtime):
         return ["predict" if "predict" in self.methods else self.methods[0]]
 
     def validate(self, payload: Any) -> None:
-        if self.n_features is None or self.feature_names is not None:
-            return
-        shape = np.shape(payload)
-        if len(shape) != 2:
-            raise BadRequest(
-                f"model '{self.name}' expects a 2-D input [rows, {self.n_features}], "
-                f"got shape {list(shape)}"
-            )
-        if shape[1] != self.n_features:
-            raise BadRequest(
-                f"model '{self.name}' expects {self.n_features} features, got {shape[1]}"
-            )
+        if is_dataframe(payload):
+            if self.feature_names is not None:
+                columns_in_order(self.name, payload, self.feature_names)
+        elif self.n_features is not None:
+            check_matrix(self.name, payload, self.n_features, numeric=False)
 
     def predict(self, payload: Any, outputs: Sequence[str]) -> Mapping[str, Any]:
+        if self.feature_names is not None:
+            payload = self._frame(payload)
         return {name: getattr(self.model, name)(payload) for name in outputs}
+
+    def _frame(self, payload: Any) -> Any:
+        """The payload as a DataFrame with the fitted columns, in the fitted order."""
+        if is_dataframe(payload):
+            return columns_in_order(self.name, payload, self.feature_names)
+        import pandas as pd  # a model fitted on a DataFrame has pandas at hand
+
+        return pd.DataFrame(payload, columns=self.feature_names)

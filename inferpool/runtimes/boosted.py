@@ -1,0 +1,135 @@
+"""What the gradient-boosted-trees runtimes (LightGBM, XGBoost) share: metadata, input
+checks and the outputs a request can select.
+
+A subclass loads its library's model, sets the fields below from it, and implements the
+three library calls (``_values``, ``_margin``, ``_contrib``).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from inferpool.protocol.datatypes import datatype_of
+from inferpool.protocol.types import TensorSpec
+from inferpool.runtimes.base import Runtime
+from inferpool.runtimes.tabular import (
+    features_matrix,
+    labels_from_probabilities,
+    two_class_probabilities,
+)
+
+
+class BoostedTreesRuntime(Runtime):
+    """A boosted-trees model: a classifier (with class labels) or a regressor."""
+
+    #: the name of the untransformed-score output: LightGBM's ``raw_score``, XGBoost's ``margin``
+    margin_output: ClassVar[str] = "margin"
+    #: the V2 datatype of the features the library computes in, and of its scores
+    float_datatype: ClassVar[str] = "FP64"
+
+    # Set by the subclass when it loads a model.
+    n_features: int
+    feature_names: list[str]
+    #: class labels of a classifier; None for a regressor
+    classes: np.ndarray | None = None
+    #: whether the library gives class probabilities (a classifier may give labels only)
+    has_probabilities: bool = False
+    #: columns of ``predict`` for a regressor with several targets (1: one value per row)
+    n_targets: int = 1
+
+    @abstractmethod
+    def _values(self, matrix: np.ndarray) -> np.ndarray:
+        """The library's plain prediction: class probabilities (P(class 1) of a binary
+        model) if ``has_probabilities``, class indices of another classifier, values of a
+        regressor."""
+
+    @abstractmethod
+    def _margin(self, matrix: np.ndarray) -> np.ndarray:
+        """Untransformed scores (before the link function)."""
+
+    @abstractmethod
+    def _contrib(self, matrix: np.ndarray) -> np.ndarray:
+        """Per-feature contributions plus the expected value (the last column), per row."""
+
+    @abstractmethod
+    def _contrib_shape(self) -> list[int]:
+        """The shape of ``contrib`` in the library's own layout, -1 for the rows."""
+
+    @property
+    def n_scores(self) -> int:
+        """Scores per row: classes of a multi-class model, else 1 (binary, one target)."""
+        if self.classes is not None and len(self.classes) > 2:
+            return len(self.classes)
+        return self.n_targets
+
+    def inputs(self) -> list[TensorSpec]:
+        declared = super().inputs()
+        if declared:
+            return declared
+        parameters = {"feature_names": list(self.feature_names)}
+        return [TensorSpec("input-0", self.float_datatype, [-1, self.n_features], parameters)]
+
+    def outputs(self) -> list[TensorSpec]:
+        declared = self.settings.output_specs()
+        if declared:
+            return declared
+        score_shape = [-1] if self.n_scores == 1 else [-1, self.n_scores]
+        specs = []
+        if self.classes is not None:
+            specs.append(TensorSpec("predict", datatype_of(self.classes), [-1]))
+        else:
+            specs.append(TensorSpec("predict", self.float_datatype, score_shape))
+        if self.has_probabilities:
+            specs.append(TensorSpec("predict_proba", self.float_datatype, [-1, len(self.classes)]))
+        specs.append(TensorSpec(self.margin_output, self.float_datatype, score_shape))
+        specs.append(TensorSpec("contrib", self.float_datatype, self._contrib_shape()))
+        return specs
+
+    def default_outputs(self) -> list[str]:
+        return ["predict"]
+
+    def validate(self, payload: Any) -> None:
+        # For an array this only reads its shape; a DataFrame is checked column by column.
+        features_matrix(self.name, payload, self.feature_names)
+
+    def predict(self, payload: Any, outputs: Sequence[str]) -> Mapping[str, Any]:
+        matrix = features_matrix(self.name, payload, self.feature_names)
+        result: dict[str, Any] = {}
+        probabilities = None
+        for name in outputs:
+            if name in ("predict", "predict_proba") and self.has_probabilities:
+                if probabilities is None:
+                    probabilities = self._class_probabilities(matrix)
+                result[name] = (
+                    probabilities
+                    if name == "predict_proba"
+                    else labels_from_probabilities(probabilities, self.classes)
+                )
+            elif name == "predict":
+                result[name] = self._predict_values(matrix)
+            elif name == self.margin_output:
+                result[name] = self._margin(matrix)
+            elif name == "contrib":
+                result[name] = self._contrib(matrix)
+            else:
+                # Only reachable through outputs declared in model-settings.json.
+                computed = ", ".join(spec.name for spec in BoostedTreesRuntime.outputs(self))
+                raise ValueError(f"{self.platform} computes {computed}, not {name!r}")
+        return result
+
+    def _class_probabilities(self, matrix: np.ndarray) -> np.ndarray:
+        probabilities = self._values(matrix)
+        if probabilities.ndim == 1:
+            return two_class_probabilities(probabilities)
+        return probabilities
+
+    def _predict_values(self, matrix: np.ndarray) -> np.ndarray:
+        values = self._values(matrix)
+        if self.classes is None:
+            return values
+        # A classifier without probabilities predicts class indices.
+        return self.classes[values.astype(np.intp)]

@@ -1,0 +1,84 @@
+"""The LightGBM runtime: Booster text files (``model.txt``) and pickled LightGBM models
+(``LGBMClassifier``/``LGBMRegressor``/... or a ``Booster``, saved with joblib or pickle).
+
+Outputs: ``predict`` (class labels of a classifier, values of a regressor),
+``predict_proba``, ``raw_score`` and ``contrib`` (LightGBM's ``pred_contrib``: one column
+per feature plus the expected value, repeated per class for a multi-class model).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightgbm
+import numpy as np
+
+from inferpool.runtimes.artefacts import (
+    PICKLE_SUFFIXES,
+    find_artefact,
+    single_threaded,
+    unpickle,
+)
+from inferpool.runtimes.boosted import BoostedTreesRuntime
+
+ARTEFACT_NAMES = ("model.txt", "model.bst", "model.joblib", "model.pkl", "model.pickle")
+# LightGBM objectives (and their aliases) whose model outputs class probabilities.
+BINARY_OBJECTIVES = ("binary",)
+MULTICLASS_OBJECTIVES = ("multiclass", "softmax", "multiclassova", "multiclass_ova", "ova", "ovr")
+
+
+class LightGBMRuntime(BoostedTreesRuntime):
+    platform = "lightgbm"
+    margin_output = "raw_score"
+    float_datatype = "FP64"
+
+    def load(self) -> None:
+        path = find_artefact(self, ARTEFACT_NAMES)
+        if path.suffix in PICKLE_SUFFIXES:
+            self.adopt(unpickle(path))
+        else:
+            with single_threaded():
+                self.adopt(lightgbm.Booster(model_file=str(path)))
+
+    def adopt(self, model: Any) -> None:
+        """Serve an in-memory LightGBM Booster or scikit-learn-API LightGBM estimator."""
+        self.predict_params: dict[str, Any] = {}
+        if isinstance(model, lightgbm.LGBMModel):
+            self.booster = model.booster_
+            classes = getattr(model, "classes_", None)
+            self.classes = np.asarray(classes) if classes is not None else None
+        elif isinstance(model, lightgbm.Booster):
+            self.booster = model
+            self.classes = _booster_classes(model)
+        else:
+            raise TypeError(f"{type(model).__name__} is not a LightGBM model")
+        self.has_probabilities = self.classes is not None
+        self.n_features = self.booster.num_feature()
+        self.feature_names = list(self.booster.feature_name())
+        self.n_targets = 1
+
+    def limit_threads(self, threads: int) -> None:
+        self.predict_params["num_threads"] = max(1, int(threads))
+
+    def _values(self, matrix: np.ndarray) -> np.ndarray:
+        return self.booster.predict(matrix, **self.predict_params)
+
+    def _margin(self, matrix: np.ndarray) -> np.ndarray:
+        return self.booster.predict(matrix, raw_score=True, **self.predict_params)
+
+    def _contrib(self, matrix: np.ndarray) -> np.ndarray:
+        return self.booster.predict(matrix, pred_contrib=True, **self.predict_params)
+
+    def _contrib_shape(self) -> list[int]:
+        return [-1, (self.n_features + 1) * self.n_scores]
+
+
+def _booster_classes(booster: lightgbm.Booster) -> np.ndarray | None:
+    """Class labels 0..k-1 of a classifying Booster (it keeps no labels), else None."""
+    objective = str(booster.params.get("objective", "")).split()[0:1]
+    name = objective[0] if objective else ""
+    if name in BINARY_OBJECTIVES:
+        return np.arange(2)
+    if name in MULTICLASS_OBJECTIVES:
+        return np.arange(booster.num_model_per_iteration())
+    return None

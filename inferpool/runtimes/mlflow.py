@@ -1,0 +1,166 @@
+"""The MLflow runtime: any MLflow model folder (``MLmodel``) served through its pyfunc flavour.
+
+The signature becomes the V2 metadata. A request becomes a DataFrame (one column per
+input) for a column-based signature or no signature, an array for a single tensor, or a
+dict of tensors; the request parameter ``content_type`` (``pd``, ``dict``, ``np``)
+overrides the choice. MLflow's own scoring API is served as the custom endpoint
+``POST /v2/models/{name}/invocations``, so existing MLflow clients work unchanged.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import mlflow.pyfunc
+import numpy as np
+import orjson
+from mlflow.exceptions import MlflowException
+from mlflow.pyfunc import scoring_server
+
+from inferpool.errors import BadRequest
+from inferpool.protocol.types import TensorSpec
+from inferpool.runtimes.artefacts import IMPORT_LOCK, single_threaded
+from inferpool.runtimes.base import Runtime
+from inferpool.runtimes.mlflow_schema import check_payload, is_tensor_schema, specs_of
+from inferpool.runtimes.tabular import is_dataframe
+
+MLMODEL = "MLmodel"
+# MLflow error codes that mean the input, not the model, is wrong.
+CLIENT_ERRORS = ("INVALID_PARAMETER_VALUE", "BAD_REQUEST")
+
+
+class MLflowRuntime(Runtime):
+    platform = "mlflow"
+
+    def load(self) -> None:
+        folder = self._model_folder()
+        with IMPORT_LOCK, single_threaded():  # a flavour's loader imports its library
+            self.model = mlflow.pyfunc.load_model(str(folder))
+        metadata = self.model.metadata
+        self.input_schema = metadata.get_input_schema()
+        self.output_schema = metadata.get_output_schema()
+        if is_tensor_schema(self.input_schema):
+            self.accepts = "array" if len(self.input_schema.inputs) == 1 else "dict"
+        else:
+            self.accepts = "dataframe"
+        self.output_names = [spec.name for spec in self.outputs()]
+
+    def _model_folder(self) -> Path:
+        settings = self.settings
+        folder = settings.resolve(settings.parameters.uri) if settings.parameters.uri else None
+        folder = folder or settings.folder
+        if folder is None:
+            raise FileNotFoundError(f"model '{self.name}' names no uri and has no folder")
+        if folder.name == MLMODEL:
+            folder = folder.parent
+        if not (folder / MLMODEL).is_file():
+            raise FileNotFoundError(f"no {MLMODEL} file in {folder}")
+        return folder
+
+    def inputs(self) -> list[TensorSpec]:
+        declared = super().inputs()
+        if declared:
+            return declared
+        # Without a signature the model takes any columns; say so rather than nothing.
+        return specs_of(self.input_schema, "input") or [TensorSpec("input-0", "FP64", [-1, -1])]
+
+    def outputs(self) -> list[TensorSpec]:
+        declared = self.settings.output_specs()
+        if declared:
+            return declared
+        return specs_of(self.output_schema, "output") or [TensorSpec("output-0", "FP64", [-1])]
+
+    def default_outputs(self) -> list[str]:
+        # A pyfunc model computes all of its outputs in one call; return them all.
+        return list(self.output_names)
+
+    def validate(self, payload: Any) -> None:
+        check_payload(self.name, payload, self.input_schema)
+
+    def predict(self, payload: Any, outputs: Sequence[str]) -> Mapping[str, Any]:
+        named = named_outputs(self._predict(payload, None), self.output_names)
+        if list(outputs) == self.output_names:
+            return named
+        missing = [name for name in outputs if name not in named]
+        if missing:
+            raise BadRequest(
+                f"model '{self.name}' did not return {', '.join(missing)}; "
+                f"it returned {', '.join(named)}"
+            )
+        return {name: named[name] for name in outputs}
+
+    def _predict(self, data: Any, params: dict[str, Any] | None) -> Any:
+        """The pyfunc prediction; MLflow's complaints about the input become a 400."""
+        try:
+            return self.model.predict(data, params=params)
+        except MlflowException as exc:
+            if exc.error_code in CLIENT_ERRORS:
+                raise BadRequest(f"model '{self.name}': {_first_line(exc.message)}") from None
+            raise
+
+    def custom_endpoints(self) -> dict[str, Callable[[bytes], Any]]:
+        return {"invocations": self.invocations}
+
+    def invocations(self, body: bytes) -> bytes:
+        """MLflow's scoring API: ``dataframe_split``, ``dataframe_records``, ``instances``
+        or ``inputs`` (and optional ``params``) in, ``{"predictions": ...}`` out."""
+        try:
+            document = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(f"invocations: the body is not valid JSON ({exc})") from None
+        if not isinstance(document, dict):
+            raise BadRequest(f"invocations: expected a JSON object with one of {_formats()}")
+        data = {key: document[key] for key in scoring_server.SUPPORTED_FORMATS if key in document}
+        if len(data) != 1:
+            raise BadRequest(f"invocations: expected exactly one of {_formats()}")
+        params = document.get("params")
+        if params is not None and not isinstance(params, dict):
+            raise BadRequest("invocations: 'params' must be a JSON object")
+        try:
+            parsed = scoring_server.infer_and_parse_data(data, self.input_schema)
+        except MlflowException as exc:
+            raise BadRequest(f"invocations: {_first_line(exc.message)}") from None
+        except (ValueError, TypeError) as exc:
+            raise BadRequest(f"invocations: cannot read the input ({exc})") from None
+        predictions = self._predict(parsed, params)
+        out = io.StringIO()
+        scoring_server.predictions_to_json(predictions, out)
+        return out.getvalue().encode()
+
+
+def named_outputs(result: Any, names: Sequence[str]) -> dict[str, Any]:
+    """A pyfunc result as V2 outputs: one per DataFrame column or dict key, else one."""
+    if is_dataframe(result):
+        columns = [str(c) for c in result.columns]
+        if len(columns) == 1 and columns[0] not in names and names:
+            return {names[0]: _values(result.iloc[:, 0])}
+        return {c: _values(result[c]) for c in result.columns}
+    if isinstance(result, dict):
+        return {str(k): _values(v) for k, v in result.items()}
+    return {names[0] if names else "output-0": _values(result)}
+
+
+def _values(values: Any) -> np.ndarray:
+    """An array the codecs can encode; datetimes as ISO 8601 strings (V2 has no datetime)."""
+    array = values.to_numpy() if hasattr(values, "to_numpy") else np.asarray(values)
+    if array.dtype.kind == "M":
+        return np.datetime_as_string(array).astype(object)
+    if array.dtype.kind == "O" and array.size and isinstance(array.flat[0], np.ndarray | list):
+        # A column of equal-length vectors is one more dimension.
+        return np.stack([np.asarray(v) for v in array])
+    return array
+
+
+def _formats() -> str:
+    return ", ".join(sorted(scoring_server.SUPPORTED_FORMATS))
+
+
+def _first_line(message: str) -> str:
+    """The gist of an MLflow message, which often quotes the whole input before the error."""
+    text = str(message).strip()
+    if "Error: " in text:
+        text = text.rsplit("Error: ", 1)[1].strip()
+    return text.splitlines()[0] if text else "invalid input"

@@ -1,0 +1,85 @@
+"""Test helpers for the runtimes: small models trained here (fixed seeds) and saved in
+every artefact format a runtime recognises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+N_FEATURES = 8
+
+
+def classification_data(n_classes: int = 3, rows: int = 300):
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(
+        rows, N_FEATURES, n_informative=5, n_classes=n_classes, random_state=0
+    )
+    return X, y
+
+
+def regression_data(rows: int = 300):
+    from sklearn.datasets import make_regression
+
+    X, y = make_regression(rows, N_FEATURES, noise=0.5, random_state=0)
+    return X, y
+
+
+def lightgbm_estimator(kind: str, n_classes: int = 3, **fit_kwargs):
+    """A fitted LGBMClassifier (kind="classifier") or LGBMRegressor; 10 trees, 1 thread."""
+    import lightgbm
+
+    params = {"n_estimators": 10, "num_leaves": 7, "n_jobs": 1, "verbose": -1, "random_state": 0}
+    if kind == "classifier":
+        X, y = classification_data(n_classes)
+        return lightgbm.LGBMClassifier(**params).fit(X, y, **fit_kwargs), X
+    X, y = regression_data()
+    return lightgbm.LGBMRegressor(**params).fit(X, y, **fit_kwargs), X
+
+
+def xgboost_estimator(kind: str, n_classes: int = 3, **params):
+    """A fitted XGBClassifier (kind="classifier") or XGBRegressor; 10 trees, 1 thread."""
+    import xgboost
+
+    params = {"n_estimators": 10, "max_depth": 3, "n_jobs": 1, "random_state": 0, **params}
+    if kind == "classifier":
+        X, y = classification_data(n_classes)
+        return xgboost.XGBClassifier(**params).fit(X, y), X
+    X, y = regression_data()
+    return xgboost.XGBRegressor(**params).fit(X, y), X
+
+
+def save_pickle(folder: Path, model, filename: str = "model.joblib") -> Path:
+    import joblib
+
+    folder.mkdir(parents=True, exist_ok=True)
+    joblib.dump(model, folder / filename)
+    return folder
+
+
+def save_booster(folder: Path, booster, filename: str) -> Path:
+    """A LightGBM or XGBoost Booster in its own file format, under ``filename``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    booster.save_model(str(folder / filename))
+    return folder
+
+
+def rows_request(X: np.ndarray, outputs: list[str] | None = None, name: str = "input-0") -> dict:
+    """A V2 REST request with the rows of X as one FP64 tensor."""
+    body: dict = {
+        "inputs": [
+            {"name": name, "shape": list(X.shape), "datatype": "FP64", "data": X.ravel().tolist()}
+        ]
+    }
+    if outputs:
+        body["outputs"] = [{"name": output} for output in outputs]
+    return body
+
+
+def output_array(response: dict, name: str) -> np.ndarray:
+    """One output of a V2 REST response as an array of its declared shape."""
+    for output in response["outputs"]:
+        if output["name"] == name:
+            return np.asarray(output["data"]).reshape(output["shape"])
+    raise KeyError(f"no output {name!r} in {[o['name'] for o in response['outputs']]}")
