@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from inferpool.codecs.registry import decode_output
 from inferpool.engine import inference
 from inferpool.engine.model import LoadedModel, load_model
 from inferpool.protocol.datatypes import datatype_of
@@ -25,4 +26,5 @@ def infer(model: LoadedModel, X: np.ndarray, outputs: list[str] | None = None) -
         outputs=[RequestedOutput(name) for name in outputs or []],
     )
     response = inference.infer(model, request)
-    return {t.name: np.asarray(t.data).reshape(t.shape) for t in response.outputs}
+    # Decoded as a client would: by each output's content type (BYTES labels → str).
+    return {t.name: np.asarray(decode_output(t)).reshape(t.shape) for t in response.outputs}
