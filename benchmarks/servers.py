@@ -176,9 +176,21 @@ def command(
         if mlserver is None:
             raise ValueError("MLServer is not installed")
         return [str(mlserver), "start", str(folder)]
-    return [sys.executable, "-m", inferpool_module, "serve", str(folder), "--host", target.host,
-            "--http-port", str(target.http_port), "--grpc-port", str(target.grpc_port),
-            "--workers", str(spec.workers)]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        inferpool_module,
+        "serve",
+        str(folder),
+        "--host",
+        target.host,
+        "--http-port",
+        str(target.http_port),
+        "--grpc-port",
+        str(target.grpc_port),
+        "--workers",
+        str(spec.workers),
+    ]
 
 
 def start(
@@ -231,8 +243,9 @@ def wait_ready(server: RunningServer, timeout: float) -> None:
     with httpx.Client(base_url=server.http_base, timeout=2.0) as client:
         while paths:
             if server.process is not None and server.process.poll() is not None:
-                raise RuntimeError(f"{server.spec.name} exited {server.process.returncode}; "
-                                   f"see {server.log_path}")  # fmt: skip
+                raise RuntimeError(
+                    f"{server.spec.name} exited {server.process.returncode}; see {server.log_path}"
+                )
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{server.spec.name} not ready after {timeout:.0f}s: {paths[0]}")
             try:

@@ -66,8 +66,13 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 
 
 async def rest_connection(spec: dict, stop_at: float, tally: Tally) -> None:
-    request = http_request(spec["host"], spec["port"], spec["path"], spec["headers"],
-                           Path(spec["body_file"]).read_bytes())  # fmt: skip
+    request = http_request(
+        spec["host"],
+        spec["port"],
+        spec["path"],
+        spec["headers"],
+        Path(spec["body_file"]).read_bytes(),
+    )
     reader = writer = None
     while time.perf_counter() < stop_at:
         try:

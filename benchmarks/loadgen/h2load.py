@@ -25,11 +25,25 @@ FINISHED = re.compile(r"finished in (?P<seconds>[\d.]+)(?P<unit>m?s),")
 DATA_BYTES = re.compile(r"traffic: .*\((?P<bytes>\d+)\) data")
 
 
-def command(url: str, body_file: Path, headers: dict[str, str], concurrency: int,
-            duration: float, log_file: Path) -> list[str]:  # fmt: skip
+def command(
+    url: str,
+    body_file: Path,
+    headers: dict[str, str],
+    concurrency: int,
+    duration: float,
+    log_file: Path,
+) -> list[str]:
     """One thread, one stream per connection: concurrency means open connections."""
-    cmd = ["h2load", "-t1", f"-c{concurrency}", "-m1", f"-D{max(1, math.ceil(duration))}",
-           "-d", str(body_file), f"--log-file={log_file}"]  # fmt: skip
+    cmd = [
+        "h2load",
+        "-t1",
+        f"-c{concurrency}",
+        "-m1",
+        f"-D{max(1, math.ceil(duration))}",
+        "-d",
+        str(body_file),
+        f"--log-file={log_file}",
+    ]
     for name, value in headers.items():
         cmd += ["-H", f"{name}: {value}"]
     return [*cmd, url]

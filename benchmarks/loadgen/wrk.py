@@ -49,8 +49,17 @@ def script(body_file: Path, headers: dict[str, str]) -> str:
 
 def command(url: str, script_file: Path, concurrency: int, duration: float) -> list[str]:
     seconds = max(1, math.ceil(duration))
-    return ["wrk", "-t1", f"-c{concurrency}", f"-d{seconds}s", "--timeout", "10s",
-            "-s", str(script_file), url]  # fmt: skip
+    return [
+        "wrk",
+        "-t1",
+        f"-c{concurrency}",
+        f"-d{seconds}s",
+        "--timeout",
+        "10s",
+        "-s",
+        str(script_file),
+        url,
+    ]
 
 
 def parse(stdout: str) -> LoadResult:

@@ -1,0 +1,217 @@
+"""One benchmark run: build the repository and payloads, start the servers, check every
+scenario on every server, then measure them interleaved (A B A B ...) and collect cells.
+
+Servers run side by side for the whole run (each on its own free ports), so a scenario's
+repetitions alternate between them and slow drifts of a noisy machine hit all alike.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks import loadgen, mlserver_env, serverstats
+from benchmarks.check import CheckFailed, check
+from benchmarks.models import build_repository, features, load_predictor
+from benchmarks.payloads import Payload, batch_rows, build_payload
+from benchmarks.results import FAILED, NOT_APPLICABLE, Cell, Measurement, Run
+from benchmarks.scenarios import Scenario
+from benchmarks.servers import (
+    INFERPOOL_MODULE,
+    PeakRss,
+    RunningServer,
+    ServerSpec,
+    attach,
+    cpu_between,
+    start,
+    tree_cpu,
+)
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Config:
+    """What to run; ``target`` (REST URL) replaces managed servers when given."""
+
+    scenarios: tuple[Scenario, ...]
+    servers: tuple[str, ...]
+    baseline: str | None
+    duration: float
+    warmup: float
+    repetitions: int
+    workdir: Path
+    repo: Path
+    generator: str = "auto"  # auto | external | builtin
+    target: str | None = None
+    grpc: str | None = None
+    inferpool_module: str = INFERPOOL_MODULE
+
+    def models(self) -> list[str]:
+        return sorted({s.model for s in self.scenarios})
+
+    def estimate_seconds(self) -> float:
+        per_server = len(self.scenarios) * (self.warmup + self.repetitions * self.duration)
+        return per_server * max(1, len(self.servers))
+
+
+def build_payloads(repo: Path, scenarios: tuple[Scenario, ...]) -> dict[tuple, Payload]:
+    """Every payload the scenarios need, with predictions from the saved artefacts."""
+    payloads = {}
+    predictors = {}
+    for scenario in scenarios:
+        key = scenario.payload_key
+        if key in payloads:
+            continue
+        if scenario.model not in predictors:
+            predictors[scenario.model] = load_predictor(repo, scenario.model)
+        x = batch_rows(features(scenario.model), scenario.batch)
+        expected = predictors[scenario.model](x)
+        payloads[key] = build_payload(
+            scenario.model, scenario.batch, scenario.protocol, x, expected
+        )
+    return payloads
+
+
+def start_servers(
+    config: Config, progress: Progress, advance: Callable[[int], None]
+) -> tuple[list[RunningServer], list[Cell]]:
+    """Start (or attach to) the servers; a server that fails makes failed cells, not a crash."""
+    if config.target:
+        return [attach(config.target, config.grpc, config.models())], []
+    specs = [ServerSpec.parse(name) for name in config.servers]
+    mlserver = None
+    if any(spec.kind == "mlserver" for spec in specs):
+        progress("checking MLServer's virtualenv")
+        mlserver = mlserver_env.ensure()
+    running, failed = [], []
+    for spec in specs:
+        progress(f"starting {spec.name}")
+        try:
+            running.append(
+                start(
+                    spec,
+                    config.repo,
+                    config.models(),
+                    config.workdir / "servers",
+                    mlserver,
+                    config.inferpool_module,
+                )
+            )
+        except (RuntimeError, TimeoutError, OSError) as exc:
+            failed += [Cell(s.name, spec.name, FAILED, f"start: {exc}") for s in config.scenarios]
+            advance(len(config.scenarios) * config.repetitions)
+    return running, failed
+
+
+def measure(
+    server: RunningServer,
+    scenario: Scenario,
+    payload: Payload,
+    generate: loadgen.Generator,
+    duration: float,
+    response_bytes: int | None,
+    workdir: Path,
+) -> Measurement:
+    """One repetition: load for ``duration`` s while sampling the server's RSS and CPU."""
+    stats_before = serverstats.fetch(server.http_base, scenario.model)
+    cpu_before = tree_cpu(server.pid) if server.pid else {}
+    with PeakRss(server.pid) as rss:
+        load = generate(
+            server.target, payload, scenario.concurrency, duration, workdir, response_bytes
+        )
+    cpu = cpu_between(cpu_before, tree_cpu(server.pid)) if server.pid else math.nan
+    stats_after = serverstats.fetch(server.http_base, scenario.model)
+    return Measurement(load, cpu, rss.peak, serverstats.stage_split(stats_before, stats_after))
+
+
+def run_scenario(
+    scenario: Scenario,
+    servers: list[RunningServer],
+    payload: Payload,
+    config: Config,
+    advance: Callable[[int], None],
+) -> list[Cell]:
+    """Check the scenario on each server, warm it up, then measure A B A B ..."""
+    tool, generate = loadgen.pick(payload.transport, config.generator)
+    workdir = config.workdir / "gen"
+    workdir.mkdir(parents=True, exist_ok=True)
+    cells, ready = [], []
+    for server in servers:
+        cell = Cell(scenario.name, server.spec.name, generator=tool)
+        cells.append(cell)
+        if not server.spec.supports(scenario.protocol):
+            cell.status, cell.reason = (
+                NOT_APPLICABLE,
+                f"{server.spec.kind} lacks {scenario.protocol}",
+            )
+            advance(config.repetitions)
+            continue
+        try:
+            response_bytes = check(server, payload)
+            if config.warmup > 0:
+                generate(
+                    server.target,
+                    payload,
+                    scenario.concurrency,
+                    config.warmup,
+                    workdir,
+                    response_bytes,
+                )
+        except (CheckFailed, RuntimeError, ValueError, OSError) as exc:
+            cell.status, cell.reason = FAILED, f"check: {exc}"
+            advance(config.repetitions)
+            continue
+        ready.append((server, cell, response_bytes))
+    for _ in range(config.repetitions):
+        for server, cell, response_bytes in ready:
+            if cell.status == FAILED:
+                advance(1)
+                continue
+            try:
+                run_once = measure(
+                    server, scenario, payload, generate, config.duration, response_bytes, workdir
+                )
+                cell.measurements.append(run_once)
+            except (RuntimeError, ValueError, OSError) as exc:
+                cell.status, cell.reason = FAILED, f"run: {exc}"
+            advance(1)
+    return cells
+
+
+def run(config: Config, progress: Progress, advance: Callable[[int], None]) -> Run:
+    """The whole benchmark; servers are stopped whatever happens."""
+    settings = {
+        "scenarios": [s.name for s in config.scenarios],
+        "servers": list(config.servers) if not config.target else ["target"],
+        "baseline": config.baseline,
+        "duration": config.duration,
+        "warmup": config.warmup,
+        "repetitions": config.repetitions,
+        "generator": config.generator,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "missing_tools": loadgen.missing_tools(),
+    }
+    result = Run(settings)
+    progress("building the model repository")
+    build_repository(config.repo, config.models())
+    payloads = build_payloads(config.repo, config.scenarios)
+    servers, failed = start_servers(config, progress, advance)
+    result.cells.extend(failed)
+    try:
+        for server in servers:
+            result.servers[server.spec.name] = {
+                "idle_rss_mib": server.idle_rss / 2**20,
+                "command": server.process.args if server.process else config.target,
+            }
+        for scenario in config.scenarios:
+            progress(scenario.name)
+            cells = run_scenario(scenario, servers, payloads[scenario.payload_key], config, advance)
+            result.cells.extend(cells)
+    finally:
+        for server in servers:
+            server.stop()
+    return result
