@@ -140,7 +140,9 @@ def command_run(args: argparse.Namespace) -> int:
             progress=lambda text: bar.update(task, description=text),
             advance=lambda n: bar.advance(task, n),
         )
-    Console().print(report.rich_table(result))
+    # Piped output (CI logs, tests) would be cut to 80 columns: give the table room there.
+    wide = Console() if console.is_terminal else Console(width=220)
+    wide.print(report.rich_table(result))
     paths = report.write_files(result, config.workdir)
     for kind, path in paths.items():
         console.print(f"{kind}: {path}")

@@ -76,7 +76,10 @@ def _input_json(x: np.ndarray) -> dict[str, object]:
 
 
 def rest_json_body(x: np.ndarray) -> tuple[dict[str, str], bytes]:
-    inputs = [{**_input_json(x), "data": x.ravel().tolist()}]
+    # Shortest float32 repr (as a float32 client would write it), not the float64 expansion
+    # that doubles the body: 0.1f is "0.1", not "0.10000000149011612".
+    data = [float(str(v)) for v in x.ravel()]
+    inputs = [{**_input_json(x), "data": data}]
     body = json.dumps({"inputs": inputs}, separators=(",", ":")).encode()
     return {"Content-Type": "application/json"}, body
 

@@ -70,7 +70,7 @@ def rich_table(run: Run):  # -> rich.table.Table (imported lazily: rich is slow 
 
     table = Table(title=f"baseline: {run.settings.get('baseline') or 'none'}", show_lines=False)
     for header in HEADERS:
-        table.add_column(header, overflow="fold")
+        table.add_column(header, overflow="fold", no_wrap=header in ("scenario", "server"))
     previous = None
     for s in run.summaries():
         cells = row(s)

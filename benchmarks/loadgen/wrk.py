@@ -82,9 +82,15 @@ def parse(stdout: str) -> LoadResult:
 
 
 def run(
-    target: Target, payload: Payload, concurrency: int, duration: float, workdir: Path
+    target: Target,
+    payload: Payload,
+    concurrency: int,
+    duration: float,
+    workdir: Path,
+    response_bytes: int | None = None,
 ) -> LoadResult:
-    """Post ``payload`` for ``duration`` seconds over ``concurrency`` connections."""
+    """Post ``payload`` for ``duration`` s over ``concurrency`` connections (wrk sees
+    statuses only, so ``response_bytes`` is unused)."""
     body_file = workdir / "body.bin"
     body_file.write_bytes(payload.body)
     script_file = workdir / "post.lua"
