@@ -56,6 +56,7 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--target", help="REST base URL of a running server (not managed)")
     run.add_argument("--grpc", help="host:port of the running server's gRPC endpoint")
+    run.add_argument("--target-pid", type=int, help="the target's pid, to measure its RSS and CPU")
     run.add_argument("--out", type=Path, help="folder for results (default benchmarks/out/...)")
     run.add_argument("--repo", type=Path, default=OUT / "repo", help="model repository folder")
     run.add_argument(
@@ -97,6 +98,7 @@ def config_from(args: argparse.Namespace):  # -> runner.Config
         generator=args.generator,
         target=args.target,
         grpc=args.grpc,
+        target_pid=args.target_pid,
         inferpool_module=args.inferpool_module,
     )
 

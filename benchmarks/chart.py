@@ -36,6 +36,9 @@ def chart(summaries: list[Summary], path: Path) -> None:
                 yerr=[np.nan_to_num(low), np.nan_to_num(high)],
                 capsize=2,
             )
+        values = [getattr(c, metric).median for c in index.values()]
+        if values and min(values) > 0 and max(values) / min(values) > 30:
+            axis.set_yscale("log")  # batch 1 and batch 256 differ by orders of magnitude
         axis.set_ylabel(label)
         axis.grid(axis="y", alpha=0.3)
     axes[0].legend(fontsize="small")

@@ -71,15 +71,15 @@ def rich_table(run: Run):  # -> rich.table.Table (imported lazily: rich is slow 
     table = Table(title=f"baseline: {run.settings.get('baseline') or 'none'}", show_lines=False)
     for header in HEADERS:
         table.add_column(header, overflow="fold", no_wrap=header in ("scenario", "server"))
-    previous = None
-    for s in run.summaries():
+    summaries = run.summaries()
+    for i, s in enumerate(summaries):
         cells = row(s)
         if s.status == OK and s.errors:
             cells[7] = f"[bold red]{cells[7]}[/]"
         elif s.status != OK:
             cells[3] = f"[yellow]{cells[3]}[/]"
-        table.add_row(*cells, end_section=previous is not None and previous != s.scenario)
-        previous = s.scenario
+        last_of_scenario = i + 1 < len(summaries) and summaries[i + 1].scenario != s.scenario
+        table.add_row(*cells, end_section=last_of_scenario)
     return table
 
 

@@ -22,7 +22,7 @@ class Measurement:
 
     load: LoadResult
     server_cpu: float  # CPU seconds of the whole server tree during the run
-    peak_rss: int  # bytes, whole server tree
+    peak_rss: float  # bytes, whole server tree; NaN when its pid is unknown
     stages: dict[str, float] | None = None  # mean µs per request, from the server's stats
 
     def to_dict(self) -> dict[str, object]:
@@ -90,7 +90,7 @@ def summarize(cell: Cell) -> Summary:
         requests=sum(r.requests for r in loads),
         server_cpu_pct=_median([100 * m.server_cpu / m.load.duration for m in runs]),
         generator_cpu_pct=_median([100 * r.generator_cpu / r.duration for r in loads]),
-        peak_rss_mib=max((m.peak_rss for m in runs), default=0) / 2**20 if runs else math.nan,
+        peak_rss_mib=Spread.of(m.peak_rss for m in runs).high / 2**20,
         stages_us=stages,
     )
 

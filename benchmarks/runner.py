@@ -48,6 +48,7 @@ class Config:
     generator: str = "auto"  # auto | external | builtin
     target: str | None = None
     grpc: str | None = None
+    target_pid: int | None = None  # lets RSS and CPU be measured for a target too
     inferpool_module: str = INFERPOOL_MODULE
 
     def models(self) -> list[str]:
@@ -81,7 +82,7 @@ def start_servers(
 ) -> tuple[list[RunningServer], list[Cell]]:
     """Start (or attach to) the servers; a server that fails makes failed cells, not a crash."""
     if config.target:
-        return [attach(config.target, config.grpc, config.models())], []
+        return [attach(config.target, config.grpc, config.models(), config.target_pid)], []
     specs = [ServerSpec.parse(name) for name in config.servers]
     mlserver = None
     if any(spec.kind == "mlserver" for spec in specs):
@@ -125,7 +126,8 @@ def measure(
         )
     cpu = cpu_between(cpu_before, tree_cpu(server.pid)) if server.pid else math.nan
     stats_after = serverstats.fetch(server.http_base, scenario.model)
-    return Measurement(load, cpu, rss.peak, serverstats.stage_split(stats_before, stats_after))
+    peak = rss.peak if server.pid else math.nan
+    return Measurement(load, cpu, peak, serverstats.stage_split(stats_before, stats_after))
 
 
 def run_scenario(
@@ -143,10 +145,10 @@ def run_scenario(
     for server in servers:
         cell = Cell(scenario.name, server.spec.name, generator=tool)
         cells.append(cell)
-        if not server.spec.supports(scenario.protocol):
+        if not server.supports(scenario.protocol):
             cell.status, cell.reason = (
                 NOT_APPLICABLE,
-                f"{server.spec.kind} lacks {scenario.protocol}",
+                f"{server.spec.name} lacks {scenario.protocol}",
             )
             advance(config.repetitions)
             continue
@@ -214,4 +216,8 @@ def run(config: Config, progress: Progress, advance: Callable[[int], None]) -> R
     finally:
         for server in servers:
             server.stop()
+    # Scenario by scenario, servers in the order asked (cells of a server that never
+    # started were made first).
+    rank = {name: i for i, name in enumerate([*settings["scenarios"], *settings["servers"]])}
+    result.cells.sort(key=lambda cell: (rank[cell.scenario], rank.get(cell.server, 0)))
     return result

@@ -77,8 +77,8 @@ PROFILES: dict[str, Profile] = {
         scenarios=full_matrix(),
         servers=("mlserver-w0", "mlserver-w2", "inferpool-w0", "inferpool-w1", "inferpool-w2"),
         baseline="mlserver-w0",
-        duration=8.0,
-        warmup=2.0,
+        duration=5.0,
+        warmup=1.0,
         repetitions=3,
     ),
 }

@@ -120,7 +120,8 @@ class PeakRss:
 
 @dataclass
 class RunningServer:
-    """A server being measured; ``process`` is None for an external target."""
+    """A server being measured; ``process`` is None for an external target, which may give
+    ``target_pid`` so its process tree is measured all the same."""
 
     spec: ServerSpec
     target: Target
@@ -128,10 +129,16 @@ class RunningServer:
     log_path: Path | None = None
     idle_rss: int = 0
     models: list[str] = field(default_factory=list)
+    target_pid: int | None = None
 
     @property
     def pid(self) -> int | None:
-        return self.process.pid if self.process else None
+        return self.process.pid if self.process else self.target_pid
+
+    def supports(self, protocol: str) -> bool:
+        """False when the server kind lacks the protocol or no gRPC port was given."""
+        no_grpc = protocol.startswith("grpc") and self.target.grpc_port is None
+        return self.spec.supports(protocol) and not no_grpc
 
     @property
     def http_base(self) -> str:
@@ -226,12 +233,12 @@ def start(
     return server
 
 
-def attach(http: str, grpc: str | None, models: list[str]) -> RunningServer:
+def attach(http: str, grpc: str | None, models: list[str], pid: int | None = None) -> RunningServer:
     """An external server (``--target``/``--grpc``): measured, never started or stopped."""
     url = httpx.URL(http)
     grpc_port = int(grpc.rsplit(":", 1)[1]) if grpc else None
     target = Target(url.host, url.port or 80, grpc_port)
-    server = RunningServer(ServerSpec("target", "external"), target, models=models)
+    server = RunningServer(ServerSpec("target", "external"), target, models=models, target_pid=pid)
     wait_ready(server, timeout=10.0)
     return server
 

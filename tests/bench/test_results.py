@@ -37,7 +37,7 @@ def sample_run() -> Run:
         ],
     )
     fast.measurements[0].stages = {"queue": 1.0, "decode": 2.0, "predict": 3.0, "encode": 4.0}
-    na = Cell("s2", "base", status=NOT_APPLICABLE, reason="mlserver lacks rest-binary")
+    na = Cell("s2", "base", status=NOT_APPLICABLE, reason="mlserver-w0 lacks rest-binary")
     broken = Cell("s2", "fast", status=FAILED, reason="check: HTTP 500")
     settings = {
         "baseline": "base",
@@ -73,7 +73,7 @@ def test_rows_say_why_a_cell_has_no_numbers():
     assert fast_row[7] == "3/2203"
     assert fast_row[11] == "1/2/3/4"
     assert report.row(summaries[0])[11] == "n/a"
-    assert report.row(summaries[2])[3] == "n/a: mlserver lacks rest-binary"
+    assert report.row(summaries[2])[3] == "n/a: mlserver-w0 lacks rest-binary"
     assert report.row(summaries[3])[3] == "failed: check: HTTP 500"
 
 
