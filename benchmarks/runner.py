@@ -152,6 +152,10 @@ def run_scenario(
             )
             advance(config.repetitions)
             continue
+        if payload.transport == "grpc" and server.grpc_error:
+            cell.status, cell.reason = FAILED, server.grpc_error
+            advance(config.repetitions)
+            continue
         try:
             response_bytes = check(server, payload)
             if config.warmup > 0:

@@ -130,6 +130,7 @@ class RunningServer:
     idle_rss: int = 0
     models: list[str] = field(default_factory=list)
     target_pid: int | None = None
+    grpc_error: str = ""  # set when REST is up but the gRPC port never opened
 
     @property
     def pid(self) -> int | None:
@@ -156,14 +157,17 @@ class RunningServer:
             self.process.wait(5)
 
 
-def server_folder(spec: ServerSpec, repo: Path, workdir: Path, target: Target) -> Path:
-    """A per-server repository view: model folders linked, MLServer's settings.json added."""
+def server_folder(
+    spec: ServerSpec, repo: Path, models: list[str], workdir: Path, target: Target
+) -> Path:
+    """A per-server repository view: the run's model folders linked (a server loads only
+    what is measured), plus MLServer's settings.json."""
     folder = workdir / spec.name / "repo"
     folder.mkdir(parents=True, exist_ok=True)
-    for model_dir in repo.iterdir():
-        link = folder / model_dir.name
-        if model_dir.is_dir() and not link.exists():
-            link.symlink_to(model_dir.resolve(), target_is_directory=True)
+    for model in models:
+        link = folder / model
+        if not link.exists():
+            link.symlink_to((repo / model).resolve(), target_is_directory=True)
     if spec.kind == "mlserver":
         settings = {
             "host": target.host,
@@ -211,7 +215,7 @@ def start(
 ) -> RunningServer:
     """Start a server on free ports and return once it and every model is ready."""
     target = Target(HOST, free_port(), free_port())
-    folder = server_folder(spec, repo, workdir, target)
+    folder = server_folder(spec, repo, models, workdir, target)
     log_path = workdir / spec.name / "server.log"
     env = {**os.environ, "INFERPOOL_METRICS_PORT": str(free_port()), "PYTHONUNBUFFERED": "1"}
     with log_path.open("wb") as log:
@@ -243,15 +247,31 @@ def attach(http: str, grpc: str | None, models: list[str], pid: int | None = Non
     return server
 
 
-def wait_ready(server: RunningServer, timeout: float) -> None:
-    """Poll the V2 readiness endpoints (server, then each model) and the gRPC port."""
+def failure_line(path: Path | None) -> str:
+    """The reason a server gave up: the log's last line that mentions an error or failure
+    (shutdown chatter follows it), else its last line."""
+    if path is None or not path.exists():
+        return ""
+    lines = [line.strip() for line in path.read_text(errors="replace").splitlines()]
+    lines = [line for line in lines if line]
+    telling = [line for line in lines if re.search(r"error|fail|exception", line, re.I)]
+    return (telling or lines or [""])[-1]
+
+
+def wait_ready(server: RunningServer, timeout: float, grpc_grace: float = 10.0) -> None:
+    """Poll the V2 readiness endpoints (server, then each model), then the gRPC port.
+
+    A gRPC port still closed ``grpc_grace`` s after REST is ready is recorded in
+    ``grpc_error``: the gRPC scenarios fail, the REST ones are still measured.
+    """
     deadline = time.monotonic() + timeout
     paths = ["/v2/health/ready", *(f"/v2/models/{m}/ready" for m in server.models)]
     with httpx.Client(base_url=server.http_base, timeout=2.0) as client:
         while paths:
             if server.process is not None and server.process.poll() is not None:
                 raise RuntimeError(
-                    f"{server.spec.name} exited {server.process.returncode}; see {server.log_path}"
+                    f"{server.spec.name} exited {server.process.returncode}: "
+                    f"{failure_line(server.log_path)} (log: {server.log_path})"
                 )
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{server.spec.name} not ready after {timeout:.0f}s: {paths[0]}")
@@ -262,12 +282,15 @@ def wait_ready(server: RunningServer, timeout: float) -> None:
             except httpx.TransportError:
                 pass
             time.sleep(0.25)
-    if server.target.grpc_port is not None:
-        while True:
-            try:
-                socket.create_connection((server.target.host, server.target.grpc_port), 2).close()
+    if server.target.grpc_port is None:
+        return
+    grpc_deadline = time.monotonic() + grpc_grace
+    while True:
+        try:
+            socket.create_connection((server.target.host, server.target.grpc_port), 2).close()
+            return
+        except OSError:
+            if time.monotonic() > grpc_deadline:
+                server.grpc_error = f"gRPC port {server.target.grpc_port} is not listening"
                 return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{server.spec.name}: gRPC port never opened") from None
-                time.sleep(0.25)
+            time.sleep(0.25)
