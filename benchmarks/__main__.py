@@ -145,6 +145,7 @@ def command_run(args: argparse.Namespace) -> int:
     # Piped output (CI logs, tests) would be cut to 80 columns: give the table room there.
     wide = Console() if console.is_terminal else Console(width=220)
     wide.print(report.rich_table(result))
+    wide.print(report.servers_line(result))
     paths = report.write_files(result, config.workdir)
     for kind, path in paths.items():
         console.print(f"{kind}: {path}")

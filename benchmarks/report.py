@@ -83,6 +83,12 @@ def rich_table(run: Run):  # -> rich.table.Table (imported lazily: rich is slow 
     return table
 
 
+def servers_line(run: Run) -> str:
+    """Idle memory of each managed server, measured right after it became ready."""
+    idle = [f"{name} {number(info['idle_rss_mib'])} MiB" for name, info in run.servers.items()]
+    return "idle RSS (whole process tree): " + (", ".join(idle) or "n/a")
+
+
 def markdown(run: Run) -> str:
     """A GitHub Markdown table, the form RESULTS.md keeps."""
     lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
@@ -106,7 +112,8 @@ def write_files(run: Run, out: Path) -> dict[str, Path]:
     settings = run.settings
     header = (
         f"Run {settings['started']}: {settings['repetitions']} x {settings['duration']} s per "
-        f"cell, servers {', '.join(settings['servers'])}, baseline {settings['baseline']}.\n\n"
+        f"cell, servers {', '.join(settings['servers'])}, baseline {settings['baseline']}; "
+        f"{servers_line(run)}.\n\n"
     )
     paths["markdown"].write_text(header + markdown(run))
     chart(run.summaries(), paths["png"])

@@ -8,6 +8,7 @@ MLServer, its settings.json. So several servers run side by side from one reposi
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -127,7 +128,7 @@ class RunningServer:
     target: Target
     process: subprocess.Popen | None = None
     log_path: Path | None = None
-    idle_rss: int = 0
+    idle_rss: float = math.nan  # bytes, right after start-up
     models: list[str] = field(default_factory=list)
     target_pid: int | None = None
     grpc_error: str = ""  # set when REST is up but the gRPC port never opened
@@ -244,6 +245,8 @@ def attach(http: str, grpc: str | None, models: list[str], pid: int | None = Non
     target = Target(url.host, url.port or 80, grpc_port)
     server = RunningServer(ServerSpec("target", "external"), target, models=models, target_pid=pid)
     wait_ready(server, timeout=10.0)
+    if pid is not None:
+        server.idle_rss = tree_rss(pid)
     return server
 
 
