@@ -63,8 +63,16 @@ class ChildRun:
     cpu_seconds: float
 
 
-def run_child(cmd: list[str], timeout: float, cwd: Path | None = None) -> ChildRun:
-    """Run ``cmd`` to completion (killed after ``timeout`` s) and measure its CPU time."""
+def write_body(workdir: Path, body: bytes) -> Path:
+    """The payload body as a file, which every generator reads (absolute: tools chdir)."""
+    path = (workdir / "body.bin").resolve()
+    path.write_bytes(body)
+    return path
+
+
+def run_child(name: str, cmd: list[str], timeout: float, cwd: Path | None = None) -> ChildRun:
+    """Run ``cmd`` to completion (killed after ``timeout`` s) and measure its CPU time;
+    a non-zero exit raises with the end of its stderr."""
     # Temporary files, not pipes: we reap with wait4 ourselves, so nothing may block on a
     # full pipe while we poll.
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -82,9 +90,12 @@ def run_child(cmd: list[str], timeout: float, cwd: Path | None = None) -> ChildR
         proc.returncode = os.waitstatus_to_exitcode(status)  # tell Popen it is reaped
         out.seek(0)
         err.seek(0)
-        return ChildRun(
+        child = ChildRun(
             returncode=proc.returncode,
             stdout=out.read().decode(errors="replace"),
             stderr=err.read().decode(errors="replace"),
             cpu_seconds=usage.ru_utime + usage.ru_stime,
         )
+    if child.returncode != 0:
+        raise RuntimeError(f"{name} exited {child.returncode}: {child.stderr[-800:]}")
+    return child

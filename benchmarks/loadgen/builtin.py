@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.loadgen.base import LoadResult, Target, run_child
+from benchmarks.loadgen.base import LoadResult, Target, run_child, write_body
 from benchmarks.payloads import Payload, grpc_unframe
 from benchmarks.stats import latency_summary
 
@@ -136,24 +136,21 @@ def run(
     response_bytes: int | None = None,
 ) -> LoadResult:
     """Run the generator in a child process; ``response_bytes`` is unused (we see statuses)."""
-    body_file = workdir / "body.bin"
-    body_file.write_bytes(payload.body)
+    body_file = write_body(workdir, payload.body)
     spec = {
         "transport": payload.transport,
         "host": target.host,
         "port": target.port_for(payload.transport),
         "path": payload.path,
         "headers": payload.headers,
-        "body_file": str(body_file.resolve()),
+        "body_file": str(body_file),
         "concurrency": concurrency,
         "duration": duration,
     }
     spec_file = workdir / "builtin.json"
     spec_file.write_text(json.dumps(spec))
     cmd = [sys.executable, "-m", "benchmarks.loadgen.builtin", str(spec_file.resolve())]
-    child = run_child(cmd, duration + 30, cwd=PROJECT_ROOT)
-    if child.returncode != 0:
-        raise RuntimeError(f"built-in generator exited {child.returncode}: {child.stderr[-800:]}")
+    child = run_child("built-in generator", cmd, duration + 30, cwd=PROJECT_ROOT)
     data = json.loads(child.stdout.strip().splitlines()[-1])
     return LoadResult(**data, generator_cpu=child.cpu_seconds)
 

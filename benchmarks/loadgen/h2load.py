@@ -12,7 +12,7 @@ import math
 import re
 from pathlib import Path
 
-from benchmarks.loadgen.base import LoadResult, Target, run_child
+from benchmarks.loadgen.base import LoadResult, Target, run_child, write_body
 from benchmarks.payloads import Payload
 from benchmarks.stats import latency_summary
 
@@ -68,6 +68,8 @@ def parse(stdout: str, log_text: str, response_bytes: int | None) -> LoadResult:
             sample = f"{grpc_failures} calls answered without a response message (gRPC error)"
     seconds = float(finished["seconds"]) / (1000 if finished["unit"] == "ms" else 1)
     latencies = [float(row.split("\t")[2]) for row in log_text.splitlines() if row.count("\t") >= 2]
+    if len(latencies) != done:
+        raise ValueError(f"h2load logged {len(latencies)} requests but completed {done}")
     return LoadResult(
         requests=done + int(counts["timeout"]),
         errors=errors,
@@ -86,14 +88,12 @@ def run(
     response_bytes: int | None = None,
 ) -> LoadResult:
     """Post the gRPC frame for ``duration`` seconds over ``concurrency`` connections."""
-    body_file = workdir / "body.bin"
-    body_file.write_bytes(payload.body)
-    log_file = workdir / "h2load.log"
+    body_file = write_body(workdir, payload.body)
+    log_file = (workdir / "h2load.log").resolve()
+    log_file.unlink(missing_ok=True)  # h2load appends: old rows would pass as this run's
     url = f"http://{target.host}:{target.port_for('grpc')}{payload.path}"
     cmd = command(url, body_file, payload.headers, concurrency, duration, log_file)
-    child = run_child(cmd, duration + 30)
-    if child.returncode != 0:
-        raise RuntimeError(f"h2load exited {child.returncode}: {child.stderr[-500:]}")
+    child = run_child("h2load", cmd, duration + 30)
     log_text = log_file.read_text() if log_file.exists() else ""
     result = parse(child.stdout, log_text, response_bytes)
     result.generator_cpu = child.cpu_seconds

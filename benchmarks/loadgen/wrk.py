@@ -10,7 +10,7 @@ import json
 import math
 from pathlib import Path
 
-from benchmarks.loadgen.base import LoadResult, Target, run_child
+from benchmarks.loadgen.base import LoadResult, Target, run_child, write_body
 from benchmarks.payloads import Payload
 
 MARK = "BENCH_JSON "
@@ -91,14 +91,11 @@ def run(
 ) -> LoadResult:
     """Post ``payload`` for ``duration`` s over ``concurrency`` connections (wrk sees
     statuses only, so ``response_bytes`` is unused)."""
-    body_file = workdir / "body.bin"
-    body_file.write_bytes(payload.body)
+    body_file = write_body(workdir, payload.body)
     script_file = workdir / "post.lua"
-    script_file.write_text(script(body_file.resolve(), payload.headers))
+    script_file.write_text(script(body_file, payload.headers))
     url = f"http://{target.host}:{target.port_for('rest')}{payload.path}"
-    child = run_child(command(url, script_file, concurrency, duration), duration + 30)
-    if child.returncode != 0:
-        raise RuntimeError(f"wrk exited {child.returncode}: {child.stderr[-500:]}")
+    child = run_child("wrk", command(url, script_file, concurrency, duration), duration + 30)
     result = parse(child.stdout)
     result.generator_cpu = child.cpu_seconds
     return result

@@ -62,8 +62,15 @@ def test_h2load_grpc_errors_are_found_from_missing_response_bytes():
     result = h2load.parse(text, sample("h2load-grpc-error.log"), response_bytes=37)
     assert result.requests == result.errors == 1867
     assert "gRPC error" in result.error_sample
-    unchecked = h2load.parse(text, "", response_bytes=None)
+    unchecked = h2load.parse(text, sample("h2load-grpc-error.log"), response_bytes=None)
     assert unchecked.errors == 0  # without a known response size nothing can be inferred
+
+
+def test_h2load_log_must_hold_exactly_this_runs_requests():
+    # h2load appends to its log: rows of an earlier run must not pass as this run's.
+    log = sample("h2load-ok.log")
+    with pytest.raises(ValueError, match="logged 3988 requests but completed 1994"):
+        h2load.parse(sample("h2load-ok.txt"), log + log, response_bytes=37)
 
 
 def test_h2load_garbage_is_an_error():
