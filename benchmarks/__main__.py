@@ -17,6 +17,7 @@ from pathlib import Path
 
 from benchmarks import loadgen, mlserver_env
 from benchmarks.models import MODELS, build_repository
+from benchmarks.runner import Config
 from benchmarks.scenarios import PROFILES, select
 from benchmarks.servers import INFERPOOL_MODULE, ServerSpec
 
@@ -75,9 +76,7 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def config_from(args: argparse.Namespace):  # -> runner.Config
-    from benchmarks.runner import Config
-
+def config_from(args: argparse.Namespace) -> Config:
     profile = PROFILES[args.profile]
     servers = tuple(args.servers.split(",")) if args.servers else profile.servers
     for name in servers:
@@ -113,7 +112,7 @@ def command_run(args: argparse.Namespace) -> int:
         TimeRemainingColumn,
     )
 
-    from benchmarks import report, runner
+    from benchmarks import report, runner  # report pulls in matplotlib: only when running
 
     console = Console(stderr=True)
     config = config_from(args)
@@ -145,7 +144,7 @@ def command_run(args: argparse.Namespace) -> int:
     # Piped output (CI logs, tests) would be cut to 80 columns: give the table room there.
     wide = Console() if console.is_terminal else Console(width=220)
     wide.print(report.rich_table(result))
-    wide.print(report.servers_line(result))
+    wide.print(report.context(result))
     paths = report.write_files(result, config.workdir)
     for kind, path in paths.items():
         console.print(f"{kind}: {path}")

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from benchmarks.results import OK, Run, Summary
 from benchmarks.stats import Spread
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 HEADERS = (
     "scenario",
@@ -65,8 +69,8 @@ def row(s: Summary) -> list[str]:
     ]
 
 
-def rich_table(run: Run):  # -> rich.table.Table (imported lazily: rich is slow to import)
-    from rich.table import Table
+def rich_table(run: Run) -> Table:
+    from rich.table import Table  # imported when drawn: the tests and `list` need no rich
 
     table = Table(title=f"baseline: {run.settings.get('baseline') or 'none'}", show_lines=False)
     for header in HEADERS:
@@ -83,10 +87,25 @@ def rich_table(run: Run):  # -> rich.table.Table (imported lazily: rich is slow 
     return table
 
 
-def servers_line(run: Run) -> str:
-    """Idle memory of each managed server, measured right after it became ready."""
+def load(average: list[float] | tuple[float, ...] | None) -> str:
+    """The 1-minute load average, the one that covers a measurement."""
+    return "n/a" if not average else f"{average[0]:.1f}"
+
+
+def context(run: Run) -> str:
+    """What the table does not show: settings, idle memory, commit, how busy the machine was.
+
+    Idle RSS is the whole server tree right after it became ready.
+    """
+    settings = run.settings
     idle = [f"{name} {number(info['idle_rss_mib'])} MiB" for name, info in run.servers.items()]
-    return "idle RSS (whole process tree): " + (", ".join(idle) or "n/a")
+    return (
+        f"Run {settings['started']}: {settings['repetitions']} x {settings['duration']} s per "
+        f"cell, servers {', '.join(settings['servers'])}, baseline {settings['baseline']}; "
+        f"idle RSS {', '.join(idle) or 'n/a'}; commit {settings.get('commit') or 'n/a'}; "
+        f"load average {load(settings.get('load_average_start'))} at the start, "
+        f"{load(settings.get('load_average_end'))} at the end (2 cores)."
+    )
 
 
 def markdown(run: Run) -> str:
@@ -109,12 +128,6 @@ def write_files(run: Run, out: Path) -> dict[str, Path]:
         "png": out / "results.png",
     }
     run.write_json(paths["json"])
-    settings = run.settings
-    header = (
-        f"Run {settings['started']}: {settings['repetitions']} x {settings['duration']} s per "
-        f"cell, servers {', '.join(settings['servers'])}, baseline {settings['baseline']}; "
-        f"{servers_line(run)}.\n\n"
-    )
-    paths["markdown"].write_text(header + markdown(run))
+    paths["markdown"].write_text(context(run) + "\n\n" + markdown(run))
     chart(run.summaries(), paths["png"])
     return paths

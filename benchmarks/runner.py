@@ -8,6 +8,8 @@ repetitions alternate between them and slow drifts of a noisy machine hit all al
 from __future__ import annotations
 
 import math
+import os
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -200,6 +202,8 @@ def run(config: Config, progress: Progress, advance: Callable[[int], None]) -> R
         "generator": config.generator,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "missing_tools": loadgen.missing_tools(),
+        "load_average_start": os.getloadavg(),
+        "commit": commit(),
     }
     result = Run(settings)
     progress("building the model repository")
@@ -224,4 +228,13 @@ def run(config: Config, progress: Progress, advance: Callable[[int], None]) -> R
     # started were made first).
     rank = {name: i for i, name in enumerate([*settings["scenarios"], *settings["servers"]])}
     result.cells.sort(key=lambda cell: (rank[cell.scenario], rank.get(cell.server, 0)))
+    # A busy machine explains numbers far from the usual: keep its load with the results.
+    settings["load_average_end"] = os.getloadavg()
     return result
+
+
+def commit() -> str:
+    """The checked-out commit of the harness's repository, or "" outside git."""
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
+                          capture_output=True, text=True)  # fmt: skip
+    return done.stdout.strip() if done.returncode == 0 else ""
