@@ -24,9 +24,12 @@ class CheckFailed(Exception):
 
 def check_rest(base_url: str, payload: Payload, timeout: float = 30.0) -> int:
     """Post the payload; return the response body size."""
-    response = httpx.post(
-        base_url + payload.path, content=payload.body, headers=payload.headers, timeout=timeout
-    )
+    try:
+        response = httpx.post(
+            base_url + payload.path, content=payload.body, headers=payload.headers, timeout=timeout
+        )
+    except httpx.HTTPError as exc:
+        raise CheckFailed(f"{type(exc).__name__}: {exc}") from exc
     if response.status_code != 200:
         raise CheckFailed(f"HTTP {response.status_code}: {response.text[:300]}")
     try:

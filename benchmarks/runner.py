@@ -148,32 +148,27 @@ def run_scenario(
         cell = Cell(scenario.name, server.spec.name, generator=tool)
         cells.append(cell)
         if not server.supports(scenario.protocol):
-            cell.status, cell.reason = (
-                NOT_APPLICABLE,
-                f"{server.spec.name} lacks {scenario.protocol}",
-            )
-            advance(config.repetitions)
-            continue
-        if payload.transport == "grpc" and server.grpc_error:
+            lacks = f"{server.spec.name} lacks {scenario.protocol}"
+            cell.status, cell.reason = NOT_APPLICABLE, lacks
+        elif payload.transport == "grpc" and server.grpc_error:
             cell.status, cell.reason = FAILED, server.grpc_error
-            advance(config.repetitions)
-            continue
-        try:
-            response_bytes = check(server, payload)
-            if config.warmup > 0:
-                generate(
-                    server.target,
-                    payload,
-                    scenario.concurrency,
-                    config.warmup,
-                    workdir,
-                    response_bytes,
-                )
-        except (CheckFailed, RuntimeError, ValueError, OSError) as exc:
-            cell.status, cell.reason = FAILED, f"check: {exc}"
-            advance(config.repetitions)
-            continue
-        ready.append((server, cell, response_bytes))
+        else:
+            try:
+                response_bytes = check(server, payload)
+                if config.warmup > 0:
+                    generate(
+                        server.target,
+                        payload,
+                        scenario.concurrency,
+                        config.warmup,
+                        workdir,
+                        response_bytes,
+                    )
+                ready.append((server, cell, response_bytes))
+                continue
+            except (CheckFailed, RuntimeError, ValueError, OSError) as exc:
+                cell.status, cell.reason = FAILED, f"check: {exc}"
+        advance(config.repetitions)  # nothing to measure on this server
     for _ in range(config.repetitions):
         for server, cell, response_bytes in ready:
             if cell.status == FAILED:
@@ -235,6 +230,10 @@ def run(config: Config, progress: Progress, advance: Callable[[int], None]) -> R
 
 def commit() -> str:
     """The checked-out commit of the harness's repository, or "" outside git."""
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=Path(__file__).parent,
+        capture_output=True,
+        text=True,
+    )
     return done.stdout.strip() if done.returncode == 0 else ""

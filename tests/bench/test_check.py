@@ -27,11 +27,21 @@ def repo(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def server(repo):
     http, grpc = free_port(), free_port()
-    cmd = [sys.executable, "-m", "tests.bench.standin", "serve", str(repo),
-           "--http-port", str(http), "--grpc-port", str(grpc)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.bench.standin",
+        "serve",
+        str(repo),
+        "--http-port",
+        str(http),
+        "--grpc-port",
+        str(grpc),
+    ]
     process = subprocess.Popen(cmd, cwd=PROJECT_ROOT)
-    running = RunningServer(ServerSpec("standin", "external"), Target("127.0.0.1", http, grpc),
-                            process, models=["iris"])  # fmt: skip
+    running = RunningServer(
+        ServerSpec("standin", "external"), Target("127.0.0.1", http, grpc), process, models=["iris"]
+    )
     try:
         wait_ready(running, timeout=60)
         yield running

@@ -20,10 +20,29 @@ QUICK_SCENARIOS = 4
 
 def run_quick(tmp_path: Path, generator: str) -> tuple[subprocess.CompletedProcess, dict]:
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "benchmarks", "run", "--quick", "--servers", "inferpool-w0",
-           "--generator", generator, "--duration", "2", "--warmup", "0.5", "--repetitions", "1",
-           "--out", str(out), "--repo", str(tmp_path / "repo"),
-           "--inferpool-module", SERVER_MODULE]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks",
+        "run",
+        "--quick",
+        "--servers",
+        "inferpool-w0",
+        "--generator",
+        generator,
+        "--duration",
+        "2",
+        "--warmup",
+        "0.5",
+        "--repetitions",
+        "1",
+        "--out",
+        str(out),
+        "--repo",
+        str(tmp_path / "repo"),
+        "--inferpool-module",
+        SERVER_MODULE,
+    ]
     done = subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=240)
     results = json.loads((out / "results.json").read_text()) if done.returncode in (0, 1) else {}
     return done, results
