@@ -23,10 +23,10 @@ HEADERS = (
     "p50 ms",
     "p99 ms (min-max)",
     "errors",
-    "server CPU %",
-    "gen CPU %",
+    "srv CPU%",
+    "gen CPU%",
     "peak RSS MiB",
-    "queue/decode/predict/encode µs",
+    "q/dec/pred/enc µs",
 )
 
 
