@@ -12,11 +12,12 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks import loadgen, mlserver_env, serverstats
 from benchmarks.check import CheckFailed, check
+from benchmarks.loadgen.base import Job
 from benchmarks.models import build_repository, features, load_predictor
 from benchmarks.payloads import Payload, batch_rows, build_payload
 from benchmarks.results import FAILED, NOT_APPLICABLE, Cell, Measurement, Run
@@ -111,23 +112,15 @@ def start_servers(
 
 
 def measure(
-    server: RunningServer,
-    scenario: Scenario,
-    payload: Payload,
-    generate: loadgen.Generator,
-    duration: float,
-    response_bytes: int | None,
-    workdir: Path,
+    server: RunningServer, model: str, generate: loadgen.Generator, job: Job
 ) -> Measurement:
-    """One repetition: load for ``duration`` s while sampling the server's RSS and CPU."""
-    stats_before = serverstats.fetch(server.http_base, scenario.model)
+    """One repetition: run the load job while sampling the server's RSS and CPU."""
+    stats_before = serverstats.fetch(server.http_base, model)
     cpu_before = tree_cpu(server.pid) if server.pid else {}
     with PeakRss(server.pid) as rss:
-        load = generate(
-            server.target, payload, scenario.concurrency, duration, workdir, response_bytes
-        )
+        load = generate(job)
     cpu = cpu_between(cpu_before, tree_cpu(server.pid)) if server.pid else math.nan
-    stats_after = serverstats.fetch(server.http_base, scenario.model)
+    stats_after = serverstats.fetch(server.http_base, model)
     peak = rss.peak if server.pid else math.nan
     return Measurement(load, cpu, peak, serverstats.stage_split(stats_before, stats_after))
 
@@ -155,30 +148,28 @@ def run_scenario(
         else:
             try:
                 response_bytes = check(server, payload)
+                job = Job(
+                    server.target,
+                    payload,
+                    scenario.concurrency,
+                    config.duration,
+                    workdir,
+                    response_bytes,
+                )
                 if config.warmup > 0:
-                    generate(
-                        server.target,
-                        payload,
-                        scenario.concurrency,
-                        config.warmup,
-                        workdir,
-                        response_bytes,
-                    )
-                ready.append((server, cell, response_bytes))
+                    generate(replace(job, duration=config.warmup))
+                ready.append((server, cell, job))
                 continue
             except (CheckFailed, RuntimeError, ValueError, OSError) as exc:
                 cell.status, cell.reason = FAILED, f"check: {exc}"
         advance(config.repetitions)  # nothing to measure on this server
     for _ in range(config.repetitions):
-        for server, cell, response_bytes in ready:
+        for server, cell, job in ready:
             if cell.status == FAILED:
                 advance(1)
                 continue
             try:
-                run_once = measure(
-                    server, scenario, payload, generate, config.duration, response_bytes, workdir
-                )
-                cell.measurements.append(run_once)
+                cell.measurements.append(measure(server, scenario.model, generate, job))
             except (RuntimeError, ValueError, OSError) as exc:
                 cell.status, cell.reason = FAILED, f"run: {exc}"
             advance(1)

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from pathlib import Path
 
-from benchmarks.loadgen.base import LoadResult, Target
-from benchmarks.payloads import Payload
+from benchmarks.loadgen.base import Job, LoadResult, Target
 
-# (target, payload, concurrency, duration, workdir, response_bytes) -> LoadResult
-Generator = Callable[[Target, Payload, int, float, Path, int | None], LoadResult]
+Generator = Callable[[Job], LoadResult]
 
 INSTALL_HINT = "apt-get install wrk nghttp2-client"
 
@@ -41,4 +38,4 @@ def pick(transport: str, mode: str) -> tuple[str, Generator]:
     return tool, (h2load.run if tool == "h2load" else wrk.run)
 
 
-__all__ = ["Generator", "LoadResult", "Target", "missing_tools", "pick"]
+__all__ = ["Generator", "Job", "LoadResult", "Target", "missing_tools", "pick"]

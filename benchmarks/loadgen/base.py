@@ -1,4 +1,4 @@
-"""What every generator takes (a target) and returns (a LoadResult), and how it is run.
+"""What every generator takes (a Job) and returns (a LoadResult), and how it is run.
 
 ``run_child`` starts a generator process and reaps it with ``os.wait4`` so the CPU it
 used (user + system) is known exactly, whatever the generator.
@@ -15,6 +15,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from benchmarks.payloads import Payload
+
 
 @dataclass(frozen=True)
 class Target:
@@ -29,6 +31,35 @@ class Target:
         if port is None:
             raise ValueError(f"target has no {transport} port")
         return port
+
+
+@dataclass(frozen=True)
+class Job:
+    """One load run: where, what, how many connections, how long, where to keep files."""
+
+    target: Target
+    payload: Payload
+    concurrency: int
+    duration: float
+    workdir: Path
+    # The response size the check measured; h2load infers gRPC errors from it.
+    response_bytes: int | None = None
+
+    @property
+    def url(self) -> str:
+        port = self.target.port_for(self.payload.transport)
+        return f"http://{self.target.host}:{port}{self.payload.path}"
+
+    def body_file(self) -> Path:
+        """The payload body as a file, which every generator reads (absolute: tools chdir)."""
+        path = (self.workdir / "body.bin").resolve()
+        path.write_bytes(self.payload.body)
+        return path
+
+    @property
+    def timeout(self) -> float:
+        """How long the generator may take before it is killed."""
+        return self.duration + 30
 
 
 @dataclass
@@ -61,13 +92,6 @@ class ChildRun:
     stdout: str
     stderr: str
     cpu_seconds: float
-
-
-def write_body(workdir: Path, body: bytes) -> Path:
-    """The payload body as a file, which every generator reads (absolute: tools chdir)."""
-    path = (workdir / "body.bin").resolve()
-    path.write_bytes(body)
-    return path
 
 
 def run_child(name: str, cmd: list[str], timeout: float, cwd: Path | None = None) -> ChildRun:

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.loadgen.base import LoadResult, Target, run_child, write_body
-from benchmarks.payloads import Payload, grpc_unframe
+from benchmarks.loadgen.base import Job, LoadResult, run_child
+from benchmarks.payloads import grpc_unframe
 from benchmarks.stats import latency_summary
 
 # Where `python -m benchmarks...` resolves, whatever the caller's working directory.
@@ -127,30 +127,22 @@ async def generate(spec: dict) -> dict[str, object]:
     }
 
 
-def run(
-    target: Target,
-    payload: Payload,
-    concurrency: int,
-    duration: float,
-    workdir: Path,
-    response_bytes: int | None = None,
-) -> LoadResult:
-    """Run the generator in a child process; ``response_bytes`` is unused (we see statuses)."""
-    body_file = write_body(workdir, payload.body)
+def run(job: Job) -> LoadResult:
+    """Run the generator in a child process (it sees every status: no response_bytes)."""
     spec = {
-        "transport": payload.transport,
-        "host": target.host,
-        "port": target.port_for(payload.transport),
-        "path": payload.path,
-        "headers": payload.headers,
-        "body_file": str(body_file),
-        "concurrency": concurrency,
-        "duration": duration,
+        "transport": job.payload.transport,
+        "host": job.target.host,
+        "port": job.target.port_for(job.payload.transport),
+        "path": job.payload.path,
+        "headers": job.payload.headers,
+        "body_file": str(job.body_file()),
+        "concurrency": job.concurrency,
+        "duration": job.duration,
     }
-    spec_file = workdir / "builtin.json"
+    spec_file = job.workdir / "builtin.json"
     spec_file.write_text(json.dumps(spec))
     cmd = [sys.executable, "-m", "benchmarks.loadgen.builtin", str(spec_file.resolve())]
-    child = run_child("built-in generator", cmd, duration + 30, cwd=PROJECT_ROOT)
+    child = run_child("built-in generator", cmd, job.timeout, cwd=PROJECT_ROOT)
     data = json.loads(child.stdout.strip().splitlines()[-1])
     return LoadResult(**data, generator_cpu=child.cpu_seconds)
 

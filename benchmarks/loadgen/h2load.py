@@ -12,8 +12,7 @@ import math
 import re
 from pathlib import Path
 
-from benchmarks.loadgen.base import LoadResult, Target, run_child, write_body
-from benchmarks.payloads import Payload
+from benchmarks.loadgen.base import Job, LoadResult, run_child
 from benchmarks.stats import latency_summary
 
 REQUESTS = re.compile(
@@ -79,22 +78,15 @@ def parse(stdout: str, log_text: str, response_bytes: int | None) -> LoadResult:
     )
 
 
-def run(
-    target: Target,
-    payload: Payload,
-    concurrency: int,
-    duration: float,
-    workdir: Path,
-    response_bytes: int | None = None,
-) -> LoadResult:
-    """Post the gRPC frame for ``duration`` seconds over ``concurrency`` connections."""
-    body_file = write_body(workdir, payload.body)
-    log_file = (workdir / "h2load.log").resolve()
+def run(job: Job) -> LoadResult:
+    """Post the gRPC frame for the job's duration over its connections."""
+    log_file = (job.workdir / "h2load.log").resolve()
     log_file.unlink(missing_ok=True)  # h2load appends: old rows would pass as this run's
-    url = f"http://{target.host}:{target.port_for('grpc')}{payload.path}"
-    cmd = command(url, body_file, payload.headers, concurrency, duration, log_file)
-    child = run_child("h2load", cmd, duration + 30)
+    cmd = command(
+        job.url, job.body_file(), job.payload.headers, job.concurrency, job.duration, log_file
+    )
+    child = run_child("h2load", cmd, job.timeout)
     log_text = log_file.read_text() if log_file.exists() else ""
-    result = parse(child.stdout, log_text, response_bytes)
+    result = parse(child.stdout, log_text, job.response_bytes)
     result.generator_cpu = child.cpu_seconds
     return result

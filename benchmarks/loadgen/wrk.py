@@ -10,8 +10,7 @@ import json
 import math
 from pathlib import Path
 
-from benchmarks.loadgen.base import LoadResult, Target, run_child, write_body
-from benchmarks.payloads import Payload
+from benchmarks.loadgen.base import Job, LoadResult, run_child
 
 MARK = "BENCH_JSON "
 
@@ -81,21 +80,12 @@ def parse(stdout: str) -> LoadResult:
     )
 
 
-def run(
-    target: Target,
-    payload: Payload,
-    concurrency: int,
-    duration: float,
-    workdir: Path,
-    response_bytes: int | None = None,
-) -> LoadResult:
-    """Post ``payload`` for ``duration`` s over ``concurrency`` connections (wrk sees
-    statuses only, so ``response_bytes`` is unused)."""
-    body_file = write_body(workdir, payload.body)
-    script_file = workdir / "post.lua"
-    script_file.write_text(script(body_file, payload.headers))
-    url = f"http://{target.host}:{target.port_for('rest')}{payload.path}"
-    child = run_child("wrk", command(url, script_file, concurrency, duration), duration + 30)
+def run(job: Job) -> LoadResult:
+    """Post the payload for the job's duration (wrk sees statuses: no response_bytes)."""
+    script_file = job.workdir / "post.lua"
+    script_file.write_text(script(job.body_file(), job.payload.headers))
+    cmd = command(job.url, script_file, job.concurrency, job.duration)
+    child = run_child("wrk", cmd, job.timeout)
     result = parse(child.stdout)
     result.generator_cpu = child.cpu_seconds
     return result

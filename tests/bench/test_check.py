@@ -11,7 +11,7 @@ import pytest
 from benchmarks import serverstats
 from benchmarks.check import CheckFailed, check
 from benchmarks.loadgen import builtin
-from benchmarks.loadgen.base import Target
+from benchmarks.loadgen.base import Job, Target
 from benchmarks.models import build_repository, features, load_predictor
 from benchmarks.payloads import PROTOCOLS, batch_rows, build_payload
 from benchmarks.servers import RunningServer, ServerSpec, free_port, wait_ready
@@ -91,9 +91,9 @@ def test_stage_split_from_statistics(server, repo):
 
 @pytest.mark.parametrize("protocol", ["rest-json", "grpc-raw"])
 def test_builtin_generator_counts_ok_and_failed_requests(server, repo, protocol, tmp_path):
-    good = builtin.run(server.target, iris_payload(repo, protocol), 2, 0.5, tmp_path)
+    good = builtin.run(Job(server.target, iris_payload(repo, protocol), 2, 0.5, tmp_path))
     assert good.requests > 0 and good.errors == 0 and good.generator_cpu > 0
     bad_payload = iris_payload(repo, protocol, model="nosuch", expected=np.zeros(8))
-    bad = builtin.run(server.target, bad_payload, 2, 0.5, tmp_path)
+    bad = builtin.run(Job(server.target, bad_payload, 2, 0.5, tmp_path))
     assert bad.requests > 0 and bad.errors == bad.requests
     assert bad.error_sample in ("HTTP 404", "NOT_FOUND: unknown model")
