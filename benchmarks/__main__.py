@@ -116,7 +116,11 @@ def command_run(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     config = config_from(args)
-    for tool in loadgen.missing_tools():
+    missing = loadgen.missing_tools()
+    if missing and config.generator == "external":
+        console.print(f"[red]{', '.join(missing)} not installed: {loadgen.INSTALL_HINT}[/]")
+        return 2
+    for tool in missing if config.generator == "auto" else []:
         console.print(
             f"[yellow]{tool} is not installed: using the built-in generator "
             f"(slower, costs the server more CPU); {loadgen.INSTALL_HINT}[/]"
