@@ -1,0 +1,175 @@
+"""``python -m benchmarks``: the harness's command line (run, list, repo, install-mlserver).
+
+Examples::
+
+    python -m benchmarks run --quick
+    python -m benchmarks run --profile full
+    python -m benchmarks run --servers inferpool-w2,mlserver-w0 --only 'iris/*'
+    python -m benchmarks run --target http://127.0.0.1:8080 --grpc 127.0.0.1:8081 --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from benchmarks import loadgen, mlserver_env
+from benchmarks.models import MODELS, build_repository
+from benchmarks.runner import Config
+from benchmarks.scenarios import PROFILES, select
+from benchmarks.servers import INFERPOOL_MODULE, ServerSpec
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "out"
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    commands = top.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run a profile against managed servers or a target")
+    run.add_argument("--profile", choices=sorted(PROFILES), default="quick")
+    run.add_argument(
+        "--quick",
+        dest="profile",
+        action="store_const",
+        const="quick",
+        help="same as --profile quick (under 2 minutes)",
+    )
+    run.add_argument("--servers", help="comma-separated, e.g. inferpool-w0,mlserver-w2")
+    run.add_argument("--baseline", help="server the ratios are against (profile's default)")
+    run.add_argument(
+        "--only",
+        action="append",
+        metavar="GLOB",
+        help="scenario name glob, e.g. 'iris/b1/*/c64' (repeatable)",
+    )
+    run.add_argument("--duration", type=float, help="seconds per measurement")
+    run.add_argument("--warmup", type=float, help="seconds of warm-up per scenario and server")
+    run.add_argument("--repetitions", type=int, help="measurements per scenario and server")
+    run.add_argument(
+        "--generator",
+        choices=("auto", "external", "builtin"),
+        default="auto",
+        help="auto: wrk/h2load when installed, else built-in",
+    )
+    run.add_argument("--target", help="REST base URL of a running server (not managed)")
+    run.add_argument("--grpc", help="host:port of the running server's gRPC endpoint")
+    run.add_argument("--target-pid", type=int, help="the target's pid, to measure its RSS and CPU")
+    run.add_argument("--out", type=Path, help="folder for results (default benchmarks/out/...)")
+    run.add_argument("--repo", type=Path, default=OUT / "repo", help="model repository folder")
+    run.add_argument(
+        "--inferpool-module",
+        default=INFERPOOL_MODULE,
+        help="module run as `python -m MODULE serve` for inferpool-wN",
+    )
+
+    listing = commands.add_parser("list", help="list a profile's scenarios")
+    listing.add_argument("--profile", choices=sorted(PROFILES), default="full")
+
+    repo = commands.add_parser("repo", help="write the model repository (to serve it yourself)")
+    repo.add_argument("folder", type=Path)
+
+    commands.add_parser("install-mlserver", help="create MLServer's virtualenv now")
+    return top
+
+
+def config_from(args: argparse.Namespace) -> Config:
+    profile = PROFILES[args.profile]
+    servers = tuple(args.servers.split(",")) if args.servers else profile.servers
+    for name in servers:
+        ServerSpec.parse(name)  # fail early on a typo, before minutes of set-up
+    baseline = args.baseline or (profile.baseline if profile.baseline in servers else servers[0])
+    if args.target:
+        servers, baseline = ("target",), "target"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Config(
+        scenarios=select(profile.scenarios, args.only),
+        servers=servers,
+        baseline=baseline,
+        duration=args.duration if args.duration is not None else profile.duration,
+        warmup=args.warmup if args.warmup is not None else profile.warmup,
+        repetitions=args.repetitions or profile.repetitions,
+        workdir=(args.out or OUT / f"{args.profile}-{stamp}").resolve(),
+        repo=args.repo.resolve(),
+        generator=args.generator,
+        target=args.target,
+        grpc=args.grpc,
+        target_pid=args.target_pid,
+        inferpool_module=args.inferpool_module,
+    )
+
+
+def command_run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from benchmarks import report, runner  # report pulls in matplotlib: only when running
+
+    console = Console(stderr=True)
+    config = config_from(args)
+    missing = loadgen.missing_tools()
+    if missing and config.generator == "external":
+        console.print(f"[red]{', '.join(missing)} not installed: {loadgen.INSTALL_HINT}[/]")
+        return 2
+    for tool in missing if config.generator == "auto" else []:
+        console.print(
+            f"[yellow]{tool} is not installed: using the built-in generator "
+            f"(slower, costs the server more CPU); {loadgen.INSTALL_HINT}[/]"
+        )
+    console.print(
+        f"{len(config.scenarios)} scenarios x {len(config.servers)} servers x "
+        f"{config.repetitions} repetitions, about {config.estimate_seconds() / 60:.1f} "
+        f"min of load; results in {config.workdir}"
+    )
+    total = len(config.scenarios) * len(config.servers) * config.repetitions
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("setting up", total=total)
+        result = runner.run(
+            config,
+            progress=lambda text: bar.update(task, description=text),
+            advance=lambda n: bar.advance(task, n),
+        )
+    # Piped output (CI logs, tests) would be cut to 80 columns: give the table room there.
+    wide = Console() if console.is_terminal else Console(width=220)
+    wide.print(report.rich_table(result))
+    wide.print(report.context(result))
+    paths = report.write_files(result, config.workdir)
+    for kind, path in paths.items():
+        console.print(f"{kind}: {path}")
+    bad = [s for s in result.summaries() if s.status == "failed" or s.errors]
+    return 1 if bad else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "run":
+        return command_run(args)
+    if args.command == "list":
+        for scenario in PROFILES[args.profile].scenarios:
+            print(scenario.name)
+        return 0
+    if args.command == "repo":
+        print(build_repository(args.folder.resolve(), sorted(MODELS)))
+        return 0
+    print(mlserver_env.ensure())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

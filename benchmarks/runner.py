@@ -1,0 +1,230 @@
+"""One benchmark run: build the repository and payloads, start the servers, check every
+scenario on every server, then measure them interleaved (A B A B ...) and collect cells.
+
+Servers run side by side for the whole run (each on its own free ports), so a scenario's
+repetitions alternate between them and slow drifts of a noisy machine hit all alike.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from benchmarks import loadgen, mlserver_env, serverstats
+from benchmarks.check import CheckFailed, check
+from benchmarks.loadgen.base import Job
+from benchmarks.models import build_repository, features, load_predictor
+from benchmarks.payloads import Payload, batch_rows, build_payload
+from benchmarks.results import FAILED, NOT_APPLICABLE, Cell, Measurement, Run
+from benchmarks.scenarios import Scenario
+from benchmarks.servers import (
+    INFERPOOL_MODULE,
+    PeakRss,
+    RunningServer,
+    ServerSpec,
+    attach,
+    cpu_between,
+    start,
+    tree_cpu,
+)
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Config:
+    """What to run; ``target`` (REST URL) replaces managed servers when given."""
+
+    scenarios: tuple[Scenario, ...]
+    servers: tuple[str, ...]
+    baseline: str | None
+    duration: float
+    warmup: float
+    repetitions: int
+    workdir: Path
+    repo: Path
+    generator: str = "auto"  # auto | external | builtin
+    target: str | None = None
+    grpc: str | None = None
+    target_pid: int | None = None  # lets RSS and CPU be measured for a target too
+    inferpool_module: str = INFERPOOL_MODULE
+
+    def models(self) -> list[str]:
+        return sorted({s.model for s in self.scenarios})
+
+    def estimate_seconds(self) -> float:
+        per_server = len(self.scenarios) * (self.warmup + self.repetitions * self.duration)
+        return per_server * max(1, len(self.servers))
+
+
+def build_payloads(repo: Path, scenarios: tuple[Scenario, ...]) -> dict[tuple, Payload]:
+    """Every payload the scenarios need, with predictions from the saved artefacts."""
+    payloads = {}
+    predictors = {}
+    for scenario in scenarios:
+        key = scenario.payload_key
+        if key in payloads:
+            continue
+        if scenario.model not in predictors:
+            predictors[scenario.model] = load_predictor(repo, scenario.model)
+        x = batch_rows(features(scenario.model), scenario.batch)
+        expected = predictors[scenario.model](x)
+        payloads[key] = build_payload(
+            scenario.model, scenario.batch, scenario.protocol, x, expected
+        )
+    return payloads
+
+
+def start_servers(
+    config: Config, progress: Progress, advance: Callable[[int], None]
+) -> tuple[list[RunningServer], list[Cell]]:
+    """Start (or attach to) the servers; a server that fails makes failed cells, not a crash."""
+    if config.target:
+        return [attach(config.target, config.grpc, config.models(), config.target_pid)], []
+    specs = [ServerSpec.parse(name) for name in config.servers]
+    mlserver = None
+    if any(spec.kind == "mlserver" for spec in specs):
+        progress("checking MLServer's virtualenv")
+        mlserver = mlserver_env.ensure()
+    running, failed = [], []
+    for spec in specs:
+        progress(f"starting {spec.name}")
+        try:
+            running.append(
+                start(
+                    spec,
+                    config.repo,
+                    config.models(),
+                    config.workdir / "servers",
+                    mlserver,
+                    config.inferpool_module,
+                )
+            )
+        except (RuntimeError, TimeoutError, OSError) as exc:
+            failed += [Cell(s.name, spec.name, FAILED, f"start: {exc}") for s in config.scenarios]
+            advance(len(config.scenarios) * config.repetitions)
+    return running, failed
+
+
+def measure(
+    server: RunningServer, model: str, generate: loadgen.Generator, job: Job
+) -> Measurement:
+    """One repetition: run the load job while sampling the server's RSS and CPU."""
+    stats_before = serverstats.fetch(server.http_base, model)
+    cpu_before = tree_cpu(server.pid) if server.pid else {}
+    with PeakRss(server.pid) as rss:
+        load = generate(job)
+    cpu = cpu_between(cpu_before, tree_cpu(server.pid)) if server.pid else math.nan
+    stats_after = serverstats.fetch(server.http_base, model)
+    peak = rss.peak if server.pid else math.nan
+    return Measurement(load, cpu, peak, serverstats.stage_split(stats_before, stats_after))
+
+
+def run_scenario(
+    scenario: Scenario,
+    servers: list[RunningServer],
+    payload: Payload,
+    config: Config,
+    advance: Callable[[int], None],
+) -> list[Cell]:
+    """Check the scenario on each server, warm it up, then measure A B A B ..."""
+    tool, generate = loadgen.pick(payload.transport, config.generator)
+    workdir = config.workdir / "gen"
+    workdir.mkdir(parents=True, exist_ok=True)
+    cells, ready = [], []
+    for server in servers:
+        cell = Cell(scenario.name, server.spec.name, generator=tool)
+        cells.append(cell)
+        if not server.supports(scenario.protocol):
+            lacks = f"{server.spec.name} lacks {scenario.protocol}"
+            cell.status, cell.reason = NOT_APPLICABLE, lacks
+        elif payload.transport == "grpc" and server.grpc_error:
+            cell.status, cell.reason = FAILED, server.grpc_error
+        else:
+            try:
+                response_bytes = check(server, payload)
+                job = Job(
+                    server.target,
+                    payload,
+                    scenario.concurrency,
+                    config.duration,
+                    workdir,
+                    response_bytes,
+                )
+                if config.warmup > 0:
+                    generate(replace(job, duration=config.warmup))
+                ready.append((server, cell, job))
+                continue
+            except (CheckFailed, RuntimeError, ValueError, OSError) as exc:
+                cell.status, cell.reason = FAILED, f"check: {exc}"
+        advance(config.repetitions)  # nothing to measure on this server
+    for _ in range(config.repetitions):
+        for server, cell, job in ready:
+            if cell.status == FAILED:
+                advance(1)
+                continue
+            try:
+                cell.measurements.append(measure(server, scenario.model, generate, job))
+            except (RuntimeError, ValueError, OSError) as exc:
+                cell.status, cell.reason = FAILED, f"run: {exc}"
+            advance(1)
+    return cells
+
+
+def run(config: Config, progress: Progress, advance: Callable[[int], None]) -> Run:
+    """The whole benchmark; servers are stopped whatever happens."""
+    settings = {
+        "scenarios": [s.name for s in config.scenarios],
+        "servers": list(config.servers) if not config.target else ["target"],
+        "baseline": config.baseline,
+        "duration": config.duration,
+        "warmup": config.warmup,
+        "repetitions": config.repetitions,
+        "generator": config.generator,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "missing_tools": loadgen.missing_tools(),
+        "load_average_start": os.getloadavg(),
+        "commit": commit(),
+    }
+    result = Run(settings)
+    progress("building the model repository")
+    build_repository(config.repo, config.models())
+    payloads = build_payloads(config.repo, config.scenarios)
+    servers, failed = start_servers(config, progress, advance)
+    result.cells.extend(failed)
+    try:
+        for server in servers:
+            result.servers[server.spec.name] = {
+                "idle_rss_mib": server.idle_rss / 2**20,
+                "command": server.process.args if server.process else config.target,
+            }
+        for scenario in config.scenarios:
+            progress(scenario.name)
+            cells = run_scenario(scenario, servers, payloads[scenario.payload_key], config, advance)
+            result.cells.extend(cells)
+    finally:
+        for server in servers:
+            server.stop()
+    # Scenario by scenario, servers in the order asked (cells of a server that never
+    # started were made first).
+    rank = {name: i for i, name in enumerate([*settings["scenarios"], *settings["servers"]])}
+    result.cells.sort(key=lambda cell: (rank[cell.scenario], rank.get(cell.server, 0)))
+    # A busy machine explains numbers far from the usual: keep its load with the results.
+    settings["load_average_end"] = os.getloadavg()
+    return result
+
+
+def commit() -> str:
+    """The checked-out commit of the harness's repository, or "" outside git."""
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=Path(__file__).parent,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.strip() if done.returncode == 0 else ""

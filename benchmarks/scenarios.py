@@ -1,0 +1,94 @@
+"""Scenarios (model x batch x protocol x concurrency) and the run profiles that pick them.
+
+A profile fixes which scenarios run, against which servers, for how long and how often.
+``quick`` must stay under two minutes end to end; ``full`` is the matrix for RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+from dataclasses import dataclass
+
+from benchmarks.models import MODELS
+from benchmarks.payloads import PROTOCOLS
+
+BATCHES = (1, 256)
+CONCURRENCIES = (1, 8, 64)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One measured cell: a model, a batch size, a protocol and a number of connections."""
+
+    model: str
+    batch: int
+    protocol: str
+    concurrency: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}/b{self.batch}/{self.protocol}/c{self.concurrency}"
+
+    @property
+    def payload_key(self) -> tuple[str, int, str]:
+        return (self.model, self.batch, self.protocol)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What a run covers: scenarios, servers (first is the default baseline), timings."""
+
+    name: str
+    scenarios: tuple[Scenario, ...]
+    servers: tuple[str, ...]
+    baseline: str
+    duration: float
+    warmup: float
+    repetitions: int
+
+
+def full_matrix() -> tuple[Scenario, ...]:
+    """Every model x batch x protocol x concurrency."""
+    cells = itertools.product(MODELS, BATCHES, PROTOCOLS, CONCURRENCIES)
+    return tuple(Scenario(*cell) for cell in cells)
+
+
+# Quick: the four budget rows of DESIGN.md §7 that catch most regressions.
+QUICK_SCENARIOS = (
+    Scenario("iris", 1, "rest-json", 64),
+    Scenario("iris", 1, "grpc-raw", 64),
+    Scenario("lightgbm", 256, "rest-json", 8),
+    Scenario("lightgbm", 256, "grpc-raw", 8),
+)
+
+PROFILES: dict[str, Profile] = {
+    "quick": Profile(
+        name="quick",
+        scenarios=QUICK_SCENARIOS,
+        servers=("mlserver-w0", "inferpool-w2"),
+        baseline="mlserver-w0",
+        duration=3.0,
+        warmup=1.0,
+        repetitions=2,
+    ),
+    "full": Profile(
+        name="full",
+        scenarios=full_matrix(),
+        servers=("mlserver-w0", "mlserver-w2", "inferpool-w0", "inferpool-w1", "inferpool-w2"),
+        baseline="mlserver-w0",
+        duration=5.0,
+        warmup=1.0,
+        repetitions=3,
+    ),
+}
+
+
+def select(scenarios: tuple[Scenario, ...], patterns: list[str] | None) -> tuple[Scenario, ...]:
+    """Scenarios whose name matches any glob (e.g. ``iris/*/grpc-*/*``); all when none given."""
+    if not patterns:
+        return scenarios
+    chosen = tuple(s for s in scenarios if any(fnmatch.fnmatch(s.name, p) for p in patterns))
+    if not chosen:
+        raise ValueError(f"no scenario matches {patterns}; see `python -m benchmarks list`")
+    return chosen

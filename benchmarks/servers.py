@@ -1,0 +1,299 @@
+"""Server profiles: start inferpool or MLServer on free ports, wait until ready, measure the
+process tree (peak RSS, CPU), stop. An external ``--target`` is measured but not managed.
+
+Each managed server gets its own folder: symlinks to the shared model folders plus, for
+MLServer, its settings.json. So several servers run side by side from one repository.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+
+from benchmarks.loadgen.base import Target
+
+SERVER_NAME = re.compile(r"^(?P<kind>inferpool|mlserver)-w(?P<workers>\d+)$")
+HOST = "127.0.0.1"
+# Protocols a server kind cannot speak: such scenarios are reported "n/a", not failed.
+UNSUPPORTED = {"mlserver": {"rest-binary"}}
+# The module run as `python -m MODULE serve ...` for inferpool-wN (`--inferpool-module`).
+INFERPOOL_MODULE = "inferpool"
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """A server profile by name: ``inferpool-w2`` = inferpool with --workers 2."""
+
+    name: str
+    kind: str  # inferpool | mlserver | external
+    workers: int | None = None
+
+    @classmethod
+    def parse(cls, name: str) -> ServerSpec:
+        match = SERVER_NAME.match(name)
+        if match is None:
+            raise ValueError(f"unknown server {name!r}: use inferpool-wN or mlserver-wN")
+        return cls(name, match["kind"], int(match["workers"]))
+
+    def supports(self, protocol: str) -> bool:
+        return protocol not in UNSUPPORTED.get(self.kind, set())
+
+
+def free_port() -> int:
+    """A port the kernel just gave out, so servers never collide with one another's 8080."""
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def process_tree(pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of a process and all its descendants (shared pages count per process)."""
+    total = 0
+    for proc in process_tree(pid):
+        try:
+            total += proc.memory_info().rss
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def tree_cpu(pid: int) -> dict[int, float]:
+    """User+system CPU seconds per live process of the tree, keyed by pid."""
+    usage = {}
+    for proc in process_tree(pid):
+        try:
+            times = proc.cpu_times()
+            usage[proc.pid] = times.user + times.system
+        except psutil.NoSuchProcess:
+            continue
+    return usage
+
+
+def cpu_between(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU spent between two :func:`tree_cpu` snapshots (processes born since count whole)."""
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
+
+
+class PeakRss:
+    """Samples a tree's RSS on a thread while a measurement runs; ``peak`` is the maximum."""
+
+    def __init__(self, pid: int | None, interval: float = 0.2) -> None:
+        self.pid = pid
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set() and self.pid is not None:
+            self.peak = max(self.peak, tree_rss(self.pid))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@dataclass
+class RunningServer:
+    """A server being measured; ``process`` is None for an external target, which may give
+    ``target_pid`` so its process tree is measured all the same."""
+
+    spec: ServerSpec
+    target: Target
+    process: subprocess.Popen | None = None
+    log_path: Path | None = None
+    idle_rss: float = math.nan  # bytes, right after start-up
+    models: list[str] = field(default_factory=list)
+    target_pid: int | None = None
+    grpc_error: str = ""  # set when REST is up but the gRPC port never opened
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else self.target_pid
+
+    def supports(self, protocol: str) -> bool:
+        """False when the server kind lacks the protocol or no gRPC port was given."""
+        no_grpc = protocol.startswith("grpc") and self.target.grpc_port is None
+        return self.spec.supports(protocol) and not no_grpc
+
+    @property
+    def http_base(self) -> str:
+        return f"http://{self.target.host}:{self.target.http_port}"
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM the server's process group, SIGKILL it if it is not gone in ``timeout``."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(5)
+
+
+def server_folder(
+    spec: ServerSpec, repo: Path, models: list[str], workdir: Path, target: Target
+) -> Path:
+    """A per-server repository view: the run's model folders linked (a server loads only
+    what is measured), plus MLServer's settings.json."""
+    folder = workdir / spec.name / "repo"
+    folder.mkdir(parents=True, exist_ok=True)
+    for model in models:
+        link = folder / model
+        if not link.exists():
+            link.symlink_to((repo / model).resolve(), target_is_directory=True)
+    if spec.kind == "mlserver":
+        settings = {
+            "host": target.host,
+            "http_port": target.http_port,
+            "grpc_port": target.grpc_port,
+            "metrics_port": free_port(),
+            "parallel_workers": spec.workers,
+        }
+        (folder / "settings.json").write_text(json.dumps(settings, indent=2))
+    return folder
+
+
+def command(
+    spec: ServerSpec, folder: Path, target: Target, mlserver: Path | None, inferpool_module: str
+) -> list[str]:
+    if spec.kind == "mlserver":
+        if mlserver is None:
+            raise ValueError("MLServer is not installed")
+        return [str(mlserver), "start", str(folder)]
+    return [
+        sys.executable,
+        "-m",
+        inferpool_module,
+        "serve",
+        str(folder),
+        "--host",
+        target.host,
+        "--http-port",
+        str(target.http_port),
+        "--grpc-port",
+        str(target.grpc_port),
+        "--workers",
+        str(spec.workers),
+    ]
+
+
+def start(
+    spec: ServerSpec,
+    repo: Path,
+    models: list[str],
+    workdir: Path,
+    mlserver: Path | None = None,
+    inferpool_module: str = INFERPOOL_MODULE,
+    timeout: float = 180.0,
+) -> RunningServer:
+    """Start a server on free ports and return once it and every model is ready."""
+    target = Target(HOST, free_port(), free_port())
+    folder = server_folder(spec, repo, models, workdir, target)
+    log_path = workdir / spec.name / "server.log"
+    env = {**os.environ, "INFERPOOL_METRICS_PORT": str(free_port()), "PYTHONUNBUFFERED": "1"}
+    with log_path.open("wb") as log:
+        # A session of its own, so stop() can signal the whole tree (MLServer's workers too).
+        process = subprocess.Popen(
+            command(spec, folder, target, mlserver, inferpool_module),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
+    server = RunningServer(spec, target, process, log_path, models=models)
+    try:
+        wait_ready(server, timeout)
+    except BaseException:
+        server.stop()
+        raise
+    server.idle_rss = tree_rss(process.pid)
+    return server
+
+
+def attach(http: str, grpc: str | None, models: list[str], pid: int | None = None) -> RunningServer:
+    """An external server (``--target``/``--grpc``): measured, never started or stopped."""
+    url = httpx.URL(http)
+    grpc_port = int(grpc.rsplit(":", 1)[1]) if grpc else None
+    target = Target(url.host, url.port or 80, grpc_port)
+    server = RunningServer(ServerSpec("target", "external"), target, models=models, target_pid=pid)
+    wait_ready(server, timeout=10.0)
+    if pid is not None:
+        server.idle_rss = tree_rss(pid)
+    return server
+
+
+def failure_line(path: Path | None) -> str:
+    """The reason a server gave up: the log's last line that mentions an error or failure
+    (shutdown chatter follows it), else its last line."""
+    if path is None or not path.exists():
+        return ""
+    lines = [line.strip() for line in path.read_text(errors="replace").splitlines()]
+    lines = [line for line in lines if line]
+    telling = [line for line in lines if re.search(r"error|fail|exception", line, re.I)]
+    return (telling or lines or [""])[-1]
+
+
+def wait_ready(server: RunningServer, timeout: float, grpc_grace: float = 10.0) -> None:
+    """Poll the V2 readiness endpoints (server, then each model), then the gRPC port.
+
+    A gRPC port still closed ``grpc_grace`` s after REST is ready is recorded in
+    ``grpc_error``: the gRPC scenarios fail, the REST ones are still measured.
+    """
+    deadline = time.monotonic() + timeout
+    paths = ["/v2/health/ready", *(f"/v2/models/{m}/ready" for m in server.models)]
+    with httpx.Client(base_url=server.http_base, timeout=2.0) as client:
+        while paths:
+            if server.process is not None and server.process.poll() is not None:
+                raise RuntimeError(
+                    f"{server.spec.name} exited {server.process.returncode}: "
+                    f"{failure_line(server.log_path)} (log: {server.log_path})"
+                )
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{server.spec.name} not ready after {timeout:.0f}s: {paths[0]}")
+            try:
+                if client.get(paths[0]).status_code == 200:
+                    paths.pop(0)
+                    continue
+            except httpx.TransportError:
+                pass
+            time.sleep(0.25)
+    if server.target.grpc_port is None:
+        return
+    grpc_deadline = time.monotonic() + grpc_grace
+    while True:
+        try:
+            socket.create_connection((server.target.host, server.target.grpc_port), 2).close()
+            return
+        except OSError:
+            if time.monotonic() > grpc_deadline:
+                server.grpc_error = f"gRPC port {server.target.grpc_port} is not listening"
+                return
+            time.sleep(0.25)

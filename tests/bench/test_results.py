@@ -1,0 +1,94 @@
+"""Summaries across repetitions, ratios against the baseline, and the report files."""
+
+import json
+import math
+
+from benchmarks import report
+from benchmarks.loadgen.base import LoadResult
+from benchmarks.results import FAILED, NOT_APPLICABLE, Cell, Measurement, Run, summarize_all
+
+
+def measurement(ok: int, errors: int = 0, p99_us: float = 2000.0, cpu: float = 1.0) -> Measurement:
+    load = LoadResult(
+        requests=ok + errors,
+        errors=errors,
+        duration=2.0,
+        latency_us={"p50": 1000.0, "p99": p99_us},
+        generator_cpu=0.2,
+    )
+    return Measurement(load, server_cpu=cpu, peak_rss=100 * 2**20, stages=None)
+
+
+def sample_run() -> Run:
+    base = Cell(
+        "s1",
+        "base",
+        generator="wrk",
+        measurements=[measurement(200), measurement(300), measurement(250)],
+    )
+    fast = Cell(
+        "s1",
+        "fast",
+        generator="wrk",
+        measurements=[
+            measurement(900, p99_us=1000),
+            measurement(500, errors=3, p99_us=500),
+            measurement(800, p99_us=1500),
+        ],
+    )
+    fast.measurements[0].stages = {"queue": 1.0, "decode": 2.0, "predict": 3.0, "encode": 4.0}
+    na = Cell("s2", "base", status=NOT_APPLICABLE, reason="mlserver-w0 lacks rest-binary")
+    broken = Cell("s2", "fast", status=FAILED, reason="check: HTTP 500")
+    settings = {
+        "baseline": "base",
+        "started": "now",
+        "repetitions": 3,
+        "duration": 2.0,
+        "servers": ["base", "fast"],
+    }
+    return Run(settings, [base, fast, na, broken])
+
+
+def test_medians_min_max_and_ratio_to_baseline():
+    base, fast, na, broken = summarize_all(sample_run().cells, "base")
+    assert (base.rps.median, base.rps.low, base.rps.high) == (125.0, 100.0, 150.0)
+    assert base.rps_ratio == 1.0
+    # fast: ok counts 900, 500, 800 over 2 s -> medians 400 req/s and 1.0 ms p99
+    assert fast.rps.median == 400.0 and fast.rps.low == 250.0
+    assert fast.rps_ratio == 3.2
+    assert fast.p99_ratio == 0.5
+    assert fast.errors == 3 and fast.requests == 2203
+    assert fast.server_cpu_pct == 50.0 and fast.generator_cpu_pct == 10.0
+    assert fast.peak_rss_mib == 100.0
+    assert fast.stages_us == {"queue": 1.0, "decode": 2.0, "predict": 3.0, "encode": 4.0}
+    assert math.isnan(na.rps_ratio) and na.rps.n == 0
+    assert math.isnan(broken.rps_ratio)
+
+
+def test_rows_say_why_a_cell_has_no_numbers():
+    summaries = summarize_all(sample_run().cells, "base")
+    fast_row = report.row(summaries[1])
+    assert fast_row[3] == "400 (250-450)"
+    assert fast_row[4] == "3.20x"
+    assert fast_row[7] == "3/2203"
+    assert fast_row[11] == "1/2/3/4"
+    assert report.row(summaries[0])[11] == "n/a"
+    assert report.row(summaries[2])[3] == "n/a: mlserver-w0 lacks rest-binary"
+    assert report.row(summaries[3])[3] == "failed: check: HTTP 500"
+
+
+def test_markdown_table_has_one_row_per_cell():
+    lines = report.markdown(sample_run()).splitlines()
+    assert lines[0].startswith("| scenario | server |")
+    assert len(lines) == 2 + 4
+    assert all(line.count("|") == len(report.HEADERS) + 1 for line in lines)
+
+
+def test_files_are_written_and_json_has_no_nan(tmp_path):
+    paths = report.write_files(sample_run(), tmp_path)
+    document = json.loads(paths["json"].read_text())  # strict JSON: NaN would be invalid
+    assert "NaN" not in paths["json"].read_text()
+    assert document["summary"][2]["rps_ratio"] is None
+    assert len(document["cells"][1]["measurements"]) == 3
+    assert paths["markdown"].read_text().startswith("Run now: 3 x 2.0 s per cell")
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

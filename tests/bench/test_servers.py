@@ -1,0 +1,65 @@
+"""Server profiles and process-tree accounting."""
+
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from benchmarks.loadgen.base import Target
+from benchmarks.servers import ServerSpec, command, cpu_between, tree_cpu, tree_rss
+
+
+def test_server_names_parse_and_mlserver_lacks_binary_tensors():
+    spec = ServerSpec.parse("mlserver-w2")
+    assert (spec.kind, spec.workers) == ("mlserver", 2)
+    assert not spec.supports("rest-binary") and spec.supports("grpc-raw")
+    assert ServerSpec.parse("inferpool-w0").supports("rest-binary")
+    with pytest.raises(ValueError, match="unknown server"):
+        ServerSpec.parse("triton")
+
+
+def test_inferpool_command_runs_the_module_with_its_ports(tmp_path):
+    cmd = command(
+        ServerSpec.parse("inferpool-w1"), tmp_path, Target("127.0.0.1", 1, 2), None, "inferpool"
+    )
+    assert cmd == [
+        sys.executable,
+        "-m",
+        "inferpool",
+        "serve",
+        str(tmp_path),
+        "--host",
+        "127.0.0.1",
+        "--http-port",
+        "1",
+        "--grpc-port",
+        "2",
+        "--workers",
+        "1",
+    ]
+
+
+def test_tree_accounting_includes_children():
+    # A parent that starts a child which burns CPU: both must be counted.
+    code = (
+        "import subprocess, sys, time;"
+        "subprocess.Popen([sys.executable, '-c', 'x = bytearray(64 << 20)\\n"
+        "while True: pass']); time.sleep(30)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 10
+        while tree_rss(parent.pid) < 64 << 20 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert tree_rss(parent.pid) > 64 << 20
+        before = tree_cpu(parent.pid)
+        assert len(before) == 2
+        time.sleep(0.5)
+        assert cpu_between(before, tree_cpu(parent.pid)) > 0.1
+    finally:
+        for child in psutil.Process(parent.pid).children():
+            child.kill()
+        parent.kill()
+        parent.wait()
