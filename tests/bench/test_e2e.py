@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-SERVER_MODULE = "tests.bench.standin"
+SERVER_MODULE = "inferpool"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 QUICK_SCENARIOS = 4
 
