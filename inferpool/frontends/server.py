@@ -1,4 +1,4 @@
-"""Runs the whole server on one uvloop loop: REST (Uvicorn or Hypercorn) and the engine.
+"""Runs the whole server on one uvloop loop: REST (Uvicorn or Hypercorn), gRPC and the engine.
 
 Start-up order: bind and serve (so liveness answers at once), load every model, then
 turn ready. Signal handlers only record; this loop acts: ready turns false, servers stop
@@ -19,6 +19,7 @@ import uvicorn
 
 from inferpool.engine.client import EngineClient, make_client
 from inferpool.engine.states import ModelState
+from inferpool.frontends.grpc import GrpcServer
 from inferpool.frontends.rest import build_app
 from inferpool.settings import ServerSettings
 
@@ -102,6 +103,7 @@ async def serve(settings: ServerSettings) -> int:
     try:
         client = make_client(settings)
         rest = RestServer(client, settings)
+        grpc_server = GrpcServer(client, settings) if settings.grpc_port > 0 else None
     except OSError as exc:
         print(f"inferpool: {exc}", file=sys.stderr)
         return 1
@@ -112,9 +114,14 @@ async def serve(settings: ServerSettings) -> int:
     await client.start()
     await rest.start()
     logger.info("REST on http://%s:%d", settings.host, settings.http_port)
+    if grpc_server is not None:
+        await grpc_server.start()
+        logger.info("gRPC on %s:%d", settings.host, settings.grpc_port)
     code = await _load_then_wait(client, settings, stop)
     client.stopping = True
-    await rest.stop()
+    grace = settings.shutdown_timeout
+    stopping = [grpc_server.stop(grace)] if grpc_server is not None else []
+    await asyncio.gather(rest.stop(), *stopping)
     await client.close()
     return code
 
