@@ -1,0 +1,92 @@
+"""Helpers for the gRPC end-to-end tests: worker counts, a test repository, stubs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import grpc
+import pytest
+
+from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
+from inferpool.protocol.generated.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
+from tests.support import Server, build_iris_repository
+
+# Every e2e test runs in-process (0) and with a worker pool (2) once the pool exists.
+WORKER_COUNTS = [
+    0,
+    pytest.param(
+        2,
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec("inferpool.engine.pool") is None,
+            reason="inferpool.engine.pool (the worker pool) is not in this build",
+        ),
+    ),
+]
+
+# A runtime that answers each requested output with the input of the same name, so
+# every datatype can travel both ways. Inputs named sleep/mark/fail are test hooks.
+ECHO_RUNTIME = """
+import time
+from pathlib import Path
+
+from inferpool import Runtime, TensorSpec
+
+
+class EchoRuntime(Runtime):
+    accepts = "dict"
+
+    def load(self):
+        pass
+
+    def outputs(self):
+        return [TensorSpec("a", "BYTES", [-1]), TensorSpec("b", "BYTES", [-1])]
+
+    def default_outputs(self):
+        return ["a", "b"]
+
+    def predict(self, payload, outputs):
+        if "mark" in payload:
+            Path(payload["mark"].reshape(-1)[0].decode()).touch()
+        if "sleep" in payload:
+            time.sleep(float(payload["sleep"].reshape(-1)[0]))
+        if "fail" in payload:
+            raise ValueError("asked to fail")
+        return {name: payload[name] for name in outputs if name in payload}
+"""
+
+
+def build_grpc_repository(root: Path) -> Path:
+    """The iris models plus ``echo`` (EchoRuntime)."""
+    build_iris_repository(root)
+    echo = root / "echo"
+    echo.mkdir()
+    (echo / "echo_runtime.py").write_text(ECHO_RUNTIME)
+    settings = {"name": "echo", "implementation": "echo_runtime.EchoRuntime"}
+    (echo / "model-settings.json").write_text(json.dumps(settings))
+    return root
+
+
+@contextmanager
+def running_server(repository: Path, workers: int, *args: str) -> Iterator[Server]:
+    with Server(repository, "--workers", str(workers), *args) as server:
+        server.wait_ready()
+        yield server
+
+
+@contextmanager
+def stub_for(server: Server) -> Iterator[GRPCInferenceServiceStub]:
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        yield GRPCInferenceServiceStub(channel)
+
+
+def infer_request(model: str, **tensors) -> pb.ModelInferRequest:
+    """A request with typed FP64 inputs, e.g. ``infer_request("iris-rf", x=array)``."""
+    request = pb.ModelInferRequest(model_name=model)
+    for name, array in tensors.items():
+        tensor = request.inputs.add(name=name, datatype="FP64", shape=array.shape)
+        tensor.contents.fp64_contents.extend(array.ravel().tolist())
+    return request
