@@ -11,6 +11,8 @@ from tritonclient.grpc import service_pb2 as triton_pb
 
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from tests.e2e.grpc_helpers import (
+    SAMPLES,
+    TYPED_FIELD,
     WORKER_COUNTS,
     build_grpc_repository,
     infer_request,
@@ -18,40 +20,6 @@ from tests.e2e.grpc_helpers import (
     stub_for,
 )
 from tests.support import iris_data
-
-# One sample per V2 datatype, with the extremes of each range.
-SAMPLES = {
-    "BOOL": np.array([[True, False], [False, True]]),
-    "UINT8": np.array([[0, 255], [1, 254]], np.uint8),
-    "UINT16": np.array([[0, 65535], [1, 2]], np.uint16),
-    "UINT32": np.array([[0, 2**32 - 1], [1, 2]], np.uint32),
-    "UINT64": np.array([[0, 2**64 - 1], [1, 2]], np.uint64),
-    "INT8": np.array([[-128, 127], [0, -1]], np.int8),
-    "INT16": np.array([[-(2**15), 2**15 - 1], [0, -1]], np.int16),
-    "INT32": np.array([[-(2**31), 2**31 - 1], [0, -1]], np.int32),
-    "INT64": np.array([[-(2**63), 2**63 - 1], [0, -1]], np.int64),
-    "FP16": np.array([[1.5, -2.25], [65504.0, 0.0]], np.float16),
-    "FP32": np.array([[1.5, -2.25], [3.4e38, 1e-7]], np.float32),
-    "FP64": np.array([[1.5, -2.25], [1.7e308, 5e-324]], np.float64),
-    "BYTES": np.array([[b"hello", b""], ["héllo".encode(), b"\x00\xff"]], dtype=object),
-}
-# The typed contents field of each datatype, as the specification assigns them (FP16 has
-# no field of its own; it travels in fp32_contents, as MLServer does).
-TYPED_FIELD = {
-    "BOOL": "bool_contents",
-    "UINT8": "uint_contents",
-    "UINT16": "uint_contents",
-    "UINT32": "uint_contents",
-    "UINT64": "uint64_contents",
-    "INT8": "int_contents",
-    "INT16": "int_contents",
-    "INT32": "int_contents",
-    "INT64": "int64_contents",
-    "FP16": "fp32_contents",
-    "FP32": "fp32_contents",
-    "FP64": "fp64_contents",
-    "BYTES": "bytes_contents",
-}
 
 
 @pytest.fixture(scope="module", params=WORKER_COUNTS)
