@@ -9,6 +9,7 @@ messages. Errors carry the same messages as REST, with the matching gRPC status 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -195,6 +196,9 @@ def guarded(method: str, handler: Handler, access_log: bool) -> Handler:
         code = grpc.StatusCode.OK
         try:
             return await handler(request, context)
+        except asyncio.CancelledError:
+            code = grpc.StatusCode.CANCELLED  # the client went away or its deadline passed
+            raise
         except InferpoolError as exc:
             code = grpc.StatusCode[grpc_code_for(exc.status)]
             await context.abort(code, exc.message)

@@ -11,7 +11,8 @@ import pytest
 
 from inferpool.engine.client import InProcessClient
 from inferpool.errors import BadRequest, DeadlineExceeded
-from inferpool.frontends.grpc import InferenceService, guarded, read_route
+from inferpool.frontends.access_log import model_in_path
+from inferpool.frontends.grpc import InferenceService, guarded, model_of, read_route
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.settings import ServerSettings
 from tests.e2e.grpc_helpers import build_grpc_repository
@@ -131,3 +132,27 @@ def test_an_unexpected_error_is_internal_not_a_traceback():
     with pytest.raises(grpc.aio.AbortError):
         asyncio.run(guarded("ServerLive", broken, False)(pb.ServerLiveRequest(), context))
     assert context.aborted == (grpc.StatusCode.INTERNAL, "internal error: RuntimeError: boom")
+
+
+@pytest.mark.parametrize(
+    ("path", "model"),
+    [
+        ("/v2/models/iris/infer", "iris"),
+        ("/v2/models/iris/versions/2/infer", "iris"),
+        ("/v2/models/iris", "iris"),
+        ("/v2/repository/models/iris/load", "iris"),
+        ("/v2/models/stats", "-"),
+        ("/v2/models/statsmodel/infer", "statsmodel"),
+        ("/v2/health/live", "-"),
+    ],
+)
+def test_the_access_log_names_the_model_of_a_rest_path(path, model):
+    assert model_in_path(path) == model
+
+
+def test_the_access_log_names_the_model_of_an_rpc():
+    assert model_of(request_bytes(model_name="iris")) == "iris"
+    assert model_of(b"\x0f") == "-"
+    assert model_of(pb.ModelMetadataRequest(name="rf")) == "rf"
+    assert model_of(pb.RepositoryModelLoadRequest(model_name="lgb")) == "lgb"
+    assert model_of(pb.ServerLiveRequest()) == "-"
