@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+from pathlib import Path
 
 import grpc
 import httpx
@@ -208,30 +209,47 @@ def test_statistics_count_successes_and_failures(stub):
     assert {"iris-logreg", "iris-rf", "echo"} <= {s.name for s in everything.model_stats}
 
 
+def echo_request(sleep: float = 0.0, mark: Path | None = None) -> pb.ModelInferRequest:
+    """An echo request that touches ``mark`` when it reaches the model, then sleeps."""
+    request = pb.ModelInferRequest(model_name="echo")
+    if mark is not None:
+        tensor = request.inputs.add(name="mark", datatype="BYTES", shape=[1])
+        tensor.contents.bytes_contents.append(str(mark).encode())
+    if sleep:
+        request.inputs.add(name="sleep", datatype="FP64", shape=[1]).contents.fp64_contents.append(
+            sleep
+        )
+    request.inputs.add(name="a", datatype="INT32", shape=[1]).contents.int_contents.append(5)
+    return request
+
+
+def wait_for_file(path: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear within {timeout}s"
+        time.sleep(0.02)
+
+
 def test_a_request_whose_deadline_passed_is_not_run(server, stub, tmp_path):
     """Keep every worker (or the loop) busy, so a short-deadline request waits past it."""
-    busy = pb.ModelInferRequest(model_name="echo")
-    busy.inputs.add(name="sleep", datatype="FP64", shape=[1]).contents.fp64_contents.append(1.5)
+    started = [tmp_path / f"busy-{i}" for i in range(max(1, server.workers))]
     sleepers = [
-        threading.Thread(target=stub.ModelInfer, args=(busy,))
-        for _ in range(max(1, server.workers))
+        threading.Thread(target=stub.ModelInfer, args=(echo_request(1.5, mark),))
+        for mark in started
     ]
     for thread in sleepers:
         thread.start()
-    time.sleep(0.3)
-    mark = tmp_path / "ran"
-    late = pb.ModelInferRequest(model_name="echo")
-    late.inputs.add(name="mark", datatype="BYTES", shape=[1]).contents.bytes_contents.append(
-        str(mark).encode()
-    )
+    for mark in started:
+        wait_for_file(mark)
+    late = tmp_path / "late-ran"
 
-    error = rpc_error(stub.ModelInfer, late, timeout=0.3)
+    error = rpc_error(stub.ModelInfer, echo_request(mark=late), timeout=0.3)
 
     assert error.code() is grpc.StatusCode.DEADLINE_EXCEEDED
     for thread in sleepers:
         thread.join(10)
     time.sleep(0.5)
-    assert not mark.exists(), "a request past its deadline reached the model"
+    assert not late.exists(), "a request past its deadline reached the model"
 
 
 def test_grpc_port_zero_disables_grpc(iris_repo):
@@ -248,13 +266,10 @@ def test_grpc_port_zero_disables_grpc(iris_repo):
 def test_shutdown_lets_an_in_flight_call_finish(workers, tmp_path):
     repository = build_grpc_repository(tmp_path / "repo")
     with running_server(repository, workers) as server, stub_for(server) as stub:
-        request = pb.ModelInferRequest(model_name="echo")
-        sleep = request.inputs.add(name="sleep", datatype="FP64", shape=[1])
-        sleep.contents.fp64_contents.append(1.0)
-        request.inputs.add(name="a", datatype="INT32", shape=[1]).contents.int_contents.append(5)
-        future = stub.ModelInfer.future(request)
-        time.sleep(0.3)
+        running = tmp_path / "running"
+        future = stub.ModelInfer.future(echo_request(1.0, running))
+        wait_for_file(running)
         server.process.terminate()
-        response = future.result(timeout=10)
+        response = future.result(timeout=30)
         assert list(response.outputs[0].contents.int_contents) == [5]
-        assert server.wait_exit(30) == 0
+        assert server.wait_exit(60) == 0
