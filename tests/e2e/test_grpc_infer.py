@@ -170,3 +170,13 @@ def test_a_request_built_with_tritons_own_messages(server):
     (output,) = response.outputs
     assert (output.name, output.datatype, list(output.shape)) == ("predict", "INT64", [2])
     assert np.frombuffer(response.raw_output_contents[0], "<i8").tolist() == [0, 0]
+
+
+def test_messages_larger_than_grpcs_4_mib_default(triton_client):
+    values = np.arange(1_500_000, dtype=np.int64)  # 12 MB each way
+    tensor = triton.InferInput("a", [values.size], "INT64")
+    tensor.set_data_from_numpy(values)
+
+    result = triton_client.infer("echo", [tensor])
+
+    assert np.array_equal(result.as_numpy("a"), values)
