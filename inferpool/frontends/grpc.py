@@ -22,7 +22,7 @@ import inferpool
 from inferpool.engine.client import EngineClient
 from inferpool.engine.handler import KIND_GRPC
 from inferpool.engine.states import ModelState
-from inferpool.errors import BadRequest, InferpoolError, from_status, grpc_code_for
+from inferpool.errors import BadRequest, InferpoolError, Overloaded, from_status, grpc_code_for
 from inferpool.frontends.access_log import log_request
 from inferpool.frontends.rest import EXTENSIONS
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 SERVICE = "inference.GRPCInferenceService"
 # Triton's default: messages as large as gRPC allows, so big raw batches fit.
 MAX_MESSAGE_BYTES = 2**31 - 1
+# How long an overloaded server asks clients to wait, as REST's Retry-After: 1.
+RETRY_AFTER_MS = "1000"
 
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
@@ -201,6 +203,9 @@ def guarded(method: str, handler: Handler, access_log: bool) -> Handler:
             raise
         except InferpoolError as exc:
             code = grpc.StatusCode[grpc_code_for(exc.status)]
+            if isinstance(exc, Overloaded):
+                # gRPC's form of Retry-After: clients with a retry policy wait this long.
+                context.set_trailing_metadata((("grpc-retry-pushback-ms", RETRY_AFTER_MS),))
             await context.abort(code, exc.message)
         except Exception as exc:
             if isinstance(exc, grpc.aio.AbortError):

@@ -16,17 +16,12 @@ from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.generated.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 from tests.support import Server, build_iris_repository
 
+needs_pool = pytest.mark.skipif(
+    importlib.util.find_spec("inferpool.engine.pool") is None,
+    reason="inferpool.engine.pool (the worker pool) is not in this build",
+)
 # Every e2e test runs in-process (0) and with a worker pool (2) once the pool exists.
-WORKER_COUNTS = [
-    0,
-    pytest.param(
-        2,
-        marks=pytest.mark.skipif(
-            importlib.util.find_spec("inferpool.engine.pool") is None,
-            reason="inferpool.engine.pool (the worker pool) is not in this build",
-        ),
-    ),
-]
+WORKER_COUNTS = [0, pytest.param(2, marks=needs_pool)]
 
 # One sample per V2 datatype, with the extremes of each range.
 SAMPLES = {

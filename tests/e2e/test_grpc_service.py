@@ -18,6 +18,7 @@ from tests.e2e.grpc_helpers import (
     WORKER_COUNTS,
     build_grpc_repository,
     infer_request,
+    needs_pool,
     running_server,
     stub_for,
 )
@@ -273,3 +274,24 @@ def test_shutdown_lets_an_in_flight_call_finish(workers, tmp_path):
         response = future.result(timeout=30)
         assert list(response.outputs[0].contents.int_contents) == [5]
         assert server.wait_exit(60) == 0
+
+
+@needs_pool
+def test_a_full_queue_is_unavailable_with_a_retry_pushback(tmp_path):
+    repository = build_grpc_repository(tmp_path / "repo")
+    with (
+        running_server(repository, 1, "--max-queue", "1") as server,
+        stub_for(server) as stub,
+    ):
+        futures = [stub.ModelInfer.future(echo_request(0.5)) for _ in range(4)]
+        refused = []
+        for future in futures:
+            try:
+                future.result(timeout=30)
+            except grpc.RpcError as error:
+                refused.append(error)
+    assert 0 < len(refused) < len(futures)
+    for error in refused:
+        assert error.code() is grpc.StatusCode.UNAVAILABLE
+        assert "overloaded" in error.details()
+        assert ("grpc-retry-pushback-ms", "1000") in [tuple(m) for m in error.trailing_metadata()]

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from inferpool.engine.client import InProcessClient
-from inferpool.errors import BadRequest, DeadlineExceeded
+from inferpool.errors import BadRequest, DeadlineExceeded, Overloaded
 from inferpool.frontends.access_log import model_in_path
 from inferpool.frontends.grpc import InferenceService, guarded, model_of, read_route
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
@@ -67,9 +67,13 @@ class Context:
     def __init__(self, remaining: float | None) -> None:
         self.remaining = remaining
         self.aborted: tuple[grpc.StatusCode, str] | None = None
+        self.trailers: tuple = ()
 
     def time_remaining(self) -> float | None:
         return self.remaining
+
+    def set_trailing_metadata(self, trailers: tuple) -> None:
+        self.trailers = trailers
 
     async def abort(self, code: grpc.StatusCode, details: str) -> None:
         self.aborted = (code, details)
@@ -156,3 +160,14 @@ def test_the_access_log_names_the_model_of_an_rpc():
     assert model_of(pb.ModelMetadataRequest(name="rf")) == "rf"
     assert model_of(pb.RepositoryModelLoadRequest(model_name="lgb")) == "lgb"
     assert model_of(pb.ServerLiveRequest()) == "-"
+
+
+def test_overloaded_is_unavailable_with_a_retry_pushback():
+    async def full(request, context):
+        raise Overloaded("every queue for model 'm' is full")
+
+    context = Context(None)
+    with pytest.raises(grpc.aio.AbortError):
+        asyncio.run(guarded("ModelInfer", full, False)(b"", context))
+    assert context.aborted == (grpc.StatusCode.UNAVAILABLE, "every queue for model 'm' is full")
+    assert context.trailers == (("grpc-retry-pushback-ms", "1000"),)
