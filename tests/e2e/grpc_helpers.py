@@ -59,8 +59,10 @@ TYPED_FIELD = {
 
 
 # A runtime that answers each requested output with the input of the same name, so
-# every datatype can travel both ways. Inputs named sleep/mark/fail are test hooks.
+# every datatype can travel both ways. Inputs named sleep/mark/fail are test hooks
+# (mark: a file the model writes its pid into as it starts).
 ECHO_RUNTIME = """
+import os
 import time
 from pathlib import Path
 
@@ -81,7 +83,7 @@ class EchoRuntime(Runtime):
 
     def predict(self, payload, outputs):
         if "mark" in payload:
-            Path(payload["mark"].reshape(-1)[0].decode()).touch()
+            Path(payload["mark"].reshape(-1)[0].decode()).write_text(str(os.getpid()))
         if "sleep" in payload:
             time.sleep(float(payload["sleep"].reshape(-1)[0]))
         if "fail" in payload:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import threading
 import time
 from pathlib import Path
@@ -211,7 +213,7 @@ def test_statistics_count_successes_and_failures(stub):
 
 
 def echo_request(sleep: float = 0.0, mark: Path | None = None) -> pb.ModelInferRequest:
-    """An echo request that touches ``mark`` when it reaches the model, then sleeps."""
+    """An echo request that writes its pid to ``mark`` when it reaches the model, then sleeps."""
     request = pb.ModelInferRequest(model_name="echo")
     if mark is not None:
         tensor = request.inputs.add(name="mark", datatype="BYTES", shape=[1])
@@ -295,3 +297,28 @@ def test_a_full_queue_is_unavailable_with_a_retry_pushback(tmp_path):
         assert error.code() is grpc.StatusCode.UNAVAILABLE
         assert "overloaded" in error.details()
         assert ("grpc-retry-pushback-ms", "1000") in [tuple(m) for m in error.trailing_metadata()]
+
+
+@needs_pool
+def test_a_lost_worker_is_unavailable_and_the_pool_recovers(tmp_path):
+    repository = build_grpc_repository(tmp_path / "repo")
+    with running_server(repository, 2) as server, stub_for(server) as stub:
+        running = tmp_path / "running"
+        future = stub.ModelInfer.future(echo_request(5.0, running))
+        wait_for_file(running)
+        os.kill(int(running.read_text()), signal.SIGKILL)
+
+        with pytest.raises(grpc.RpcError) as caught:
+            future.result(timeout=30)
+        assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert caught.value.details()
+
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                response = stub.ModelInfer(echo_request(), timeout=10)
+                break
+            except grpc.RpcError:
+                assert time.monotonic() < deadline, "the pool did not recover"
+                time.sleep(0.2)
+        assert list(response.outputs[0].contents.int_contents) == [5]
