@@ -58,6 +58,9 @@ _FIELD_DTYPE = {
     "fp32_contents": np.dtype(np.float32),
     "fp64_contents": np.dtype(np.float64),
 }
+# Packed float and double fields are little-endian arrays on the wire, so typed float
+# outputs are built from the array's bytes rather than a Python list: (field, dtype).
+_PACKED_FLOATS = {"fp32_contents": (6, "<f4"), "fp64_contents": (7, "<f8")}
 _INT64_MAX = 2**63 - 1
 
 
@@ -131,7 +134,7 @@ def typed_data(contents: Any, datatype: str, shape: tuple[int, ...], name: str) 
         data = np.empty(expected, dtype=object)
         data[:] = list(values)
     else:
-        source = np.fromiter(values, dtype=_FIELD_DTYPE[field], count=expected)
+        source = np.array(values, dtype=_FIELD_DTYPE[field])  # protobuf 7: __array__, no loop
         data = cast_checked(source, datatype, name)
     return data.reshape(shape)
 
@@ -167,6 +170,12 @@ def fill_contents(contents: Any, tensor: Tensor) -> None:
     """A tensor's data into the typed ``contents`` field of its datatype."""
     field = CONTENTS_FIELD[tensor.datatype]
     flat = np.asarray(tensor.data).reshape(-1)
+    packed = _PACKED_FLOATS.get(field)
+    if packed is not None:
+        number, dtype = packed
+        raw = np.ascontiguousarray(flat, dtype=dtype).tobytes()
+        contents.MergeFromString(_varint_bytes(number << 3 | 2) + _varint_bytes(len(raw)) + raw)
+        return
     if tensor.datatype == "BYTES":
         values: list[Any] = [
             item if isinstance(item, bytes) else str(item).encode() for item in flat.tolist()
@@ -174,6 +183,15 @@ def fill_contents(contents: Any, tensor: Tensor) -> None:
     else:
         values = flat.astype(_FIELD_DTYPE[field], copy=False).tolist()
     getattr(contents, field).extend(values)
+
+
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def parameters_dict(parameters: Mapping[str, Any]) -> dict[str, Any]:
