@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -322,3 +323,13 @@ def test_a_lost_worker_is_unavailable_and_the_pool_recovers(tmp_path):
                 assert time.monotonic() < deadline, "the pool did not recover"
                 time.sleep(0.2)
         assert list(response.outputs[0].contents.int_contents) == [5]
+
+
+def test_a_taken_grpc_port_exits_1_naming_it(iris_repo):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with Server(iris_repo, "--workers", "0", "--grpc-port", str(port)) as server:
+            assert server.wait_exit(60) == 1
+            assert f"cannot listen on 127.0.0.1:{port} for gRPC" in server.output()
