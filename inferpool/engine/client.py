@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from abc import ABC, abstractmethod
 from typing import Any
@@ -150,11 +151,11 @@ class InProcessClient(EngineClient):
         self.models: dict[str, LoadedModel] = {}
 
     async def _load(self, settings: ModelSettings) -> dict[str, Any]:
-        from inferpool.engine.model import failure_reason, load_model
+        from inferpool.engine.model import failure_reason
 
         try:
             # A thread keeps the loop answering health checks while a model loads.
-            model = await asyncio.to_thread(load_model, settings)
+            model = await asyncio.to_thread(_load_one_at_a_time, settings)
         except Exception as exc:
             raise InferpoolError(failure_reason(exc)) from None
         self.models[settings.name] = model
@@ -169,6 +170,18 @@ class InProcessClient(EngineClient):
         from inferpool.engine.handler import handle
 
         return handle(self.models[name], kind, body, json_length)
+
+
+# Two threads unpickling models that import one library for the first time (sklearn)
+# can see it half-initialised (ImportError), so in-process loads take turns.
+_LOAD_LOCK = threading.Lock()
+
+
+def _load_one_at_a_time(settings: ModelSettings) -> Any:
+    from inferpool.engine.model import load_model
+
+    with _LOAD_LOCK:
+        return load_model(settings)
 
 
 def check_deadline(deadline: float | None) -> None:

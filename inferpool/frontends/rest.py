@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -20,6 +21,7 @@ from inferpool.engine.client import EngineClient
 from inferpool.engine.handler import KIND_CUSTOM, KIND_REST, Reply, custom_body
 from inferpool.engine.states import ModelState
 from inferpool.errors import BadRequest, InferpoolError
+from inferpool.frontends.access_log import RestAccessLog
 
 JSON = "application/json"
 BINARY_HEADER = "inference-header-content-length"
@@ -142,6 +144,7 @@ def build_app(client: EngineClient) -> Starlette:
     ]
     return Starlette(
         routes=routes,
+        middleware=[Middleware(RestAccessLog)] if client.settings.access_log else [],
         exception_handlers={InferpoolError: _inferpool_error, HTTPException: _http_error},
     )
 

@@ -1,4 +1,4 @@
-"""Runs the whole server on one uvloop loop: REST (Uvicorn or Hypercorn) and the engine.
+"""Runs the whole server on one uvloop loop: REST (Uvicorn or Hypercorn), gRPC and the engine.
 
 Start-up order: bind and serve (so liveness answers at once), load every model, then
 turn ready. Signal handlers only record; this loop acts: ready turns false, servers stop
@@ -19,6 +19,7 @@ import uvicorn
 
 from inferpool.engine.client import EngineClient, make_client
 from inferpool.engine.states import ModelState
+from inferpool.frontends.grpc import GrpcServer
 from inferpool.frontends.metrics import build_metrics_app
 from inferpool.frontends.rest import build_app
 from inferpool.settings import ServerSettings
@@ -103,7 +104,11 @@ async def serve(settings: ServerSettings) -> int:
     """Serve until SIGTERM/SIGINT; the process exit code."""
     try:
         client = make_client(settings)
-        servers = [RestServer(build_app(client), settings, settings.http_port, settings.http2)]
+        servers: list[RestServer | GrpcServer] = [
+            RestServer(build_app(client), settings, settings.http_port, settings.http2)
+        ]
+        if settings.grpc_port > 0:
+            servers.append(GrpcServer(client, settings))
         if settings.metrics_port > 0:
             metrics_app = build_metrics_app(client)
             servers.append(RestServer(metrics_app, settings, settings.metrics_port))
@@ -118,10 +123,12 @@ async def serve(settings: ServerSettings) -> int:
     for server in servers:
         await server.start()
     logger.info("REST on http://%s:%d", settings.host, settings.http_port)
+    if settings.grpc_port > 0:
+        logger.info("gRPC on %s:%d", settings.host, settings.grpc_port)
     code = await _load_then_wait(client, settings, stop)
     client.stopping = True
-    for server in servers:
-        await server.stop()
+    # Every frontend drains at once, each within the shutdown grace period.
+    await asyncio.gather(*(server.stop() for server in servers))
     await client.close()
     return code
 

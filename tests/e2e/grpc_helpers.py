@@ -1,0 +1,125 @@
+"""Helpers for the gRPC end-to-end tests: worker counts, a test repository, stubs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
+from inferpool.protocol.generated.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
+from tests.support import Server, build_iris_repository
+
+needs_pool = pytest.mark.skipif(
+    importlib.util.find_spec("inferpool.engine.pool") is None,
+    reason="inferpool.engine.pool (the worker pool) is not in this build",
+)
+# Every e2e test runs in-process (0) and with a worker pool (2) once the pool exists.
+WORKER_COUNTS = [0, pytest.param(2, marks=needs_pool)]
+
+# One sample per V2 datatype, with the extremes of each range.
+SAMPLES = {
+    "BOOL": np.array([[True, False], [False, True]]),
+    "UINT8": np.array([[0, 255], [1, 254]], np.uint8),
+    "UINT16": np.array([[0, 65535], [1, 2]], np.uint16),
+    "UINT32": np.array([[0, 2**32 - 1], [1, 2]], np.uint32),
+    "UINT64": np.array([[0, 2**64 - 1], [1, 2]], np.uint64),
+    "INT8": np.array([[-128, 127], [0, -1]], np.int8),
+    "INT16": np.array([[-(2**15), 2**15 - 1], [0, -1]], np.int16),
+    "INT32": np.array([[-(2**31), 2**31 - 1], [0, -1]], np.int32),
+    "INT64": np.array([[-(2**63), 2**63 - 1], [0, -1]], np.int64),
+    "FP16": np.array([[1.5, -2.25], [65504.0, 0.0]], np.float16),
+    "FP32": np.array([[1.5, -2.25], [3.4e38, 1e-7]], np.float32),
+    "FP64": np.array([[1.5, -2.25], [1.7e308, 5e-324]], np.float64),
+    "BYTES": np.array([[b"hello", b""], ["héllo".encode(), b"\x00\xff"]], dtype=object),
+}
+# The typed contents field of each datatype, as the specification assigns them (FP16 has
+# no field of its own; it travels in fp32_contents, as MLServer does).
+TYPED_FIELD = {
+    "BOOL": "bool_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "FP16": "fp32_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+# A runtime that answers each requested output with the input of the same name, so
+# every datatype can travel both ways. Inputs named sleep/mark/fail are test hooks
+# (mark: a file the model writes its pid into as it starts).
+ECHO_RUNTIME = """
+import os
+import time
+from pathlib import Path
+
+from inferpool import Runtime, TensorSpec
+
+
+class EchoRuntime(Runtime):
+    accepts = "dict"
+
+    def load(self):
+        pass
+
+    def outputs(self):
+        return [TensorSpec("a", "BYTES", [-1]), TensorSpec("b", "BYTES", [-1])]
+
+    def default_outputs(self):
+        return ["a", "b"]
+
+    def predict(self, payload, outputs):
+        if "mark" in payload:
+            Path(payload["mark"].reshape(-1)[0].decode()).write_text(str(os.getpid()))
+        if "sleep" in payload:
+            time.sleep(float(payload["sleep"].reshape(-1)[0]))
+        if "fail" in payload:
+            raise ValueError("asked to fail")
+        return {name: payload[name] for name in outputs if name in payload}
+"""
+
+
+def build_grpc_repository(root: Path) -> Path:
+    """The iris models plus ``echo`` (EchoRuntime)."""
+    build_iris_repository(root)
+    echo = root / "echo"
+    echo.mkdir()
+    (echo / "echo_runtime.py").write_text(ECHO_RUNTIME)
+    settings = {"name": "echo", "implementation": "echo_runtime.EchoRuntime"}
+    (echo / "model-settings.json").write_text(json.dumps(settings))
+    return root
+
+
+@contextmanager
+def running_server(repository: Path, workers: int, *args: str) -> Iterator[Server]:
+    with Server(repository, "--workers", str(workers), *args) as server:
+        server.wait_ready()
+        yield server
+
+
+@contextmanager
+def stub_for(server: Server) -> Iterator[GRPCInferenceServiceStub]:
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        yield GRPCInferenceServiceStub(channel)
+
+
+def infer_request(model: str, **tensors) -> pb.ModelInferRequest:
+    """A request with typed FP64 inputs, e.g. ``infer_request("iris-rf", x=array)``."""
+    request = pb.ModelInferRequest(model_name=model)
+    for name, array in tensors.items():
+        tensor = request.inputs.add(name=name, datatype="FP64", shape=array.shape)
+        tensor.contents.fp64_contents.extend(array.ravel().tolist())
+    return request
