@@ -15,8 +15,8 @@ from inferpool.errors import BadRequest
 from inferpool.protocol.types import Tensor
 
 
-class InputCodec:
-    """Converts one tensor to a Python object (decode) and one object to a tensor (encode).
+class Codec:
+    """What every codec shares: the content types it answers to, and what it can encode.
 
     ``content_types`` names the canonical content type first, then the aliases in the wild.
     """
@@ -31,6 +31,10 @@ class InputCodec:
     def can_encode(cls, value: Any) -> bool:
         raise NotImplementedError
 
+
+class InputCodec(Codec):
+    """Converts one tensor to a Python object (decode) and one object to a tensor (encode)."""
+
     @classmethod
     def decode(cls, tensor: Tensor) -> Any:
         raise NotImplementedError
@@ -40,18 +44,8 @@ class InputCodec:
         raise NotImplementedError
 
 
-class RequestCodec:
+class RequestCodec(Codec):
     """Converts every tensor of a request or response to one object, and back."""
-
-    content_types: ClassVar[tuple[str, ...]] = ()
-
-    @classmethod
-    def content_type(cls) -> str:
-        return cls.content_types[0]
-
-    @classmethod
-    def can_encode(cls, value: Any) -> bool:
-        raise NotImplementedError
 
     @classmethod
     def decode(cls, tensors: Sequence[Tensor], default_content_types: dict[str, str]) -> Any:
