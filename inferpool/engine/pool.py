@@ -1,0 +1,449 @@
+"""The worker pool: spawn workers, dispatch requests to them, survive their deaths.
+
+``PoolClient`` is the ``EngineClient`` for ``workers > 0``. Workers are forked by a
+template process (``zygote.py``) started as a fresh interpreter, so they come from a
+clean parent however busy this process is. Per worker the pool holds a request ring and
+a response ring (``ring.py``), one eventfd doorbell per direction and a control channel
+(``channel.py``); this loop watches the response doorbell and the control channel with
+``add_reader``, so one wake-up completes every finished request, and the channel's EOF
+reveals a dead worker at once. The requests it held fail with 503, a replacement is
+forked and the dead worker's replicas are loaded again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from inferpool.engine import messages
+from inferpool.engine.channel import Channel, socket_pair
+from inferpool.engine.client import EngineClient
+from inferpool.engine.handler import Reply
+from inferpool.engine.ring import Ring, create_ring_fd
+from inferpool.engine.scheduler import MIB, PlacementError, WorkerRoom, place
+from inferpool.engine.states import ModelState
+from inferpool.engine.stats import StageTimes
+from inferpool.errors import InferpoolError, Overloaded
+from inferpool.settings import ModelSettings, ServerSettings
+
+logger = logging.getLogger(__name__)
+
+SLOT_SIZE = 64 * 1024  # a bigger body travels in its own memfd
+SPAWN_TIMEOUT = 60.0
+# A worker that dies this soon after starting, this many times in a row, is not retried.
+CRASH_WINDOW, MAX_CRASHES = 10.0, 5
+THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+class WorkerHandle:
+    """The frontend's side of one worker process."""
+
+    def __init__(self, slot: int, slots: int) -> None:
+        self.slot = slot
+        self.pid = 0
+        self.alive = False
+        self.started_at = time.monotonic()
+        request_fd, reply_fd = create_ring_fd(slots, SLOT_SIZE), create_ring_fd(slots, SLOT_SIZE)
+        self.fds = [request_fd, reply_fd]
+        self.requests = Ring(request_fd, slots, SLOT_SIZE)
+        self.replies = Ring(reply_fd, slots, SLOT_SIZE)
+        self.request_bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.reply_bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        ours, theirs = socket_pair()
+        self.channel = Channel(ours)
+        self.child_socket = theirs
+        loop = asyncio.get_running_loop()
+        self.hello: asyncio.Future = loop.create_future()
+        self.exited: asyncio.Future = loop.create_future()
+        self.inflight: dict[int, asyncio.Future] = {}
+        self.loads: dict[int, asyncio.Future] = {}
+        self.models: dict[str, tuple[int, int]] = {}  # name → (model index, bytes)
+
+    def child_fds(self) -> list[int]:
+        """What the worker gets, in the order ``worker.Worker`` expects."""
+        return [*self.fds, self.request_bell, self.reply_bell, self.child_socket.fileno()]
+
+    def release_child_fds(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+        self.child_socket.close()
+
+    @property
+    def used(self) -> int:
+        return sum(size for _, size in self.models.values())
+
+    def describe(self) -> str:
+        return f"worker {self.slot} (pid {self.pid})"
+
+
+class Route:
+    """Where one model's requests go: its index in the workers and its READY replicas."""
+
+    def __init__(self, settings: ModelSettings, index: int, wanted: int) -> None:
+        self.settings = settings
+        self.index = index
+        self.wanted = wanted
+        self.ready: list[WorkerHandle] = []
+
+
+class PoolClient(EngineClient):
+    def __init__(self, settings: ServerSettings) -> None:
+        super().__init__(settings)
+        self.count = settings.workers
+        self.threads = max(1, (os.cpu_count() or 1) // self.count)
+        self.max_queue = max(1, settings.max_queue)
+        limit = settings.worker_memory_limit
+        self.memory_limit = limit * MIB if limit > 0 else None
+        self.workers: list[WorkerHandle | None] = [None] * self.count
+        self.routes: dict[str, Route] = {}
+        self.broken: str | None = None
+        self._ids = itertools.count(1)
+        self._indexes = itertools.count(1)
+        self._crashes = [0] * self.count
+        self._zygote: subprocess.Popen | None = None
+        self._zygote_channel: Channel | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    @property
+    def live(self) -> bool:
+        return not self.stopping and self.broken is None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._start_zygote()
+        await asyncio.gather(*(self._spawn(slot) for slot in range(self.count)))
+
+    def _start_zygote(self) -> None:
+        ours, theirs = socket_pair()
+        env = dict(os.environ)
+        env.update(dict.fromkeys(THREAD_ENV, str(self.threads)))
+        # The template imports this very package, whatever put it on sys.path.
+        env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
+        self._zygote = subprocess.Popen(
+            [sys.executable, "-m", "inferpool.engine.zygote", str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            env=env,
+        )
+        theirs.close()
+        self._zygote_channel = Channel(ours)
+        asyncio.get_running_loop().add_reader(ours.fileno(), self._zygote_gone)
+
+    def _zygote_gone(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self._zygote_channel.fileno())
+        if not self.stopping:
+            self.broken = "the worker template process exited; workers cannot be replaced"
+            logger.error(self.broken)
+
+    async def _spawn(self, slot: int) -> WorkerHandle:
+        worker = WorkerHandle(slot, self.max_queue)
+        self.workers[slot] = worker
+        loop = asyncio.get_running_loop()
+        spec = {"worker": slot, "threads": self.threads, "slots": self.max_queue}
+        spec["slot_size"] = SLOT_SIZE
+        try:
+            self._zygote_channel.send(
+                messages.SPAWN, messages.encode_control(spec), fds=worker.child_fds()
+            )
+        finally:
+            worker.release_child_fds()
+        loop.add_reader(worker.channel.fileno(), self._on_control, worker)
+        loop.add_reader(worker.reply_bell, self._on_replies, worker)
+        worker.alive = True
+        try:
+            await asyncio.wait_for(asyncio.shield(worker.hello), SPAWN_TIMEOUT)
+        except TimeoutError:
+            self._worker_died(worker)
+            raise InferpoolError(f"worker {slot} did not start in {SPAWN_TIMEOUT:.0f}s") from None
+        logger.info("worker %d started (pid %d)", slot, worker.pid)
+        return worker
+
+    async def close(self) -> None:
+        self.stopping = True
+        deadline = time.monotonic() + self.settings.shutdown_timeout
+        while any(w.inflight for w in self._alive()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        exiting = []
+        for worker in self._alive():
+            with contextlib.suppress(OSError):
+                worker.channel.send(messages.STOP)
+            exiting.append(worker.exited)
+        if exiting:
+            await asyncio.wait(exiting, timeout=5)
+            for worker in self._alive():
+                logger.warning("%s did not stop; killing it", worker.describe())
+                with contextlib.suppress(OSError):
+                    os.kill(worker.pid, signal.SIGKILL)
+                self._worker_died(worker)
+        for task in self._tasks:
+            task.cancel()
+        if self._zygote_channel is not None:
+            with contextlib.suppress(ValueError):
+                asyncio.get_running_loop().remove_reader(self._zygote_channel.fileno())
+            self._zygote_channel.close()
+        if self._zygote is not None:
+            try:
+                await asyncio.to_thread(self._zygote.wait, 5)
+            except subprocess.TimeoutExpired:
+                self._zygote.kill()
+                self._zygote.wait()
+
+    def _alive(self) -> list[WorkerHandle]:
+        return [w for w in self.workers if w is not None and w.alive]
+
+    # -- control messages ------------------------------------------------------------------
+    def _on_control(self, worker: WorkerHandle) -> None:
+        while worker.alive:
+            try:
+                op, payload, fds = worker.channel.receive(block=False)
+            except BlockingIOError:
+                return
+            except (EOFError, OSError):
+                self._worker_died(worker)
+                return
+            for fd in fds:
+                os.close(fd)
+            if op == messages.REPLY:
+                fields = messages.HEADER.unpack_from(payload)
+                self._complete(worker, fields, payload[messages.HEADER_SIZE :])
+            elif op == messages.LOADED:
+                document = messages.decode_control(payload)
+                future = worker.loads.pop(document["index"], None)
+                if future is not None and not future.done():
+                    future.set_result(document)
+            elif op == messages.HELLO:
+                worker.pid = messages.decode_control(payload)["pid"]
+                if not worker.hello.done():
+                    worker.hello.set_result(None)
+
+    def _on_replies(self, worker: WorkerHandle) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(worker.reply_bell)
+        for fields, body in worker.replies.pop_all():
+            self._complete(worker, fields, body)
+
+    def _complete(self, worker: WorkerHandle, fields: tuple, body: bytes) -> None:
+        future = worker.inflight.pop(fields[0], None)
+        if future is None or future.done():
+            return  # its caller went away
+        json_length = fields[5]
+        times = StageTimes(*fields[8:12])
+        future.set_result(Reply(fields[4], body, None if json_length < 0 else json_length, times))
+
+    # -- faults ----------------------------------------------------------------------------
+    def _worker_died(self, worker: WorkerHandle) -> None:
+        if not worker.alive:
+            return
+        self._on_replies(worker)  # answers it wrote before dying still count
+        worker.alive = False
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(worker.channel.fileno())
+        loop.remove_reader(worker.reply_bell)
+        message = f"{worker.describe()} exited while running the request; retry it".encode()
+        for future in worker.inflight.values():
+            if not future.done():
+                future.set_result(Reply(503, message))
+        worker.inflight.clear()
+        for future in [*worker.loads.values(), worker.hello]:
+            if not future.done():
+                future.set_exception(InferpoolError(f"{worker.describe()} exited"))
+                future.exception()  # retrieved here: a waiter may be gone
+        worker.loads.clear()
+        if not worker.exited.done():
+            worker.exited.set_result(None)
+        worker.channel.close()
+        os.close(worker.request_bell)
+        os.close(worker.reply_bell)
+        worker.requests.close()
+        worker.replies.close()
+        if self.stopping:
+            return
+        logger.error("%s exited; starting a replacement", worker.describe())
+        for name in worker.models:
+            route = self.routes.get(name)
+            if route is None or worker not in route.ready:
+                continue
+            route.ready.remove(worker)
+            if not route.ready:
+                self._set_state(name, ModelState.LOADING, f"reloading: {worker.describe()} exited")
+        task = asyncio.ensure_future(self._replace(worker))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _set_state(self, name: str, state: ModelState, reason: str) -> None:
+        with contextlib.suppress(InferpoolError):
+            status = self.table.find(name)
+            if status.state in (ModelState.READY, ModelState.LOADING):
+                status.state, status.reason = state, reason
+
+    async def _replace(self, dead: WorkerHandle) -> None:
+        slot = dead.slot
+        quick = time.monotonic() - dead.started_at < CRASH_WINDOW
+        self._crashes[slot] = self._crashes[slot] + 1 if quick else 1
+        if self._crashes[slot] > MAX_CRASHES:
+            self.broken = f"worker {slot} crashed {MAX_CRASHES} times in a row; not restarting it"
+            logger.error(self.broken)
+            self._fail_unplaced(dead)
+            return
+        await asyncio.sleep(0.1 * 2 ** (self._crashes[slot] - 1))
+        try:
+            worker = await self._spawn(slot)
+        except InferpoolError as exc:
+            logger.error("cannot replace worker %d: %s", slot, exc.message)
+            return
+        await asyncio.gather(
+            *(
+                self._reload(worker, name, index)
+                for name, (index, _) in dead.models.items()
+                if name in self.routes and self.routes[name].index == index
+            )
+        )
+
+    async def _reload(self, worker: WorkerHandle, name: str, index: int) -> None:
+        route = self.routes[name]
+        try:
+            await self._load_on(worker, route, index)
+        except InferpoolError as exc:
+            logger.error("cannot reload '%s' on %s: %s", name, worker.describe(), exc.message)
+            if not route.ready:
+                self._set_state(name, ModelState.FAILED, exc.message)
+            return
+        if self.routes.get(name) is route:
+            route.ready.append(worker)
+            self._set_state(name, ModelState.READY, "")
+
+    def _fail_unplaced(self, dead: WorkerHandle) -> None:
+        for name in dead.models:
+            route = self.routes.get(name)
+            if route is not None and not route.ready:
+                self._set_state(name, ModelState.FAILED, self.broken or "no worker holds it")
+
+    # -- loading ---------------------------------------------------------------------------
+    async def _load_on(self, worker: WorkerHandle, route: Route, index: int) -> dict[str, Any]:
+        future = asyncio.get_running_loop().create_future()
+        worker.loads[index] = future
+        worker.models[route.settings.name] = (index, 0)
+        document = {"index": index, "settings": route.settings.model_dump(mode="json")}
+        try:
+            worker.channel.send(messages.LOAD, messages.encode_control(document))
+            answer = await future
+        except OSError:
+            worker.loads.pop(index, None)
+            worker.models.pop(route.settings.name, None)
+            raise InferpoolError(f"{worker.describe()} exited") from None
+        except InferpoolError:
+            worker.models.pop(route.settings.name, None)
+            raise
+        if not answer["ok"]:
+            worker.models.pop(route.settings.name, None)
+            raise InferpoolError(answer["error"])
+        worker.models[route.settings.name] = (index, answer["size"])
+        return answer
+
+    def _unload_from(self, workers: list[WorkerHandle], name: str, index: int) -> None:
+        for worker in workers:
+            if worker.alive and worker.models.get(name, (None,))[0] == index:
+                del worker.models[name]
+                with contextlib.suppress(OSError):
+                    worker.channel.send(messages.UNLOAD, messages.encode_control({"index": index}))
+
+    def _rooms(self, workers: list[WorkerHandle], name: str) -> list[WorkerRoom]:
+        rooms = []
+        for worker in workers:
+            others = {k: v for k, v in worker.models.items() if k != name}
+            used = sum(size for _, size in others.values())
+            rooms.append(WorkerRoom(worker.slot, used, len(others)))
+        return rooms
+
+    async def _load(self, settings: ModelSettings) -> dict[str, Any]:
+        name = settings.name
+        alive = self._alive()
+        if not alive:
+            raise InferpoolError("no worker is running")
+        wanted = settings.replicas or len(alive)
+        route = Route(settings, next(self._indexes), wanted)
+        by_slot = {worker.slot: worker for worker in alive}
+        # The first replica goes where there is the most room; it tells the model's size.
+        rooms = self._rooms(alive, name)
+        first = by_slot[min(rooms, key=lambda r: (r.used, r.replicas, r.worker)).worker]
+        answer = await self._load_on(first, route, route.index)
+        size = answer["size"]
+        try:
+            chosen = place(name, wanted, size, self._rooms(alive, name), self.memory_limit)
+        except PlacementError as exc:
+            self._unload_from([first], name, route.index)
+            raise InferpoolError(str(exc)) from None
+        if first.slot not in chosen:
+            self._unload_from([first], name, route.index)
+        others = [by_slot[slot] for slot in chosen if slot != first.slot]
+        results = await asyncio.gather(
+            *(self._load_on(worker, route, route.index) for worker in others),
+            return_exceptions=True,
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        placed = [w for w in others if w.alive and w.models.get(name, (None,))[0] == route.index]
+        if first.slot in chosen:
+            placed.insert(0, first)
+        if errors:
+            self._unload_from(placed, name, route.index)
+            raise (
+                errors[0]
+                if isinstance(errors[0], InferpoolError)
+                else InferpoolError(str(errors[0]))
+            )
+        route.ready = placed
+        old = self.routes.get(name)
+        self.routes[name] = route
+        if old is not None:
+            self._unload_from(self._alive(), name, old.index)
+        logger.info(
+            "model '%s': %d replica(s) on workers %s, %.1f MiB each",
+            name, len(placed), [w.slot for w in placed], size / MIB,
+        )  # fmt: skip
+        return answer["metadata"]
+
+    async def _unload(self, name: str) -> None:
+        route = self.routes.pop(name, None)
+        if route is not None:
+            self._unload_from(self._alive(), name, route.index)
+
+    # -- inference -------------------------------------------------------------------------
+    async def _infer(
+        self, name: str, kind: int, body: bytes, json_length: int | None, deadline: float | None
+    ) -> Reply:
+        route = self.routes[name]
+        worker = None
+        for candidate in route.ready:
+            if len(candidate.inflight) < self.max_queue and (
+                worker is None or len(candidate.inflight) < len(worker.inflight)
+            ):
+                worker = candidate
+        if worker is None:
+            raise Overloaded(
+                f"model '{name}' is overloaded: every replica's queue is full "
+                f"({self.max_queue} requests per worker); retry later"
+            )
+        request_id = next(self._ids)
+        future = asyncio.get_running_loop().create_future()
+        worker.inflight[request_id] = future
+        header = messages.request_header(
+            request_id, route.index, kind, json_length, deadline, len(body)
+        )
+        try:
+            if worker.requests.push(header, body):
+                os.eventfd_write(worker.request_bell, 1)
+            else:  # bigger than a slot: its own memfd over the control channel
+                worker.channel.send(messages.REQUEST, header, body)
+        except OSError:  # it died and its EOF is not handled yet
+            worker.inflight.pop(request_id, None)
+            return Reply(503, f"{worker.describe()} exited; retry the request".encode())
+        return await future
