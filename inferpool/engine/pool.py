@@ -93,6 +93,7 @@ class Route:
         self.index = index
         self.wanted = wanted
         self.ready: list[WorkerHandle] = []
+        self.turn = 0
 
 
 class PoolClient(EngineClient):
@@ -421,8 +422,12 @@ class PoolClient(EngineClient):
         self, name: str, kind: int, body: bytes, json_length: int | None, deadline: float | None
     ) -> Reply:
         route = self.routes[name]
+        ready = route.ready
+        # Least loaded; ties go round-robin, so an idle pool still spreads its work.
+        route.turn += 1
+        start = route.turn % len(ready)
         worker = None
-        for candidate in route.ready:
+        for candidate in ready[start:] + ready[:start]:
             if len(candidate.inflight) < self.max_queue and (
                 worker is None or len(candidate.inflight) < len(worker.inflight)
             ):
