@@ -88,10 +88,9 @@ class WorkerHandle:
 class Route:
     """Where one model's requests go: its index in the workers and its READY replicas."""
 
-    def __init__(self, settings: ModelSettings, index: int, wanted: int) -> None:
+    def __init__(self, settings: ModelSettings, index: int) -> None:
         self.settings = settings
         self.index = index
-        self.wanted = wanted
         self.ready: list[WorkerHandle] = []
         self.turn = 0
 
@@ -155,6 +154,8 @@ class PoolClient(EngineClient):
             self._zygote_channel.send(
                 messages.SPAWN, messages.encode_control(spec), fds=worker.child_fds()
             )
+        except OSError as exc:
+            raise InferpoolError(f"cannot start worker {slot}: {exc}") from None
         finally:
             worker.release_child_fds()
         loop.add_reader(worker.channel.fileno(), self._on_control, worker)
@@ -371,7 +372,7 @@ class PoolClient(EngineClient):
         if not alive:
             raise InferpoolError("no worker is running")
         wanted = settings.replicas or len(alive)
-        route = Route(settings, next(self._indexes), wanted)
+        route = Route(settings, next(self._indexes))
         by_slot = {worker.slot: worker for worker in alive}
         # The first replica goes where there is the most room; it tells the model's size.
         rooms = self._rooms(alive, name)

@@ -11,7 +11,8 @@ from pathlib import Path
 from tests.support import Server
 
 # A custom runtime written into a model folder: it sums each row, appends one line per
-# predict call (pid and rows) to ``calls_file``, and can sleep or hold ballast memory.
+# predict call (pid and rows) to ``calls_file``, can sleep or hold ballast memory, and
+# answers a custom endpoint ``whoami`` with its pid.
 COUNTING_RUNTIME = """
 import os
 import time
@@ -34,6 +35,9 @@ class CountingRuntime(Runtime):
         if self.delay:
             time.sleep(self.delay)
         return {outputs[0]: payload.sum(axis=1)}
+
+    def custom_endpoints(self):
+        return {"whoami": lambda body: {"pid": os.getpid(), "bytes": len(body)}}
 """
 
 
