@@ -54,6 +54,32 @@ def read_memfd(fd: int) -> bytes:
         os.close(fd)
 
 
+class Outgoing:
+    """A message ready to send; a big payload already sits in its own memfd."""
+
+    __slots__ = ("data", "fds", "spill")
+
+    def __init__(self, op: int, parts: Sequence[bytes], fds: Sequence[int] = ()) -> None:
+        self.spill: int | None = None
+        if sum(len(part) for part in parts) + 1 <= INLINE_LIMIT:
+            self.data = bytes([op]) + b"".join(parts)
+            self.fds = list(fds)
+        else:
+            self.spill = memfd_with(parts)
+            self.data = bytes([op | _SPILLED])
+            self.fds = [*fds, self.spill]
+
+    def release(self) -> None:
+        """Close our copy of the spilled payload (the receiver holds its own)."""
+        if self.spill is not None:
+            os.close(self.spill)
+            self.spill = None
+
+
+def _rights(fds: Sequence[int]) -> tuple[int, int, bytes]:
+    return (socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())
+
+
 class Channel:
     """One end of a control socketpair. Sends block; receives may or may not."""
 
@@ -65,19 +91,16 @@ class Channel:
         return self.sock.fileno()
 
     def send(self, op: int, *parts: bytes, fds: Sequence[int] = ()) -> None:
-        size = sum(len(part) for part in parts)
-        if size + 1 <= INLINE_LIMIT:
-            data = bytes([op]) + b"".join(parts)
-            if fds:
-                socket.send_fds(self.sock, [data], list(fds))
-            else:
-                self.sock.send(data)
-            return
-        spill = memfd_with(parts)
-        try:
-            socket.send_fds(self.sock, [bytes([op | _SPILLED])], [*fds, spill])
-        finally:
-            os.close(spill)
+        self.send_packed(Outgoing(op, parts, fds), block=True)
+
+    def send_packed(self, message: Outgoing, block: bool) -> None:
+        """Send a packed message; non-blocking, BlockingIOError means try again later."""
+        flags = 0 if block else socket.MSG_DONTWAIT
+        if message.fds:
+            self.sock.sendmsg([message.data], [_rights(message.fds)], flags)
+        else:
+            self.sock.sendmsg([message.data], [], flags)
+        message.release()
 
     def receive(self, block: bool = True) -> tuple[int, bytes, list[int]]:
         """(opcode, payload, fds); EOFError when the other side is gone.

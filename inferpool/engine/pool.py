@@ -13,6 +13,7 @@ forked and the dead worker's replicas are loaded again.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
@@ -24,7 +25,7 @@ import time
 from typing import Any
 
 from inferpool.engine import messages
-from inferpool.engine.channel import Channel, socket_pair
+from inferpool.engine.channel import Channel, Outgoing, socket_pair
 from inferpool.engine.client import EngineClient
 from inferpool.engine.handler import Reply
 from inferpool.engine.ring import Ring, create_ring_fd
@@ -65,6 +66,7 @@ class WorkerHandle:
         self.exited: asyncio.Future = loop.create_future()
         self.inflight: dict[int, asyncio.Future] = {}
         self.loads: dict[int, asyncio.Future] = {}
+        self.outbox: collections.deque[Outgoing] = collections.deque()
         self.models: dict[str, tuple[int, int]] = {}  # name → (model index, bytes)
 
     def child_fds(self) -> list[int]:
@@ -177,7 +179,7 @@ class PoolClient(EngineClient):
         exiting = []
         for worker in self._alive():
             with contextlib.suppress(OSError):
-                worker.channel.send(messages.STOP)
+                self._post(worker, messages.STOP)
             exiting.append(worker.exited)
         if exiting:
             await asyncio.wait(exiting, timeout=5)
@@ -203,6 +205,35 @@ class PoolClient(EngineClient):
         return [w for w in self.workers if w is not None and w.alive]
 
     # -- control messages ------------------------------------------------------------------
+    def _post(self, worker: WorkerHandle, op: int, *parts: bytes) -> None:
+        """Send to a worker without ever blocking this loop; a full socket queues here.
+
+        (A worker may itself be blocked sending us replies; blocking both would deadlock.)
+        """
+        message = Outgoing(op, parts)
+        if not worker.outbox:
+            try:
+                worker.channel.send_packed(message, block=False)
+                return
+            except BlockingIOError:
+                loop = asyncio.get_running_loop()
+                loop.add_writer(worker.channel.fileno(), self._flush, worker)
+            except OSError:
+                message.release()
+                raise
+        worker.outbox.append(message)
+
+    def _flush(self, worker: WorkerHandle) -> None:
+        while worker.outbox:
+            try:
+                worker.channel.send_packed(worker.outbox[0], block=False)
+            except BlockingIOError:
+                return
+            except OSError:
+                break  # it died; its EOF cleans up
+            worker.outbox.popleft()
+        asyncio.get_running_loop().remove_writer(worker.channel.fileno())
+
     def _on_control(self, worker: WorkerHandle) -> None:
         while worker.alive:
             try:
@@ -249,7 +280,11 @@ class PoolClient(EngineClient):
         worker.alive = False
         loop = asyncio.get_running_loop()
         loop.remove_reader(worker.channel.fileno())
+        loop.remove_writer(worker.channel.fileno())
         loop.remove_reader(worker.reply_bell)
+        for message in worker.outbox:
+            message.release()
+        worker.outbox.clear()
         message = f"{worker.describe()} exited while running the request; retry it".encode()
         for future in worker.inflight.values():
             if not future.done():
@@ -336,7 +371,7 @@ class PoolClient(EngineClient):
         worker.models[route.settings.name] = (index, 0)
         document = {"index": index, "settings": route.settings.model_dump(mode="json")}
         try:
-            worker.channel.send(messages.LOAD, messages.encode_control(document))
+            self._post(worker, messages.LOAD, messages.encode_control(document))
             answer = await future
         except OSError:
             worker.loads.pop(index, None)
@@ -356,7 +391,7 @@ class PoolClient(EngineClient):
             if worker.alive and worker.models.get(name, (None,))[0] == index:
                 del worker.models[name]
                 with contextlib.suppress(OSError):
-                    worker.channel.send(messages.UNLOAD, messages.encode_control({"index": index}))
+                    self._post(worker, messages.UNLOAD, messages.encode_control({"index": index}))
 
     def _rooms(self, workers: list[WorkerHandle], name: str) -> list[WorkerRoom]:
         rooms = []
@@ -448,7 +483,7 @@ class PoolClient(EngineClient):
             if worker.requests.push(header, body):
                 os.eventfd_write(worker.request_bell, 1)
             else:  # bigger than a slot: its own memfd over the control channel
-                worker.channel.send(messages.REQUEST, header, body)
+                self._post(worker, messages.REQUEST, header, body)
         except OSError:  # it died and its EOF is not handled yet
             worker.inflight.pop(request_id, None)
             return Reply(503, f"{worker.describe()} exited; retry the request".encode())

@@ -54,3 +54,19 @@ def test_nonblocking_receive_and_eof() -> None:
     with pytest.raises(EOFError):
         right.receive(block=False)
     right.close()
+
+
+def test_nonblocking_send_reports_a_full_socket(pair) -> None:
+    from inferpool.engine.channel import Outgoing
+
+    left, right = pair
+    sent = 0
+    with pytest.raises(BlockingIOError):
+        for _ in range(100_000):  # bounded: the socket buffer fills long before
+            left.send_packed(Outgoing(5, [b"x" * 1024]), block=False)
+            sent += 1
+    assert sent > 0
+    assert right.receive() == (5, b"x" * 1024, [])
+    big = Outgoing(6, [os.urandom(INLINE_LIMIT * 2)])
+    left.send_packed(big, block=False)  # room again after one receive
+    assert big.spill is None  # our copy of the memfd is released once sent
