@@ -13,78 +13,31 @@ forked and the dead worker's replicas are loaded again.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import itertools
 import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from typing import Any
 
 from inferpool.engine import messages
-from inferpool.engine.channel import Channel, Outgoing, socket_pair
+from inferpool.engine.channel import Channel, Outgoing
 from inferpool.engine.client import EngineClient
 from inferpool.engine.handler import Reply
-from inferpool.engine.ring import Ring, create_ring_fd
 from inferpool.engine.scheduler import MIB, PlacementError, WorkerRoom, place
 from inferpool.engine.states import ModelState
 from inferpool.engine.stats import StageTimes
+from inferpool.engine.workers import WorkerHandle, start_template
 from inferpool.errors import InferpoolError, Overloaded
 from inferpool.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)
 
-SLOT_SIZE = 64 * 1024  # a bigger body travels in its own memfd
 SPAWN_TIMEOUT = 60.0
 # A worker that dies this soon after starting, this many times in a row, is not retried.
 CRASH_WINDOW, MAX_CRASHES = 10.0, 5
-THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-class WorkerHandle:
-    """The frontend's side of one worker process."""
-
-    def __init__(self, slot: int, slots: int) -> None:
-        self.slot = slot
-        self.pid = 0
-        self.alive = False
-        self.started_at = time.monotonic()
-        request_fd, reply_fd = create_ring_fd(slots, SLOT_SIZE), create_ring_fd(slots, SLOT_SIZE)
-        self.fds = [request_fd, reply_fd]
-        self.requests = Ring(request_fd, slots, SLOT_SIZE)
-        self.replies = Ring(reply_fd, slots, SLOT_SIZE)
-        self.request_bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self.reply_bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        ours, theirs = socket_pair()
-        self.channel = Channel(ours)
-        self.child_socket = theirs
-        loop = asyncio.get_running_loop()
-        self.hello: asyncio.Future = loop.create_future()
-        self.exited: asyncio.Future = loop.create_future()
-        self.inflight: dict[int, asyncio.Future] = {}
-        self.loads: dict[int, asyncio.Future] = {}
-        self.outbox: collections.deque[Outgoing] = collections.deque()
-        self.models: dict[str, tuple[int, int]] = {}  # name → (model index, bytes)
-
-    def child_fds(self) -> list[int]:
-        """What the worker gets, in the order ``worker.Worker`` expects."""
-        return [*self.fds, self.request_bell, self.reply_bell, self.child_socket.fileno()]
-
-    def release_child_fds(self) -> None:
-        for fd in self.fds:
-            os.close(fd)
-        self.fds = []
-        self.child_socket.close()
-
-    @property
-    def used(self) -> int:
-        return sum(size for _, size in self.models.values())
-
-    def describe(self) -> str:
-        return f"worker {self.slot} (pid {self.pid})"
 
 
 class Route:
@@ -125,19 +78,8 @@ class PoolClient(EngineClient):
         await asyncio.gather(*(self._spawn(slot) for slot in range(self.count)))
 
     def _start_zygote(self) -> None:
-        ours, theirs = socket_pair()
-        env = dict(os.environ)
-        env.update(dict.fromkeys(THREAD_ENV, str(self.threads)))
-        # The template imports this very package, whatever put it on sys.path.
-        env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
-        self._zygote = subprocess.Popen(
-            [sys.executable, "-m", "inferpool.engine.zygote", str(theirs.fileno())],
-            pass_fds=[theirs.fileno()],
-            env=env,
-        )
-        theirs.close()
-        self._zygote_channel = Channel(ours)
-        asyncio.get_running_loop().add_reader(ours.fileno(), self._zygote_gone)
+        self._zygote, self._zygote_channel = start_template(self.threads)
+        asyncio.get_running_loop().add_reader(self._zygote_channel.fileno(), self._zygote_gone)
 
     def _zygote_gone(self) -> None:
         loop = asyncio.get_running_loop()
@@ -150,16 +92,10 @@ class PoolClient(EngineClient):
         worker = WorkerHandle(slot, self.max_queue)
         self.workers[slot] = worker
         loop = asyncio.get_running_loop()
-        spec = {"worker": slot, "threads": self.threads, "slots": self.max_queue}
-        spec["slot_size"] = SLOT_SIZE
         try:
-            self._zygote_channel.send(
-                messages.SPAWN, messages.encode_control(spec), fds=worker.child_fds()
-            )
+            worker.ask_template(self._zygote_channel, self.threads)
         except OSError as exc:
             raise InferpoolError(f"cannot start worker {slot}: {exc}") from None
-        finally:
-            worker.release_child_fds()
         loop.add_reader(worker.channel.fileno(), self._on_control, worker)
         loop.add_reader(worker.reply_bell, self._on_replies, worker)
         worker.alive = True
