@@ -30,7 +30,7 @@ from inferpool.engine.scheduler import MIB, PlacementError, WorkerRoom, place
 from inferpool.engine.states import ModelState
 from inferpool.engine.stats import StageTimes
 from inferpool.engine.workers import WorkerHandle, start_template
-from inferpool.errors import InferpoolError, Overloaded
+from inferpool.errors import InferpoolError, NotReady, Overloaded
 from inferpool.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -393,8 +393,10 @@ class PoolClient(EngineClient):
     async def _infer(
         self, name: str, kind: int, body: bytes, json_length: int | None, deadline: float | None
     ) -> Reply:
-        route = self.routes[name]
-        ready = route.ready
+        route = self.routes.get(name)
+        ready = route.ready if route is not None else []
+        if not ready:
+            raise NotReady(f"model '{name}' has no ready replica")
         # Least loaded; ties go round-robin, so an idle pool still spreads its work.
         route.turn += 1
         start = route.turn % len(ready)
