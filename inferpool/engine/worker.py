@@ -77,7 +77,10 @@ class Worker:
             if not self._take_control():
                 return
             for model, jobs in self.batcher.due(time.monotonic_ns(), flush=self.stopping):
-                self._answer(jobs, run_group(model, jobs))
+                # Unbatched requests are answered one by one, so none waits for the rest.
+                batched = model.settings.max_batch_size > 1
+                for chunk in [jobs] if batched else [[job] for job in jobs]:
+                    self._answer(chunk, run_group(model, chunk))
             if self.stopping and not self.batcher and not self.requests.pending():
                 return
 
