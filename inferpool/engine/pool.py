@@ -26,6 +26,7 @@ from inferpool.engine import messages
 from inferpool.engine.channel import Channel, Outgoing
 from inferpool.engine.client import EngineClient
 from inferpool.engine.handler import Reply
+from inferpool.engine.repository import discover
 from inferpool.engine.scheduler import MIB, PlacementError, WorkerRoom, place
 from inferpool.engine.states import ModelState
 from inferpool.engine.stats import StageTimes
@@ -80,6 +81,13 @@ class PoolClient(EngineClient):
     def _start_zygote(self) -> None:
         self._zygote, self._zygote_channel = start_template(self.threads)
         asyncio.get_running_loop().add_reader(self._zygote_channel.fileno(), self._zygote_gone)
+        repository = self.settings.model_repository
+        with contextlib.suppress(FileNotFoundError):  # load_repository reports it
+            found = discover(repository) if repository is not None else []
+            models = [d.settings.model_dump(mode="json") for d in found if d.settings]
+            if models:  # loaded before the first fork, shared by every worker
+                document = messages.encode_control({"models": models})
+                self._zygote_channel.send(messages.PRELOAD, document)
 
     def _zygote_gone(self) -> None:
         loop = asyncio.get_running_loop()

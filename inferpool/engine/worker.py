@@ -24,6 +24,7 @@ from inferpool.engine.batching import Batcher, Job, run_group
 from inferpool.engine.channel import Channel
 from inferpool.engine.handler import Reply
 from inferpool.engine.model import LoadedModel, failure_reason, load_model
+from inferpool.engine.preload import preloaded
 from inferpool.engine.ring import Ring
 from inferpool.settings import ModelSettings
 
@@ -148,7 +149,9 @@ class Worker:
         answer: dict[str, Any] = {"index": index, "ok": False}
         before = resident_bytes()
         try:
-            model = load_model(ModelSettings(**document["settings"]))
+            model = preloaded(document["settings"]) or load_model(
+                ModelSettings(**document["settings"])
+            )
             model.runtime.limit_threads(self.threads)
         except Exception as exc:
             answer["error"] = failure_reason(exc)

@@ -2,10 +2,11 @@
 
 The pool starts it as a fresh interpreter (``python -m inferpool.engine.zygote FD``)
 before any worker, so it has no event loop, no gRPC threads and no OpenMP pool, whatever
-the frontend has started. It imports the runtimes once, freezes the heap
-(``gc.freeze()``) so workers share those pages copy-on-write, and forks a worker for
-each SPAWN message, handing it the fds that came with the message. Respawns after a
-crash come from here too. It exits when the frontend's end of its channel closes.
+the frontend has started. It imports the runtimes once, loads the repository's models
+whose runtime allows it (``preload.py``), freezes the heap (``gc.freeze()``) so workers
+share those pages copy-on-write, and forks a worker for each SPAWN message, handing it
+the fds that came with the message. Respawns after a crash come from here too. It exits
+when the frontend's end of its channel closes.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ PRELOAD = (
     "pandas",
     "orjson",
     "inferpool.engine.worker",
+    "inferpool.engine.preload",
     "inferpool.protocol.rest_wire",
     "inferpool.protocol.grpc_wire",
     "inferpool.runtimes.sklearn",
@@ -51,9 +53,13 @@ def serve(channel: Channel) -> None:
             op, payload, fds = channel.receive(block=True)
         except (EOFError, ConnectionError):
             return
+        for fd in fds if op != messages.SPAWN else ():
+            os.close(fd)
+        if op == messages.PRELOAD:
+            from inferpool.engine.preload import preload
+
+            preload(messages.decode_control(payload)["models"])
         if op != messages.SPAWN:
-            for fd in fds:
-                os.close(fd)
             continue
         spec = messages.decode_control(payload)
         gc.freeze()
