@@ -54,6 +54,9 @@ class ServerSettings(BaseSettings):
     worker_memory_limit: int = Field(
         0, description="MiB of models each worker may hold (placement budget); 0: no limit"
     )
+    worker_heartbeat_timeout: float = Field(
+        120.0, description="seconds a worker may stay silent before it is killed; 0: never"
+    )
     http2: bool = Field(False, description="serve REST with Hypercorn (HTTP/1.1 and h2c)")
     exit_on_error: bool = Field(True, description="exit non-zero when a model fails at start-up")
     allow_empty: bool = Field(False, description="report ready with no model loaded")

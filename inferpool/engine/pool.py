@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 SPAWN_TIMEOUT = 60.0
 # A worker that dies this soon after starting, this many times in a row, is not retried.
 CRASH_WINDOW, MAX_CRASHES = 10.0, 5
+HEARTBEAT_INTERVAL = 5.0
 
 
 class Route:
@@ -77,6 +78,35 @@ class PoolClient(EngineClient):
     async def start(self) -> None:
         self._start_zygote()
         await asyncio.gather(*(self._spawn(slot) for slot in range(self.count)))
+        self._keep(asyncio.ensure_future(self._heartbeats()))
+
+    def _keep(self, task: asyncio.Task) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _heartbeats(self) -> None:
+        """Ping every worker; one silent for ``worker_heartbeat_timeout`` is killed (hung).
+
+        Any message or reply counts as a sign of life, and a worker answers pings
+        between requests, so only a single request running that long looks hung.
+        """
+        timeout = self.settings.worker_heartbeat_timeout
+        if timeout <= 0:
+            return
+        while not self.stopping:
+            await asyncio.sleep(min(HEARTBEAT_INTERVAL, timeout / 4))
+            now = time.monotonic()
+            for worker in self._alive():
+                if now - worker.last_seen > timeout:
+                    logger.error(
+                        "%s answered nothing for %.0fs; killing it", worker.describe(), timeout
+                    )
+                    with contextlib.suppress(OSError):
+                        os.kill(worker.pid, signal.SIGKILL)
+                    self._worker_died(worker)
+                else:
+                    with contextlib.suppress(OSError):
+                        self._post(worker, messages.PING)
 
     def _start_zygote(self) -> None:
         self._zygote, self._zygote_channel = start_template(self.threads)
@@ -179,6 +209,7 @@ class PoolClient(EngineClient):
         asyncio.get_running_loop().remove_writer(worker.channel.fileno())
 
     def _on_control(self, worker: WorkerHandle) -> None:
+        worker.last_seen = time.monotonic()
         while worker.alive:
             try:
                 op, payload, fds = worker.channel.receive(block=False)
@@ -203,6 +234,7 @@ class PoolClient(EngineClient):
                     worker.hello.set_result(None)
 
     def _on_replies(self, worker: WorkerHandle) -> None:
+        worker.last_seen = time.monotonic()
         with contextlib.suppress(BlockingIOError):
             os.eventfd_read(worker.reply_bell)
         for fields, body in worker.replies.pop_all():
@@ -256,9 +288,7 @@ class PoolClient(EngineClient):
             route.ready.remove(worker)
             if not route.ready:
                 self._set_state(name, ModelState.LOADING, f"reloading: {worker.describe()} exited")
-        task = asyncio.ensure_future(self._replace(worker))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._keep(asyncio.ensure_future(self._replace(worker)))
 
     def _set_state(self, name: str, state: ModelState, reason: str) -> None:
         with contextlib.suppress(InferpoolError):

@@ -120,6 +120,8 @@ class Worker:
                 self._load(messages.decode_control(payload))
             elif op == messages.UNLOAD:
                 self.models.pop(messages.decode_control(payload)["index"], None)
+            elif op == messages.PING:
+                self.channel.send(messages.PONG)
             elif op == messages.STOP:
                 self.stopping = True
 

@@ -46,6 +46,7 @@ class WorkerHandle:
         self.pid = 0
         self.alive = False
         self.started_at = time.monotonic()
+        self.last_seen = self.started_at  # last time it sent anything (heartbeats)
         request_fd, reply_fd = create_ring_fd(slots, SLOT_SIZE), create_ring_fd(slots, SLOT_SIZE)
         self.fds = [request_fd, reply_fd]
         self.requests = Ring(request_fd, slots, SLOT_SIZE)

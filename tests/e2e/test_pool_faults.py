@@ -162,3 +162,21 @@ def _template_pid(server_pid: int) -> int:
         if parent == server_pid and b"inferpool.engine.zygote" in cmdline:
             return int(entry.name)
     raise AssertionError("no template process under the server")
+
+
+def test_a_hung_worker_is_killed_and_replaced(tmp_path: Path) -> None:
+    write_counting_model(tmp_path / "repo", "stuck", tmp_path / "calls.txt", delay=600)
+    args = ("--workers", "2", "--worker-heartbeat-timeout", "2")
+    with Server(tmp_path / "repo", *args) as server:
+        server.wait_ready()
+        before = worker_pids(server)
+        started = time.monotonic()
+        response = httpx.post(
+            f"{server.url}/v2/models/stuck/infer", json=sum_request([[1, 1, 1]], "h"), timeout=60
+        )
+        assert response.status_code == 503
+        assert "exited while running the request" in response.json()["error"]
+        assert time.monotonic() - started < 30
+        assert "answered nothing for 2s; killing it" in server.output()
+        wait_for(lambda: worker_pids(server) != before, what="a replacement worker")
+        assert httpx.get(f"{server.url}/v2/health/live").status_code == 200
