@@ -56,6 +56,17 @@ class Batcher:
     def __len__(self) -> int:
         return sum(len(jobs) for _, jobs in self._queues.values())
 
+    def cancel(self, request_id: int) -> Job | None:
+        """Take a job that has not started out of its queue (its caller went away)."""
+        for index, (_, jobs) in self._queues.items():
+            for position, job in enumerate(jobs):
+                if job.request_id == request_id:
+                    del jobs[position]
+                    if not jobs:
+                        del self._queues[index]
+                    return job
+        return None
+
     def due(self, now_ns: int, flush: bool = False) -> list[tuple[LoadedModel, list[Job]]]:
         """Groups to run now; ``flush`` takes everything (shutdown)."""
         groups = []

@@ -463,4 +463,12 @@ class PoolClient(EngineClient):
         except OSError:  # it died and its EOF is not handled yet
             worker.inflight.pop(request_id, None)
             return Reply(503, f"{worker.describe()} exited; retry the request".encode())
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if worker.alive and request_id in worker.inflight:
+                # Its caller went away: the worker drops it if it has not started.
+                with contextlib.suppress(OSError):
+                    cancel = messages.encode_control({"id": request_id})
+                    self._post(worker, messages.CANCEL, cancel)
+            raise

@@ -120,6 +120,10 @@ class Worker:
                 self._load(messages.decode_control(payload))
             elif op == messages.UNLOAD:
                 self.models.pop(messages.decode_control(payload)["index"], None)
+            elif op == messages.CANCEL:
+                job = self.batcher.cancel(messages.decode_control(payload)["id"])
+                if job is not None:  # the frontend still counts it until it is answered
+                    self._answer([job], [Reply(499, b"the client went away")])
             elif op == messages.PING:
                 self.channel.send(messages.PONG)
             elif op == messages.STOP:

@@ -69,6 +69,18 @@ def test_deadlines_and_custom_endpoints_cross_the_pool(tmp_path: Path) -> None:
             )
             assert late.status == 504
             assert (await first).status == 200
+            # A caller that goes away before its request starts costs no predict.
+            first = asyncio.ensure_future(client.infer("slow", None, KIND_REST, body, None))
+            await asyncio.sleep(0.1)
+            gone = asyncio.ensure_future(client.infer("slow", None, KIND_REST, body, None))
+            await asyncio.sleep(0.1)
+            gone.cancel()
+            assert (await first).status == 200
+            for _ in range(200):  # its slot is freed once the worker confirms the drop
+                if not any(w.inflight for w in client.workers):
+                    break
+                await asyncio.sleep(0.01)
+            assert not any(w.inflight for w in client.workers)
             reply = await client.infer(
                 "slow", None, KIND_CUSTOM, custom_body("whoami", b"abc"), None
             )
@@ -83,4 +95,4 @@ def test_deadlines_and_custom_endpoints_cross_the_pool(tmp_path: Path) -> None:
         assert not client.live
 
     asyncio.run(run())
-    assert len((tmp_path / "calls.txt").read_text().splitlines()) == 1
+    assert len((tmp_path / "calls.txt").read_text().splitlines()) == 2
