@@ -113,3 +113,14 @@ def test_results_that_are_not_per_row_fall_back_to_one_call_each() -> None:
     replies = run_group(model, [job(0, [[1, 1]]), job(1, [[2, 2]])])
     assert [outputs(r) for r in replies] == [[2.0], [4.0]]
     assert model.runtime.calls == [2, 1, 1]
+
+
+def test_cancel_takes_a_queued_job_out() -> None:
+    model = make_model(max_batch_size=4, max_batch_time=10.0)
+    batcher = Batcher()
+    for i in range(2):
+        batcher.add(model, job(i, [[i, i]]))
+    assert batcher.cancel(0).request_id == 0
+    assert batcher.cancel(0) is None
+    assert batcher.cancel(1).request_id == 1
+    assert len(batcher) == 0 and batcher.timeout(time.monotonic_ns()) is None
