@@ -23,13 +23,12 @@ import time
 from typing import Any
 
 from inferpool.engine import messages
-from inferpool.engine.channel import Channel, Outgoing
+from inferpool.engine.channel import Channel
 from inferpool.engine.client import EngineClient
 from inferpool.engine.handler import Reply
 from inferpool.engine.repository import discover
 from inferpool.engine.scheduler import MIB, PlacementError, WorkerRoom, place
 from inferpool.engine.states import ModelState
-from inferpool.engine.stats import StageTimes
 from inferpool.engine.workers import WorkerHandle, start_template
 from inferpool.errors import InferpoolError, NotReady, Overloaded
 from inferpool.settings import ModelSettings, ServerSettings
@@ -106,7 +105,7 @@ class PoolClient(EngineClient):
                     self._worker_died(worker)
                 else:
                     with contextlib.suppress(OSError):
-                        self._post(worker, messages.PING)
+                        worker.post(messages.PING)
 
     def _start_zygote(self) -> None:
         self._zygote, self._zygote_channel = start_template(self.threads)
@@ -135,7 +134,7 @@ class PoolClient(EngineClient):
         except OSError as exc:
             raise InferpoolError(f"cannot start worker {slot}: {exc}") from None
         loop.add_reader(worker.channel.fileno(), self._on_control, worker)
-        loop.add_reader(worker.reply_bell, self._on_replies, worker)
+        loop.add_reader(worker.reply_bell, worker.drain_replies)
         worker.alive = True
         try:
             await asyncio.wait_for(asyncio.shield(worker.hello), SPAWN_TIMEOUT)
@@ -153,7 +152,7 @@ class PoolClient(EngineClient):
         exiting = []
         for worker in self._alive():
             with contextlib.suppress(OSError):
-                self._post(worker, messages.STOP)
+                worker.post(messages.STOP)
             exiting.append(worker.exited)
         if exiting:
             await asyncio.wait(exiting, timeout=5)
@@ -179,35 +178,6 @@ class PoolClient(EngineClient):
         return [w for w in self.workers if w is not None and w.alive]
 
     # -- control messages ------------------------------------------------------------------
-    def _post(self, worker: WorkerHandle, op: int, *parts: bytes) -> None:
-        """Send to a worker without ever blocking this loop; a full socket queues here.
-
-        (A worker may itself be blocked sending us replies; blocking both would deadlock.)
-        """
-        message = Outgoing(op, parts)
-        if not worker.outbox:
-            try:
-                worker.channel.send_packed(message, block=False)
-                return
-            except BlockingIOError:
-                loop = asyncio.get_running_loop()
-                loop.add_writer(worker.channel.fileno(), self._flush, worker)
-            except OSError:
-                message.release()
-                raise
-        worker.outbox.append(message)
-
-    def _flush(self, worker: WorkerHandle) -> None:
-        while worker.outbox:
-            try:
-                worker.channel.send_packed(worker.outbox[0], block=False)
-            except BlockingIOError:
-                return
-            except OSError:
-                break  # it died; its EOF cleans up
-            worker.outbox.popleft()
-        asyncio.get_running_loop().remove_writer(worker.channel.fileno())
-
     def _on_control(self, worker: WorkerHandle) -> None:
         worker.last_seen = time.monotonic()
         while worker.alive:
@@ -222,7 +192,7 @@ class PoolClient(EngineClient):
                 os.close(fd)
             if op == messages.REPLY:
                 fields = messages.HEADER.unpack_from(payload)
-                self._complete(worker, fields, payload[messages.HEADER_SIZE :])
+                worker.complete(fields, payload[messages.HEADER_SIZE :])
             elif op == messages.LOADED:
                 document = messages.decode_control(payload)
                 future = worker.loads.pop(document["index"], None)
@@ -233,51 +203,12 @@ class PoolClient(EngineClient):
                 if not worker.hello.done():
                     worker.hello.set_result(None)
 
-    def _on_replies(self, worker: WorkerHandle) -> None:
-        worker.last_seen = time.monotonic()
-        with contextlib.suppress(BlockingIOError):
-            os.eventfd_read(worker.reply_bell)
-        for fields, body in worker.replies.pop_all():
-            self._complete(worker, fields, body)
-
-    def _complete(self, worker: WorkerHandle, fields: tuple, body: bytes) -> None:
-        future = worker.inflight.pop(fields[0], None)
-        if future is None or future.done():
-            return  # its caller went away
-        json_length = fields[5]
-        times = StageTimes(*fields[8:12])
-        future.set_result(Reply(fields[4], body, None if json_length < 0 else json_length, times))
-
     # -- faults ----------------------------------------------------------------------------
     def _worker_died(self, worker: WorkerHandle) -> None:
         if not worker.alive:
             return
-        self._on_replies(worker)  # answers it wrote before dying still count
-        worker.alive = False
-        loop = asyncio.get_running_loop()
-        loop.remove_reader(worker.channel.fileno())
-        loop.remove_writer(worker.channel.fileno())
-        loop.remove_reader(worker.reply_bell)
-        for message in worker.outbox:
-            message.release()
-        worker.outbox.clear()
-        message = f"{worker.describe()} exited while running the request; retry it".encode()
-        for future in worker.inflight.values():
-            if not future.done():
-                future.set_result(Reply(503, message))
-        worker.inflight.clear()
-        for future in [*worker.loads.values(), worker.hello]:
-            if not future.done():
-                future.set_exception(InferpoolError(f"{worker.describe()} exited"))
-                future.exception()  # retrieved here: a waiter may be gone
-        worker.loads.clear()
-        if not worker.exited.done():
-            worker.exited.set_result(None)
-        worker.channel.close()
-        os.close(worker.request_bell)
-        os.close(worker.reply_bell)
-        worker.requests.close()
-        worker.replies.close()
+        worker.drain_replies()  # answers it wrote before dying still count
+        worker.close(f"{worker.describe()} exited")
         if self.stopping:
             return
         logger.error("%s exited; starting a replacement", worker.describe())
@@ -345,7 +276,7 @@ class PoolClient(EngineClient):
         worker.models[route.settings.name] = (index, 0)
         document = {"index": index, "settings": route.settings.model_dump(mode="json")}
         try:
-            self._post(worker, messages.LOAD, messages.encode_control(document))
+            worker.post(messages.LOAD, messages.encode_control(document))
             answer = await future
         except OSError:
             worker.loads.pop(index, None)
@@ -365,7 +296,7 @@ class PoolClient(EngineClient):
             if worker.alive and worker.models.get(name, (None,))[0] == index:
                 del worker.models[name]
                 with contextlib.suppress(OSError):
-                    self._post(worker, messages.UNLOAD, messages.encode_control({"index": index}))
+                    worker.post(messages.UNLOAD, messages.encode_control({"index": index}))
 
     def _rooms(self, workers: list[WorkerHandle], name: str) -> list[WorkerRoom]:
         rooms = []
@@ -459,7 +390,7 @@ class PoolClient(EngineClient):
             if worker.requests.push(header, body):
                 os.eventfd_write(worker.request_bell, 1)
             else:  # bigger than a slot: its own memfd over the control channel
-                self._post(worker, messages.REQUEST, header, body)
+                worker.post(messages.REQUEST, header, body)
         except OSError:  # it died and its EOF is not handled yet
             worker.inflight.pop(request_id, None)
             return Reply(503, f"{worker.describe()} exited; retry the request".encode())
@@ -470,5 +401,5 @@ class PoolClient(EngineClient):
                 # Its caller went away: the worker drops it if it has not started.
                 with contextlib.suppress(OSError):
                     cancel = messages.encode_control({"id": request_id})
-                    self._post(worker, messages.CANCEL, cancel)
+                    worker.post(messages.CANCEL, cancel)
             raise

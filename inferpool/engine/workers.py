@@ -2,13 +2,15 @@
 
 ``start_template`` launches the template (``zygote.py``) as a fresh interpreter;
 ``WorkerHandle`` creates one worker's rings, doorbells and control channel, asks the
-template to fork a worker with them, and keeps what the pool tracks per worker.
+template to fork a worker with them, sends to it without blocking, completes the
+requests it answers, and keeps what the pool tracks per worker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import subprocess
 import sys
@@ -16,7 +18,10 @@ import time
 
 from inferpool.engine import messages
 from inferpool.engine.channel import Channel, Outgoing, socket_pair
+from inferpool.engine.handler import Reply
 from inferpool.engine.ring import Ring, create_ring_fd
+from inferpool.engine.stats import StageTimes
+from inferpool.errors import InferpoolError
 
 SLOT_SIZE = 64 * 1024  # a bigger body travels in its own memfd
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -77,9 +82,79 @@ class WorkerHandle:
             self.fds = []
             self.child_socket.close()
 
-    @property
-    def used(self) -> int:
-        return sum(size for _, size in self.models.values())
+    # -- to the worker ---------------------------------------------------------------------
+    def post(self, op: int, *parts: bytes) -> None:
+        """Send without ever blocking the loop; a full socket queues here until writable.
+
+        (The worker may itself be blocked sending us replies; blocking both would deadlock.)
+        """
+        message = Outgoing(op, parts)
+        if not self.outbox:
+            try:
+                self.channel.send_packed(message, block=False)
+                return
+            except BlockingIOError:
+                asyncio.get_running_loop().add_writer(self.channel.fileno(), self._flush)
+            except OSError:
+                message.release()
+                raise
+        self.outbox.append(message)
+
+    def _flush(self) -> None:
+        while self.outbox:
+            try:
+                self.channel.send_packed(self.outbox[0], block=False)
+            except BlockingIOError:
+                return
+            except OSError:
+                break  # it died; its EOF cleans up
+            self.outbox.popleft()
+        asyncio.get_running_loop().remove_writer(self.channel.fileno())
+
+    # -- from the worker -------------------------------------------------------------------
+    def drain_replies(self) -> None:
+        """Complete every request the response ring holds (the doorbell's callback)."""
+        self.last_seen = time.monotonic()
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(self.reply_bell)
+        for fields, body in self.replies.pop_all():
+            self.complete(fields, body)
+
+    def complete(self, fields: tuple, body: bytes) -> None:
+        future = self.inflight.pop(fields[0], None)
+        if future is None or future.done():
+            return  # its caller went away
+        json_length = fields[5]
+        times = StageTimes(*fields[8:12])
+        future.set_result(Reply(fields[4], body, None if json_length < 0 else json_length, times))
+
+    def close(self, reason: str) -> None:
+        """It is gone: fail what it held (503), release its rings, doorbells and channel."""
+        self.alive = False
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self.channel.fileno())
+        loop.remove_writer(self.channel.fileno())
+        loop.remove_reader(self.reply_bell)
+        for message in self.outbox:
+            message.release()
+        self.outbox.clear()
+        failed = Reply(503, f"{reason} while running the request; retry it".encode())
+        for future in self.inflight.values():
+            if not future.done():
+                future.set_result(failed)
+        self.inflight.clear()
+        for future in [*self.loads.values(), self.hello]:
+            if not future.done():
+                future.set_exception(InferpoolError(reason))
+                future.exception()  # retrieved here: a waiter may be gone
+        self.loads.clear()
+        if not self.exited.done():
+            self.exited.set_result(None)
+        self.channel.close()
+        os.close(self.request_bell)
+        os.close(self.reply_bell)
+        self.requests.close()
+        self.replies.close()
 
     def describe(self) -> str:
         return f"worker {self.slot} (pid {self.pid})"
