@@ -20,8 +20,10 @@ from inferpool.settings import ModelSettings
 
 logger = logging.getLogger(__name__)
 
-# Runtimes whose load is plain unpickling: no OpenMP or BLAS pool starts.
-FORK_SAFE_RUNTIMES = frozenset({"sklearn"})
+# Runtimes whose load starts no OpenMP or BLAS pool: scikit-learn unpickles; LightGBM and
+# XGBoost parse their trees with OpenMP limited to the loading thread
+# (``runtimes.artefacts.single_threaded``). MLflow pyfunc may run anything: not here.
+FORK_SAFE_RUNTIMES = frozenset({"sklearn", "lightgbm", "xgboost"})
 
 _PRELOADED: dict[str, tuple[bytes, LoadedModel]] = {}
 
