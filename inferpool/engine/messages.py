@@ -29,10 +29,10 @@ REQUEST = 5  # frontend → worker: header + body too big for a ring slot
 REPLY = 6  # worker → frontend: header + body too big for a ring slot
 STOP = 7  # frontend → worker: finish what is queued, then exit
 SPAWN = 8  # frontend → template: {"worker", "threads", "slots", "slot_size"} + fds
+PRELOAD = 9  # frontend → template: {"models": [model settings]} to load before forking
 PING = 10  # frontend → worker: answer PONG (heartbeat)
 PONG = 11  # worker → frontend
 CANCEL = 12  # frontend → worker: {"id"}; drop that request if it has not started
-PRELOAD = 9  # frontend → template: {"models": [model settings]} to load before forking
 
 
 def request_header(
