@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,19 @@ class ServerSettings(BaseSettings):
     http_port: int = Field(8080, description="REST (V2 HTTP) port")
     grpc_port: int = Field(8081, description="gRPC port; 0 or a negative value disables gRPC")
     metrics_port: int = Field(8082, description="Prometheus metrics port; 0 disables it")
-    workers: int = Field(0, description="worker processes; 0 runs models in the server process")
+    workers: int = Field(
+        os.cpu_count() or 1,
+        description="worker processes (default: CPU cores); 0 runs models in the server process",
+    )
+    max_queue: int = Field(
+        128, description="requests queued per worker; beyond that a request gets 503"
+    )
+    worker_memory_limit: int = Field(
+        0, description="MiB of models each worker may hold (placement budget); 0: no limit"
+    )
+    worker_heartbeat_timeout: float = Field(
+        120.0, description="seconds a worker may stay silent before it is killed; 0: never"
+    )
     http2: bool = Field(False, description="serve REST with Hypercorn (HTTP/1.1 and h2c)")
     exit_on_error: bool = Field(True, description="exit non-zero when a model fails at start-up")
     allow_empty: bool = Field(False, description="report ready with no model loaded")

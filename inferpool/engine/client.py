@@ -129,7 +129,9 @@ class EngineClient(ABC):
         return reply
 
     @abstractmethod
-    async def _infer(self, name: str, kind: int, body: bytes, json_length: int | None) -> Reply: ...
+    async def _infer(
+        self, name: str, kind: int, body: bytes, json_length: int | None, deadline: float | None
+    ) -> Reply: ...
 
     def statistics(self, name: str | None = None, version: str | None = None) -> dict[str, Any]:
         """Triton's statistics extension: every model, or one."""

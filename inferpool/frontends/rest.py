@@ -20,7 +20,7 @@ import inferpool
 from inferpool.engine.client import EngineClient
 from inferpool.engine.handler import KIND_CUSTOM, KIND_REST, Reply, custom_body
 from inferpool.engine.states import ModelState
-from inferpool.errors import BadRequest, InferpoolError
+from inferpool.errors import BadRequest, InferpoolError, Overloaded
 from inferpool.frontends.access_log import RestAccessLog
 
 JSON = "application/json"
@@ -163,7 +163,10 @@ def _json_length(request: Request) -> int | None:
 
 async def _inferpool_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, InferpoolError)
-    return error_response(exc.status, exc.message)
+    response = error_response(exc.status, exc.message)
+    if isinstance(exc, Overloaded):
+        response.headers["Retry-After"] = "1"
+    return response
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -1,0 +1,132 @@
+"""The control channel: typed messages (and file descriptors) over a Unix socketpair.
+
+A ``SOCK_SEQPACKET`` socketpair keeps message boundaries and carries fds, and its EOF
+tells the other side at once that the process died. A message too big for the socket
+travels in its own memfd, sent as an fd and released by the receiver after reading.
+"""
+
+from __future__ import annotations
+
+import array
+import mmap
+import os
+import socket
+from collections.abc import Sequence
+
+# A message up to this size goes inline; above it, in a memfd.
+INLINE_LIMIT = 32 * 1024
+_SPILLED = 0x80  # opcode bit: the payload is in the last fd
+_MAX_FDS = 8
+_FD_SPACE = socket.CMSG_SPACE(_MAX_FDS * array.array("i").itemsize)
+
+
+def socket_pair() -> tuple[socket.socket, socket.socket]:
+    return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+
+def memfd_with(parts: Sequence[bytes]) -> int:
+    """A memfd holding ``parts`` back to back (one copy of the data)."""
+    size = sum(len(part) for part in parts)
+    fd = os.memfd_create("inferpool-payload", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, size)
+        if size:
+            with mmap.mmap(fd, size) as mapped:
+                offset = 0
+                for part in parts:
+                    mapped[offset : offset + len(part)] = part
+                    offset += len(part)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_memfd(fd: int) -> bytes:
+    """The whole content of a memfd, which is closed (and so released) afterwards."""
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return b""
+        with mmap.mmap(fd, size, prot=mmap.PROT_READ) as mapped:
+            return mapped[:]
+    finally:
+        os.close(fd)
+
+
+class Outgoing:
+    """A message ready to send; a big payload already sits in its own memfd."""
+
+    __slots__ = ("data", "fds", "spill")
+
+    def __init__(self, op: int, parts: Sequence[bytes], fds: Sequence[int] = ()) -> None:
+        self.spill: int | None = None
+        if sum(len(part) for part in parts) + 1 <= INLINE_LIMIT:
+            self.data = bytes([op]) + b"".join(parts)
+            self.fds = list(fds)
+        else:
+            self.spill = memfd_with(parts)
+            self.data = bytes([op | _SPILLED])
+            self.fds = [*fds, self.spill]
+
+    def release(self) -> None:
+        """Close our copy of the spilled payload (the receiver holds its own)."""
+        if self.spill is not None:
+            os.close(self.spill)
+            self.spill = None
+
+
+def _rights(fds: Sequence[int]) -> tuple[int, int, bytes]:
+    return (socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())
+
+
+class Channel:
+    """One end of a control socketpair. Sends block; receives may or may not."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        sock.setblocking(True)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def send(self, op: int, *parts: bytes, fds: Sequence[int] = ()) -> None:
+        self.send_packed(Outgoing(op, parts, fds), block=True)
+
+    def send_packed(self, message: Outgoing, block: bool) -> None:
+        """Send a packed message; non-blocking, BlockingIOError means try again later."""
+        flags = 0 if block else socket.MSG_DONTWAIT
+        if message.fds:
+            self.sock.sendmsg([message.data], [_rights(message.fds)], flags)
+        else:
+            self.sock.sendmsg([message.data], [], flags)
+        message.release()
+
+    def receive(self, block: bool = True) -> tuple[int, bytes, list[int]]:
+        """(opcode, payload, fds); EOFError when the other side is gone.
+
+        Non-blocking, it raises BlockingIOError when nothing is waiting.
+        """
+        flags = 0 if block else socket.MSG_DONTWAIT
+        # socket.recv_fds would ignore ``flags`` (Python 3.11), so unpack SCM_RIGHTS here.
+        data, ancillary, _, _ = self.sock.recvmsg(INLINE_LIMIT, _FD_SPACE, flags)
+        fds = _received_fds(ancillary)
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            raise EOFError("the other side closed the channel")
+        op = data[0]
+        if op & _SPILLED:
+            return op & ~_SPILLED, read_memfd(fds[-1]), fds[:-1]
+        return op, data[1:], fds
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    fds = array.array("i")
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
+    return list(fds)

@@ -1,0 +1,60 @@
+"""Models the template process loads before it forks, shared copy-on-write by workers.
+
+Only runtimes whose loading starts no native thread pool are loaded there (a parent
+that has run OpenMP code must not fork). A worker asked to load a model takes the
+template's copy when the settings and the files of the model's folder are unchanged
+since, and loads it itself otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from inferpool.engine.model import LoadedModel, load_model
+from inferpool.runtimes.registry import runtime_name_for
+from inferpool.settings import ModelSettings
+
+logger = logging.getLogger(__name__)
+
+# Runtimes whose load starts no OpenMP or BLAS pool: scikit-learn unpickles; LightGBM and
+# XGBoost parse their trees with OpenMP limited to the loading thread
+# (``runtimes.artefacts.single_threaded``). MLflow pyfunc may run anything: not here.
+FORK_SAFE_RUNTIMES = frozenset({"sklearn", "lightgbm", "xgboost"})
+
+_PRELOADED: dict[str, tuple[bytes, LoadedModel]] = {}
+
+
+def fingerprint(document: dict[str, Any]) -> bytes:
+    """The model's settings plus the size and mtime of every file in its folder."""
+    folder = document.get("folder")
+    files = []
+    if folder and Path(folder).is_dir():
+        for path in sorted(Path(folder).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                stat = path.stat()
+                files.append((str(path), stat.st_size, stat.st_mtime_ns))
+    return orjson.dumps([document, files])
+
+
+def preload(documents: list[dict[str, Any]]) -> None:
+    """Load the fork-safe models among ``documents`` (model settings as JSON)."""
+    for document in documents:
+        try:
+            settings = ModelSettings(**document)
+            if runtime_name_for(settings) not in FORK_SAFE_RUNTIMES:
+                continue
+            _PRELOADED[settings.name] = (fingerprint(document), load_model(settings))
+        except Exception as exc:  # the worker loads it itself and reports the reason
+            logger.debug("not preloading %s: %s", document.get("name"), exc)
+
+
+def preloaded(document: dict[str, Any]) -> LoadedModel | None:
+    """The template's copy of this model, if it is still what the settings describe."""
+    entry = _PRELOADED.get(document.get("name", ""))
+    if entry is None or entry[0] != fingerprint(document):
+        return None
+    return entry[1]

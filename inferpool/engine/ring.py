@@ -1,0 +1,89 @@
+"""A single-producer / single-consumer ring of fixed-size slots in anonymous shared memory.
+
+The ring lives in a memfd (never a /dev/shm name, so nothing outlives the processes)
+mapped by both sides. The first cache line holds the consumer's ``head``, the second the
+producer's ``tail``; each is written by one side only and read by the other. A slot is a
+``messages.HEADER`` followed by the body. No asyncio here: the doorbell (an eventfd) is
+the caller's business, so one doorbell write can announce many slots.
+
+Ordering relies on the producer storing the slot before it stores ``tail`` (and the
+consumer reading ``tail`` before the slot), which x86-64's store ordering guarantees.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+
+from inferpool.engine.messages import HEADER, HEADER_SIZE
+
+_COUNTER = struct.Struct("<Q")
+_HEAD, _TAIL, _SLOTS_AT = 0, 64, 128
+
+
+def ring_bytes(slots: int, slot_size: int) -> int:
+    return _SLOTS_AT + slots * slot_size
+
+
+def create_ring_fd(slots: int, slot_size: int) -> int:
+    """A zero-filled memfd big enough for a ring (pages are only allocated when touched)."""
+    fd = os.memfd_create("inferpool-ring", os.MFD_CLOEXEC)
+    os.ftruncate(fd, ring_bytes(slots, slot_size))
+    return fd
+
+
+class Ring:
+    """One side of a ring mapped from ``fd``; the fd may be closed once this exists."""
+
+    def __init__(self, fd: int, slots: int, slot_size: int) -> None:
+        if slot_size <= HEADER_SIZE or slots < 1:
+            raise ValueError("a ring needs at least one slot bigger than the header")
+        self.slots = slots
+        self.slot_size = slot_size
+        self.capacity = slot_size - HEADER_SIZE  # the largest body a slot holds
+        self._map = mmap.mmap(fd, ring_bytes(slots, slot_size))
+        self._head = _COUNTER.unpack_from(self._map, _HEAD)[0]
+        self._tail = _COUNTER.unpack_from(self._map, _TAIL)[0]
+
+    def _slot(self, position: int) -> int:
+        return _SLOTS_AT + (position % self.slots) * self.slot_size
+
+    # -- producer --------------------------------------------------------------------------
+    def push(self, header: bytes, body: bytes) -> bool:
+        """Write one message; False when the ring is full or the body needs its own memfd."""
+        if len(body) > self.capacity:
+            return False
+        tail = self._tail
+        if tail - _COUNTER.unpack_from(self._map, _HEAD)[0] >= self.slots:
+            return False
+        start = self._slot(tail)
+        self._map[start : start + HEADER_SIZE] = header
+        self._map[start + HEADER_SIZE : start + HEADER_SIZE + len(body)] = body
+        self._tail = tail + 1
+        _COUNTER.pack_into(self._map, _TAIL, tail + 1)
+        return True
+
+    # -- consumer --------------------------------------------------------------------------
+    def pop_all(self) -> list[tuple[tuple, bytes]]:
+        """Every message written so far, as (header fields, body), freeing their slots."""
+        head = self._head
+        tail = _COUNTER.unpack_from(self._map, _TAIL)[0]
+        if head == tail:
+            return []
+        messages = []
+        while head < tail:
+            start = self._slot(head)
+            fields = HEADER.unpack_from(self._map, start)
+            body_at = start + HEADER_SIZE
+            messages.append((fields, self._map[body_at : body_at + fields[-1]]))
+            head += 1
+        self._head = head
+        _COUNTER.pack_into(self._map, _HEAD, head)
+        return messages
+
+    def pending(self) -> int:
+        return _COUNTER.unpack_from(self._map, _TAIL)[0] - self._head
+
+    def close(self) -> None:
+        self._map.close()

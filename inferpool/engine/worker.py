@@ -1,0 +1,175 @@
+"""A worker process: drain its request ring → batch → run → encode → reply.
+
+It is forked by the template process (``zygote.py``) with its fds already open: the
+request and response rings, one eventfd doorbell per direction and its end of the
+control socketpair. It sleeps in ``poll`` on the request doorbell and the control
+channel, takes every pending request at each wake-up, and rings the response doorbell
+once per group it answers. It exits when told to stop (after finishing what is queued)
+or at once when the frontend's end of the control channel closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import signal
+import socket
+import time
+from typing import Any
+
+from inferpool.engine import messages
+from inferpool.engine.batching import Batcher, Job, run_group
+from inferpool.engine.channel import Channel
+from inferpool.engine.handler import Reply
+from inferpool.engine.model import LoadedModel, failure_reason, load_model
+from inferpool.engine.preload import preloaded
+from inferpool.engine.ring import Ring
+from inferpool.settings import ModelSettings
+
+logger = logging.getLogger(__name__)
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def limit_native_threads(threads: int) -> None:
+    """Cap BLAS/OpenMP pools for libraries already loaded (the env covers later ones)."""
+    with contextlib.suppress(ImportError):
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(threads)
+
+
+class Worker:
+    def __init__(self, spec: dict[str, Any], fds: list[int]) -> None:
+        request_fd, reply_fd, self.request_bell, self.reply_bell, control_fd = fds
+        self.worker_id: int = spec["worker"]
+        self.threads: int = spec["threads"]
+        self.requests = Ring(request_fd, spec["slots"], spec["slot_size"])
+        self.replies = Ring(reply_fd, spec["slots"], spec["slot_size"])
+        os.close(request_fd)
+        os.close(reply_fd)
+        self.channel = Channel(socket.socket(fileno=control_fd))
+        self.models: dict[int, LoadedModel] = {}
+        self.batcher = Batcher()
+        self.stopping = False
+
+    # -- main loop -------------------------------------------------------------------------
+    def run(self) -> None:
+        limit_native_threads(self.threads)
+        self.channel.send(messages.HELLO, messages.encode_control({"pid": os.getpid()}))
+        poller = select.poll()
+        poller.register(self.request_bell, select.POLLIN)
+        poller.register(self.channel.fileno(), select.POLLIN)
+        while True:
+            wait = self.batcher.timeout(time.monotonic_ns())
+            events = poller.poll(None if wait is None else max(1, int(wait * 1000 + 0.999)))
+            for fd, _ in events:
+                if fd == self.request_bell:
+                    with contextlib.suppress(BlockingIOError):
+                        os.eventfd_read(self.request_bell)
+            # The ring first: requests sent before a control message (an unload) are
+            # queued before that message is acted on.
+            self._take_requests()
+            if not self._take_control():
+                return
+            for model, jobs in self.batcher.due(time.monotonic_ns(), flush=self.stopping):
+                # Unbatched requests are answered one by one, so none waits for the rest.
+                batched = model.settings.max_batch_size > 1
+                for chunk in [jobs] if batched else [[job] for job in jobs]:
+                    self._answer(chunk, run_group(model, chunk))
+            if self.stopping and not self.batcher and not self.requests.pending():
+                return
+
+    def _take_requests(self) -> None:
+        for fields, body in self.requests.pop_all():
+            self._enqueue(fields, body)
+
+    def _enqueue(self, fields: tuple, body: bytes) -> None:
+        request_id, model_index, kind, _, _, json_length, deadline, enqueued = fields[:8]
+        job = Job(
+            request_id, model_index, kind, body,
+            None if json_length < 0 else json_length, deadline, enqueued,
+        )  # fmt: skip
+        model = self.models.get(model_index)
+        if model is None:
+            message = f"worker {self.worker_id} does not hold that model (was it unloaded?)"
+            self._answer([job], [Reply(503, message.encode())])
+            return
+        self.batcher.add(model, job)
+
+    def _take_control(self) -> bool:
+        """Act on every pending control message; False when the frontend has gone."""
+        while True:
+            try:
+                op, payload, fds = self.channel.receive(block=False)
+            except BlockingIOError:
+                return True
+            except (EOFError, ConnectionError):
+                return False
+            for fd in fds:
+                os.close(fd)
+            if op == messages.REQUEST:
+                header = messages.HEADER.unpack_from(payload)
+                self._enqueue(header, payload[messages.HEADER_SIZE :])
+            elif op == messages.LOAD:
+                self._load(messages.decode_control(payload))
+            elif op == messages.UNLOAD:
+                self.models.pop(messages.decode_control(payload)["index"], None)
+            elif op == messages.CANCEL:
+                job = self.batcher.cancel(messages.decode_control(payload)["id"])
+                if job is not None:  # the frontend still counts it until it is answered
+                    self._answer([job], [Reply(499, b"the client went away")])
+            elif op == messages.PING:
+                self.channel.send(messages.PONG)
+            elif op == messages.STOP:
+                self.stopping = True
+
+    # -- replies ---------------------------------------------------------------------------
+    def _answer(self, jobs: list[Job], replies: list[Reply]) -> None:
+        rang = False
+        for job, reply in zip(jobs, replies, strict=True):
+            times = reply.times
+            stage_times = (
+                (times.queue, times.compute_input, times.compute_infer, times.compute_output)
+                if times is not None
+                else (0, 0, 0, 0)
+            )
+            header = messages.reply_header(
+                job.request_id, reply.status, reply.json_length, stage_times, len(reply.body)
+            )
+            if self.replies.push(header, reply.body):
+                rang = True
+            else:  # too big for a slot: its own memfd over the control channel
+                self.channel.send(messages.REPLY, header, reply.body)
+        if rang:
+            os.eventfd_write(self.reply_bell, 1)
+
+    # -- control ---------------------------------------------------------------------------
+    def _load(self, document: dict[str, Any]) -> None:
+        index = document["index"]
+        answer: dict[str, Any] = {"index": index, "ok": False}
+        before = resident_bytes()
+        try:
+            model = preloaded(document["settings"]) or load_model(
+                ModelSettings(**document["settings"])
+            )
+            model.runtime.limit_threads(self.threads)
+        except Exception as exc:
+            answer["error"] = failure_reason(exc)
+        else:
+            self.models[index] = model
+            answer.update(ok=True, metadata=model.metadata, size=max(0, resident_bytes() - before))
+        self.channel.send(messages.LOADED, messages.encode_control(answer))
+
+
+def main(spec: dict[str, Any], fds: list[int]) -> None:
+    """Run a worker in this (freshly forked) process until it is told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the group; the frontend acts
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    Worker(spec, fds).run()

@@ -1,0 +1,94 @@
+"""The template process that forks workers: a clean, single-threaded parent.
+
+The pool starts it as a fresh interpreter (``python -m inferpool.engine.zygote FD``)
+before any worker, so it has no event loop, no gRPC threads and no OpenMP pool, whatever
+the frontend has started. It imports the runtimes once, loads the repository's models
+whose runtime allows it (``preload.py``), freezes the heap (``gc.freeze()``) so workers
+share those pages copy-on-write, and forks a worker for each SPAWN message, handing it
+the fds that came with the message. Respawns after a crash come from here too. It exits
+when the frontend's end of its channel closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import os
+import signal
+import socket
+import sys
+
+from inferpool.engine import messages
+from inferpool.engine.channel import Channel
+
+# Imported before any fork so every worker shares them; a missing library is skipped.
+PRELOAD = (
+    "numpy",
+    "pandas",
+    "orjson",
+    "inferpool.engine.worker",
+    "inferpool.engine.preload",
+    "inferpool.protocol.rest_wire",
+    "inferpool.protocol.grpc_wire",
+    "inferpool.runtimes.sklearn",
+    "sklearn.ensemble",
+    "sklearn.linear_model",
+    "sklearn.pipeline",
+    "sklearn.preprocessing",
+    "inferpool.runtimes.lightgbm",
+    "inferpool.runtimes.xgboost",
+)
+
+
+def preload() -> None:
+    for name in PRELOAD:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+
+
+def serve(channel: Channel) -> None:
+    while True:
+        try:
+            op, payload, fds = channel.receive(block=True)
+        except (EOFError, ConnectionError):
+            return
+        for fd in fds if op != messages.SPAWN else ():
+            os.close(fd)
+        if op == messages.PRELOAD:
+            from inferpool.engine.preload import preload
+
+            preload(messages.decode_control(payload)["models"])
+        if op != messages.SPAWN:
+            continue
+        spec = messages.decode_control(payload)
+        gc.freeze()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                channel.close()
+                from inferpool.engine import worker
+
+                worker.main(spec, fds)
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+                code = 1
+            finally:
+                os._exit(code)
+        for fd in fds:
+            os.close(fd)
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the frontend decides when to stop
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped automatically
+    channel = Channel(socket.socket(fileno=int(sys.argv[1])))
+    preload()
+    serve(channel)
+
+
+if __name__ == "__main__":
+    main()

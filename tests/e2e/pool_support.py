@@ -1,0 +1,107 @@
+"""Helpers for the worker-pool tests: a counting custom runtime, worker pids, /dev/shm."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+from tests.support import Server
+
+# A custom runtime written into a model folder: it sums each row, appends one line per
+# predict call (pid and rows) to ``calls_file``, can sleep or hold ballast memory, and
+# answers a custom endpoint ``whoami`` with its pid.
+COUNTING_RUNTIME = """
+import os
+import time
+
+import numpy as np
+
+from inferpool import Runtime
+
+
+class CountingRuntime(Runtime):
+    def load(self):
+        extra = self.settings.parameters.extra
+        self.calls_file = extra["calls_file"]
+        self.delay = extra.get("delay", 0)
+        self.ballast = np.ones(extra.get("ballast_mb", 0) * 131072)
+
+    def predict(self, payload, outputs):
+        with open(self.calls_file, "a") as calls:
+            calls.write(f"{os.getpid()} {len(payload)}\\n")
+        if self.delay:
+            time.sleep(self.delay)
+        return {outputs[0]: payload.sum(axis=1)}
+
+    def custom_endpoints(self):
+        return {"whoami": lambda body: {"pid": os.getpid(), "bytes": len(body)}}
+"""
+
+
+def write_counting_model(
+    root: Path, name: str, calls_file: Path, *, delay: float = 0, **settings: object
+) -> Path:
+    """A model folder ``root/name`` served by CountingRuntime (module named after it)."""
+    folder = root / name
+    folder.mkdir(parents=True, exist_ok=True)
+    module = "counting_" + name.replace("-", "_")
+    (folder / f"{module}.py").write_text(COUNTING_RUNTIME)
+    extra = {"calls_file": str(calls_file), "delay": delay}
+    extra["ballast_mb"] = settings.pop("ballast_mb", 0)
+    document = {
+        "name": name,
+        "implementation": f"{module}.CountingRuntime",
+        "parameters": {"extra": extra},
+        "inputs": [{"name": "x", "datatype": "FP64", "shape": [-1, 3]}],
+        "outputs": [{"name": "sum", "datatype": "FP64", "shape": [-1]}],
+        **settings,
+    }
+    (folder / "model-settings.json").write_text(json.dumps(document))
+    return folder
+
+
+def calls(calls_file: Path) -> list[tuple[int, int]]:
+    """(pid, rows) of every predict call so far."""
+    if not calls_file.exists():
+        return []
+    return [tuple(map(int, line.split())) for line in calls_file.read_text().splitlines()]
+
+
+def sum_request(rows: list[list[float]], request_id: str) -> dict:
+    return {
+        "id": request_id,
+        "inputs": [{"name": "x", "shape": [len(rows), 3], "datatype": "FP64", "data": rows}],
+    }
+
+
+def worker_pids(server: Server) -> dict[int, int]:
+    """The latest pid of each worker slot, from the server's log."""
+    pids: dict[int, int] = {}
+    for slot, pid in re.findall(r"worker (\d+) started \(pid (\d+)\)", server.output()):
+        pids[int(slot)] = int(pid)
+    return pids
+
+
+def wait_for(condition, timeout: float = 30, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"{what} not met after {timeout}s")
+
+
+def shm_listing() -> set[str]:
+    return set(os.listdir("/dev/shm"))
+
+
+def process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and ") Z " not in stat.read_text()

@@ -1,0 +1,126 @@
+"""Adaptive batching: when groups are due, concatenation, splitting and fallbacks."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import orjson
+
+from inferpool import Runtime
+from inferpool.engine.batching import Batcher, Job, run_group
+from inferpool.engine.handler import KIND_REST
+from inferpool.engine.model import LoadedModel
+from inferpool.settings import ModelSettings
+
+
+class RowSums(Runtime):
+    """Sums each row; ``scalar`` makes it answer one number per call (not per row)."""
+
+    scalar = False
+
+    def load(self) -> None:
+        self.calls: list[int] = []
+
+    def predict(self, payload, outputs):
+        self.calls.append(len(payload))
+        value = float(payload.sum()) if self.scalar else payload.sum(axis=1)
+        return {outputs[0]: value}
+
+
+def make_model(max_batch_size: int = 8, max_batch_time: float = 0.05) -> LoadedModel:
+    settings = ModelSettings(
+        name="sums",
+        max_batch_size=max_batch_size,
+        max_batch_time=max_batch_time,
+        inputs=[{"name": "x", "datatype": "FP64", "shape": [-1, 2]}],
+        outputs=[{"name": "sum", "datatype": "FP64", "shape": [-1]}],
+    )
+    runtime = RowSums(settings)
+    runtime.load()
+    return LoadedModel(settings, runtime)
+
+
+def job(request_id: int, rows, deadline_ns: int = 0, body: bytes | None = None) -> Job:
+    if body is None:
+        array = np.asarray(rows, dtype=float)
+        document = {"id": f"r{request_id}", "inputs": [
+            {"name": "x", "shape": list(array.shape), "datatype": "FP64",
+             "data": array.ravel().tolist()}]}  # fmt: skip
+        body = orjson.dumps(document)
+    return Job(request_id, 1, KIND_REST, body, None, deadline_ns, time.monotonic_ns())
+
+
+def outputs(reply) -> list[float]:
+    assert reply.status == 200, reply.body
+    return orjson.loads(reply.body)["outputs"][0]["data"]
+
+
+def test_group_due_when_full_or_when_the_oldest_waited_long_enough() -> None:
+    model = make_model(max_batch_size=3, max_batch_time=10.0)
+    batcher = Batcher()
+    for i in range(4):
+        batcher.add(model, job(i, [[i, i]]))
+    now = time.monotonic_ns()
+    groups = batcher.due(now)
+    assert [[j.request_id for j in jobs] for _, jobs in groups] == [[0, 1, 2]]
+    assert len(batcher) == 1 and 9 < batcher.timeout(now) <= 10
+    assert batcher.due(now + int(11e9)) and len(batcher) == 0
+    assert batcher.timeout(now) is None
+
+
+def test_without_batching_everything_is_due_at_once() -> None:
+    model = make_model(max_batch_size=0)
+    batcher = Batcher()
+    for i in range(3):
+        batcher.add(model, job(i, [[i, i]]))
+    [(_, jobs)] = batcher.due(time.monotonic_ns())
+    assert len(jobs) == 3
+    replies = run_group(model, jobs)
+    assert [outputs(r) for r in replies] == [[0.0], [2.0], [4.0]]
+    assert model.runtime.calls == [1, 1, 1]
+
+
+def test_batch_predicts_once_and_each_caller_gets_its_rows() -> None:
+    model = make_model()
+    jobs = [job(0, [[1, 2]]), job(1, [[3, 4], [5, 6]]), job(2, [[7, 8], [9, 10], [1, 1]])]
+    replies = run_group(model, jobs)
+    assert model.runtime.calls == [6]
+    assert [outputs(r) for r in replies] == [[3.0], [7.0, 11.0], [15.0, 19.0, 2.0]]
+    assert [orjson.loads(r.body)["id"] for r in replies] == ["r0", "r1", "r2"]
+    assert all(r.times.compute_infer > 0 and r.times.queue >= 0 for r in replies)
+
+
+def test_bad_and_expired_requests_do_not_spoil_the_batch() -> None:
+    model = make_model()
+    jobs = [
+        job(0, [[1, 1]]),
+        job(1, None, body=b"{not json"),
+        job(2, [[2, 2]], deadline_ns=time.monotonic_ns() - 1),
+        job(3, [[1, 2, 3]]),  # another width: predicted alone
+        job(4, [[4, 4]]),
+    ]
+    replies = run_group(model, jobs)
+    assert [r.status for r in replies] == [200, 400, 504, 200, 200]
+    assert outputs(replies[0]) == [2.0] and outputs(replies[4]) == [8.0]
+    assert outputs(replies[3]) == [6.0]
+    assert sorted(model.runtime.calls) == [1, 2]
+
+
+def test_results_that_are_not_per_row_fall_back_to_one_call_each() -> None:
+    model = make_model()
+    model.runtime.scalar = True
+    replies = run_group(model, [job(0, [[1, 1]]), job(1, [[2, 2]])])
+    assert [outputs(r) for r in replies] == [[2.0], [4.0]]
+    assert model.runtime.calls == [2, 1, 1]
+
+
+def test_cancel_takes_a_queued_job_out() -> None:
+    model = make_model(max_batch_size=4, max_batch_time=10.0)
+    batcher = Batcher()
+    for i in range(2):
+        batcher.add(model, job(i, [[i, i]]))
+    assert batcher.cancel(0).request_id == 0
+    assert batcher.cancel(0) is None
+    assert batcher.cancel(1).request_id == 1
+    assert len(batcher) == 0 and batcher.timeout(time.monotonic_ns()) is None
