@@ -34,6 +34,7 @@ def load_model(settings: ModelSettings) -> LoadedModel:
     """Import the model's runtime and load it; raises with a one-line reason on failure."""
     runtime = runtime_class(settings)(settings)
     runtime.load()
+    runtime = runtime.serving()
     return LoadedModel(settings, runtime)
 
 

@@ -46,6 +46,11 @@ class Runtime(ABC):
         A single value (not a mapping) is taken as the first requested output.
         """
 
+    def serving(self) -> Runtime:
+        """The runtime that serves the model once ``load`` has run: this one, unless the
+        artefact turned out to belong to a more specific runtime that took it over."""
+        return self
+
     def inputs(self) -> list[TensorSpec]:
         """The model's inputs; settings win over anything the runtime derives."""
         return self.settings.input_specs()

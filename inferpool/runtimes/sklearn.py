@@ -54,20 +54,22 @@ class SKLearnRuntime(Runtime):
             self.accepts = "dataframe"
 
     def _hand_over(self, library: str) -> None:
-        """Become the LightGBM or XGBoost runtime for the model already unpickled.
+        """Hand the unpickled model to the LightGBM or XGBoost runtime, which serves it.
 
-        The engine holds this instance, so it changes class rather than wrapping another
-        runtime: from here on it is exactly that runtime (outputs ``raw_score``/``margin``
-        and ``contrib``, thread limits, metadata), with no second copy of the model.
+        That runtime then is the model's runtime (outputs ``raw_score``/``margin`` and
+        ``contrib``, thread limits, metadata), with no second copy of the model.
         """
         if library == "lightgbm":
             from inferpool.runtimes.lightgbm import LightGBMRuntime as runtime_class
         else:
             from inferpool.runtimes.xgboost import XGBoostRuntime as runtime_class
-        model = self.model
+        successor = runtime_class(self.settings)
+        successor.adopt(self.model)
         del self.model
-        self.__class__ = runtime_class
-        self.adopt(model)
+        self.successor = successor
+
+    def serving(self) -> Runtime:
+        return getattr(self, "successor", self)
 
     def inputs(self) -> list[TensorSpec]:
         declared = super().inputs()
