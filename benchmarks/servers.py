@@ -227,6 +227,9 @@ def start(
             stderr=subprocess.STDOUT,
             start_new_session=True,
             env=env,
+            # MLServer writes its Prometheus files (.metrics/) into its working directory:
+            # keep them in the run's folder, not in the caller's checkout.
+            cwd=workdir / spec.name if spec.kind == "mlserver" else None,
         )
     server = RunningServer(spec, target, process, log_path, models=models)
     try:
