@@ -174,8 +174,11 @@ class InProcessClient(EngineClient):
         return handle(self.models[name], kind, body, json_length)
 
 
-# Two threads unpickling models that import one library for the first time (sklearn)
-# can see it half-initialised (ImportError), so in-process loads take turns.
+# Loads run in a thread (the loop keeps answering health checks), one at a time: a
+# library's first import can happen inside any load (importing a runtime module,
+# unpickling, a user's load()), and two threads importing one library at once see it
+# half-initialised (sklearn: ImportError) or deadlock (LightGBM). Worker processes load
+# one model at a time anyway.
 _LOAD_LOCK = threading.Lock()
 
 

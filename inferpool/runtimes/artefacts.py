@@ -6,7 +6,6 @@ runtime's library is imported (a missing library must give "install inferpool[..
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,13 +16,6 @@ from inferpool.settings import ModelSettings
 # The first bytes of a LightGBM text model (model.txt, or a .bst written by LightGBM).
 LIGHTGBM_TEXT_MAGIC = b"tree\n"
 PICKLE_SUFFIXES = (".joblib", ".pkl", ".pickle")
-
-
-# Models load in threads side by side, and a library's first import may happen in any of
-# them: importing a runtime module, unpickling a model (which imports its classes) or a
-# library's own loader. Some libraries (LightGBM) deadlock or half-initialise when two
-# threads import them at once, so everything that may import one takes this lock.
-IMPORT_LOCK = threading.RLock()
 
 
 @contextmanager
@@ -90,8 +82,7 @@ def library_of(model: Any) -> str | None:
 
 def unpickle(path: Path) -> Any:
     """A model saved with joblib or pickle (joblib reads both)."""
-    with IMPORT_LOCK:
-        import joblib  # only pickled artefacts need it
+    import joblib  # only pickled artefacts need it
 
-        with single_threaded():
-            return joblib.load(path)
+    with single_threaded():
+        return joblib.load(path)

@@ -22,7 +22,7 @@ from mlflow.pyfunc import scoring_server
 
 from inferpool.errors import BadRequest
 from inferpool.protocol.types import TensorSpec
-from inferpool.runtimes.artefacts import IMPORT_LOCK, single_threaded
+from inferpool.runtimes.artefacts import single_threaded
 from inferpool.runtimes.base import Runtime
 from inferpool.runtimes.mlflow_schema import check_payload, is_tensor_schema, specs_of
 from inferpool.runtimes.tabular import is_dataframe
@@ -37,7 +37,7 @@ class MLflowRuntime(Runtime):
 
     def load(self) -> None:
         folder = self._model_folder()
-        with IMPORT_LOCK, single_threaded():  # a flavour's loader imports its library
+        with single_threaded():  # a flavour's loader may start OpenMP
             self.model = mlflow.pyfunc.load_model(str(folder))
         metadata = self.model.metadata
         self.input_schema = metadata.get_input_schema()

@@ -6,7 +6,7 @@ import importlib
 import sys
 from pathlib import Path
 
-from inferpool.runtimes.artefacts import IMPORT_LOCK, is_lightgbm_text
+from inferpool.runtimes.artefacts import is_lightgbm_text
 from inferpool.runtimes.base import Runtime
 from inferpool.settings import ModelSettings
 
@@ -92,8 +92,7 @@ def runtime_class(settings: ModelSettings) -> type[Runtime]:
     if name in BUILTIN_RUNTIMES:
         module_name, class_name, extra = BUILTIN_RUNTIMES[name]
         try:
-            with IMPORT_LOCK:
-                module = importlib.import_module(module_name)
+            module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
             if exc.name and exc.name.startswith("inferpool"):
                 raise RuntimeNotFound(f"runtime '{name}' is not available in this build") from None
@@ -115,8 +114,7 @@ def _custom_class(implementation: str, settings: ModelSettings) -> type[Runtime]
         # The model's folder holds the user's module, as MLServer allows.
         sys.path.insert(0, str(settings.folder))
     try:
-        with IMPORT_LOCK:
-            module = importlib.import_module(module_name)
+        module = importlib.import_module(module_name)
     except ImportError as exc:
         raise RuntimeNotFound(f"cannot import '{module_name}': {exc}") from None
     cls = getattr(module, class_name, None)
