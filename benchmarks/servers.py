@@ -25,7 +25,8 @@ import psutil
 
 from benchmarks.loadgen.base import Target
 
-SERVER_NAME = re.compile(r"^(?P<kind>inferpool|mlserver)-w(?P<workers>\d+)$")
+# inferpool-w2-grpcio: inferpool with --grpc-implementation grpcio (grpc.aio).
+SERVER_NAME = re.compile(r"^(?P<kind>inferpool|mlserver)-w(?P<workers>\d+)(?:-(?P<grpc>grpcio))?$")
 HOST = "127.0.0.1"
 # Protocols a server kind cannot speak: such scenarios are reported "n/a", not failed.
 UNSUPPORTED = {"mlserver": {"rest-binary"}}
@@ -40,13 +41,16 @@ class ServerSpec:
     name: str
     kind: str  # inferpool | mlserver | external
     workers: int | None = None
+    grpc_implementation: str | None = None  # inferpool's --grpc-implementation
 
     @classmethod
     def parse(cls, name: str) -> ServerSpec:
         match = SERVER_NAME.match(name)
-        if match is None:
-            raise ValueError(f"unknown server {name!r}: use inferpool-wN or mlserver-wN")
-        return cls(name, match["kind"], int(match["workers"]))
+        if match is None or (match["grpc"] and match["kind"] != "inferpool"):
+            raise ValueError(
+                f"unknown server {name!r}: use inferpool-wN, inferpool-wN-grpcio or mlserver-wN"
+            )
+        return cls(name, match["kind"], int(match["workers"]), match["grpc"])
 
     def supports(self, protocol: str) -> bool:
         return protocol not in UNSUPPORTED.get(self.kind, set())
@@ -202,6 +206,7 @@ def command(
         str(target.grpc_port),
         "--workers",
         str(spec.workers),
+        *(["--grpc-implementation", spec.grpc_implementation] if spec.grpc_implementation else []),
     ]
 
 

@@ -11,7 +11,7 @@ import contextvars
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import (
@@ -43,6 +43,10 @@ class ServerSettings(BaseSettings):
     host: str = Field("0.0.0.0", description="address the REST, gRPC and metrics servers bind")
     http_port: int = Field(8080, description="REST (V2 HTTP) port")
     grpc_port: int = Field(8081, description="gRPC port; 0 or a negative value disables gRPC")
+    grpc_implementation: Literal["builtin", "grpcio"] = Field(
+        "builtin",
+        description="gRPC server: builtin (inferpool's HTTP/2, fastest) or grpcio (grpc.aio)",
+    )
     metrics_port: int = Field(8082, description="Prometheus metrics port; 0 disables it")
     workers: int = Field(
         os.cpu_count() or 1,

@@ -1,4 +1,8 @@
-"""The V2 gRPC frontend: ``inference.GRPCInferenceService`` on grpc.aio, routing by model name.
+"""The V2 gRPC service (``inference.GRPCInferenceService``) and its grpc.aio server.
+
+``InferenceService`` implements the RPCs once; two servers carry it: ``GrpcServer`` here
+(grpc.aio, ``--grpc-implementation grpcio``) and ``grpc_h2.GrpcH2Server`` (inferpool's
+own HTTP/2, the default).
 
 ModelInfer goes through a generic handler that keeps the request as raw bytes: the
 frontend reads only ``model_name`` (field 1) and ``model_version`` (field 2) with a tiny
@@ -103,9 +107,16 @@ class InferenceService:
         self.client = client
 
     async def model_infer(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        name, version = read_route(body)
         remaining = context.time_remaining()
         deadline = time.monotonic() + remaining if remaining is not None else None
+        return await self.infer(body, deadline)
+
+    async def infer(self, body: bytes, deadline: float | None) -> bytes:
+        """ModelInfer on raw bytes: serialized ModelInferResponse, or raises with the status.
+
+        ``deadline`` is a ``time.monotonic()`` instant, or None.
+        """
+        name, version = read_route(body)
         reply = await self.client.infer(name, version, KIND_GRPC, body, None, deadline=deadline)
         if reply.status != 200:
             raise from_status(reply.status, reply.body.decode("utf-8", "replace"))
@@ -220,10 +231,9 @@ def guarded(method: str, handler: Handler, access_log: bool) -> Handler:
     return run
 
 
-def build_handler(client: EngineClient, access_log: bool = False) -> grpc.GenericRpcHandler:
-    """The generic handler serving GRPCInferenceService for one engine client."""
-    service = InferenceService(client)
-    typed = {
+def typed_methods(service: InferenceService) -> dict[str, tuple[Handler, Any]]:
+    """Every RPC but ModelInfer: name → (handler(request, context), request message)."""
+    return {
         "ServerLive": (service.server_live, pb.ServerLiveRequest),
         "ServerReady": (service.server_ready, pb.ServerReadyRequest),
         "ModelReady": (service.model_ready, pb.ModelReadyRequest),
@@ -237,13 +247,18 @@ def build_handler(client: EngineClient, access_log: bool = False) -> grpc.Generi
             pb.RepositoryModelUnloadRequest,
         ),
     }
+
+
+def build_handler(client: EngineClient, access_log: bool = False) -> grpc.GenericRpcHandler:
+    """The generic handler serving GRPCInferenceService for one engine client (grpc.aio)."""
+    service = InferenceService(client)
     methods = {
         name: grpc.unary_unary_rpc_method_handler(
             guarded(name, handler, access_log),
             request_deserializer=message.FromString,
             response_serializer=_serialize,
         )
-        for name, (handler, message) in typed.items()
+        for name, (handler, message) in typed_methods(service).items()
     }
     # No (de)serializers: the request and the reply stay bytes.
     methods["ModelInfer"] = grpc.unary_unary_rpc_method_handler(

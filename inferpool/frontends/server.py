@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import socket
 import sys
 from collections.abc import Iterator
 
@@ -20,6 +19,8 @@ import uvicorn
 from inferpool.engine.client import EngineClient, make_client
 from inferpool.engine.states import ModelState
 from inferpool.frontends.grpc import GrpcServer
+from inferpool.frontends.grpc_h2 import GrpcH2Server
+from inferpool.frontends.listen import bind_socket
 from inferpool.frontends.metrics import build_metrics_app
 from inferpool.frontends.rest import build_app
 from inferpool.settings import ServerSettings
@@ -33,21 +34,6 @@ class _Uvicorn(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket; an OSError says which address is taken."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
 
 
 class RestServer:
@@ -104,11 +90,12 @@ async def serve(settings: ServerSettings) -> int:
     """Serve until SIGTERM/SIGINT; the process exit code."""
     try:
         client = make_client(settings)
-        servers: list[RestServer | GrpcServer] = [
+        servers: list[RestServer | GrpcServer | GrpcH2Server] = [
             RestServer(build_app(client), settings, settings.http_port, settings.http2)
         ]
         if settings.grpc_port > 0:
-            servers.append(GrpcServer(client, settings))
+            grpc_server = GrpcH2Server if settings.grpc_implementation == "builtin" else GrpcServer
+            servers.append(grpc_server(client, settings))
         if settings.metrics_port > 0:
             metrics_app = build_metrics_app(client)
             servers.append(RestServer(metrics_app, settings, settings.metrics_port))

@@ -20,6 +20,18 @@ def test_server_names_parse_and_mlserver_lacks_binary_tensors():
         ServerSpec.parse("triton")
 
 
+def test_a_grpcio_suffix_selects_inferpools_grpc_aio_implementation(tmp_path):
+    spec = ServerSpec.parse("inferpool-w2-grpcio")
+    assert (spec.kind, spec.workers, spec.grpc_implementation) == ("inferpool", 2, "grpcio")
+    cmd = command(spec, tmp_path, Target("127.0.0.1", 1, 2), None, "inferpool")
+    assert cmd[-2:] == ["--grpc-implementation", "grpcio"]
+    assert "--grpc-implementation" not in command(
+        ServerSpec.parse("inferpool-w2"), tmp_path, Target("127.0.0.1", 1, 2), None, "inferpool"
+    )
+    with pytest.raises(ValueError, match="unknown server"):
+        ServerSpec.parse("mlserver-w2-grpcio")
+
+
 def test_inferpool_command_runs_the_module_with_its_ports(tmp_path):
     cmd = command(
         ServerSpec.parse("inferpool-w1"), tmp_path, Target("127.0.0.1", 1, 2), None, "inferpool"

@@ -22,6 +22,14 @@ needs_pool = pytest.mark.skipif(
 )
 # Every e2e test runs in-process (0) and with a worker pool (2) once the pool exists.
 WORKER_COUNTS = [0, pytest.param(2, marks=needs_pool)]
+# Both gRPC implementations (``--grpc-implementation``) serve the same service.
+IMPLEMENTATIONS = ["builtin", "grpcio"]
+# (workers, implementation): every combination of the two lists above.
+SETUPS = [
+    pytest.param((workers, implementation), id=f"{implementation}-w{workers}", marks=marks)
+    for implementation in IMPLEMENTATIONS
+    for workers, marks in ((0, ()), (2, needs_pool))
+]
 
 # One sample per V2 datatype, with the extremes of each range.
 SAMPLES = {
@@ -104,8 +112,11 @@ def build_grpc_repository(root: Path) -> Path:
 
 
 @contextmanager
-def running_server(repository: Path, workers: int, *args: str) -> Iterator[Server]:
-    with Server(repository, "--workers", str(workers), *args) as server:
+def running_server(
+    repository: Path, workers: int, *args: str, implementation: str = "builtin"
+) -> Iterator[Server]:
+    flags = ("--workers", str(workers), "--grpc-implementation", implementation)
+    with Server(repository, *flags, *args) as server:
         server.wait_ready()
         yield server
 

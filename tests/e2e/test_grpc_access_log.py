@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
-from tests.e2e.grpc_helpers import infer_request, running_server, stub_for
+from tests.e2e.grpc_helpers import IMPLEMENTATIONS, infer_request, running_server, stub_for
 from tests.support import Server, iris_data
 
 LATENCY = r"\d+\.\d\dms"
@@ -25,10 +25,14 @@ def wait_for_lines(server: Server, patterns: list[str], timeout: float = 10) -> 
         time.sleep(0.05)
 
 
-def test_access_log_lines_for_rest_and_grpc(iris_repo):
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_access_log_lines_for_rest_and_grpc(implementation, iris_repo):
     X, _ = iris_data()
     body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64", "data": [1, 2, 3, 4]}]}
-    with running_server(iris_repo, 0, "--access-log") as server, stub_for(server) as stub:
+    with (
+        running_server(iris_repo, 0, "--access-log", implementation=implementation) as server,
+        stub_for(server) as stub,
+    ):
         assert httpx.post(f"{server.url}/v2/models/iris-rf/infer", json=body).status_code == 200
         assert httpx.get(f"{server.url}/v2/models/nope").status_code == 404
         stub.ModelInfer(infer_request("iris-logreg", x=X[:1]))

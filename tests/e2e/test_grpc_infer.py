@@ -12,8 +12,8 @@ from tritonclient.grpc import service_pb2 as triton_pb
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from tests.e2e.grpc_helpers import (
     SAMPLES,
+    SETUPS,
     TYPED_FIELD,
-    WORKER_COUNTS,
     build_grpc_repository,
     infer_request,
     running_server,
@@ -22,10 +22,11 @@ from tests.e2e.grpc_helpers import (
 from tests.support import iris_data
 
 
-@pytest.fixture(scope="module", params=WORKER_COUNTS)
+@pytest.fixture(scope="module", params=SETUPS)
 def server(request, tmp_path_factory):
     repository = build_grpc_repository(tmp_path_factory.mktemp("grpc-infer"))
-    with running_server(repository, request.param) as server:
+    workers, implementation = request.param
+    with running_server(repository, workers, implementation=implementation) as server:
         server.repository = repository
         yield server
 

@@ -18,7 +18,8 @@ import pytest
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.generated.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 from tests.e2e.grpc_helpers import (
-    WORKER_COUNTS,
+    IMPLEMENTATIONS,
+    SETUPS,
     build_grpc_repository,
     infer_request,
     needs_pool,
@@ -28,12 +29,13 @@ from tests.e2e.grpc_helpers import (
 from tests.support import Server, iris_data
 
 
-@pytest.fixture(scope="module", params=WORKER_COUNTS)
+@pytest.fixture(scope="module", params=SETUPS)
 def server(request, tmp_path_factory):
     repository = build_grpc_repository(tmp_path_factory.mktemp("grpc-service"))
-    with running_server(repository, request.param) as server:
+    workers, implementation = request.param
+    with running_server(repository, workers, implementation=implementation) as server:
         server.repository = repository
-        server.workers = request.param
+        server.workers = workers
         yield server
 
 
@@ -266,10 +268,14 @@ def test_grpc_port_zero_disables_grpc(iris_repo):
         assert error.code() is grpc.StatusCode.UNAVAILABLE
 
 
-@pytest.mark.parametrize("workers", WORKER_COUNTS)
-def test_shutdown_lets_an_in_flight_call_finish(workers, tmp_path):
+@pytest.mark.parametrize("setup", SETUPS)
+def test_shutdown_lets_an_in_flight_call_finish(setup, tmp_path):
+    workers, implementation = setup
     repository = build_grpc_repository(tmp_path / "repo")
-    with running_server(repository, workers) as server, stub_for(server) as stub:
+    with (
+        running_server(repository, workers, implementation=implementation) as server,
+        stub_for(server) as stub,
+    ):
         running = tmp_path / "running"
         future = stub.ModelInfer.future(echo_request(1.0, running))
         wait_for_file(running)
@@ -280,10 +286,11 @@ def test_shutdown_lets_an_in_flight_call_finish(workers, tmp_path):
 
 
 @needs_pool
-def test_a_full_queue_is_unavailable_with_a_retry_pushback(tmp_path):
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_a_full_queue_is_unavailable_with_a_retry_pushback(implementation, tmp_path):
     repository = build_grpc_repository(tmp_path / "repo")
     with (
-        running_server(repository, 1, "--max-queue", "1") as server,
+        running_server(repository, 1, "--max-queue", "1", implementation=implementation) as server,
         stub_for(server) as stub,
     ):
         futures = [stub.ModelInfer.future(echo_request(0.5)) for _ in range(4)]
@@ -301,9 +308,13 @@ def test_a_full_queue_is_unavailable_with_a_retry_pushback(tmp_path):
 
 
 @needs_pool
-def test_a_lost_worker_is_unavailable_and_the_pool_recovers(tmp_path):
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_a_lost_worker_is_unavailable_and_the_pool_recovers(implementation, tmp_path):
     repository = build_grpc_repository(tmp_path / "repo")
-    with running_server(repository, 2) as server, stub_for(server) as stub:
+    with (
+        running_server(repository, 2, implementation=implementation) as server,
+        stub_for(server) as stub,
+    ):
         running = tmp_path / "running"
         future = stub.ModelInfer.future(echo_request(5.0, running))
         wait_for_file(running)
@@ -325,11 +336,13 @@ def test_a_lost_worker_is_unavailable_and_the_pool_recovers(tmp_path):
         assert list(response.outputs[0].contents.int_contents) == [5]
 
 
-def test_a_taken_grpc_port_exits_1_naming_it(iris_repo):
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_a_taken_grpc_port_exits_1_naming_it(implementation, iris_repo):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with Server(iris_repo, "--workers", "0", "--grpc-port", str(port)) as server:
+        flags = ("--grpc-port", str(port), "--grpc-implementation", implementation)
+        with Server(iris_repo, "--workers", "0", *flags) as server:
             assert server.wait_exit(60) == 1
             assert f"cannot listen on 127.0.0.1:{port} for gRPC" in server.output()

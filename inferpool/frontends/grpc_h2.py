@@ -1,0 +1,228 @@
+"""gRPC over inferpool's own HTTP/2 (``http2.py``): the default gRPC implementation.
+
+It serves the same ``InferenceService`` as the grpc.aio implementation (``grpc.py``):
+ModelInfer's request stays raw bytes and goes to the engine, the other RPCs parse and
+serialize the generated messages. What gRPC adds to HTTP/2 lives here: the path names
+the method, ``content-type: application/grpc``, 5-byte length-prefixed messages,
+``grpc-timeout`` deadlines, and the status in trailers (``grpc-status``,
+``grpc-message``, and ``grpc-retry-pushback-ms`` when overloaded). A client that resets
+its stream or goes away cancels its call, and a call past its deadline is cancelled and
+answered DEADLINE_EXCEEDED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+from urllib.parse import quote
+
+from inferpool.engine.client import EngineClient
+from inferpool.errors import InferpoolError, Overloaded, grpc_code_for
+from inferpool.frontends.access_log import log_request
+from inferpool.frontends.grpc import (
+    MAX_MESSAGE_BYTES,
+    RETRY_AFTER_MS,
+    SERVICE,
+    InferenceService,
+    model_of,
+    typed_methods,
+)
+from inferpool.frontends.http2 import Http2Connection, Stream, literal, literal_indexed_name
+from inferpool.frontends.listen import bind_socket
+from inferpool.settings import ServerSettings
+
+logger = logging.getLogger(__name__)
+
+# gRPC status codes (grpc/doc/statuscodes.md).
+STATUS = {
+    "OK": 0, "CANCELLED": 1, "UNKNOWN": 2, "INVALID_ARGUMENT": 3, "DEADLINE_EXCEEDED": 4,
+    "NOT_FOUND": 5, "ALREADY_EXISTS": 6, "PERMISSION_DENIED": 7, "RESOURCE_EXHAUSTED": 8,
+    "FAILED_PRECONDITION": 9, "ABORTED": 10, "OUT_OF_RANGE": 11, "UNIMPLEMENTED": 12,
+    "INTERNAL": 13, "UNAVAILABLE": 14, "DATA_LOSS": 15, "UNAUTHENTICATED": 16,
+}  # fmt: skip
+
+# Response headers: ":status: 200" is static-table entry 8, "content-type" entry 31.
+GRPC_CONTENT_TYPE = b"application/grpc"
+RESPONSE_HEADERS = b"\x88" + literal_indexed_name(31, GRPC_CONTENT_TYPE)
+OK_TRAILERS = literal(b"grpc-status", b"0")
+NOT_GRPC_HEADERS = literal_indexed_name(8, b"415")  # ":status: 415"
+# grpc-timeout units (PROTOCOL-HTTP2.md) in seconds.
+_TIMEOUT_UNITS = {
+    ord("H"): 3600.0, ord("M"): 60.0, ord("S"): 1.0,
+    ord("m"): 1e-3, ord("u"): 1e-6, ord("n"): 1e-9,
+}  # fmt: skip
+
+
+class CallError(Exception):
+    """A call that ends with a non-OK status before reaching the service."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def status_trailers(code: str, message: str = "", pushback: bool = False) -> bytes:
+    """Trailers carrying a status; the message percent-encoded as gRPC requires."""
+    block = literal(b"grpc-status", str(STATUS[code]).encode())
+    if message:
+        encoded = quote(message, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode()
+        block += literal(b"grpc-message", encoded)
+    if pushback:
+        block += literal(b"grpc-retry-pushback-ms", RETRY_AFTER_MS.encode())
+    return block
+
+
+def parse_timeout(value: bytes) -> float:
+    """A ``grpc-timeout`` value (up to 8 digits and a unit) in seconds."""
+    if not 2 <= len(value) <= 9 or not value[:-1].isdigit():
+        raise CallError("INTERNAL", f"malformed grpc-timeout {value.decode(errors='replace')!r}")
+    unit = _TIMEOUT_UNITS.get(value[-1])
+    if unit is None:
+        raise CallError("INTERNAL", f"malformed grpc-timeout {value.decode(errors='replace')!r}")
+    return int(value[:-1]) * unit
+
+
+def unframe(chunks: list[bytes]) -> bytes:
+    """The one message of a unary call from its length-prefixed DATA."""
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    if len(body) < 5:
+        raise CallError("INTERNAL", "a unary call needs exactly one request message")
+    if body[0] != 0:
+        raise CallError("UNIMPLEMENTED", "compressed messages are not supported; send identity")
+    length = int.from_bytes(body[1:5], "big")
+    if length > MAX_MESSAGE_BYTES:
+        raise CallError("RESOURCE_EXHAUSTED", f"message of {length} bytes is too large")
+    if len(body) != 5 + length:
+        raise CallError("INTERNAL", "a unary call needs exactly one request message")
+    return body[5:]
+
+
+def framed(message: bytes) -> bytes:
+    return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+class GrpcH2Server:
+    """GRPCInferenceService on inferpool's HTTP/2 server, on the running loop."""
+
+    def __init__(self, client: EngineClient, settings: ServerSettings) -> None:
+        self.settings = settings
+        self.access_log = settings.access_log
+        self.service = InferenceService(client)
+        prefix = f"/{SERVICE}/".encode()
+        self.methods: dict[bytes, tuple[str, Any, Any]] = {
+            prefix + name.encode(): (name, handler, message)
+            for name, (handler, message) in typed_methods(self.service).items()
+        }
+        self.methods[prefix + b"ModelInfer"] = ("ModelInfer", None, None)
+        self.connections: set[Http2Connection] = set()
+        self.calls: set[asyncio.Task] = set()
+        self._server: asyncio.AbstractServer | None = None
+        self.socket = bind_socket(settings.host, settings.grpc_port, "gRPC")
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._connection, sock=self.socket)
+
+    def _connection(self) -> Http2Connection:
+        connection = Http2Connection(self._on_request, self.connections.discard)
+        self.connections.add(connection)
+        return connection
+
+    async def stop(self) -> None:
+        """Refuse new calls; in-flight calls get the shutdown grace period to finish."""
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self.connections):
+            connection.goaway()
+        if self.calls:
+            await asyncio.wait(set(self.calls), timeout=self.settings.shutdown_timeout)
+        for call in list(self.calls):
+            call.cancel()
+        # Answered connections close once their replies are written; give them a moment.
+        closing = [connection.closed for connection in self.connections]
+        if closing:
+            await asyncio.wait(closing, timeout=1)
+        for connection in list(self.connections):
+            connection.abort()
+
+    # -- one call --------------------------------------------------------------------------
+    def _on_request(self, connection: Http2Connection, stream: Stream) -> None:
+        headers = dict(stream.headers)
+        path = headers.get(b":path", b"")
+        content_type = headers.get(b"content-type", b"")
+        if headers.get(b":method") != b"POST" or not content_type.startswith(GRPC_CONTENT_TYPE):
+            connection.respond(stream, NOT_GRPC_HEADERS, b"", b"")
+            return
+        entry = self.methods.get(path)
+        try:
+            if entry is None:
+                method = path.decode(errors="replace")
+                raise CallError("UNIMPLEMENTED", f"unknown method {method}")
+            timeout = headers.get(b"grpc-timeout")
+            seconds = parse_timeout(timeout) if timeout is not None else None
+            message = unframe(stream.body)
+        except CallError as exc:
+            trailers = status_trailers(exc.code, exc.message)
+            connection.respond(stream, RESPONSE_HEADERS + trailers, b"", b"")
+            return
+        stream.body = []
+        call = asyncio.ensure_future(self._call(connection, stream, entry, message, seconds))
+        stream.task = call
+        self.calls.add(call)
+        call.add_done_callback(self.calls.discard)
+
+    async def _call(
+        self,
+        connection: Http2Connection,
+        stream: Stream,
+        entry: tuple[str, Any, Any],
+        message: bytes,
+        seconds: float | None,
+    ) -> None:
+        name, handler, request_type = entry
+        started = time.perf_counter()
+        code, text, pushback, request = "OK", "", False, message
+        timer = None
+        if seconds is not None:
+            timer = asyncio.get_running_loop().call_later(seconds, _expire, stream)
+        try:
+            if handler is None:
+                deadline = time.monotonic() + seconds if seconds is not None else None
+                reply = await self.service.infer(message, deadline)
+            else:
+                try:
+                    request = request_type.FromString(message)
+                except Exception:
+                    raise CallError("INTERNAL", f"cannot parse the {name} request") from None
+                reply = (await handler(request, None)).SerializeToString()
+            connection.respond(stream, RESPONSE_HEADERS, framed(reply), OK_TRAILERS)
+        except asyncio.CancelledError:
+            if stream.closed:  # the client reset the stream or went away
+                code = "CANCELLED"
+                raise
+            code, text = "DEADLINE_EXCEEDED", "Deadline Exceeded"
+        except CallError as exc:
+            code, text = exc.code, exc.message
+        except InferpoolError as exc:
+            code, text = grpc_code_for(exc.status), exc.message
+            pushback = isinstance(exc, Overloaded)
+        except Exception as exc:
+            logger.exception("gRPC %s failed", name)
+            code, text = "INTERNAL", f"internal error: {type(exc).__name__}: {exc}"
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if self.access_log:
+                log_request("gRPC", name, model_of(request), code, started)
+        if code != "OK":
+            trailers = status_trailers(code, text, pushback)
+            connection.respond(stream, RESPONSE_HEADERS + trailers, b"", b"")
+
+
+def _expire(stream: Stream) -> None:
+    """The call's deadline passed: cancel it (it answers DEADLINE_EXCEEDED)."""
+    if stream.task is not None and not stream.task.done():
+        stream.task.cancel()
