@@ -153,7 +153,12 @@ class GrpcH2Server:
         headers = dict(stream.headers)
         path = headers.get(b":path", b"")
         content_type = headers.get(b"content-type", b"")
-        if headers.get(b":method") != b"POST" or not content_type.startswith(GRPC_CONTENT_TYPE):
+        subtype = content_type[len(GRPC_CONTENT_TYPE) : len(GRPC_CONTENT_TYPE) + 1]
+        if (
+            headers.get(b":method") != b"POST"
+            or not content_type.startswith(GRPC_CONTENT_TYPE)
+            or subtype not in (b"", b"+", b";")  # application/grpc-web is not gRPC
+        ):
             connection.respond(stream, NOT_GRPC_HEADERS, b"", b"")
             return
         entry = self.methods.get(path)
@@ -162,14 +167,15 @@ class GrpcH2Server:
                 method = path.decode(errors="replace")
                 raise CallError("UNIMPLEMENTED", f"unknown method {method}")
             timeout = headers.get(b"grpc-timeout")
-            seconds = parse_timeout(timeout) if timeout is not None else None
+            # The deadline counts from arrival, however long the call waits to start.
+            expires = time.monotonic() + parse_timeout(timeout) if timeout is not None else None
             message = unframe(stream.body)
         except CallError as exc:
             trailers = status_trailers(exc.code, exc.message)
             connection.respond(stream, RESPONSE_HEADERS + trailers, b"", b"")
             return
         stream.body = []
-        call = asyncio.ensure_future(self._call(connection, stream, entry, message, seconds))
+        call = asyncio.ensure_future(self._call(connection, stream, entry, message, expires))
         stream.task = call
         self.calls.add(call)
         call.add_done_callback(self.calls.discard)
@@ -180,24 +186,29 @@ class GrpcH2Server:
         stream: Stream,
         entry: tuple[str, Any, Any],
         message: bytes,
-        seconds: float | None,
+        expires: float | None,
     ) -> None:
         name, handler, request_type = entry
         started = time.perf_counter()
         code, text, pushback, request = "OK", "", False, message
         timer = None
-        if seconds is not None:
-            timer = asyncio.get_running_loop().call_later(seconds, _expire, stream)
+        if expires is not None:
+            timer = asyncio.get_running_loop().call_later(
+                expires - time.monotonic(), _expire, stream
+            )
         try:
             if handler is None:
-                deadline = time.monotonic() + seconds if seconds is not None else None
-                reply = await self.service.infer(message, deadline)
+                reply = await self.service.infer(message, expires)
             else:
                 try:
                     request = request_type.FromString(message)
                 except Exception:
                     raise CallError("INTERNAL", f"cannot parse the {name} request") from None
                 reply = (await handler(request, None)).SerializeToString()
+            if expires is not None and time.monotonic() >= expires:
+                # The deadline passed while the loop was busy (an in-process model), so
+                # the timer could not fire; the client has given up on this reply.
+                raise CallError("DEADLINE_EXCEEDED", "Deadline Exceeded")
             connection.respond(stream, RESPONSE_HEADERS, framed(reply), OK_TRAILERS)
         except asyncio.CancelledError:
             if stream.closed:  # the client reset the stream or went away

@@ -269,6 +269,8 @@ class Http2Connection(asyncio.Protocol):
             if not flags & ACK:
                 out.append(frame(PING, ACK, 0, payload))
         elif kind == RST_STREAM:
+            if stream_id == 0:
+                raise ProtocolFailure(PROTOCOL_ERROR, "RST_STREAM on stream 0")
             stream = self.streams.pop(stream_id, None)
             if stream is not None:
                 self._blocked.pop(stream_id, None)
@@ -309,6 +311,8 @@ class Http2Connection(asyncio.Protocol):
         if stream.closed:
             out.append(frame(RST_STREAM, 0, stream.id, _U32.pack(REFUSED_STREAM)))
             return
+        if stream.ended:
+            raise ProtocolFailure(STREAM_CLOSED, "HEADERS after the stream ended")
         if stream.headers:  # trailers from the client: nothing in them matters here
             if not flags & END_STREAM:
                 raise ProtocolFailure(PROTOCOL_ERROR, "trailers without END_STREAM")
@@ -344,7 +348,7 @@ class Http2Connection(asyncio.Protocol):
         self._unacked += len(payload)
         stream = self.streams.get(stream_id)
         if stream is None or stream.ended:
-            if stream_id == 0 or stream_id > self.last_stream_id:
+            if stream_id == 0 or not stream_id & 1 or stream_id > self.last_stream_id:
                 raise ProtocolFailure(PROTOCOL_ERROR, "DATA on an idle stream")
             return  # a stream we reset or answered: its data only counts for the window
         flow = len(payload)
@@ -393,6 +397,9 @@ class Http2Connection(asyncio.Protocol):
         if len(payload) != 4:
             raise ProtocolFailure(FRAME_SIZE_ERROR, "WINDOW_UPDATE length")
         increment = _U32.unpack(payload)[0] & 0x7FFFFFFF
+        if increment == 0:
+            # A stream error in RFC 9113; ending the connection is allowed (§5.4.1).
+            raise ProtocolFailure(PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
         if stream_id == 0:
             self._send_window += increment
             if self._send_window > MAX_WINDOW:
@@ -402,6 +409,8 @@ class Http2Connection(asyncio.Protocol):
             if stream is None:
                 return
             stream.send_window += increment
+            if stream.send_window > MAX_WINDOW:
+                raise ProtocolFailure(FLOW_CONTROL_ERROR, "stream window overflow")
         self._flush_blocked(out)
 
     # -- responses -------------------------------------------------------------------------
@@ -412,9 +421,9 @@ class Http2Connection(asyncio.Protocol):
             return
         if not body and not trailers:
             self._finish(stream)
-            self._write(frame(HEADERS, END_HEADERS | END_STREAM, stream.id, headers))
+            self._write(self._header_frames(stream.id, END_STREAM, headers))
             return
-        out = [frame(HEADERS, END_HEADERS, stream.id, headers)]
+        out = [self._header_frames(stream.id, 0, headers)]
         stream.pending = memoryview(body)
         stream.trailers = trailers
         self._send_pending(stream, out)
@@ -435,7 +444,18 @@ class Http2Connection(asyncio.Protocol):
         stream.pending = None
         self._blocked.pop(stream.id, None)
         self._finish(stream)
-        out.append(frame(HEADERS, END_HEADERS | END_STREAM, stream.id, stream.trailers))
+        out.append(self._header_frames(stream.id, END_STREAM, stream.trailers))
+
+    def _header_frames(self, stream_id: int, flags: int, block: bytes) -> bytes:
+        """HEADERS, plus CONTINUATIONs if ``block`` is over the peer's max frame size."""
+        limit = self._peer_max_frame
+        if len(block) <= limit:
+            return frame(HEADERS, flags | END_HEADERS, stream_id, block)
+        pieces = [block[i : i + limit] for i in range(0, len(block), limit)]
+        out = [frame(HEADERS, flags, stream_id, pieces[0])]
+        out += [frame(CONTINUATION, 0, stream_id, piece) for piece in pieces[1:-1]]
+        out.append(frame(CONTINUATION, END_HEADERS, stream_id, pieces[-1]))
+        return b"".join(out)
 
     def _flush_blocked(self, out: list) -> None:
         for stream in list(self._blocked.values()):

@@ -1,0 +1,234 @@
+"""The wire helpers of the builtin HTTP/2 gRPC server: HPACK encoding and gRPC framing.
+
+HPACK output is checked by decoding it with ``hpack.Decoder`` (an independent
+implementation), not by comparing with bytes computed the same way.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote
+
+import hpack
+import pytest
+from hpack.table import HeaderTable
+
+from inferpool.frontends import grpc_h2
+from inferpool.frontends.grpc_h2 import CallError, parse_timeout, status_trailers, unframe
+from inferpool.frontends.http2 import hpack_int, literal, literal_indexed_name
+
+
+def decode(block: bytes) -> list[tuple[bytes, bytes]]:
+    decoder = hpack.Decoder()
+    decoder.max_header_list_size = 2**20
+    headers = decoder.decode(block, raw=True)
+    # Every helper encodes "without indexing": nothing may enter the dynamic table.
+    assert len(decoder.header_table.dynamic_entries) == 0
+    return headers
+
+
+# -- hpack_int ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("value", "prefix_bits", "encoded"),
+    [
+        (10, 5, b"\x0a"),  # RFC 7541 C.1.1
+        (1337, 5, b"\x1f\x9a\x0a"),  # RFC 7541 C.1.2
+        (42, 8, b"\x2a"),  # RFC 7541 C.1.3
+        (30, 5, b"\x1e"),  # the largest value that fits the prefix
+        (31, 5, b"\x1f\x00"),  # exactly the prefix limit: a zero continuation byte
+        (126, 7, b"\x7e"),
+        (127, 7, b"\x7f\x00"),
+        (128, 7, b"\x7f\x01"),
+        (127 + 128, 7, b"\x7f\x80\x01"),
+        (0, 4, b"\x00"),
+        (15, 4, b"\x0f\x00"),
+    ],
+)
+def test_hpack_int_matches_rfc_7541(value, prefix_bits, encoded):
+    assert hpack_int(value, prefix_bits) == encoded
+
+
+@pytest.mark.parametrize("prefix_bits", [4, 5, 6, 7, 8])
+@pytest.mark.parametrize(
+    "value", [0, 1, 14, 15, 16, 62, 63, 64, 126, 127, 128, 255, 256, 2**14, 2**21 + 3, 2**31 - 1]
+)
+def test_hpack_int_round_trips_through_hpacks_decoder(value, prefix_bits):
+    encoded = hpack_int(value, prefix_bits)
+    assert hpack.hpack.decode_integer(encoded, prefix_bits) == (value, len(encoded))
+
+
+def test_hpack_int_keeps_the_first_bytes_high_bits():
+    assert hpack_int(5, 4, first=0x10) == b"\x15"
+    assert hpack_int(20, 4, first=0x10) == b"\x1f\x05"  # 20 - 15 = 5
+    assert hpack_int(3, 7, first=0x80) == b"\x83"
+
+
+# -- literal / literal_indexed_name ------------------------------------------------------
+@pytest.mark.parametrize("name_length", [1, 11, 126, 127, 128, 300])
+@pytest.mark.parametrize("value_length", [0, 1, 126, 127, 128, 1000, 70_000])
+def test_literal_decodes_to_its_name_and_value(name_length, value_length):
+    name = (b"x-name-" * 60)[:name_length]
+    value = bytes(32 + i % 95 for i in range(value_length))  # printable ASCII
+    block = literal(name, value)
+    assert block[0] == 0x00  # without indexing, new name
+    assert decode(block) == [(name, value)]
+
+
+def test_literals_concatenate_into_one_block():
+    block = literal(b"grpc-status", b"0") + literal(b"grpc-message", b"m" * 200)
+    assert decode(block) == [(b"grpc-status", b"0"), (b"grpc-message", b"m" * 200)]
+
+
+@pytest.mark.parametrize("index", range(1, len(HeaderTable.STATIC_TABLE) + 1))
+def test_literal_indexed_name_uses_the_static_tables_name(index):
+    # Indexes 15 and up do not fit the 4-bit prefix: they need continuation bytes.
+    value = b"v" * 130
+    block = literal_indexed_name(index, value)
+    assert block[0] & 0xF0 == 0x00  # without indexing, indexed name
+    assert decode(block) == [(HeaderTable.STATIC_TABLE[index - 1][0], value)]
+
+
+def test_the_response_header_blocks_decode():
+    assert decode(grpc_h2.RESPONSE_HEADERS) == [
+        (b":status", b"200"),
+        (b"content-type", b"application/grpc"),
+    ]
+    assert decode(grpc_h2.NOT_GRPC_HEADERS) == [(b":status", b"415")]
+    assert decode(grpc_h2.OK_TRAILERS) == [(b"grpc-status", b"0")]
+
+
+# -- status_trailers ---------------------------------------------------------------------
+def test_status_trailers_carry_the_numeric_code():
+    for name, number in grpc_h2.STATUS.items():
+        assert decode(status_trailers(name)) == [(b"grpc-status", str(number).encode())]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "model 'iris' not found",
+        "100% done",  # '%' itself must be encoded
+        "%41 is not A",  # and so a percent-escape lookalike survives the round trip
+        "modèle «ünïcödé» 模型 not found 🙂",
+        "line one\nline two\r\ttab\x00nul\x7fdel",
+        " !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~ printable punctuation stays",
+        "long " + "é" * 200,  # longer than 127 bytes after encoding
+    ],
+)
+def test_status_trailers_percent_encode_the_message(message):
+    headers = decode(status_trailers("NOT_FOUND", message))
+    assert headers[0] == (b"grpc-status", b"5")
+    assert headers[1][0] == b"grpc-message"
+    encoded = headers[1][1]
+    assert all(0x20 <= byte <= 0x7E for byte in encoded), encoded  # visible ASCII only
+    assert unquote(encoded.decode("ascii"), errors="strict") == message
+    assert len(headers) == 2
+
+
+def test_status_trailers_leave_printable_ascii_other_than_percent_alone():
+    message = "model 'x' has no version '7' (see: /v2/models?ready=true) #1 & more"
+    (_, (_, encoded)) = decode(status_trailers("NOT_FOUND", message))
+    assert encoded == message.encode()
+    (_, (_, encoded)) = decode(status_trailers("INTERNAL", "50% é"))
+    assert encoded == b"50%25 %C3%A9"
+
+
+def test_status_trailers_pushback_and_empty_message():
+    assert decode(status_trailers("UNAVAILABLE", "overloaded", pushback=True)) == [
+        (b"grpc-status", b"14"),
+        (b"grpc-message", b"overloaded"),
+        (b"grpc-retry-pushback-ms", b"1000"),
+    ]
+    assert decode(status_trailers("CANCELLED", "")) == [(b"grpc-status", b"1")]
+
+
+# -- parse_timeout -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        (b"2H", 7200.0),
+        (b"3M", 180.0),
+        (b"4S", 4.0),
+        (b"250m", 0.25),
+        (b"1500u", 0.0015),
+        (b"7000000n", 0.007),
+        (b"0S", 0.0),
+        (b"99999999S", 99_999_999.0),  # the most digits allowed: 8
+        (b"00000001m", 0.001),
+    ],
+)
+def test_parse_timeout_in_every_unit(value, seconds):
+    assert parse_timeout(value) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"",
+        b"S",  # no digits
+        b"10",  # no unit
+        b"10s",  # units are case-sensitive: 's' is not one
+        b"10X",
+        b"1.5S",
+        b"-1S",
+        b"+1S",
+        b" 1S",
+        b"1 S",
+        b"123456789S",  # nine digits
+        b"\xd9\xa1S",  # a non-ASCII digit
+        b"1\xffS",
+    ],
+)
+def test_parse_timeout_rejects_malformed_values(value):
+    with pytest.raises(CallError) as caught:
+        parse_timeout(value)
+    assert caught.value.code in grpc_h2.STATUS and caught.value.code != "OK"
+    assert "grpc-timeout" in caught.value.message
+
+
+# -- unframe -----------------------------------------------------------------------------
+def message_frame(body: bytes, compressed: int = 0) -> bytes:
+    return bytes((compressed,)) + len(body).to_bytes(4, "big") + body
+
+
+def test_unframe_returns_the_one_message():
+    assert unframe([message_frame(b"hello")]) == b"hello"
+    assert unframe([message_frame(b"")]) == b""
+    assert grpc_h2.framed(b"hello") == message_frame(b"hello")
+
+
+def test_unframe_joins_a_message_split_anywhere():
+    whole = message_frame(bytes(range(256)) * 10)
+    for cut in (1, 4, 5, 6, 100, len(whole) - 1):
+        assert unframe([whole[:cut], whole[cut:]]) == bytes(range(256)) * 10
+    assert unframe([bytes((b,)) for b in whole]) == bytes(range(256)) * 10
+    assert unframe([b"", whole, b""]) == bytes(range(256)) * 10
+
+
+def test_unframe_refuses_a_compressed_message_as_unimplemented():
+    with pytest.raises(CallError) as caught:
+        unframe([message_frame(b"gzipped?", compressed=1)])
+    assert caught.value.code == "UNIMPLEMENTED"
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [],  # HEADERS with END_STREAM: no body at all
+        [b""],
+        [b"\x00\x00\x00"],  # shorter than the 5-byte prefix
+        [b"\x00\x00\x00\x00\x0ashort"],  # declares 10 bytes, carries 5
+        [message_frame(b"one") + message_frame(b"two")],  # two messages
+        [message_frame(b"one"), message_frame(b"two")],
+        [message_frame(b"one") + b"\x00"],  # trailing garbage
+    ],
+)
+def test_unframe_needs_exactly_one_message(chunks):
+    with pytest.raises(CallError) as caught:
+        unframe(chunks)
+    assert caught.value.code == "INTERNAL"
+
+
+def test_unframe_refuses_a_length_beyond_the_limit():
+    with pytest.raises(CallError) as caught:
+        unframe([b"\x00\xff\xff\xff\xff"])
+    assert caught.value.code == "RESOURCE_EXHAUSTED"
