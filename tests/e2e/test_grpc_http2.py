@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 from urllib.parse import quote, unquote
 
 import h2.config
@@ -224,7 +225,36 @@ def typed_output(response: pb.ModelInferResponse, name: str = "a") -> list[int]:
 
 
 # -- the h2 client -----------------------------------------------------------------------
-class Client:
+class SocketClient:
+    """A test client over one socket, closed on leaving its ``with`` block."""
+
+    sock: socket.socket
+    eof = False
+
+    def recv_once(self, timeout: float) -> bytes:
+        """One read within ``timeout`` (TimeoutError past it); b"" once the server closed."""
+        self.sock.settimeout(timeout)
+        try:
+            data = self.sock.recv(1 << 20)
+        except ConnectionResetError:
+            data = b""
+        finally:
+            self.sock.settimeout(TIMEOUT)
+        if not data:
+            self.eof = True
+        return data
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class Client(SocketClient):
     """An ``h2`` client connection over a blocking socket, checked by a ``FlowAudit``."""
 
     def __init__(self, port: int, auto_ack: bool = True, **settings: int) -> None:
@@ -249,15 +279,6 @@ class Client:
 
     def count(self, kind: type) -> int:
         return sum(isinstance(event, kind) for event in self.events)
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def flush(self) -> None:
         data = self.h2.data_to_send()
@@ -297,15 +318,11 @@ class Client:
 
     def receive_some(self, timeout: float = TIMEOUT) -> bool:
         """Read once from the socket and handle what arrived; False on timeout or EOF."""
-        self.sock.settimeout(timeout)
         try:
-            data = self.sock.recv(1 << 20)
+            data = self.recv_once(timeout)
         except TimeoutError:
             return False
-        finally:
-            self.sock.settimeout(TIMEOUT)
         if not data:
-            self.eof = True
             return False
         frames = self.tap_in.feed(data)
         self.audit.received(frames)
@@ -361,7 +378,7 @@ class Client:
 
 
 # -- the raw client ----------------------------------------------------------------------
-class RawConnection:
+class RawConnection(SocketClient):
     """Hand-made frames; large windows granted up front so replies need no updates."""
 
     WINDOW = 1 << 24
@@ -386,15 +403,6 @@ class RawConnection:
                 window_update(0, self.WINDOW - DEFAULT_WINDOW),
             )
 
-    def close(self) -> None:
-        self.sock.close()
-
-    def __enter__(self) -> RawConnection:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def send(self, *chunks: bytes) -> None:
         self.sock.sendall(b"".join(chunks))
 
@@ -403,15 +411,8 @@ class RawConnection:
 
     def read(self, timeout: float = TIMEOUT) -> bool:
         """Read and handle what arrives; False on EOF (or, with ``quiet``, on timeout)."""
-        self.sock.settimeout(timeout)
-        try:
-            data = self.sock.recv(1 << 20)
-        except ConnectionResetError:
-            data = b""
-        finally:
-            self.sock.settimeout(TIMEOUT)
+        data = self.recv_once(timeout)
         if not data:
-            self.eof = True
             return False
         frames = self.reader.feed(data)
         self.audit.received(frames)
