@@ -188,6 +188,16 @@ class Http2Connection(asyncio.Protocol):
         if self.on_close is not None:
             self.on_close(self)
 
+    def pause_writing(self) -> None:
+        # The peer is not reading our replies: stop reading its requests until it does,
+        # so a client that only sends cannot pile replies up in this process.
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
     def data_received(self, data: bytes) -> None:
         if self._partial:
             # Joined only once the frame being waited for is complete: a 1 MiB frame read

@@ -6,13 +6,14 @@ implementation), not by comparing with bytes computed the same way.
 
 from __future__ import annotations
 
+import asyncio
 from urllib.parse import unquote
 
 import hpack
 import pytest
 from hpack.table import HeaderTable
 
-from inferpool.frontends import grpc_h2
+from inferpool.frontends import grpc_h2, http2
 from inferpool.frontends.grpc_h2 import CallError, parse_timeout, status_trailers, unframe
 from inferpool.frontends.http2 import hpack_int, literal, literal_indexed_name
 
@@ -232,3 +233,38 @@ def test_unframe_refuses_a_length_beyond_the_limit():
     with pytest.raises(CallError) as caught:
         unframe([b"\x00\xff\xff\xff\xff"])
     assert caught.value.code == "RESOURCE_EXHAUSTED"
+
+
+class _Transport:
+    """Just enough of an asyncio transport to watch reading being paused."""
+
+    def __init__(self) -> None:
+        self.reading = True
+        self.written: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+
+def test_a_peer_that_stops_reading_replies_stops_being_read():
+    async def scenario() -> list[bool]:
+        connection = http2.Http2Connection(lambda connection, stream: None)
+        transport = _Transport()
+        connection.connection_made(transport)
+        states = [transport.reading]
+        connection.pause_writing()  # asyncio: the write buffer passed its high-water mark
+        states.append(transport.reading)
+        connection.resume_writing()
+        states.append(transport.reading)
+        return states
+
+    assert asyncio.run(scenario()) == [True, False, True]
