@@ -25,6 +25,7 @@ HEADERS = (
     "errors",
     "srv CPU%",
     "gen CPU%",
+    "CPU µs/req (all/front)",
     "peak RSS MiB",
     "q/dec/pred/enc µs",
 )
@@ -64,6 +65,7 @@ def row(s: Summary) -> list[str]:
         f"{s.errors}/{s.requests}",
         number(s.server_cpu_pct),
         number(s.generator_cpu_pct),
+        f"{number(s.cpu_us_per_request)}/{number(s.frontend_cpu_us_per_request)}",
         number(s.peak_rss_mib),
         stages(s.stages_us),
     ]

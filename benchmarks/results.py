@@ -24,6 +24,7 @@ class Measurement:
     server_cpu: float  # CPU seconds of the whole server tree during the run
     peak_rss: float  # bytes, whole server tree; NaN when its pid is unknown
     stages: dict[str, float] | None = None  # mean µs per request, from the server's stats
+    frontend_cpu: float = math.nan  # CPU seconds of the server's own process (no workers)
 
     def to_dict(self) -> dict[str, object]:
         return {**asdict(self), "load": self.load.to_dict()}
@@ -60,6 +61,8 @@ class Summary:
     requests: int
     server_cpu_pct: float  # of one core, median over repetitions
     generator_cpu_pct: float
+    cpu_us_per_request: float  # whole server tree, median over repetitions
+    frontend_cpu_us_per_request: float  # the server's own process only
     peak_rss_mib: float
     stages_us: dict[str, float] | None
     rps_ratio: float = math.nan  # median req/s against the baseline's
@@ -68,6 +71,12 @@ class Summary:
 
 def _median(values: list[float]) -> float:
     return Spread.of(values).median
+
+
+def _per_request(cpu_seconds: float, measurement: Measurement) -> float:
+    """CPU µs per answered request (NaN when none was answered or CPU is unknown)."""
+    answered = measurement.load.requests - measurement.load.errors
+    return 1e6 * cpu_seconds / answered if answered > 0 else math.nan
 
 
 def summarize(cell: Cell) -> Summary:
@@ -90,6 +99,8 @@ def summarize(cell: Cell) -> Summary:
         requests=sum(r.requests for r in loads),
         server_cpu_pct=_median([100 * m.server_cpu / m.load.duration for m in runs]),
         generator_cpu_pct=_median([100 * r.generator_cpu / r.duration for r in loads]),
+        cpu_us_per_request=_median([_per_request(m.server_cpu, m) for m in runs]),
+        frontend_cpu_us_per_request=_median([_per_request(m.frontend_cpu, m) for m in runs]),
         peak_rss_mib=Spread.of(m.peak_rss for m in runs).high / 2**20,
         stages_us=stages,
     )

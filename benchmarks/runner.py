@@ -119,10 +119,14 @@ def measure(
     cpu_before = tree_cpu(server.pid) if server.pid else {}
     with PeakRss(server.pid) as rss:
         load = generate(job)
-    cpu = cpu_between(cpu_before, tree_cpu(server.pid)) if server.pid else math.nan
+    cpu_after = tree_cpu(server.pid) if server.pid else {}
+    cpu = cpu_between(cpu_before, cpu_after) if server.pid else math.nan
+    own = server.pid in cpu_after and server.pid in cpu_before
+    frontend = cpu_after[server.pid] - cpu_before[server.pid] if own else math.nan
     stats_after = serverstats.fetch(server.http_base, model)
     peak = rss.peak if server.pid else math.nan
-    return Measurement(load, cpu, peak, serverstats.stage_split(stats_before, stats_after))
+    stages = serverstats.stage_split(stats_before, stats_after)
+    return Measurement(load, cpu, peak, stages, frontend_cpu=frontend)
 
 
 def run_scenario(

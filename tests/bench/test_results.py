@@ -71,8 +71,8 @@ def test_rows_say_why_a_cell_has_no_numbers():
     assert fast_row[3] == "400 (250-450)"
     assert fast_row[4] == "3.20x"
     assert fast_row[7] == "3/2203"
-    assert fast_row[11] == "1/2/3/4"
-    assert report.row(summaries[0])[11] == "n/a"
+    assert fast_row[12] == "1/2/3/4"
+    assert report.row(summaries[0])[12] == "n/a"
     assert report.row(summaries[2])[3] == "n/a: mlserver-w0 lacks rest-binary"
     assert report.row(summaries[3])[3] == "failed: check: HTTP 500"
 
@@ -92,3 +92,14 @@ def test_files_are_written_and_json_has_no_nan(tmp_path):
     assert len(document["cells"][1]["measurements"]) == 3
     assert paths["markdown"].read_text().startswith("Run now: 3 x 2.0 s per cell")
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cpu_per_answered_request_for_the_tree_and_the_frontend():
+    # 1.0 s of tree CPU and 0.25 s in the frontend over 500 answered requests (3 failed).
+    runs = [measurement(500, errors=3, cpu=1.0) for _ in range(3)]
+    for run in runs:
+        run.frontend_cpu = 0.25
+    (summary,) = summarize_all([Cell("s", "x", generator="wrk", measurements=runs)], None)
+    assert summary.cpu_us_per_request == 2000.0
+    assert summary.frontend_cpu_us_per_request == 500.0
+    assert "2,000/500" in report.row(summary)
