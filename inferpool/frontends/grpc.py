@@ -201,6 +201,18 @@ def model_of(request: Any) -> str:
     return "-"
 
 
+def call_status(exc: Exception, method: str) -> tuple[str, str, bool]:
+    """The status a call that raised ``exc`` ends with: (code name, message, pushback).
+
+    ``pushback`` asks for gRPC's form of Retry-After (``grpc-retry-pushback-ms``), which
+    clients with a retry policy honour. Anything but an InferpoolError is logged: a bug.
+    """
+    if isinstance(exc, InferpoolError):
+        return grpc_code_for(exc.status), exc.message, isinstance(exc, Overloaded)
+    logger.exception("gRPC %s failed", method)
+    return "INTERNAL", f"internal error: {type(exc).__name__}: {exc}", False
+
+
 def guarded(method: str, handler: Handler, access_log: bool) -> Handler:
     """``handler`` with errors turned into gRPC statuses, and the access log if asked."""
 
@@ -212,18 +224,14 @@ def guarded(method: str, handler: Handler, access_log: bool) -> Handler:
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED  # the client went away or its deadline passed
             raise
-        except InferpoolError as exc:
-            code = grpc.StatusCode[grpc_code_for(exc.status)]
-            if isinstance(exc, Overloaded):
-                # gRPC's form of Retry-After: clients with a retry policy wait this long.
-                context.set_trailing_metadata((("grpc-retry-pushback-ms", RETRY_AFTER_MS),))
-            await context.abort(code, exc.message)
         except Exception as exc:
             if isinstance(exc, grpc.aio.AbortError):
                 raise
-            logger.exception("gRPC %s failed", method)
-            code = grpc.StatusCode.INTERNAL
-            await context.abort(code, f"internal error: {type(exc).__name__}: {exc}")
+            name, message, pushback = call_status(exc, method)
+            code = grpc.StatusCode[name]
+            if pushback:
+                context.set_trailing_metadata((("grpc-retry-pushback-ms", RETRY_AFTER_MS),))
+            await context.abort(code, message)
         finally:
             if access_log:
                 log_request("gRPC", method, model_of(request), code.name, started)

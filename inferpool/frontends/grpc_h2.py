@@ -13,27 +13,24 @@ answered DEADLINE_EXCEEDED.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from typing import Any
 from urllib.parse import quote
 
 from inferpool.engine.client import EngineClient
-from inferpool.errors import InferpoolError, Overloaded, grpc_code_for
 from inferpool.frontends.access_log import log_request
 from inferpool.frontends.grpc import (
     MAX_MESSAGE_BYTES,
     RETRY_AFTER_MS,
     SERVICE,
     InferenceService,
+    call_status,
     model_of,
     typed_methods,
 )
 from inferpool.frontends.http2 import Http2Connection, Stream, literal, literal_indexed_name
 from inferpool.frontends.listen import bind_socket
 from inferpool.settings import ServerSettings
-
-logger = logging.getLogger(__name__)
 
 # gRPC status codes (grpc/doc/statuscodes.md).
 STATUS = {
@@ -217,12 +214,8 @@ class GrpcH2Server:
             code, text = "DEADLINE_EXCEEDED", "Deadline Exceeded"
         except CallError as exc:
             code, text = exc.code, exc.message
-        except InferpoolError as exc:
-            code, text = grpc_code_for(exc.status), exc.message
-            pushback = isinstance(exc, Overloaded)
         except Exception as exc:
-            logger.exception("gRPC %s failed", name)
-            code, text = "INTERNAL", f"internal error: {type(exc).__name__}: {exc}"
+            code, text, pushback = call_status(exc, name)
         finally:
             if timer is not None:
                 timer.cancel()
