@@ -211,7 +211,10 @@ class GrpcH2Server:
             if stream.closed:  # the client reset the stream or went away
                 code = "CANCELLED"
                 raise
-            code, text = "DEADLINE_EXCEEDED", "Deadline Exceeded"
+            if expires is not None and time.monotonic() >= expires:
+                code, text = "DEADLINE_EXCEEDED", "Deadline Exceeded"
+            else:  # shutdown: its grace period ended before the call did
+                code, text = "UNAVAILABLE", "the server is shutting down; retry the call"
         except CallError as exc:
             code, text = exc.code, exc.message
         except Exception as exc:

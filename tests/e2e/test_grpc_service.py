@@ -287,6 +287,25 @@ def test_shutdown_lets_an_in_flight_call_finish(setup, tmp_path):
 
 @needs_pool
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_a_call_still_running_when_the_shutdown_grace_ends_is_unavailable(implementation, tmp_path):
+    repository = build_grpc_repository(tmp_path / "repo")
+    grace = ("--shutdown-timeout", "0.5")
+    with (
+        running_server(repository, 2, *grace, implementation=implementation) as server,
+        stub_for(server) as stub,
+    ):
+        running = tmp_path / "running"
+        future = stub.ModelInfer.future(echo_request(5.0, running), timeout=30)
+        wait_for_file(running)
+        server.process.terminate()
+        with pytest.raises(grpc.RpcError) as caught:
+            future.result(timeout=30)
+        assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert server.wait_exit(60) == 0
+
+
+@needs_pool
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_a_full_queue_is_unavailable_with_a_retry_pushback(implementation, tmp_path):
     repository = build_grpc_repository(tmp_path / "repo")
     with (
