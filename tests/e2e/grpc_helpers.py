@@ -122,6 +122,18 @@ def running_server(
 
 
 @contextmanager
+def setup_server(setup: tuple[int, str], root: Path) -> Iterator[Server]:
+    """A server on a new test repository in ``root`` for one ``SETUPS`` entry; it carries
+    ``repository`` and ``workers`` for the tests."""
+    workers, implementation = setup
+    repository = build_grpc_repository(root)
+    with running_server(repository, workers, implementation=implementation) as server:
+        server.repository = repository
+        server.workers = workers
+        yield server
+
+
+@contextmanager
 def stub_for(server: Server) -> Iterator[GRPCInferenceServiceStub]:
     with grpc.insecure_channel(server.grpc_address) as channel:
         yield GRPCInferenceServiceStub(channel)

@@ -14,9 +14,8 @@ from tests.e2e.grpc_helpers import (
     SAMPLES,
     SETUPS,
     TYPED_FIELD,
-    build_grpc_repository,
     infer_request,
-    running_server,
+    setup_server,
     stub_for,
 )
 from tests.support import iris_data
@@ -24,10 +23,7 @@ from tests.support import iris_data
 
 @pytest.fixture(scope="module", params=SETUPS)
 def server(request, tmp_path_factory):
-    repository = build_grpc_repository(tmp_path_factory.mktemp("grpc-infer"))
-    workers, implementation = request.param
-    with running_server(repository, workers, implementation=implementation) as server:
-        server.repository = repository
+    with setup_server(request.param, tmp_path_factory.mktemp("grpc-infer")) as server:
         yield server
 
 

@@ -24,6 +24,7 @@ from tests.e2e.grpc_helpers import (
     infer_request,
     needs_pool,
     running_server,
+    setup_server,
     stub_for,
 )
 from tests.support import Server, iris_data
@@ -31,11 +32,7 @@ from tests.support import Server, iris_data
 
 @pytest.fixture(scope="module", params=SETUPS)
 def server(request, tmp_path_factory):
-    repository = build_grpc_repository(tmp_path_factory.mktemp("grpc-service"))
-    workers, implementation = request.param
-    with running_server(repository, workers, implementation=implementation) as server:
-        server.repository = repository
-        server.workers = workers
+    with setup_server(request.param, tmp_path_factory.mktemp("grpc-service")) as server:
         yield server
 
 
