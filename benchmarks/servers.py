@@ -25,8 +25,12 @@ import psutil
 
 from benchmarks.loadgen.base import Target
 
-# inferpool-w2-grpcio: inferpool with --grpc-implementation grpcio (grpc.aio).
-SERVER_NAME = re.compile(r"^(?P<kind>inferpool|mlserver)-w(?P<workers>\d+)(?:-(?P<grpc>grpcio))?$")
+# inferpool-w2-grpcio: inferpool with --grpc-implementation grpcio (grpc.aio);
+# inferpool-w2-library: every tree model predicted by its own library, not the tree kernel
+# (model-settings ``parameters.extra.tree_kernel: false``). Both may be combined.
+SERVER_NAME = re.compile(
+    r"^(?P<kind>inferpool|mlserver)-w(?P<workers>\d+)(?P<grpc>-grpcio)?(?P<library>-library)?$"
+)
 HOST = "127.0.0.1"
 # Protocols a server kind cannot speak: such scenarios are reported "n/a", not failed.
 UNSUPPORTED = {"mlserver": {"rest-binary"}}
@@ -42,15 +46,18 @@ class ServerSpec:
     kind: str  # inferpool | mlserver | external
     workers: int | None = None
     grpc_implementation: str | None = None  # inferpool's --grpc-implementation
+    tree_kernel: bool = True  # False: models get parameters.extra.tree_kernel = false
 
     @classmethod
     def parse(cls, name: str) -> ServerSpec:
         match = SERVER_NAME.match(name)
-        if match is None or (match["grpc"] and match["kind"] != "inferpool"):
+        options = match and (match["grpc"] or match["library"])
+        if match is None or (options and match["kind"] != "inferpool"):
             raise ValueError(
-                f"unknown server {name!r}: use inferpool-wN, inferpool-wN-grpcio or mlserver-wN"
+                f"unknown server {name!r}: use inferpool-wN[-grpcio][-library] or mlserver-wN"
             )
-        return cls(name, match["kind"], int(match["workers"]), match["grpc"])
+        grpc = "grpcio" if match["grpc"] else None
+        return cls(name, match["kind"], int(match["workers"]), grpc, not match["library"])
 
     def supports(self, protocol: str) -> bool:
         return protocol not in UNSUPPORTED.get(self.kind, set())
@@ -171,7 +178,9 @@ def server_folder(
     folder.mkdir(parents=True, exist_ok=True)
     for model in models:
         link = folder / model
-        if not link.exists():
+        if not spec.tree_kernel:
+            _library_predicted(repo / model, link)
+        elif not link.exists():
             link.symlink_to((repo / model).resolve(), target_is_directory=True)
     if spec.kind == "mlserver":
         settings = {
@@ -183,6 +192,18 @@ def server_folder(
         }
         (folder / "settings.json").write_text(json.dumps(settings, indent=2))
     return folder
+
+
+def _library_predicted(source: Path, folder: Path) -> None:
+    """A copy of a model folder (artefacts linked) whose settings turn the tree kernel off."""
+    folder.mkdir(exist_ok=True)
+    for item in source.resolve().iterdir():
+        if item.name != "model-settings.json" and not (folder / item.name).exists():
+            (folder / item.name).symlink_to(item)
+    settings = json.loads((source / "model-settings.json").read_text())
+    parameters = settings.setdefault("parameters", {})
+    parameters.setdefault("extra", {})["tree_kernel"] = False
+    (folder / "model-settings.json").write_text(json.dumps(settings, indent=2))
 
 
 def command(

@@ -347,9 +347,11 @@ class PoolClient(EngineClient):
         self.routes[name] = route
         if old is not None:
             self._unload_from(self._alive(), name, old.index)
+        predictor = answer.get("predictor")
         logger.info(
-            "model '%s': %d replica(s) on workers %s, %.1f MiB each",
+            "model '%s': %d replica(s) on workers %s, %.1f MiB each%s",
             name, len(placed), [w.slot for w in placed], size / MIB,
+            f"; predicted by {predictor}" if predictor else "",
         )  # fmt: skip
         return answer["metadata"]
 

@@ -163,7 +163,12 @@ class Worker:
             answer["error"] = failure_reason(exc)
         else:
             self.models[index] = model
-            answer.update(ok=True, metadata=model.metadata, size=max(0, resident_bytes() - before))
+            answer.update(
+                ok=True,
+                metadata=model.metadata,
+                size=max(0, resident_bytes() - before),
+                predictor=model.runtime.predictor(),
+            )
         self.channel.send(messages.LOADED, messages.encode_control(answer))
 
 

@@ -68,6 +68,11 @@ class Runtime(ABC):
     def limit_threads(self, threads: int) -> None:  # noqa: B027 - optional hook
         """Cap the native thread pools this model uses (workers × threads ≤ cores)."""
 
+    def predictor(self) -> str:
+        """What computes the predictions, for the load log when it is worth saying (the
+        tree kernel, or the library and why not the kernel); empty otherwise."""
+        return ""
+
     def custom_endpoints(self) -> dict[str, Callable[[bytes], Any]]:
         """Extra routes, ``POST /v2/models/{name}/{endpoint}``: raw body in, JSON-able out."""
         return {}

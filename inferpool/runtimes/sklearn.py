@@ -18,6 +18,8 @@ from inferpool.protocol.types import TensorSpec
 from inferpool.runtimes.artefacts import find_artefact, library_of, unpickle
 from inferpool.runtimes.base import Runtime
 from inferpool.runtimes.tabular import check_matrix, columns_in_order, is_dataframe
+from inferpool.runtimes.trees import compile_model, probe_rows
+from inferpool.runtimes.trees.from_sklearn import SUPPORTED, CompiledSKLearnForest
 
 ARTEFACT_NAMES = ("model.joblib", "model.pkl", "model.pickle")
 # Estimator methods served as outputs, in the order they are offered.
@@ -52,6 +54,32 @@ class SKLearnRuntime(Runtime):
         self.feature_names = [str(n) for n in names] if names is not None else None
         if self.feature_names is not None:
             self.accepts = "dataframe"
+        self.compiled, self.predicted_by = None, ""
+        if type(self.model).__name__ in SUPPORTED:
+            # Random forests and extra-trees: inferpool's tree kernel where it reproduces
+            # scikit-learn (trees/from_sklearn.py).
+            self.compiled, self.predicted_by = compile_model(
+                self.settings, "scikit-learn", self._compile, self._checks
+            )
+
+    def predictor(self) -> str:
+        return self.predicted_by
+
+    def _compile(self) -> CompiledSKLearnForest:
+        return CompiledSKLearnForest(self.model)
+
+    def _checks(self, compiled: CompiledSKLearnForest) -> tuple[dict[str, Any], list[np.ndarray]]:
+        def through_rows(method: Any) -> Any:
+            return lambda payload: method(compiled.rows(payload))
+
+        outputs = {
+            name: (through_rows(method), getattr(self.model, name))
+            for name, method in compiled.methods().items()
+        }
+        probes = [probe_rows(compiled.forest, np.float32, nonfinite=False)]
+        if self.feature_names is not None:
+            probes = [self._frame(rows) for rows in probes]
+        return outputs, probes
 
     def _hand_over(self, library: str) -> None:
         """Hand the unpickled model to the LightGBM or XGBoost runtime, which serves it.
@@ -111,7 +139,14 @@ class SKLearnRuntime(Runtime):
     def predict(self, payload: Any, outputs: Sequence[str]) -> Mapping[str, Any]:
         if self.feature_names is not None:
             payload = self._frame(payload)
-        return {name: getattr(self.model, name)(payload) for name in outputs}
+        rows = self.compiled.rows(payload) if self.compiled is not None else None
+        if rows is None:
+            return {name: getattr(self.model, name)(payload) for name in outputs}
+        methods = self.compiled.methods()
+        return {
+            name: methods[name](rows) if name in methods else getattr(self.model, name)(payload)
+            for name in outputs
+        }
 
     def _frame(self, payload: Any) -> Any:
         """The payload as a DataFrame with the fitted columns, in the fitted order."""

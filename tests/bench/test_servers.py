@@ -1,5 +1,6 @@
 """Server profiles and process-tree accounting."""
 
+import json
 import subprocess
 import sys
 import time
@@ -8,7 +9,14 @@ import psutil
 import pytest
 
 from benchmarks.loadgen.base import Target
-from benchmarks.servers import ServerSpec, command, cpu_between, tree_cpu, tree_rss
+from benchmarks.servers import (
+    ServerSpec,
+    command,
+    cpu_between,
+    server_folder,
+    tree_cpu,
+    tree_rss,
+)
 
 
 def test_server_names_parse_and_mlserver_lacks_binary_tensors():
@@ -75,3 +83,26 @@ def test_tree_accounting_includes_children():
             child.kill()
         parent.kill()
         parent.wait()
+
+
+def test_a_library_suffix_turns_the_tree_kernel_off_in_the_servers_model_settings(tmp_path):
+    spec = ServerSpec.parse("inferpool-w2-grpcio-library")
+    assert (spec.grpc_implementation, spec.tree_kernel) == ("grpcio", False)
+    assert ServerSpec.parse("inferpool-w2").tree_kernel
+    with pytest.raises(ValueError, match="unknown server"):
+        ServerSpec.parse("mlserver-w2-library")
+    repo = tmp_path / "repo"
+    (repo / "lightgbm").mkdir(parents=True)
+    (repo / "lightgbm" / "model.txt").write_text("tree")
+    settings = {"name": "lightgbm", "parameters": {"uri": "./model.txt"}}
+    (repo / "lightgbm" / "model-settings.json").write_text(json.dumps(settings))
+    target = Target("127.0.0.1", 1, 2)
+    folder = server_folder(spec, repo, ["lightgbm"], tmp_path / "work", target)
+    written = json.loads((folder / "lightgbm" / "model-settings.json").read_text())
+    assert written["parameters"] == {"uri": "./model.txt", "extra": {"tree_kernel": False}}
+    assert (folder / "lightgbm" / "model.txt").read_text() == "tree"
+    # The shared repository is untouched; a kernel profile links the model folder as it is.
+    assert json.loads((repo / "lightgbm" / "model-settings.json").read_text()) == settings
+    kernel = ServerSpec.parse("inferpool-w2")
+    plain = server_folder(kernel, repo, ["lightgbm"], tmp_path / "w2", target)
+    assert (plain / "lightgbm").resolve() == (repo / "lightgbm").resolve()

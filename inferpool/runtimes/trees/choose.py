@@ -1,0 +1,58 @@
+"""Whether a model is served by the tree kernel or by its library, and why.
+
+The choice is made once, when the model loads: the model-settings switch
+``parameters.extra.tree_kernel`` (default true) must allow it, the importer must take the
+model, and the compiled model must pass ``verify``. Otherwise the library predicts; the
+note returned with the choice (``Runtime.predictor``, in the load log) says why. A failure
+here never fails the model's load.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+
+from inferpool.runtimes.trees.forest import Unsupported
+from inferpool.runtimes.trees.verify import verify
+from inferpool.settings import ModelSettings
+
+SETTING = "tree_kernel"
+logger = logging.getLogger("inferpool.runtimes.trees")
+
+Compiled = TypeVar("Compiled")
+Outputs = dict[str, tuple[Callable[[np.ndarray], Any], Callable[[np.ndarray], Any]]]
+
+
+def kernel_enabled(settings: ModelSettings) -> bool:
+    """The model's ``parameters.extra.tree_kernel``: true unless set to false."""
+    value = settings.parameters.extra.get(SETTING, True)
+    if not isinstance(value, bool):
+        raise ValueError(f"parameters.extra.{SETTING} must be true or false, not {value!r}")
+    return value
+
+
+def compile_model(
+    settings: ModelSettings,
+    library: str,
+    build: Callable[[], Compiled],
+    checks: Callable[[Compiled], tuple[Outputs, list[np.ndarray]]],
+) -> tuple[Compiled | None, str]:
+    """``build()``'s compiled model once ``checks`` (outputs to compare, probe rows) pass,
+    or None when the library should predict; and what predicts, with the reason."""
+    if not kernel_enabled(settings):
+        return None, f"{library} (tree_kernel is off)"
+    try:
+        compiled = build()
+        outputs, probes = checks(compiled)
+        verify(outputs, probes)
+    except Unsupported as exc:
+        return None, f"{library}, not the tree kernel: {exc}"
+    except Exception as exc:  # a model the importer misreads must still load
+        logger.warning("model '%s': tree kernel import failed", settings.name, exc_info=True)
+        return None, f"{library}; the tree kernel could not take it: {type(exc).__name__}: {exc}"
+    forest = getattr(compiled, "forest", None)
+    shape = f" ({forest.describe()})" if forest is not None else ""
+    return compiled, f"the tree kernel{shape}"

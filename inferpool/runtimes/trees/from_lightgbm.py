@@ -1,0 +1,116 @@
+"""A LightGBM Booster for the kernel: its trees from ``dump_model()``, its objective's
+link function applied to the summed scores as LightGBM does.
+
+LightGBM's numerical split, reproduced: LightGBM drops every |x| <= 1e-35 from a row
+before it predicts, so such a value counts as 0.0; a NaN becomes 0.0 unless the missing type is
+"NaN"; a missing value (NaN for type "NaN", |x| <= 1e-35 for type "Zero") follows
+``default_left``; any other value goes left when ``x <= threshold`` in double precision.
+Categorical splits and linear trees are not reproduced (``Unsupported``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from inferpool.runtimes.trees.forest import Forest, ForestBuilder, Split, Unsupported
+
+IDENTITY_OBJECTIVES = {
+    "regression",
+    "regression_l1",
+    "huber",
+    "fair",
+    "quantile",
+    "mape",
+    "lambdarank",
+    "rank_xendcg",
+}
+EXP_OBJECTIVES = {"poisson", "gamma", "tweedie"}
+
+
+class CompiledLightGBM:
+    """``values`` and ``margin`` of a Booster, shaped as ``Booster.predict`` shapes them."""
+
+    def __init__(self, booster: Any) -> None:
+        dump = booster.dump_model()
+        self.n_columns = int(dump.get("num_tree_per_iteration", 1))
+        builder = ForestBuilder(int(dump["max_feature_idx"]) + 1)
+        trees = dump["tree_info"]
+        for index, tree in enumerate(trees):
+            if tree.get("num_cat", 0):
+                raise Unsupported("categorical splits")
+            builder.add_tree(tree["tree_structure"], _describe, column=index % self.n_columns)
+        self.forest: Forest = builder.build(self.n_columns)
+        iterations = max(1, len(trees) // self.n_columns)
+        self.scale = 1.0 / iterations if dump.get("average_output") else 1.0
+        self.link = _link(str(dump.get("objective", "")), self.n_columns)
+
+    def _shaped(self, scores: np.ndarray) -> np.ndarray:
+        return scores[:, 0] if self.n_columns == 1 else scores
+
+    def margin(self, matrix: np.ndarray) -> np.ndarray:
+        # LightGBM's raw score is the plain sum, even for a model that averages (rf).
+        return self._shaped(self.forest.accumulate(matrix))
+
+    def values(self, matrix: np.ndarray) -> np.ndarray:
+        raw = self.forest.accumulate(matrix)
+        if self.scale != 1.0:
+            raw *= self.scale
+        return self._shaped(self.link(raw))
+
+
+def _describe(node: dict[str, Any]) -> Split | float:
+    if "split_feature" not in node:
+        if "leaf_coeff" in node:
+            raise Unsupported("linear trees")
+        return float(node["leaf_value"])
+    if node.get("decision_type", "<=") != "<=":
+        raise Unsupported("categorical splits")
+    missing = node.get("missing_type", "None")
+    default_left = bool(node.get("default_left", False))
+    threshold = float(node["threshold"])
+    if missing == "NaN":
+        nan_left, zero_missing = default_left, False
+    elif missing == "Zero":
+        nan_left, zero_missing = default_left, True
+    elif missing == "None":
+        nan_left, zero_missing = threshold >= 0.0, False
+    else:
+        raise Unsupported(f"missing type {missing!r}")
+    return Split(
+        feature=int(node["split_feature"]),
+        threshold=threshold,
+        left=node["left_child"],
+        right=node["right_child"],
+        nan_left=nan_left,
+        zero_missing=zero_missing,
+        zero_right=not default_left,
+        zero_snap=True,
+    )
+
+
+def _link(objective: str, n_columns: int) -> Callable[[np.ndarray], np.ndarray]:
+    """LightGBM's ConvertOutput for the objective named in the model."""
+    name, *options = objective.split()
+    settings = dict(option.partition(":")[::2] for option in options)
+    if name in IDENTITY_OBJECTIVES and "sqrt" not in settings:
+        return lambda raw: raw
+    if name in EXP_OBJECTIVES:
+        return np.exp
+    if name in ("binary", "multiclassova"):
+        scale = float(settings.get("sigmoid", 1.0))
+        return lambda raw: 1.0 / (1.0 + np.exp(-scale * raw))
+    if name == "cross_entropy":
+        return lambda raw: 1.0 / (1.0 + np.exp(-raw))
+    if name == "cross_entropy_lambda":
+        return lambda raw: np.log1p(np.exp(raw))
+    if name == "multiclass" and n_columns > 1:
+        return _softmax
+    raise Unsupported(f"objective {objective!r}")
+
+
+def _softmax(raw: np.ndarray) -> np.ndarray:
+    shifted = np.exp(raw - raw.max(axis=1, keepdims=True))
+    return shifted / shifted.sum(axis=1, keepdims=True)

@@ -1,0 +1,63 @@
+"""The check a compiled model passes before it serves: on probe rows that sit on, just
+below and just above the model's own thresholds (plus zeros, tiny values and NaN), every
+output of the kernel must match the library's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from inferpool.runtimes.trees.forest import Forest, Unsupported
+
+PROBE_ROWS = 512
+# Both sides add the same leaf values in the same order; what may differ is the last bit
+# of a link function (numpy's exp against the library's).
+RTOL = 1e-9
+ATOL = 1e-12
+
+
+def probe_rows(
+    forest: Forest, dtype: type = np.float64, nonfinite: bool = True, seed: int = 0
+) -> np.ndarray:
+    """Rows whose every feature lands on a threshold, next to one, or on a special value
+    (NaN and infinities only if ``nonfinite``)."""
+    rng = np.random.default_rng(seed)
+    rows = rng.normal(scale=3.0, size=(PROBE_ROWS, forest.n_features))
+    for feature, thresholds in forest.thresholds().items():
+        finite = thresholds[np.isfinite(thresholds)].astype(dtype)
+        if finite.size == 0:
+            continue
+        picked = rng.choice(finite, size=PROBE_ROWS)
+        step = rng.integers(-1, 2, size=PROBE_ROWS)  # below, on, above the threshold
+        nudged = np.where(
+            step < 0,
+            np.nextafter(picked, dtype(-np.inf)),
+            np.where(step > 0, np.nextafter(picked, dtype(np.inf)), picked),
+        )
+        rows[:, feature] = nudged
+    special = [0.0, -0.0, 1e-36, -1e-36] + ([np.nan, np.inf, -np.inf] if nonfinite else [])
+    mask = rng.random(rows.shape) < 0.08
+    rows[mask] = rng.choice(special, size=int(mask.sum()))
+    return rows.astype(dtype)
+
+
+Predict = Callable[[Any], Any]
+
+
+def verify(outputs: dict[str, tuple[Predict, Predict]], probes: list[Any]) -> None:
+    """Raise ``Unsupported`` unless, for every probe matrix, each output's compiled
+    function (first) gives what the library's (second) gives."""
+    for rows in probes:
+        for name, (compiled, native) in outputs.items():
+            ours = np.asarray(compiled(rows))
+            theirs = np.asarray(native(rows))
+            if ours.shape != theirs.shape:
+                raise Unsupported(f"{name}: shape {ours.shape}, the library's {theirs.shape}")
+            if ours.dtype.kind in "fc":
+                same = np.allclose(ours, theirs, rtol=RTOL, atol=ATOL, equal_nan=True)
+            else:
+                same = np.array_equal(ours, theirs)
+            if not same:
+                raise Unsupported(f"{name} differs from the library's on probe rows")

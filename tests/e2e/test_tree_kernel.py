@@ -1,0 +1,139 @@
+"""The tree kernel in a real server: LightGBM and random-forest models report which
+predictor serves them, and answer over REST and raw gRPC exactly as their library does,
+for rows with NaN and zeros too; ``tree_kernel: false`` keeps a model on its library."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from inferpool.runtimes.trees import KERNEL_AVAILABLE
+from tests.e2e.grpc_helpers import WORKER_COUNTS
+from tests.support import Server
+from tests.support_runtimes import N_FEATURES, save_booster, save_pickle
+
+pytestmark = pytest.mark.skipif(not KERNEL_AVAILABLE, reason="the tree kernel is not built")
+
+LABELS = np.array(["low", "middle", "high"])
+
+
+def training_rows(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    X = rng.normal(size=(500, N_FEATURES))
+    y = np.digitize(X[:, 0] - X[:, 1] + X[:, 2] ** 2, [-0.5, 1.0])
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    import lightgbm
+    from sklearn.ensemble import RandomForestClassifier
+
+    root = tmp_path_factory.mktemp("kernel")
+    rng = np.random.default_rng(0)
+    X, y = training_rows(rng)
+    with_nan = X.copy()
+    with_nan[rng.random(X.shape) < 0.1] = np.nan  # missing type NaN on every feature
+    booster = lightgbm.train(
+        {"objective": "binary", "num_leaves": 15, "verbose": -1, "num_threads": 1},
+        lightgbm.Dataset(with_nan, (y > 0).astype(int)),
+        num_boost_round=30,
+    )
+    multi = lightgbm.LGBMClassifier(n_estimators=20, num_leaves=7, n_jobs=1, verbose=-1)
+    multi.fit(X, y)
+    forest = RandomForestClassifier(n_estimators=30, max_depth=10, random_state=0)
+    forest.fit(X, LABELS[y])
+    save_booster(root / "lgb-binary", booster, "model.txt")
+    save_pickle(root / "lgb-multi", multi)
+    save_pickle(root / "forest", forest)
+    library = save_booster(root / "lgb-library", booster, "model.txt")
+    (library / "model-settings.json").write_text(
+        json.dumps({"parameters": {"extra": {"tree_kernel": False}}})
+    )
+    references = {
+        "lgb-binary": lambda rows: booster.predict(rows),
+        "lgb-library": lambda rows: booster.predict(rows),
+        "lgb-multi": multi.predict_proba,
+        "forest": forest.predict_proba,
+    }
+    return root, references
+
+
+@pytest.fixture(scope="module", params=WORKER_COUNTS, ids=lambda w: f"w{w}")
+def server(request, models) -> Iterator[Server]:
+    with Server(models[0], "--workers", str(request.param)) as server:
+        server.wait_ready()
+        yield server
+
+
+def probability_of(model: str, response_rows: np.ndarray) -> np.ndarray:
+    """P(class 1) of a binary model, all classes of the others: as the reference gives."""
+    return (
+        response_rows[:, 1]
+        if model.startswith("lgb-binary") or model == "lgb-library"
+        else response_rows
+    )
+
+
+def test_the_log_says_which_predictor_serves_each_model(server):
+    log = server.output()
+    for model in ("lgb-binary", "lgb-multi", "forest"):
+        assert re.search(rf"model '{model}': .*predicted by the tree kernel \(\d+ trees", log), log
+    assert re.search(r"model 'lgb-library': .*predicted by LightGBM \(tree_kernel is off\)", log)
+
+
+@pytest.mark.parametrize("model", ["lgb-binary", "lgb-multi", "forest", "lgb-library"])
+def test_rest_answers_match_the_library(server, models, model):
+    rows = np.random.default_rng(1).normal(size=(40, N_FEATURES))
+    rows[::5, 3] = 0.0
+    body = {
+        "inputs": [
+            {
+                "name": "x",
+                "datatype": "FP64",
+                "shape": list(rows.shape),
+                "data": rows.ravel().tolist(),
+            }
+        ],
+        "outputs": [{"name": "predict_proba"}],
+    }
+    reply = httpx.post(f"{server.url}/v2/models/{model}/infer", json=body, timeout=30)
+    assert reply.status_code == 200, reply.text
+    (output,) = reply.json()["outputs"]
+    got = np.array(output["data"]).reshape(output["shape"])
+    np.testing.assert_allclose(probability_of(model, got), models[1][model](rows), rtol=1e-12)
+
+
+@pytest.mark.parametrize("model", ["lgb-binary", "lgb-multi", "lgb-library"])
+def test_raw_grpc_batch_with_nan_and_zeros_matches_the_library(server, models, model):
+    rng = np.random.default_rng(2)
+    rows = rng.normal(size=(256, N_FEATURES)).astype(np.float32)
+    rows[rng.random(rows.shape) < 0.05] = np.nan
+    rows[rng.random(rows.shape) < 0.05] = 0.0
+    client = grpcclient.InferenceServerClient(server.grpc_address)
+    tensor = grpcclient.InferInput("x", list(rows.shape), "FP32")
+    tensor.set_data_from_numpy(rows)
+    result = client.infer(
+        model, [tensor], outputs=[grpcclient.InferRequestedOutput("predict_proba")]
+    )
+    got = result.as_numpy("predict_proba")
+    np.testing.assert_allclose(probability_of(model, got), models[1][model](rows), rtol=1e-12)
+
+
+def test_the_forest_labels_match_scikit_learn_on_a_raw_grpc_batch(server, models):
+    import joblib
+
+    forest = joblib.load(Path(models[0]) / "forest" / "model.joblib")
+    rows = np.random.default_rng(3).normal(size=(256, N_FEATURES)).astype(np.float32)
+    client = grpcclient.InferenceServerClient(server.grpc_address)
+    tensor = grpcclient.InferInput("x", list(rows.shape), "FP32")
+    tensor.set_data_from_numpy(rows)
+    result = client.infer("forest", [tensor], outputs=[grpcclient.InferRequestedOutput("predict")])
+    labels = result.as_numpy("predict").astype(str)
+    assert np.array_equal(labels, forest.predict(rows))
