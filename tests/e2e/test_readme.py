@@ -19,7 +19,7 @@ def code_blocks(language: str) -> list[str]:
 def test_setup_commands_are_the_two_documented_ones():
     commands = [b.strip() for b in code_blocks("bash")[:2]]
     assert commands == [
-        "pip install '.[sklearn]' && python -m inferpool serve --demo",
+        "pip install -e '.[sklearn]' && python -m inferpool serve --demo",
         "pip install tox && python -m tox",
     ]
     ci = (README.parent / ".ci" / "run").read_text()

@@ -54,11 +54,12 @@ static inline int32_t step_plain(const Node *node, double v) {
     return node->left + (int32_t) !(v <= node->threshold);
 }
 
-/* One block of rows (at most BLOCK, as doubles) through every tree, in tree order. */
-#define WALK(NAME, STEP)                                                                   \
+/* One block of rows (at most BLOCK, as doubles) through every tree, in tree order, adding
+ * each leaf's values to the row's sums in SUM precision (XGBoost adds in float32). */
+#define WALK(NAME, STEP, SUM)                                                              \
     static void NAME(const Node *nodes, const double *leaves, const Tree *trees,          \
                      Py_ssize_t n_trees, Py_ssize_t width, const double *block,            \
-                     Py_ssize_t rows, Py_ssize_t n_columns, double *sums,                   \
+                     Py_ssize_t rows, Py_ssize_t n_columns, SUM *sums,                      \
                      Py_ssize_t out_columns) {                                              \
         int32_t at[BLOCK];                                                                 \
         for (Py_ssize_t t = 0; t < n_trees; t++) {                                         \
@@ -73,14 +74,16 @@ static inline int32_t step_plain(const Node *node, double v) {
             }                                                                              \
             for (Py_ssize_t r = 0; r < rows; r++) {                                        \
                 const double *leaf = leaves + (Py_ssize_t)at[r] * width;                   \
-                double *sum = sums + r * out_columns + tree.column;                        \
-                for (Py_ssize_t k = 0; k < width; k++) sum[k] += leaf[k];                  \
+                SUM *sum = sums + r * out_columns + tree.column;                           \
+                for (Py_ssize_t k = 0; k < width; k++) sum[k] += (SUM)leaf[k];             \
             }                                                                              \
         }                                                                                  \
     }
 
-WALK(walk_full, step_full)
-WALK(walk_plain, step_plain)
+WALK(walk_full_double, step_full, double)
+WALK(walk_plain_double, step_plain, double)
+WALK(walk_full_float, step_full, float)
+WALK(walk_plain_float, step_plain, float)
 
 /* Copy n values into doubles (float32 is widened as the libraries widen it); return
  * whether any is NaN or within 1e-35 of zero, the values the plain compare gets wrong. */
@@ -101,22 +104,29 @@ WIDEN(widen_double, double)
 
 typedef int (*Widen)(const void *, Py_ssize_t, double *);
 
-static void predict_rows(const Node *nodes, const double *leaves, const Tree *trees,
-                         Py_ssize_t n_trees, Py_ssize_t width, const char *x, Py_ssize_t itemsize,
-                         Widen widen, Py_ssize_t n_rows, Py_ssize_t n_columns, double *out,
-                         Py_ssize_t out_columns, double *block) {
-    for (Py_ssize_t first = 0; first < n_rows; first += BLOCK) {
-        const Py_ssize_t rows = n_rows - first < BLOCK ? n_rows - first : BLOCK;
-        const int special = widen(x + first * n_columns * itemsize, rows * n_columns, block);
-        double *sums = out + first * out_columns;
-        if (special)
-            walk_full(nodes, leaves, trees, n_trees, width, block, rows, n_columns, sums,
-                      out_columns);
-        else
-            walk_plain(nodes, leaves, trees, n_trees, width, block, rows, n_columns, sums,
-                       out_columns);
+/* Every row of x through the forest, a block at a time; `block` holds BLOCK rows. */
+#define PREDICT_ROWS(NAME, SUM)                                                            \
+    static void NAME(const Node *nodes, const double *leaves, const Tree *trees,          \
+                     Py_ssize_t n_trees, Py_ssize_t width, const char *x,                  \
+                     Py_ssize_t itemsize, Widen widen, Py_ssize_t n_rows,                  \
+                     Py_ssize_t n_columns, void *out, Py_ssize_t out_columns,              \
+                     double *block) {                                                      \
+        for (Py_ssize_t first = 0; first < n_rows; first += BLOCK) {                       \
+            const Py_ssize_t rows = n_rows - first < BLOCK ? n_rows - first : BLOCK;       \
+            const int special =                                                            \
+                widen(x + first * n_columns * itemsize, rows * n_columns, block);          \
+            SUM *sums = (SUM *)out + first * out_columns;                                  \
+            if (special)                                                                   \
+                walk_full_##SUM(nodes, leaves, trees, n_trees, width, block, rows,         \
+                                n_columns, sums, out_columns);                             \
+            else                                                                           \
+                walk_plain_##SUM(nodes, leaves, trees, n_trees, width, block, rows,        \
+                                 n_columns, sums, out_columns);                            \
+        }                                                                                  \
     }
-}
+
+PREDICT_ROWS(predict_rows_double, double)
+PREDICT_ROWS(predict_rows_float, float)
 
 /* The struct-module type letter of a buffer holding native-order numbers ('f' for "<f"
  * on a little-endian machine, numpy's spelling of an explicitly little-endian float32),
@@ -143,7 +153,7 @@ PyDoc_STRVAR(accumulate_doc,
 "accumulate(nodes, leaves, trees, width, n_features, x, out)\n\n"
 "Add to out[row, tree.column:tree.column + width] the leaf values every row of x reaches\n"
 "in every tree, tree by tree in order. x: rows x n_features, float32 or float64, C order;\n"
-"out: rows x columns float64, C order, written in place.");
+"out: rows x columns, float64 or float32 (the precision of the sums), C order, in place.");
 
 static PyObject *accumulate(PyObject *self, PyObject *args) {
     PyObject *nodes_obj, *leaves_obj, *trees_obj, *x_obj, *out_obj;
@@ -173,9 +183,10 @@ static PyObject *accumulate(PyObject *self, PyObject *args) {
                      n_features);
         goto done;
     }
-    if (out.ndim != 2 || native_kind(out.format) != 'd' ||
-        out.shape[0] != x.shape[0]) {
-        PyErr_SetString(PyExc_ValueError, "out must be a float64 array with a row per row of x");
+    const char out_kind = native_kind(out.format);
+    if (out.ndim != 2 || (out_kind != 'd' && out_kind != 'f') || out.shape[0] != x.shape[0]) {
+        PyErr_SetString(PyExc_ValueError,
+                        "out must be a float64 or float32 array with a row per row of x");
         goto done;
     }
     const Tree *tree_table = (const Tree *)trees.buf;
@@ -193,9 +204,10 @@ static PyObject *accumulate(PyObject *self, PyObject *args) {
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS
-    predict_rows((const Node *)nodes.buf, (const double *)leaves.buf, tree_table, n_trees, width,
-                 (const char *)x.buf, x.itemsize, is_float ? widen_float : widen_double,
-                 x.shape[0], x.shape[1], (double *)out.buf, out.shape[1], block);
+    (out_kind == 'd' ? predict_rows_double : predict_rows_float)(
+        (const Node *)nodes.buf, (const double *)leaves.buf, tree_table, n_trees, width,
+        (const char *)x.buf, x.itemsize, is_float ? widen_float : widen_double, x.shape[0],
+        x.shape[1], out.buf, out.shape[1], block);
     Py_END_ALLOW_THREADS
     PyMem_RawFree(block);
     result = Py_NewRef(Py_None);

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from inferpool.runtimes.trees.forest import Unsupported
-from inferpool.runtimes.trees.verify import verify
+from inferpool.runtimes.trees.verify import RTOL, verify
 from inferpool.settings import ModelSettings
 
 SETTING = "tree_kernel"
@@ -39,6 +39,7 @@ def compile_model(
     library: str,
     build: Callable[[], Compiled],
     checks: Callable[[Compiled], tuple[Outputs, list[np.ndarray]]],
+    rtol: float = RTOL,
 ) -> tuple[Compiled | None, str]:
     """``build()``'s compiled model once ``checks`` (outputs to compare, probe rows) pass,
     or None when the library should predict; and what predicts, with the reason."""
@@ -47,7 +48,7 @@ def compile_model(
     try:
         compiled = build()
         outputs, probes = checks(compiled)
-        verify(outputs, probes)
+        verify(outputs, probes, rtol)
     except Unsupported as exc:
         return None, f"{library}, not the tree kernel: {exc}"
     except Exception as exc:  # a model the importer misreads must still load

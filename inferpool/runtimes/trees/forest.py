@@ -21,6 +21,12 @@ except ImportError:  # installed without a C compiler: setup.py builds it as opt
     _kernel = None
 
 KERNEL_AVAILABLE = _kernel is not None
+# Why the kernel is missing: no compiler at install, or (the usual case) a source checkout
+# that shadows the installed package, whose compiled module sits in site-packages.
+KERNEL_MISSING = (
+    f"inferpool's tree kernel is not compiled in {__file__.rsplit('/', 1)[0]} "
+    "(install with a C compiler; in a source checkout, `pip install -e .`)"
+)
 
 NODE = np.dtype([("threshold", "<f8"), ("feature_flags", "<u4"), ("left", "<i4")])
 TREE = np.dtype([("root", "<i4"), ("depth", "<i4"), ("column", "<i4")])
@@ -29,6 +35,7 @@ NAN_LEFT = 1 << 24
 ZERO_MISSING = 1 << 25
 ZERO_RIGHT = 1 << 26
 ZERO_SNAP = 1 << 27
+FLOAT64 = np.dtype(np.float64)
 
 
 class Unsupported(Exception):
@@ -108,9 +115,15 @@ class ForestBuilder:
         self.nodes[slot] = (np.inf, NAN_LEFT, slot)
         self.leaves[slot] = values
 
-    def build(self, n_columns: int, input_dtype: np.dtype | None = None) -> Forest:
+    def build(
+        self,
+        n_columns: int,
+        input_dtype: np.dtype | None = None,
+        sum_dtype: type = np.float64,
+        start: Sequence[float] | None = None,
+    ) -> Forest:
         if _kernel is None:
-            raise Unsupported("inferpool's tree kernel was not built (no C compiler at install)")
+            raise Unsupported(KERNEL_MISSING)
         if not self.trees:
             raise Unsupported("the model has no trees")
         return Forest(
@@ -121,13 +134,17 @@ class ForestBuilder:
             n_features=self.n_features,
             n_columns=n_columns,
             input_dtype=input_dtype,
+            sum_dtype=np.dtype(sum_dtype),
+            start=np.asarray(start if start is not None else np.zeros(n_columns), sum_dtype),
         )
 
 
 @dataclass(frozen=True)
 class Forest:
     """A laid-out forest. ``input_dtype``: the type the library compares features in
-    (scikit-learn: float32); None keeps float32 and float64 as they come, as LightGBM does."""
+    (scikit-learn: float32); None keeps float32 and float64 as they come, as LightGBM does.
+    ``sum_dtype``: the precision the library adds leaf values in (XGBoost: float32), from
+    ``start`` (one value per column: XGBoost's base margin)."""
 
     nodes: np.ndarray
     leaves: np.ndarray
@@ -136,6 +153,8 @@ class Forest:
     n_features: int
     n_columns: int
     input_dtype: np.dtype | None = None
+    sum_dtype: np.dtype = FLOAT64
+    start: np.ndarray | None = None
 
     def features(self, matrix: Any) -> np.ndarray:
         """The rows as the kernel reads them: C order, float32 or float64."""
@@ -148,7 +167,8 @@ class Forest:
     def accumulate(self, matrix: Any) -> np.ndarray:
         """rows x n_columns: the sum over trees of the leaf values each row reaches."""
         x = self.features(matrix)
-        out = np.zeros((x.shape[0], self.n_columns))
+        out = np.empty((x.shape[0], self.n_columns), self.sum_dtype)
+        out[:] = self.start if self.start is not None else 0
         if x.shape[0]:
             _kernel.accumulate(
                 self.nodes, self.leaves, self.trees, self.width, self.n_features, x, out

@@ -17,10 +17,6 @@ from inferpool.runtimes.trees import probe_rows
 from tests.support_runtimes import N_FEATURES, save_booster, save_pickle
 from tests.unit.runtimes.helpers import infer, load
 
-pytestmark = pytest.mark.skipif(
-    not forest_module.KERNEL_AVAILABLE, reason="the tree kernel is not built"
-)
-
 
 def awkward_rows(rng, forest, n: int = 300, nonfinite: bool = True) -> np.ndarray:
     """Rows on and next to the model's thresholds, plus NaN, zeros and tiny values."""
@@ -268,3 +264,97 @@ def test_other_estimators_are_not_compiled(tmp_path):
     X, y = training_data(np.random.default_rng(0), 2, False)
     model = load(save_pickle(tmp_path / "m", GradientBoostingClassifier(n_estimators=5).fit(X, y)))
     assert model.runtime.compiled is None
+
+
+XGBOOST_CASES = {
+    "binary-logistic-nan": ({"objective": "binary:logistic"}, 2, True),
+    "logitraw": ({"objective": "binary:logitraw"}, 2, False),
+    "hinge": ({"objective": "binary:hinge"}, 2, False),
+    "softprob": ({"objective": "multi:softprob", "num_class": 3}, 3, True),
+    "softmax": ({"objective": "multi:softmax", "num_class": 3}, 3, False),
+    "squarederror-nan": ({"objective": "reg:squarederror"}, None, True),
+    "poisson": ({"objective": "count:poisson"}, None, False),
+    "two-targets": ({"objective": "reg:squarederror"}, "two", False),
+}
+
+
+def train_xgboost(params: dict, n_classes, missing: bool, rounds: int = 15):
+    import xgboost
+
+    rng = np.random.default_rng(9)
+    X, y = training_data(rng, n_classes if isinstance(n_classes, int) else None, missing)
+    if params["objective"] == "count:poisson":
+        y = np.exp(y / 3)
+    if n_classes == "two":
+        y = np.column_stack([y, -y])
+    base = {"max_depth": 5, "nthread": 1, "seed": 0}
+    return xgboost.train({**base, **params}, xgboost.DMatrix(X, y), num_boost_round=rounds)
+
+
+@pytest.mark.parametrize("case", XGBOOST_CASES)
+def test_xgboost_outputs_match_the_library(tmp_path, case):
+    params, n_classes, missing = XGBOOST_CASES[case]
+    booster = train_xgboost(params, n_classes, missing)
+    model = load(save_booster(tmp_path / "m", booster, "model.json"))
+    compiled = model.runtime.compiled
+    assert compiled is not None, model.runtime.predictor()
+    rows = awkward_rows(np.random.default_rng(6), compiled.forest)
+    for dtype in (np.float64, np.float32):
+        X = rows.astype(dtype)
+        out = infer(model, X, ["margin", "predict"])
+        # The margins are summed in float32 in XGBoost's order: equal to the bit.
+        assert np.array_equal(out["margin"], booster.inplace_predict(X, predict_type="margin"))
+        values = booster.inplace_predict(X)
+        if model.runtime.has_probabilities and n_classes == 2:
+            assert np.array_equal(out["predict"], (values > 0.5).astype(int))
+        elif model.runtime.has_probabilities:
+            assert np.array_equal(out["predict"], np.argmax(values, axis=1))
+        elif model.runtime.classes is not None:
+            assert np.array_equal(out["predict"], values.astype(int))
+        else:  # a link function's last bit may differ (numpy's exp against XGBoost's)
+            np.testing.assert_allclose(out["predict"], values, rtol=1e-6)
+
+
+def test_an_early_stopped_xgboost_classifier_uses_its_best_iterations(tmp_path):
+    import xgboost
+
+    rng = np.random.default_rng(1)
+    X, y = training_data(rng, 2, False)
+    estimator = xgboost.XGBClassifier(
+        n_estimators=200, max_depth=4, n_jobs=1, early_stopping_rounds=3, learning_rate=0.5
+    )
+    estimator.fit(X[:300], y[:300], eval_set=[(X[300:], y[300:])], verbose=False)
+    assert estimator.best_iteration < 199
+    model = load(save_pickle(tmp_path / "m", estimator))
+    assert model.runtime.compiled is not None, model.runtime.predictor()
+    out = infer(model, X, ["predict_proba", "margin"])
+    np.testing.assert_allclose(out["predict_proba"], estimator.predict_proba(X), atol=1e-6)
+    assert np.array_equal(out["margin"], estimator.predict(X, output_margin=True))
+
+
+@pytest.mark.parametrize(
+    ("params", "reason"),
+    [
+        ({"booster": "dart", "objective": "binary:logistic"}, "the dart booster"),
+        ({"objective": "survival:cox"}, "objective 'survival:cox'"),
+    ],
+)
+def test_xgboost_models_the_kernel_does_not_take_stay_with_xgboost(tmp_path, params, reason):
+    booster = train_xgboost(params, 2, False, rounds=3)
+    model = load(save_booster(tmp_path / "m", booster, "model.json"))
+    assert model.runtime.compiled is None
+    assert model.runtime.predictor() == f"XGBoost, not the tree kernel: {reason}"
+
+
+def test_an_xgboost_model_with_another_missing_marker_stays_with_xgboost(tmp_path):
+    import xgboost
+
+    X, y = training_data(np.random.default_rng(0), 2, False)
+    estimator = xgboost.XGBClassifier(n_estimators=3, n_jobs=1, missing=0.0).fit(X, y)
+    model = load(save_pickle(tmp_path / "m", estimator))
+    assert model.runtime.predictor() == (
+        "XGBoost, not the tree kernel: missing-value marker 0.0 (the kernel takes NaN)"
+    )
+    np.testing.assert_allclose(
+        infer(model, X, ["predict_proba"])["predict_proba"], estimator.predict_proba(X)
+    )

@@ -1,0 +1,133 @@
+"""An XGBoost gbtree Booster for the kernel: its trees from the JSON model, summed in
+float32 from the base margin and passed through the objective's link, as XGBoost does.
+
+XGBoost's split, reproduced: the feature as float32; a NaN follows ``default_left``;
+otherwise ``x < split_condition`` goes left, which for float32 values is
+``x <= the float32 just below split_condition``. Categorical splits, vector leaves, DART,
+linear boosters and a missing-value marker other than NaN are not reproduced.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from inferpool.runtimes.trees.forest import Forest, ForestBuilder, Split, Unsupported
+
+F32 = np.float32
+IDENTITY_OBJECTIVES = {
+    "reg:squarederror",
+    "reg:squaredlogerror",
+    "reg:pseudohubererror",
+    "reg:absoluteerror",
+    "reg:quantileerror",
+    "binary:logitraw",
+    "rank:pairwise",
+    "rank:ndcg",
+    "rank:map",
+}
+LOGISTIC_OBJECTIVES = {"binary:logistic", "reg:logistic"}
+EXP_OBJECTIVES = {"count:poisson", "reg:gamma", "reg:tweedie"}
+SOFTMAX_OBJECTIVES = {"multi:softprob", "multi:softmax"}
+
+
+class CompiledXGBoost:
+    """``values`` and ``margin`` of a Booster as ``inplace_predict`` gives them."""
+
+    def __init__(self, booster: Any, predict_params: dict[str, Any]) -> None:
+        missing = predict_params.get("missing", np.nan)
+        if missing is not None and not np.isnan(missing):
+            raise Unsupported(f"missing-value marker {missing!r} (the kernel takes NaN)")
+        learner = json.loads(bytes(booster.save_raw("json")))["learner"]
+        booster_kind = learner["gradient_booster"]["name"]
+        if booster_kind != "gbtree":
+            raise Unsupported(f"the {booster_kind} booster")
+        model = learner["gradient_booster"]["model"]
+        trees, groups = model["trees"], model["tree_info"]
+        iterations = predict_params.get("iteration_range", (0, 0))
+        if tuple(iterations) != (0, 0):
+            indptr = model.get("iteration_indptr")
+            if indptr is None or iterations[0] != 0:
+                raise Unsupported(f"iteration range {iterations}")
+            trees, groups = trees[: indptr[iterations[1]]], groups[: indptr[iterations[1]]]
+        self.objective = learner["objective"]["name"]
+        parameters = learner["learner_model_param"]
+        self.n_classes = int(parameters.get("num_class", 0))
+        self.n_columns = max(self.n_classes, int(parameters.get("num_target", 1)), 1)
+        builder = ForestBuilder(int(parameters["num_feature"]))
+        for tree, group in zip(trees, groups, strict=True):
+            if int(tree["tree_param"].get("size_leaf_vector", "1")) > 1:
+                raise Unsupported("vector leaves (multi_output_tree)")
+            if any(tree["split_type"]):
+                raise Unsupported("categorical splits")
+            builder.add_tree(0, _describer(tree), column=int(group))
+        self.link = _link(self.objective)
+        base = _base_margin(self.objective, parameters["base_score"], self.n_columns)
+        self.forest: Forest = builder.build(
+            self.n_columns, input_dtype=F32, sum_dtype=F32, start=base
+        )
+
+    def _shaped(self, scores: np.ndarray) -> np.ndarray:
+        return scores[:, 0] if self.n_columns == 1 else scores
+
+    def margin(self, matrix: np.ndarray) -> np.ndarray:
+        return self._shaped(self.forest.accumulate(matrix))
+
+    def values(self, matrix: np.ndarray) -> np.ndarray:
+        return self.link(self._shaped(self.forest.accumulate(matrix)))
+
+
+def _describer(tree: dict[str, Any]) -> Callable[[int], Split | float]:
+    left, right = tree["left_children"], tree["right_children"]
+    features, conditions = tree["split_indices"], tree["split_conditions"]
+    default_left = tree["default_left"]
+
+    def describe(node: int) -> Split | float:
+        if left[node] == -1:
+            return float(F32(conditions[node]))
+        below = np.nextafter(F32(conditions[node]), F32(-np.inf))
+        return Split(
+            feature=int(features[node]),
+            threshold=float(below),
+            left=int(left[node]),
+            right=int(right[node]),
+            nan_left=bool(default_left[node]),
+        )
+
+    return describe
+
+
+def _base_margin(objective: str, base_score: str, n_columns: int) -> np.ndarray:
+    """XGBoost's base_score (stored as a prediction) turned into a margin, in float32."""
+    values = [F32(v) for v in base_score.strip("[]").split(",") if v.strip()]
+    score = np.array(values if len(values) > 1 else values * n_columns, dtype=F32)
+    if objective in LOGISTIC_OBJECTIVES:
+        return -np.log(F32(1.0) / score - F32(1.0))
+    if objective in EXP_OBJECTIVES:
+        return np.log(score)
+    return score
+
+
+def _link(objective: str) -> Callable[[np.ndarray], np.ndarray]:
+    """XGBoost's PredTransform for the objective, in float32."""
+    if objective in IDENTITY_OBJECTIVES:
+        return lambda margin: margin
+    if objective in LOGISTIC_OBJECTIVES:
+        return lambda margin: F32(1.0) / (F32(1.0) + np.exp(-margin))
+    if objective in EXP_OBJECTIVES:
+        return np.exp
+    if objective == "multi:softprob":
+        return _softmax
+    if objective == "multi:softmax":
+        return lambda margin: np.argmax(margin, axis=1).astype(F32)
+    if objective == "binary:hinge":
+        return lambda margin: (margin > 0).astype(F32)
+    raise Unsupported(f"objective {objective!r}")
+
+
+def _softmax(margin: np.ndarray) -> np.ndarray:
+    shifted = np.exp(margin - margin.max(axis=1, keepdims=True))
+    return shifted / shifted.sum(axis=1, keepdims=True)
