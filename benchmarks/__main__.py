@@ -1,4 +1,5 @@
-"""``python -m benchmarks``: the harness's command line (run, list, repo, install-mlserver).
+"""``python -m benchmarks``: the harness's command line (run, list, repo, predict,
+install-mlserver).
 
 Examples::
 
@@ -6,6 +7,7 @@ Examples::
     python -m benchmarks run --profile full
     python -m benchmarks run --servers inferpool-w2,mlserver-w0 --only 'iris/*'
     python -m benchmarks run --target http://127.0.0.1:8080 --grpc 127.0.0.1:8081 --quick
+    python -m benchmarks predict --batch 256
 """
 
 from __future__ import annotations
@@ -71,6 +73,13 @@ def parser() -> argparse.ArgumentParser:
 
     repo = commands.add_parser("repo", help="write the model repository (to serve it yourself)")
     repo.add_argument("folder", type=Path)
+
+    predict = commands.add_parser(
+        "predict", help="time the tree models' predict: library against the tree kernel"
+    )
+    predict.add_argument("--batch", type=int, default=256, help="rows per predict")
+    predict.add_argument("--budget", type=float, default=1.0, help="seconds per measurement")
+    predict.add_argument("--repo", type=Path, default=OUT / "repo", help="model repository")
 
     commands.add_parser("install-mlserver", help="create MLServer's virtualenv now")
     return top
@@ -167,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "repo":
         print(build_repository(args.folder.resolve(), sorted(MODELS)))
         return 0
+    if args.command == "predict":
+        from benchmarks import predict_timing
+
+        return predict_timing.main(args.repo.resolve(), args.batch, args.budget)
     print(mlserver_env.ensure())
     return 0
 

@@ -358,3 +358,19 @@ def test_an_xgboost_model_with_another_missing_marker_stays_with_xgboost(tmp_pat
     np.testing.assert_allclose(
         infer(model, X, ["predict_proba"])["predict_proba"], estimator.predict_proba(X)
     )
+
+
+def test_a_forest_fitted_on_a_dataframe_is_compiled_and_matches(tmp_path):
+    import pandas as pd
+    from sklearn.ensemble import RandomForestClassifier
+
+    X, y = training_data(np.random.default_rng(8), 3, False)
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(N_FEATURES)])
+    estimator = RandomForestClassifier(n_estimators=10, random_state=0).fit(frame, y)
+    model = load(save_pickle(tmp_path / "m", estimator))
+    assert model.runtime.compiled is not None, model.runtime.predictor()
+    rows = np.random.default_rng(9).normal(size=(50, N_FEATURES))
+    out = infer(model, rows, ["predict", "predict_proba"])
+    expected = pd.DataFrame(rows, columns=frame.columns)
+    assert np.array_equal(out["predict"], estimator.predict(expected))
+    np.testing.assert_allclose(out["predict_proba"], estimator.predict_proba(expected), rtol=1e-12)
