@@ -27,6 +27,9 @@ class Runtime(ABC):
     platform: ClassVar[str] = "custom"
     #: the form ``predict`` receives its inputs in; one of PAYLOAD_KINDS
     accepts: str = "array"
+    #: what computes the predictions when that is worth a line in the load log (the
+    #: tree kernel, or the library and why not the kernel); see ``predictor``
+    predicted_by: str = ""
 
     def __init__(self, settings: ModelSettings) -> None:
         self.settings = settings
@@ -69,9 +72,8 @@ class Runtime(ABC):
         """Cap the native thread pools this model uses (workers × threads ≤ cores)."""
 
     def predictor(self) -> str:
-        """What computes the predictions, for the load log when it is worth saying (the
-        tree kernel, or the library and why not the kernel); empty otherwise."""
-        return ""
+        """What computes the predictions, for the load log; empty when nothing to say."""
+        return self.predicted_by
 
     def custom_endpoints(self) -> dict[str, Callable[[bytes], Any]]:
         """Extra routes, ``POST /v2/models/{name}/{endpoint}``: raw body in, JSON-able out."""

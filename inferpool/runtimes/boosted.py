@@ -1,14 +1,16 @@
 """What the gradient-boosted-trees runtimes (LightGBM, XGBoost) share: metadata, input
 checks and the outputs a request can select.
 
-A subclass loads its library's model, sets the fields below from it, and implements the
-three library calls (``_values``, ``_margin``, ``_contrib``).
+A subclass loads its library's model, sets the fields below from it, implements the
+three library calls (``_library_values``, ``_library_margin``, ``_contrib``) and offers
+the model to inferpool's tree kernel (``use_tree_kernel``), which then computes values
+and margins whenever it reproduces the library.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -21,6 +23,8 @@ from inferpool.runtimes.tabular import (
     labels_from_probabilities,
     two_class_probabilities,
 )
+from inferpool.runtimes.trees import compile_model, probe_rows
+from inferpool.runtimes.trees.verify import RTOL
 
 
 class BoostedTreesRuntime(Runtime):
@@ -40,16 +44,18 @@ class BoostedTreesRuntime(Runtime):
     has_probabilities: bool = False
     #: columns of ``predict`` for a regressor with several targets (1: one value per row)
     n_targets: int = 1
+    #: the tree kernel's compiled model (``values`` and ``margin``), or None: the library
+    compiled: Any = None
 
     @abstractmethod
-    def _values(self, matrix: np.ndarray) -> np.ndarray:
+    def _library_values(self, matrix: np.ndarray) -> np.ndarray:
         """The library's plain prediction: class probabilities (P(class 1) of a binary
         model) if ``has_probabilities``, class indices of another classifier, values of a
         regressor."""
 
     @abstractmethod
-    def _margin(self, matrix: np.ndarray) -> np.ndarray:
-        """Untransformed scores (before the link function)."""
+    def _library_margin(self, matrix: np.ndarray) -> np.ndarray:
+        """The library's untransformed scores (before the link function)."""
 
     @abstractmethod
     def _contrib(self, matrix: np.ndarray) -> np.ndarray:
@@ -58,6 +64,31 @@ class BoostedTreesRuntime(Runtime):
     @abstractmethod
     def _contrib_shape(self) -> list[int]:
         """The shape of ``contrib`` in the library's own layout, -1 for the rows."""
+
+    def use_tree_kernel(self, library: str, build: Callable[[], Any], rtol: float = RTOL) -> None:
+        """Predict values and margins with ``build()``'s compiled model when it gives what
+        the library gives on probe rows (``trees.compile_model``)."""
+        self.compiled, self.predicted_by = compile_model(
+            self.settings, library, build, self._kernel_checks, rtol
+        )
+
+    def _kernel_checks(self, compiled: Any) -> tuple[dict[str, Any], list[np.ndarray]]:
+        outputs = {
+            "predict": (compiled.values, self._library_values),
+            self.margin_output: (compiled.margin, self._library_margin),
+        }
+        probes = [probe_rows(compiled.forest), probe_rows(compiled.forest, np.float32)]
+        return outputs, probes
+
+    def _values(self, matrix: np.ndarray) -> np.ndarray:
+        if self.compiled is not None:
+            return self.compiled.values(matrix)
+        return self._library_values(matrix)
+
+    def _margin(self, matrix: np.ndarray) -> np.ndarray:
+        if self.compiled is not None:
+            return self.compiled.margin(matrix)
+        return self._library_margin(matrix)
 
     @property
     def n_scores(self) -> int:

@@ -20,7 +20,6 @@ from inferpool.runtimes.artefacts import (
     unpickle,
 )
 from inferpool.runtimes.boosted import BoostedTreesRuntime
-from inferpool.runtimes.trees import compile_model, probe_rows
 from inferpool.runtimes.trees.from_lightgbm import CompiledLightGBM
 
 ARTEFACT_NAMES = ("model.txt", "model.bst", "model.joblib", "model.pkl", "model.pickle")
@@ -58,37 +57,10 @@ class LightGBMRuntime(BoostedTreesRuntime):
         self.n_features = self.booster.num_feature()
         self.feature_names = list(self.booster.feature_name())
         self.n_targets = 1
-        # Predicted by inferpool's tree kernel where it reproduces LightGBM (trees/).
-        self.compiled, self.predicted_by = compile_model(
-            self.settings, "LightGBM", self._compile, self._checks
-        )
-
-    def predictor(self) -> str:
-        return self.predicted_by
-
-    def _compile(self) -> CompiledLightGBM:
-        return CompiledLightGBM(self.booster)
-
-    def _checks(self, compiled: CompiledLightGBM) -> tuple[dict[str, Any], list[np.ndarray]]:
-        outputs = {
-            "predict": (compiled.values, self._library_values),
-            "raw_score": (compiled.margin, self._library_margin),
-        }
-        probes = [probe_rows(compiled.forest), probe_rows(compiled.forest, np.float32)]
-        return outputs, probes
+        self.use_tree_kernel("LightGBM", lambda: CompiledLightGBM(self.booster))
 
     def limit_threads(self, threads: int) -> None:
         self.predict_params["num_threads"] = max(1, int(threads))
-
-    def _values(self, matrix: np.ndarray) -> np.ndarray:
-        if self.compiled is not None:
-            return self.compiled.values(matrix)
-        return self._library_values(matrix)
-
-    def _margin(self, matrix: np.ndarray) -> np.ndarray:
-        if self.compiled is not None:
-            return self.compiled.margin(matrix)
-        return self._library_margin(matrix)
 
     def _library_values(self, matrix: np.ndarray) -> np.ndarray:
         return self.booster.predict(matrix, **self.predict_params)

@@ -54,16 +54,13 @@ class SKLearnRuntime(Runtime):
         self.feature_names = [str(n) for n in names] if names is not None else None
         if self.feature_names is not None:
             self.accepts = "dataframe"
-        self.compiled, self.predicted_by = None, ""
+        self.compiled = None
         if type(self.model).__name__ in SUPPORTED:
             # Random forests and extra-trees: inferpool's tree kernel where it reproduces
             # scikit-learn (trees/from_sklearn.py).
             self.compiled, self.predicted_by = compile_model(
                 self.settings, "scikit-learn", self._compile, self._checks
             )
-
-    def predictor(self) -> str:
-        return self.predicted_by
 
     def _compile(self) -> CompiledSKLearnForest:
         return CompiledSKLearnForest(self.model)

@@ -23,7 +23,6 @@ from inferpool.runtimes.artefacts import (
     unpickle,
 )
 from inferpool.runtimes.boosted import BoostedTreesRuntime
-from inferpool.runtimes.trees import compile_model, probe_rows
 from inferpool.runtimes.trees.from_xgboost import CompiledXGBoost
 from inferpool.runtimes.trees.verify import FLOAT32_RTOL
 
@@ -84,37 +83,14 @@ class XGBoostRuntime(BoostedTreesRuntime):
         self.has_probabilities = self.classes is not None and self.objective in (
             PROBABILITY_OBJECTIVES
         )
-        # Predicted by inferpool's tree kernel where it reproduces XGBoost (trees/).
-        self.compiled, self.predicted_by = compile_model(
-            self.settings, "XGBoost", self._compile, self._checks, rtol=FLOAT32_RTOL
+        self.use_tree_kernel(
+            "XGBoost",
+            lambda: CompiledXGBoost(self.booster, self.predict_params),
+            rtol=FLOAT32_RTOL,
         )
-
-    def _compile(self) -> CompiledXGBoost:
-        return CompiledXGBoost(self.booster, self.predict_params)
-
-    def _checks(self, compiled: CompiledXGBoost) -> tuple[dict[str, Any], list[np.ndarray]]:
-        outputs = {
-            "predict": (compiled.values, self._library_values),
-            "margin": (compiled.margin, self._library_margin),
-        }
-        probes = [probe_rows(compiled.forest), probe_rows(compiled.forest, np.float32)]
-        return outputs, probes
-
-    def predictor(self) -> str:
-        return self.predicted_by
 
     def limit_threads(self, threads: int) -> None:
         self.booster.set_param({"nthread": max(1, int(threads))})
-
-    def _values(self, matrix: np.ndarray) -> np.ndarray:
-        if self.compiled is not None:
-            return self.compiled.values(matrix)
-        return self._library_values(matrix)
-
-    def _margin(self, matrix: np.ndarray) -> np.ndarray:
-        if self.compiled is not None:
-            return self.compiled.margin(matrix)
-        return self._library_margin(matrix)
 
     def _library_values(self, matrix: np.ndarray) -> np.ndarray:
         return self.booster.inplace_predict(matrix, **self.predict_params)
