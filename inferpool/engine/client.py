@@ -161,8 +161,9 @@ class InProcessClient(EngineClient):
         except Exception as exc:
             raise InferpoolError(failure_reason(exc)) from None
         self.models[settings.name] = model
-        if model.runtime.predictor():
-            logger.info("model '%s': predicted by %s", settings.name, model.runtime.predictor())
+        predictor = model.runtime.predictor()
+        if predictor:
+            logger.info("model '%s': predicted by %s", settings.name, predictor)
         return model.metadata
 
     async def _unload(self, name: str) -> None:

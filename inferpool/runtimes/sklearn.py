@@ -55,12 +55,16 @@ class SKLearnRuntime(Runtime):
         if self.feature_names is not None:
             self.accepts = "dataframe"
         self.compiled = None
+        #: the methods the tree kernel computes, by name (none unless compiled)
+        self.kernel_methods: dict[str, Any] = {}
         if type(self.model).__name__ in SUPPORTED:
             # Random forests and extra-trees: inferpool's tree kernel where it reproduces
             # scikit-learn (trees/from_sklearn.py).
             self.compiled, self.predicted_by = compile_model(
                 self.settings, "scikit-learn", self._compile, self._checks
             )
+            if self.compiled is not None:
+                self.kernel_methods = self.compiled.methods()
 
     def _compile(self) -> CompiledSKLearnForest:
         return CompiledSKLearnForest(self.model)
@@ -139,7 +143,7 @@ class SKLearnRuntime(Runtime):
         rows = self.compiled.rows(payload) if self.compiled is not None else None
         if rows is None:
             return {name: getattr(self.model, name)(payload) for name in outputs}
-        methods = self.compiled.methods()
+        methods = self.kernel_methods
         return {
             name: methods[name](rows) if name in methods else getattr(self.model, name)(payload)
             for name in outputs

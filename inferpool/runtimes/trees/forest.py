@@ -76,6 +76,7 @@ class ForestBuilder:
         self.nodes: list[tuple[float, int, int]] = []
         self.leaves: list[np.ndarray] = []
         self.trees: list[tuple[int, int, int]] = []
+        self._inner = np.zeros(width)  # an inner node's (unused) leaf values, shared
 
     def add_tree(self, root: Any, describe: Describe, column: int = 0) -> None:
         first = len(self.nodes)
@@ -105,7 +106,7 @@ class ForestBuilder:
 
     def _reserve(self, count: int) -> None:
         self.nodes.extend([(0.0, 0, 0)] * count)
-        self.leaves.extend([np.zeros(self.width)] * count)
+        self.leaves.extend([self._inner] * count)
 
     def _leaf(self, slot: int, value: Any) -> None:
         values = np.asarray(value, dtype=np.float64).reshape(-1)
