@@ -188,11 +188,19 @@ class GrpcH2Server:
         name, handler, request_type = entry
         started = time.perf_counter()
         code, text, pushback, request = "OK", "", False, message
+        expired = False
+        task = asyncio.current_task()
+
+        def expire() -> None:
+            # Remembered, not read off the clock later: the loop's timers may fire a
+            # fraction of a millisecond before time.monotonic() reaches ``expires``.
+            nonlocal expired
+            expired = True
+            task.cancel()
+
         timer = None
         if expires is not None:
-            timer = asyncio.get_running_loop().call_later(
-                expires - time.monotonic(), _expire, stream
-            )
+            timer = asyncio.get_running_loop().call_later(expires - time.monotonic(), expire)
         try:
             if handler is None:
                 reply = await self.service.infer(message, expires)
@@ -211,7 +219,7 @@ class GrpcH2Server:
             if stream.closed:  # the client reset the stream or went away
                 code = "CANCELLED"
                 raise
-            if expires is not None and time.monotonic() >= expires:
+            if expired or (expires is not None and time.monotonic() >= expires):
                 code, text = "DEADLINE_EXCEEDED", "Deadline Exceeded"
             else:  # shutdown: its grace period ended before the call did
                 code, text = "UNAVAILABLE", "the server is shutting down; retry the call"
@@ -227,9 +235,3 @@ class GrpcH2Server:
         if code != "OK":
             trailers = status_trailers(code, text, pushback)
             connection.respond(stream, RESPONSE_HEADERS + trailers, b"", b"")
-
-
-def _expire(stream: Stream) -> None:
-    """The call's deadline passed: cancel it (it answers DEADLINE_EXCEEDED)."""
-    if stream.task is not None and not stream.task.done():
-        stream.task.cancel()

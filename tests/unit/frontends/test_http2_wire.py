@@ -268,3 +268,60 @@ def test_a_peer_that_stops_reading_replies_stops_being_read():
         return states
 
     assert asyncio.run(scenario()) == [True, False, True]
+
+
+# -- deadlines -----------------------------------------------------------------------------
+class FrozenClock:
+    """``time`` for grpc_h2 whose monotonic clock never moves: the loop's timer still fires
+    (it keeps its own time), as when it fires a hair before ``expires``."""
+
+    def __init__(self) -> None:
+        import time
+
+        self.now = time.monotonic()
+        self.perf_counter = time.perf_counter
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class RecordingConnection:
+    def __init__(self) -> None:
+        self.replies: list[tuple[bytes, bytes, bytes]] = []
+
+    def respond(self, stream, headers: bytes, body: bytes, trailers: bytes) -> None:
+        self.replies.append((headers, body, trailers))
+
+
+class NeverAnswers:
+    async def infer(self, message: bytes, deadline: float | None) -> bytes:
+        await asyncio.Event().wait()
+        return b""
+
+
+def test_a_call_cut_by_its_deadline_timer_is_deadline_exceeded_even_if_the_clock_lags(
+    monkeypatch,
+):
+    """The timer decides, not a second reading of the clock: uvloop's timers have a
+    millisecond's grain and may fire just before time.monotonic() reaches the deadline.
+    That call is DEADLINE_EXCEEDED, not "the server is shutting down"."""
+    from inferpool.settings import ServerSettings
+
+    clock = FrozenClock()
+    monkeypatch.setattr(grpc_h2, "time", clock)
+    server = grpc_h2.GrpcH2Server(None, ServerSettings(host="127.0.0.1", grpc_port=0))
+    server.socket.close()
+    server.service = NeverAnswers()
+    connection, stream = RecordingConnection(), http2.Stream(1, 65535)
+    entry = ("ModelInfer", None, None)
+
+    async def run() -> None:
+        await asyncio.wait_for(
+            server._call(connection, stream, entry, b"", clock.now + 0.05), timeout=5
+        )
+
+    asyncio.run(run())
+    ((headers, body, trailers),) = connection.replies
+    assert (body, trailers) == (b"", b"")  # Trailers-Only: the status is in the headers
+    status = dict(decode(headers))
+    assert status[b"grpc-status"] == b"4", status  # DEADLINE_EXCEEDED
