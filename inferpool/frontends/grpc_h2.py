@@ -189,17 +189,17 @@ class GrpcH2Server:
         started = time.perf_counter()
         code, text, pushback, request = "OK", "", False, message
         expired = False
-        task = asyncio.current_task()
-
-        def expire() -> None:
-            # Remembered, not read off the clock later: the loop's timers may fire a
-            # fraction of a millisecond before time.monotonic() reaches ``expires``.
-            nonlocal expired
-            expired = True
-            task.cancel()
-
         timer = None
         if expires is not None:
+            task = asyncio.current_task()
+
+            def expire() -> None:
+                # Remembered, not read off the clock later: the loop's timers may fire a
+                # fraction of a millisecond before time.monotonic() reaches ``expires``.
+                nonlocal expired
+                expired = True
+                task.cancel()
+
             timer = asyncio.get_running_loop().call_later(expires - time.monotonic(), expire)
         try:
             if handler is None:
