@@ -19,7 +19,7 @@ from inferpool.runtimes.artefacts import find_artefact, library_of, unpickle
 from inferpool.runtimes.base import Runtime
 from inferpool.runtimes.tabular import check_matrix, columns_in_order, is_dataframe
 from inferpool.runtimes.trees import compile_model, probe_rows
-from inferpool.runtimes.trees.from_sklearn import SUPPORTED, CompiledSKLearnForest
+from inferpool.runtimes.trees.from_sklearn import CompiledSKLearnForest, is_forest
 
 ARTEFACT_NAMES = ("model.joblib", "model.pkl", "model.pickle")
 # Estimator methods served as outputs, in the order they are offered.
@@ -57,7 +57,7 @@ class SKLearnRuntime(Runtime):
         self.compiled = None
         #: the methods the tree kernel computes, by name (none unless compiled)
         self.kernel_methods: dict[str, Any] = {}
-        if type(self.model).__name__ in SUPPORTED:
+        if is_forest(self.model):
             # Random forests and extra-trees: inferpool's tree kernel where it reproduces
             # scikit-learn (trees/from_sklearn.py).
             self.compiled, self.predicted_by = compile_model(

@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
 from inferpool.runtimes.trees.forest import Unsupported
-from inferpool.runtimes.trees.verify import RTOL, verify
+from inferpool.runtimes.trees.verify import RTOL, Predict, verify
 from inferpool.settings import ModelSettings
 
 SETTING = "tree_kernel"
 logger = logging.getLogger("inferpool.runtimes.trees")
 
 Compiled = TypeVar("Compiled")
-Outputs = dict[str, tuple[Callable[[np.ndarray], Any], Callable[[np.ndarray], Any]]]
+Outputs = dict[str, tuple[Predict, Predict]]
 
 
 def kernel_enabled(settings: ModelSettings) -> bool:

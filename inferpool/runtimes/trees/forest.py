@@ -35,7 +35,6 @@ NAN_LEFT = 1 << 24
 ZERO_MISSING = 1 << 25
 ZERO_RIGHT = 1 << 26
 ZERO_SNAP = 1 << 27
-FLOAT64 = np.dtype(np.float64)
 
 
 class Unsupported(Exception):
@@ -134,9 +133,8 @@ class ForestBuilder:
             width=self.width,
             n_features=self.n_features,
             n_columns=n_columns,
-            input_dtype=input_dtype,
-            sum_dtype=np.dtype(sum_dtype),
             start=np.asarray(start if start is not None else np.zeros(n_columns), sum_dtype),
+            input_dtype=input_dtype,
         )
 
 
@@ -144,8 +142,8 @@ class ForestBuilder:
 class Forest:
     """A laid-out forest. ``input_dtype``: the type the library compares features in
     (scikit-learn: float32); None keeps float32 and float64 as they come, as LightGBM does.
-    ``sum_dtype``: the precision the library adds leaf values in (XGBoost: float32), from
-    ``start`` (one value per column: XGBoost's base margin)."""
+    The sums start from ``start`` (XGBoost's base margin; zeros otherwise), in its dtype:
+    the precision the library adds leaf values in (XGBoost: float32, else float64)."""
 
     nodes: np.ndarray
     leaves: np.ndarray
@@ -153,9 +151,8 @@ class Forest:
     width: int
     n_features: int
     n_columns: int
+    start: np.ndarray  # the sums' first values, one per column, in the sums' dtype
     input_dtype: np.dtype | None = None
-    sum_dtype: np.dtype = FLOAT64
-    start: np.ndarray | None = None
 
     def features(self, matrix: Any) -> np.ndarray:
         """The rows as the kernel reads them: C order, float32 or float64."""
@@ -168,13 +165,18 @@ class Forest:
     def accumulate(self, matrix: Any) -> np.ndarray:
         """rows x n_columns: the sum over trees of the leaf values each row reaches."""
         x = self.features(matrix)
-        out = np.empty((x.shape[0], self.n_columns), self.sum_dtype)
-        out[:] = self.start if self.start is not None else 0
+        out = np.empty((x.shape[0], self.n_columns), self.start.dtype)
+        out[:] = self.start
         if x.shape[0]:
             _kernel.accumulate(
                 self.nodes, self.leaves, self.trees, self.width, self.n_features, x, out
             )
         return out
+
+    def scores(self, matrix: Any) -> np.ndarray:
+        """``accumulate`` shaped as the libraries shape scores: one column is 1-D."""
+        sums = self.accumulate(matrix)
+        return sums[:, 0] if self.n_columns == 1 else sums
 
     def describe(self) -> str:
         depth = int(self.trees["depth"].max())
@@ -185,3 +187,10 @@ class Forest:
         inner = self.nodes[self.nodes["left"] != np.arange(len(self.nodes))]
         features = inner["feature_flags"] & (FEATURE_LIMIT - 1)
         return {int(f): np.unique(inner["threshold"][features == f]) for f in np.unique(features)}
+
+
+def softmax(scores: np.ndarray) -> np.ndarray:
+    """Row-wise softmax, as both boosting libraries compute it (max subtracted first), in
+    the scores' precision."""
+    shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
+    return shifted / shifted.sum(axis=1, keepdims=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from inferpool.runtimes.trees.forest import Forest, ForestBuilder, Split, Unsupported
+from inferpool.runtimes.trees.forest import Forest, ForestBuilder, Split, Unsupported, softmax
 
 IDENTITY_OBJECTIVES = {
     "regression",
@@ -47,18 +47,15 @@ class CompiledLightGBM:
         self.scale = 1.0 / iterations if dump.get("average_output") else 1.0
         self.link = _link(str(dump.get("objective", "")), self.n_columns)
 
-    def _shaped(self, scores: np.ndarray) -> np.ndarray:
-        return scores[:, 0] if self.n_columns == 1 else scores
-
     def margin(self, matrix: np.ndarray) -> np.ndarray:
         # LightGBM's raw score is the plain sum, even for a model that averages (rf).
-        return self._shaped(self.forest.accumulate(matrix))
+        return self.forest.scores(matrix)
 
     def values(self, matrix: np.ndarray) -> np.ndarray:
-        raw = self.forest.accumulate(matrix)
+        raw = self.forest.scores(matrix)
         if self.scale != 1.0:
             raw *= self.scale
-        return self._shaped(self.link(raw))
+        return self.link(raw)
 
 
 def _describe(node: dict[str, Any]) -> Split | float:
@@ -107,10 +104,5 @@ def _link(objective: str, n_columns: int) -> Callable[[np.ndarray], np.ndarray]:
     if name == "cross_entropy_lambda":
         return lambda raw: np.log1p(np.exp(raw))
     if name == "multiclass" and n_columns > 1:
-        return _softmax
+        return softmax
     raise Unsupported(f"objective {objective!r}")
-
-
-def _softmax(raw: np.ndarray) -> np.ndarray:
-    shifted = np.exp(raw - raw.max(axis=1, keepdims=True))
-    return shifted / shifted.sum(axis=1, keepdims=True)

@@ -26,13 +26,18 @@ SUPPORTED = (
 MAX_NODES = 2_000_000
 
 
+def is_forest(model: Any) -> bool:
+    """Whether ``model`` is one of scikit-learn's forests the kernel takes."""
+    kind = type(model)
+    return kind.__module__.split(".")[0] == "sklearn" and kind.__name__ in SUPPORTED
+
+
 class CompiledSKLearnForest:
     """``predict`` (and ``predict_proba`` of a classifier) of a fitted forest."""
 
     def __init__(self, model: Any) -> None:
-        kind = type(model)
-        if kind.__module__.split(".")[0] != "sklearn" or kind.__name__ not in SUPPORTED:
-            raise Unsupported(f"{kind.__name__} is not a random forest or extra-trees")
+        if not is_forest(model):
+            raise Unsupported(f"{type(model).__name__} is not a random forest or extra-trees")
         if model.n_outputs_ != 1 and hasattr(model, "classes_"):
             raise Unsupported("a classifier with several outputs")
         nodes = sum(tree.tree_.node_count for tree in model.estimators_)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from inferpool.runtimes.trees.forest import Forest, ForestBuilder, Split, Unsupported
+from inferpool.runtimes.trees.forest import Forest, ForestBuilder, Split, Unsupported, softmax
 
 F32 = np.float32
 IDENTITY_OBJECTIVES = {
@@ -70,14 +70,11 @@ class CompiledXGBoost:
             self.n_columns, input_dtype=F32, sum_dtype=F32, start=base
         )
 
-    def _shaped(self, scores: np.ndarray) -> np.ndarray:
-        return scores[:, 0] if self.n_columns == 1 else scores
-
     def margin(self, matrix: np.ndarray) -> np.ndarray:
-        return self._shaped(self.forest.accumulate(matrix))
+        return self.forest.scores(matrix)
 
     def values(self, matrix: np.ndarray) -> np.ndarray:
-        return self.link(self._shaped(self.forest.accumulate(matrix)))
+        return self.link(self.forest.scores(matrix))
 
 
 def _describer(tree: dict[str, Any]) -> Callable[[int], Split | float]:
@@ -120,14 +117,9 @@ def _link(objective: str) -> Callable[[np.ndarray], np.ndarray]:
     if objective in EXP_OBJECTIVES:
         return np.exp
     if objective == "multi:softprob":
-        return _softmax
+        return softmax
     if objective == "multi:softmax":
         return lambda margin: np.argmax(margin, axis=1).astype(F32)
     if objective == "binary:hinge":
         return lambda margin: (margin > 0).astype(F32)
     raise Unsupported(f"objective {objective!r}")
-
-
-def _softmax(margin: np.ndarray) -> np.ndarray:
-    shifted = np.exp(margin - margin.max(axis=1, keepdims=True))
-    return shifted / shifted.sum(axis=1, keepdims=True)
