@@ -9,8 +9,12 @@ from __future__ import annotations
 # gRPC status codes by name, kept as strings so this module does not import grpc.
 _GRPC_BY_HTTP = {
     400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
     404: "NOT_FOUND",
     409: "ALREADY_EXISTS",
+    413: "RESOURCE_EXHAUSTED",
+    429: "RESOURCE_EXHAUSTED",
     422: "INVALID_ARGUMENT",
     500: "INTERNAL",
     503: "UNAVAILABLE",
@@ -34,6 +38,24 @@ class InferpoolError(Exception):
 
 class BadRequest(InferpoolError):
     status = 400
+
+
+class Unauthorized(InferpoolError):
+    """An admin call without the admin token."""
+
+    status = 401
+
+
+class Forbidden(InferpoolError):
+    """A call the server's configuration does not allow (e.g. --model-control-mode none)."""
+
+    status = 403
+
+
+class TooLarge(InferpoolError):
+    """A request over a size limit (body, tensor bytes); the message names the limit."""
+
+    status = 413
 
 
 class ModelNotFound(InferpoolError):
@@ -70,7 +92,10 @@ class ModelLoadError(InferpoolError):
 
 _BY_STATUS: dict[int, type[InferpoolError]] = {
     400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
     404: ModelNotFound,
+    413: TooLarge,
     500: ModelError,
     503: NotReady,
     504: DeadlineExceeded,

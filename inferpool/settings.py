@@ -24,6 +24,7 @@ from pydantic_settings import (
 from inferpool.protocol.types import TensorSpec
 
 SETTINGS_FILE = "settings.json"
+MIB = 1024 * 1024
 MODEL_SETTINGS_FILE = "model-settings.json"
 
 # MLServer's names for server settings that we call differently.
@@ -67,6 +68,73 @@ class ServerSettings(BaseSettings):
     log_level: str = Field("info", description="debug, info, warning or error")
     access_log: bool = Field(False, description="log every request (method, model, status, ms)")
     shutdown_timeout: float = Field(30.0, description="seconds to drain requests on shutdown")
+
+    # -- limits: each checked before anything is allocated (README, "Limits and security")
+    max_body_bytes: int = Field(
+        64 * MIB,
+        description="largest REST request body or gRPC message, in bytes (413)",
+    )
+    max_tensor_elements: int = Field(
+        2**26, description="most elements one tensor may declare in its shape (400)"
+    )
+    max_request_tensor_bytes: int = Field(
+        256 * MIB,
+        description="bytes all the tensors of one request may decode to, from their declared "
+        "shapes and datatypes (413 / RESOURCE_EXHAUSTED)",
+    )
+    max_json_depth: int = Field(64, description="deepest nesting of a JSON request body (400)")
+    max_header_bytes: int = Field(
+        64 * 1024, description="largest request header block (REST or HTTP/2), in bytes"
+    )
+    max_header_count: int = Field(100, description="most header fields in one request")
+    max_concurrent_streams: int = Field(
+        256, description="HTTP/2 streams (calls) open at once on one connection"
+    )
+    max_connections: int = Field(
+        4096,
+        description="open client connections on all ports together; at the limit the longest "
+        "idle one is closed for a new one (capped by the file-descriptor limit)",
+    )
+    # -- timeouts, in seconds
+    handshake_timeout: float = Field(
+        10.0, description="seconds a new connection may take to send its first request bytes"
+    )
+    idle_timeout: float = Field(
+        60.0, description="seconds a connection with no request in flight stays open"
+    )
+    header_timeout: float = Field(
+        10.0, description="seconds a request's headers may take to arrive"
+    )
+    body_timeout: float = Field(
+        60.0, description="seconds a request's body may take to arrive after its headers"
+    )
+    write_timeout: float = Field(
+        30.0,
+        description="seconds a peer may leave its answers unread before its connection closes",
+    )
+    request_timeout: float = Field(
+        0.0,
+        description="deadline of a REST request that sends no Request-Timeout header; 0: none",
+    )
+    model_timeout: float = Field(
+        60.0,
+        description="seconds one predict may run before it is answered 504 and its worker is "
+        "recycled (a model's own 'timeout' overrides it); 0: no limit",
+    )
+    # -- the model repository API
+    model_control_mode: Literal["none", "explicit"] = Field(
+        "explicit",
+        description="none: the models of the repository at start-up, no load/unload API; "
+        "explicit: the repository API loads and unloads models",
+    )
+    admin_token: str | None = Field(
+        None,
+        description="token that load/unload and other admin calls must carry "
+        "(Authorization: Bearer TOKEN); unset: no token asked",
+    )
+    admin_token_file: Path | None = Field(
+        None, description="file holding the admin token (read at start-up)"
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -136,6 +204,8 @@ class ModelSettings(BaseModel):
     max_batch_size: int = 0
     max_batch_time: float = 0.0
     replicas: int | None = None
+    # Seconds one predict may run (504, worker recycled); None: the server's model_timeout.
+    timeout: float | None = None
     folder: Path | None = None
 
     @property

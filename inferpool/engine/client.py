@@ -19,6 +19,7 @@ from inferpool.engine.repository import Discovered, discover, find_model
 from inferpool.engine.states import ModelState, ModelStatus, ModelTable
 from inferpool.engine.stats import ModelStats
 from inferpool.errors import DeadlineExceeded, InferpoolError, ModelNotFound
+from inferpool.protocol import limits
 from inferpool.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -150,6 +151,7 @@ class InProcessClient(EngineClient):
         super().__init__(settings)
         from inferpool.engine.model import LoadedModel
 
+        limits.configure(limits.DecodeLimits.from_settings(settings))
         self.models: dict[str, LoadedModel] = {}
 
     async def _load(self, settings: ModelSettings) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from inferpool.engine.scheduler import MIB, PlacementError, WorkerRoom, place
 from inferpool.engine.states import ModelState
 from inferpool.engine.workers import WorkerHandle, start_template
 from inferpool.errors import InferpoolError, NotReady, Overloaded
+from inferpool.protocol.limits import DecodeLimits
 from inferpool.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class PoolClient(EngineClient):
         self.max_queue = max(1, settings.max_queue)
         limit = settings.worker_memory_limit
         self.memory_limit = limit * MIB if limit > 0 else None
+        self.limits = DecodeLimits.from_settings(settings)
         self.workers: list[WorkerHandle | None] = [None] * self.count
         self.routes: dict[str, Route] = {}
         self.broken: str | None = None
@@ -130,7 +132,7 @@ class PoolClient(EngineClient):
         self.workers[slot] = worker
         loop = asyncio.get_running_loop()
         try:
-            worker.ask_template(self._zygote_channel, self.threads)
+            worker.ask_template(self._zygote_channel, self.threads, self.limits)
         except OSError as exc:
             raise InferpoolError(f"cannot start worker {slot}: {exc}") from None
         loop.add_reader(worker.channel.fileno(), self._on_control, worker)

@@ -26,6 +26,7 @@ from inferpool.engine.handler import Reply
 from inferpool.engine.model import LoadedModel, failure_reason, load_model
 from inferpool.engine.preload import preloaded
 from inferpool.engine.ring import Ring
+from inferpool.protocol import limits
 from inferpool.settings import ModelSettings
 
 logger = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ class Worker:
     def __init__(self, spec: dict[str, Any], fds: list[int]) -> None:
         request_fd, reply_fd, self.request_bell, self.reply_bell, control_fd = fds
         self.worker_id: int = spec["worker"]
+        limits.configure(limits.DecodeLimits(**spec["limits"]))
         self.threads: int = spec["threads"]
         self.requests = Ring(request_fd, spec["slots"], spec["slot_size"])
         self.replies = Ring(reply_fd, spec["slots"], spec["slot_size"])

@@ -22,6 +22,7 @@ from inferpool.engine.handler import Reply
 from inferpool.engine.ring import Ring, create_ring_fd
 from inferpool.engine.stats import StageTimes
 from inferpool.errors import InferpoolError
+from inferpool.protocol.limits import DecodeLimits
 
 SLOT_SIZE = 64 * 1024  # a bigger body travels in its own memfd
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -69,10 +70,11 @@ class WorkerHandle:
         self.outbox: collections.deque[Outgoing] = collections.deque()
         self.models: dict[str, tuple[int, int]] = {}  # name → (model index, bytes)
 
-    def ask_template(self, template: Channel, threads: int) -> None:
+    def ask_template(self, template: Channel, threads: int, limits: DecodeLimits) -> None:
         """Have the template fork this worker with its fds; ours of theirs close after."""
         spec = {"worker": self.slot, "threads": threads, "slots": self.requests.slots}
         spec["slot_size"] = SLOT_SIZE
+        spec["limits"] = limits.to_dict()
         fds = [*self.fds, self.request_bell, self.reply_bell, self.child_socket.fileno()]
         try:
             template.send(messages.SPAWN, messages.encode_control(spec), fds=fds)
