@@ -67,6 +67,12 @@ def parser() -> argparse.ArgumentParser:
         default=INFERPOOL_MODULE,
         help="module run as `python -m MODULE serve` for inferpool-wN",
     )
+    run.add_argument(
+        "--base-checkout",
+        type=Path,
+        help="checkout that inferpool-wN-base servers run from (e.g. a git worktree of the "
+        "commit before a change, its kernel built with `python setup.py build_ext --inplace`)",
+    )
 
     listing = commands.add_parser("list", help="list a profile's scenarios")
     listing.add_argument("--profile", choices=sorted(PROFILES), default="full")
@@ -108,6 +114,7 @@ def config_from(args: argparse.Namespace) -> Config:
         grpc=args.grpc,
         target_pid=args.target_pid,
         inferpool_module=args.inferpool_module,
+        base_checkout=args.base_checkout,
     )
 
 

@@ -53,6 +53,7 @@ class Config:
     grpc: str | None = None
     target_pid: int | None = None  # lets RSS and CPU be measured for a target too
     inferpool_module: str = INFERPOOL_MODULE
+    base_checkout: Path | None = None  # where inferpool-wN-base servers run from
 
     def models(self) -> list[str]:
         return sorted({s.model for s in self.scenarios})
@@ -103,9 +104,10 @@ def start_servers(
                     config.workdir / "servers",
                     mlserver,
                     config.inferpool_module,
+                    base_checkout=config.base_checkout,
                 )
             )
-        except (RuntimeError, TimeoutError, OSError) as exc:
+        except (RuntimeError, TimeoutError, OSError, ValueError) as exc:
             failed += [Cell(s.name, spec.name, FAILED, f"start: {exc}") for s in config.scenarios]
             advance(len(config.scenarios) * config.repetitions)
     return running, failed

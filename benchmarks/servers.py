@@ -27,9 +27,12 @@ from benchmarks.loadgen.base import Target
 
 # inferpool-w2-grpcio: inferpool with --grpc-implementation grpcio (grpc.aio);
 # inferpool-w2-library: every tree model predicted by its own library, not the tree kernel
-# (model-settings ``parameters.extra.tree_kernel: false``). Both may be combined.
+# (model-settings ``parameters.extra.tree_kernel: false``); inferpool-w2-base: inferpool
+# run from another checkout (``--base-checkout``, e.g. a worktree of the commit before a
+# change), so two versions are measured side by side in one run. All may be combined.
 SERVER_NAME = re.compile(
-    r"^(?P<kind>inferpool|mlserver)-w(?P<workers>\d+)(?P<grpc>-grpcio)?(?P<library>-library)?$"
+    r"^(?P<kind>inferpool|mlserver)-w(?P<workers>\d+)(?P<grpc>-grpcio)?(?P<library>-library)?"
+    r"(?P<base>-base)?$"
 )
 HOST = "127.0.0.1"
 # Protocols a server kind cannot speak: such scenarios are reported "n/a", not failed.
@@ -47,17 +50,20 @@ class ServerSpec:
     workers: int | None = None
     grpc_implementation: str | None = None  # inferpool's --grpc-implementation
     tree_kernel: bool = True  # False: models get parameters.extra.tree_kernel = false
+    base: bool = False  # True: run from the --base-checkout, not from this checkout
 
     @classmethod
     def parse(cls, name: str) -> ServerSpec:
         match = SERVER_NAME.match(name)
-        options = match and (match["grpc"] or match["library"])
+        options = match and (match["grpc"] or match["library"] or match["base"])
         if match is None or (options and match["kind"] != "inferpool"):
             raise ValueError(
-                f"unknown server {name!r}: use inferpool-wN[-grpcio][-library] or mlserver-wN"
+                f"unknown server {name!r}: use inferpool-wN[-grpcio][-library][-base] "
+                "or mlserver-wN"
             )
         grpc = "grpcio" if match["grpc"] else None
-        return cls(name, match["kind"], int(match["workers"]), grpc, not match["library"])
+        workers = int(match["workers"])
+        return cls(name, match["kind"], workers, grpc, not match["library"], bool(match["base"]))
 
     def supports(self, protocol: str) -> bool:
         return protocol not in UNSUPPORTED.get(self.kind, set())
@@ -239,12 +245,17 @@ def start(
     mlserver: Path | None = None,
     inferpool_module: str = INFERPOOL_MODULE,
     timeout: float = 180.0,
+    base_checkout: Path | None = None,
 ) -> RunningServer:
     """Start a server on free ports and return once it and every model is ready."""
     target = Target(HOST, free_port(), free_port())
     folder = server_folder(spec, repo, models, workdir, target)
     log_path = workdir / spec.name / "server.log"
     env = {**os.environ, "INFERPOOL_METRICS_PORT": str(free_port()), "PYTHONUNBUFFERED": "1"}
+    cwd = workdir / spec.name if spec.kind == "mlserver" else None
+    if spec.base:
+        cwd = base_checkout_dir(base_checkout)
+        env["PYTHONPATH"] = str(cwd)  # its inferpool, not the one installed from here
     with log_path.open("wb") as log:
         # A session of its own, so stop() can signal the whole tree (MLServer's workers too).
         process = subprocess.Popen(
@@ -255,7 +266,7 @@ def start(
             env=env,
             # MLServer writes its Prometheus files (.metrics/) into its working directory:
             # keep them in the run's folder, not in the caller's checkout.
-            cwd=workdir / spec.name if spec.kind == "mlserver" else None,
+            cwd=cwd,
         )
     server = RunningServer(spec, target, process, log_path, models=models)
     try:
@@ -265,6 +276,16 @@ def start(
         raise
     server.idle_rss = tree_rss(process.pid)
     return server
+
+
+def base_checkout_dir(base_checkout: Path | None) -> Path:
+    """The checkout a ``-base`` server runs from; it must hold an inferpool package."""
+    if base_checkout is None:
+        raise ValueError("a -base server needs --base-checkout DIR")
+    folder = base_checkout.resolve()
+    if not (folder / "inferpool" / "__init__.py").is_file():
+        raise ValueError(f"--base-checkout {folder} holds no inferpool package")
+    return folder
 
 
 def attach(http: str, grpc: str | None, models: list[str], pid: int | None = None) -> RunningServer:

@@ -14,6 +14,7 @@ from benchmarks.servers import (
     command,
     cpu_between,
     server_folder,
+    start,
     tree_cpu,
     tree_rss,
 )
@@ -106,3 +107,28 @@ def test_a_library_suffix_turns_the_tree_kernel_off_in_the_servers_model_setting
     kernel = ServerSpec.parse("inferpool-w2")
     plain = server_folder(kernel, repo, ["lightgbm"], tmp_path / "w2", target)
     assert (plain / "lightgbm").resolve() == (repo / "lightgbm").resolve()
+
+
+def test_a_base_suffix_runs_inferpool_from_the_base_checkout(tmp_path):
+    spec = ServerSpec.parse("inferpool-w2-grpcio-base")
+    assert (spec.base, spec.grpc_implementation) == (True, "grpcio")
+    assert not ServerSpec.parse("inferpool-w2").base
+    with pytest.raises(ValueError, match="unknown server"):
+        ServerSpec.parse("mlserver-w2-base")
+    repo = tmp_path / "repo"
+    (repo / "iris").mkdir(parents=True)
+    with pytest.raises(ValueError, match="needs --base-checkout"):
+        start(spec, repo, ["iris"], tmp_path / "work")
+    with pytest.raises(ValueError, match="holds no inferpool"):
+        start(spec, repo, ["iris"], tmp_path / "work", base_checkout=tmp_path)
+    # A stand-in checkout whose `python -m inferpool` records where it was imported from.
+    package = tmp_path / "base" / "inferpool"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    marker = tmp_path / "ran-from"
+    (package / "__main__.py").write_text(
+        f"import inferpool, pathlib; pathlib.Path({str(marker)!r}).write_text(inferpool.__file__)"
+    )
+    with pytest.raises(RuntimeError, match="exited 0"):
+        start(spec, repo, ["iris"], tmp_path / "work", base_checkout=tmp_path / "base")
+    assert marker.read_text() == str(package / "__init__.py")
