@@ -8,17 +8,26 @@ statistics; subclasses decide where models load and where requests run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
 from typing import Any
 
+from inferpool.engine.admin import AdminPolicy
 from inferpool.engine.handler import Reply
 from inferpool.engine.repository import Discovered, discover, find_model
 from inferpool.engine.states import ModelState, ModelStatus, ModelTable
 from inferpool.engine.stats import ModelStats
-from inferpool.errors import DeadlineExceeded, InferpoolError, ModelNotFound
+from inferpool.errors import (
+    BadRequest,
+    DeadlineExceeded,
+    InferpoolError,
+    ModelLoadError,
+    ModelNotFound,
+)
 from inferpool.protocol import limits
 from inferpool.settings import ModelSettings, ServerSettings
 
@@ -32,11 +41,20 @@ class EngineClient(ABC):
         self.stats: dict[str, ModelStats] = {}
         self.started = False  # start-up (repository load) has finished
         self.stopping = False
+        # Read once here (the token file too): a bad admin setting stops the start-up.
+        self.admin = AdminPolicy.from_settings(settings)
+        # One load or unload of a model at a time. Only names found in the repository or
+        # listed in the table get a lock, so a hostile peer cannot grow this.
+        self._locks = _NamedLocks()
 
     # -- health ---------------------------------------------------------------------------
     @property
     def live(self) -> bool:
-        return not self.stopping
+        return self.live_reason() is None
+
+    def live_reason(self) -> str | None:
+        """Why the process is wedged (not live), or None. Draining is still live."""
+        return None
 
     def not_ready_reason(self) -> str | None:
         """Why the server is not ready, or None when it is (strict readiness)."""
@@ -54,48 +72,92 @@ class EngineClient(ABC):
         """Stop what runs models; in-flight requests must have drained."""
 
     async def load_repository(self) -> list[ModelStatus]:
-        """Load every model in the repository, in parallel; return their statuses."""
+        """Load every model in the repository, in parallel; return their statuses.
+
+        These models count for readiness (strict): one that fails keeps the server not
+        ready until it loads or is unloaded.
+        """
         repository = self.settings.model_repository
         found = discover(repository) if repository is not None else []
-        return list(await asyncio.gather(*(self._load_discovered(d) for d in found)))
+        return list(await asyncio.gather(*(self._load_discovered(d, required=True) for d in found)))
 
     async def load_model(self, name: str) -> ModelStatus:
-        """(Re)load a model from the repository by name (the repository API)."""
+        """(Re)load a model from the repository by name (the repository API).
+
+        The failure goes to the caller: 403 when the API is disabled, 400 for a name or
+        settings the server cannot use, 404 for a name the repository does not hold, 500
+        (INTERNAL) with the reason when the model's load raised or could not be placed. A
+        failed reload keeps the version that was serving (still READY, its ``reason`` says
+        the reload failed); a new model that fails is listed FAILED but does not make the
+        server not ready.
+        """
+        self.admin.require_enabled()
         repository = self.settings.model_repository
         found = find_model(repository, name) if repository is not None else None
         if found is None:
             raise ModelNotFound(f"model '{name}' is not in the model repository")
         status = await self._load_discovered(found)
         if status.state is not ModelState.READY:
-            raise InferpoolError(status.describe())
+            if found.settings is None:
+                raise BadRequest(status.describe())
+            raise ModelLoadError(status.describe())
         return status
 
     async def unload_model(self, name: str) -> None:
-        status = self.table.find(name)
-        status.state = ModelState.UNLOADING
-        await self._unload(name)
-        self.table.remove(name)
-        self.stats.pop(name, None)
+        """Unload a model in any state (a FAILED one too); 404 for a name not listed."""
+        self.admin.require_enabled()
+        self.table.find(name)  # 404 before taking a lock for an unknown name
+        async with self._locks.hold(name):
+            status = self.table.find(name)
+            status.state = ModelState.UNLOADING
+            try:
+                await self._unload(name)
+            finally:
+                self.table.remove(name)
+                self.stats.pop(name, None)
+        logger.info("model '%s' unloaded", name)
 
-    async def _load_discovered(self, found: Discovered) -> ModelStatus:
-        if found.settings is None:
-            status = ModelStatus(found.name, None, ModelState.FAILED, found.error)
-            self.table.set(status)
-            return status
+    async def _load_discovered(self, found: Discovered, required: bool = False) -> ModelStatus:
+        async with self._locks.hold(found.name):
+            return await self._load_locked(found, required)
+
+    async def _load_locked(self, found: Discovered, required: bool) -> ModelStatus:
+        previous = self.table.get(found.name)
+        serving = previous is not None and previous.state is ModelState.READY
+        required = required or (previous is not None and previous.required)
         settings = found.settings
-        status = ModelStatus(settings.name, settings.version, ModelState.LOADING)
-        self.table.set(status)
-        try:
-            status.metadata = await self._load(settings)
-        except InferpoolError as exc:
-            status.state, status.reason = ModelState.FAILED, exc.message
+        if settings is None:
+            status = ModelStatus(found.name, None, ModelState.FAILED, found.error)
         else:
-            status.state, status.reason = ModelState.READY, ""
-            self.stats.setdefault(settings.name, ModelStats())
-        if status.state is ModelState.FAILED:
+            status = ModelStatus(settings.name, settings.version, ModelState.LOADING)
+            if not serving:  # a reload leaves the serving version listed until it succeeds
+                status.required = required
+                self.table.set(status)
+            try:
+                status.metadata = await self._load(settings)
+            except InferpoolError as exc:
+                status.state, status.reason = ModelState.FAILED, exc.message
+            else:
+                status.state, status.reason = ModelState.READY, ""
+                self.stats.setdefault(settings.name, ModelStats())
+        if status.state is ModelState.READY:
+            status.required = True  # it has served: from now on it counts for readiness
+            self.table.set(status)
+            logger.info("model '%s' is %s", status.name, "reloaded" if serving else "ready")
+        elif serving:
+            # The previous version keeps serving (the engine keeps its replicas until a
+            # new version is placed); the index and metadata say that the reload failed.
+            assert previous is not None
+            previous.reason = f"reload failed: {status.reason}"
+            logger.error(
+                "model '%s' failed to reload (the previous version keeps serving): %s",
+                status.name,
+                status.reason,
+            )
+        else:
+            status.required = required
+            self.table.set(status)
             logger.error("model '%s' failed to load: %s", status.name, status.reason)
-        else:
-            logger.info("model '%s' is ready", status.name)
         return status
 
     @abstractmethod
@@ -192,6 +254,28 @@ def _load_one_at_a_time(settings: ModelSettings) -> Any:
 
     with _LOAD_LOCK:
         return load_model(settings)
+
+
+class _NamedLocks:
+    """One asyncio lock per name, kept only while some task holds or awaits it."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, list[Any]] = {}  # name -> [lock, tasks holding or waiting]
+
+    @contextlib.asynccontextmanager
+    async def hold(self, name: str) -> AsyncIterator[None]:
+        entry = self._entries.setdefault(name, [asyncio.Lock(), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._entries[name]
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 def check_deadline(deadline: float | None) -> None:

@@ -2,6 +2,11 @@
 
 The table lives in the frontend process; whoever loads models (in-process or a worker
 pool) updates it. Health and metadata endpoints read it without touching a worker.
+
+Readiness is strict (as Triton's) for the models that count: those the repository asked
+for at start-up, and any model once it has served. A model that never served and failed
+when the repository API asked for it is listed FAILED with its reason, but does not turn
+the whole server not ready: the caller of the API got the error.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ class ModelStatus:
     state: ModelState = ModelState.UNAVAILABLE
     reason: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Counts for the server's readiness: asked for at start-up, or has served once.
+    required: bool = False
 
     def describe(self) -> str:
         """One line saying why the model is not ready."""
@@ -56,6 +63,9 @@ class ModelTable:
     def remove(self, name: str) -> None:
         self._models.pop(name, None)
 
+    def get(self, name: str) -> ModelStatus | None:
+        return self._models.get(name)
+
     def all(self) -> list[ModelStatus]:
         return list(self._models.values())
 
@@ -77,9 +87,10 @@ class ModelTable:
 
     def not_ready_reason(self, allow_empty: bool) -> str | None:
         """Why the server is not ready (strict, like Triton), or None when it is."""
-        if not self._models and not allow_empty:
+        counted = [status for status in self._models.values() if status.required]
+        if not counted and not allow_empty:
             return "no model is loaded (pass --allow-empty to serve an empty repository)"
-        for status in self._models.values():
+        for status in counted:
             if status.state is not ModelState.READY:
                 return status.describe()
         return None

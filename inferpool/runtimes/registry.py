@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from inferpool.runtimes.artefacts import is_lightgbm_text
 from inferpool.runtimes.base import Runtime
@@ -110,14 +113,60 @@ def _custom_class(implementation: str, settings: ModelSettings) -> type[Runtime]
         raise RuntimeNotFound(
             f"unknown runtime '{implementation}': use one of {known} or module.Class"
         )
-    if settings.folder is not None and str(settings.folder) not in sys.path:
-        # The model's folder holds the user's module, as MLServer allows.
-        sys.path.insert(0, str(settings.folder))
     try:
-        module = importlib.import_module(module_name)
+        module = _import_model_module(module_name, settings.folder)
     except ImportError as exc:
         raise RuntimeNotFound(f"cannot import '{module_name}': {exc}") from None
     cls = getattr(module, class_name, None)
     if not (isinstance(cls, type) and issubclass(cls, Runtime)):
         raise RuntimeNotFound(f"'{implementation}' is not a subclass of inferpool.Runtime")
     return cls
+
+
+def _import_model_module(module_name: str, folder: Path | None) -> ModuleType:
+    """The module of a custom runtime: from its file in the model's folder, else installed.
+
+    A module found in the folder is executed from its file under a name unique to that
+    folder, so two models that each ship a ``model.py`` do not share one module, and a
+    reload runs the file again. The folder goes at the END of ``sys.path`` (for the
+    module's own sibling imports): a file in it named like a standard-library or
+    installed module (``json.py``, ``random.py``) must never replace that module for the
+    other models of the process.
+    """
+    top, _, rest = module_name.partition(".")
+    location = _module_file(folder, top) if folder is not None else None
+    if location is None:
+        return importlib.import_module(module_name)
+    if str(folder) not in sys.path:
+        sys.path.append(str(folder))
+    digest = hashlib.sha1(str(folder.resolve()).encode()).hexdigest()[:16]
+    unique = f"_inferpool_model_{digest}_{top}"
+    for loaded in [name for name in sys.modules if name.split(".")[0] == unique]:
+        del sys.modules[loaded]  # a reload runs the model's current files
+    path, package = location
+    spec = importlib.util.spec_from_file_location(
+        unique, path, submodule_search_locations=[str(path.parent)] if package else None
+    )
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[unique] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(unique, None)
+        raise
+    return importlib.import_module(f"{unique}.{rest}") if rest else module
+
+
+def _module_file(folder: Path, name: str) -> tuple[Path, bool] | None:
+    """``name.py`` or the package ``name/`` in ``folder``: (its file, is a package)."""
+    if not name.isidentifier():
+        return None
+    package = folder / name / "__init__.py"
+    if package.is_file():
+        return package, True
+    module = folder / f"{name}.py"
+    if module.is_file():
+        return module, False
+    return None

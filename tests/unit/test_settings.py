@@ -45,3 +45,22 @@ def test_model_settings_read_mlserver_format(tmp_path):
     assert settings.name == "m" and settings.version == "v2"
     assert settings.resolve(settings.parameters.uri) == tmp_path / "x.joblib"
     assert settings.max_batch_size == 8
+
+
+def test_repository_api_settings_from_flags_and_environment(tmp_path, monkeypatch):
+    import pytest
+    from pydantic import ValidationError
+
+    from inferpool.cli import build_parser
+    from inferpool.engine.admin import AdminPolicy
+
+    assert ServerSettings().model_control_mode == "explicit"  # Seldon and MLServer users
+    token = tmp_path / "token"
+    token.write_text("from-env\n")
+    monkeypatch.setenv("INFERPOOL_ADMIN_TOKEN_FILE", str(token))
+    args = build_parser().parse_args(["serve", str(tmp_path), "--model-control-mode", "none"])
+    settings = load_server_settings(tmp_path, {"model_control_mode": args.model_control_mode})
+    assert settings.model_control_mode == "none" and settings.admin_token_file == token
+    assert AdminPolicy.from_settings(settings).token_required
+    with pytest.raises(ValidationError):
+        load_server_settings(tmp_path, {"model_control_mode": "poll"})  # issue 17, not yet
