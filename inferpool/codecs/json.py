@@ -16,9 +16,21 @@ from inferpool.codecs.base import (
     require_bytes,
     shaped,
 )
+from inferpool.protocol import limits
+from inferpool.protocol.rest_json import nested_deeper
 from inferpool.protocol.types import Tensor
 
 _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+
+
+def _load(element: bytes) -> Any:
+    """One document, nested no deeper than ``max_json_depth`` (orjson stops at 1024)."""
+    document = orjson.loads(element)
+    if (type(document) is dict or type(document) is list) and nested_deeper(
+        document, limits.current().max_json_depth
+    ):
+        raise ValueError(f"nested deeper than {limits.current().max_json_depth} (max_json_depth)")
+    return document
 
 
 class JsonCodec(InputCodec):
@@ -37,7 +49,7 @@ class JsonCodec(InputCodec):
     def decode(cls, tensor: Tensor) -> Any:
         """The document for shape [], a list of documents for one dimension, else an ndarray."""
         require_bytes(tensor, "json")
-        values = convert_elements(tensor, orjson.loads, "valid JSON", (orjson.JSONDecodeError,))
+        values = convert_elements(tensor, _load, "valid JSON", (ValueError,))
         return shaped(values, tensor.shape)
 
     @classmethod

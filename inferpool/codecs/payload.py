@@ -6,6 +6,7 @@ wins over what the runtime accepts.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -86,4 +87,5 @@ def _array(decoded: dict[str, Any]) -> Any:
 def _as_rows(name: str, value: np.ndarray) -> tuple[str, np.ndarray]:
     if value.ndim == 0:
         raise BadRequest(f"input '{name}' is a scalar; inputs need a first (row) dimension")
-    return name, value.reshape(value.shape[0], -1)
+    # The column count from the shape, not -1: numpy cannot infer it for zero rows.
+    return name, value.reshape(value.shape[0], math.prod(value.shape[1:]))

@@ -19,10 +19,9 @@ import numpy as np
 import pandas as pd
 
 from inferpool.engine import inference
-from inferpool.engine.handler import KIND_CUSTOM, Reply, handle, wire_format
+from inferpool.engine.handler import KIND_CUSTOM, Reply, failure, handle, wire_format
 from inferpool.engine.model import LoadedModel
 from inferpool.engine.stats import StageTimes
-from inferpool.errors import InferpoolError
 
 logger = logging.getLogger(__name__)
 
@@ -136,13 +135,6 @@ class _Prepared:
     decode_ns: int
 
 
-def _failure(model: LoadedModel, exc: Exception) -> Reply:
-    if isinstance(exc, InferpoolError):
-        return Reply(exc.status, exc.message.encode())
-    logger.exception("unexpected error serving model %r", model.name)
-    return Reply(500, f"internal error: {type(exc).__name__}: {exc}".encode())
-
-
 def _run_batched(model: LoadedModel, jobs: list[Job]) -> list[Reply]:
     replies: dict[int, Reply] = {}
     groups: dict[Hashable, list[_Prepared]] = {}
@@ -159,7 +151,7 @@ def _run_batched(model: LoadedModel, jobs: list[Job]) -> list[Reply]:
             request = decode(job.body, job.json_length)
             payload, outputs = inference.prepare(model, request)
         except Exception as exc:
-            replies[position] = _failure(model, exc)
+            replies[position] = failure(model, exc)
             continue
         decode_ns = time.monotonic_ns() - started
         prepared = _Prepared(
@@ -200,9 +192,9 @@ def _predict_group(model: LoadedModel, members: list[_Prepared]) -> list[Reply]:
     for item in members:
         try:
             started = time.monotonic_ns()
-            result = inference.predict(model, item.payload, item.outputs)
+            result = inference.predict(model, item.payload, item.outputs, item.request)
         except Exception as exc:
-            replies.append(_failure(model, exc))
+            replies.append(failure(model, exc))
             continue
         replies.append(_finish(model, item, result, time.monotonic_ns() - started))
     return replies
@@ -240,6 +232,6 @@ def _finish(model: LoadedModel, item: _Prepared, result: Any, infer_ns: int) -> 
         response = inference.respond(model, item.request, result)
         body, json_length = encode(response, item.request)
     except Exception as exc:
-        return _failure(model, exc)
+        return failure(model, exc)
     times = StageTimes(item.queue_ns, item.decode_ns, infer_ns, time.monotonic_ns() - started)
     return Reply(200, body, json_length, times)

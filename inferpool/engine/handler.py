@@ -89,6 +89,16 @@ def handle_custom(model: LoadedModel, body: bytes) -> Reply:
     return Reply(200, orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY))
 
 
+def failure(model: LoadedModel, exc: Exception) -> Reply:
+    """The reply for an exception out of serving a request (here or in a batch): its own
+    status for an InferpoolError (``inference.model_failure`` has already decided what a
+    model's exception means), else a 500 for a fault of the server, logged."""
+    if isinstance(exc, InferpoolError):
+        return Reply(exc.status, exc.message.encode())
+    logger.exception("unexpected error serving model %r", model.name)
+    return Reply(500, f"internal error: {type(exc).__name__}: {exc}".encode())
+
+
 def handle(model: LoadedModel, kind: int, body: bytes, json_length: int | None = None) -> Reply:
     """Decode, predict and encode one request; never raises."""
     if kind == KIND_CUSTOM:
@@ -99,14 +109,11 @@ def handle(model: LoadedModel, kind: int, body: bytes, json_length: int | None =
         request = decode(body, json_length)
         payload, outputs = inference.prepare(model, request)
         decoded = time.perf_counter_ns()
-        result = inference.predict(model, payload, outputs)
+        result = inference.predict(model, payload, outputs, request)
         predicted = time.perf_counter_ns()
         out, out_json_length = encode(inference.respond(model, request, result), request)
         encoded = time.perf_counter_ns()
-    except InferpoolError as exc:
-        return Reply(exc.status, exc.message.encode())
     except Exception as exc:
-        logger.exception("unexpected error serving model %r", model.name)
-        return Reply(500, f"internal error: {type(exc).__name__}: {exc}".encode())
+        return failure(model, exc)
     times = StageTimes(0, decoded - start, predicted - decoded, encoded - predicted)
     return Reply(200, out, out_json_length, times)

@@ -6,7 +6,7 @@ once on their concatenation, and split the result.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from inferpool.codecs.payload import decode_payload
@@ -23,16 +23,51 @@ _REQUEST_ONLY = frozenset({"content_type", "binary_data_output"})
 def prepare(model: LoadedModel, request: InferenceRequest) -> tuple[Any, list[str]]:
     """The runtime's payload and the output names to compute; 400 for what cannot fit."""
     runtime = model.runtime
+    inputs = request.inputs
+    if len(inputs) > 1 and len({tensor.name for tensor in inputs}) != len(inputs):
+        raise BadRequest(f"input {_repeated(tensor.name for tensor in inputs)} appears twice")
     column_names = [spec["name"] for spec in model.metadata["inputs"]]
     payload = decode_payload(request, runtime.accepts, model.input_content_types, column_names)
-    runtime.validate(payload)
+    try:
+        runtime.validate(payload)
+    except BadRequest as exc:
+        # Our runtimes' messages ("model 'm' expects 4 features, got 3") get the input's
+        # name; a message that names its input, or a custom runtime's own, stays as it is.
+        if "input '" in exc.message or not exc.message.startswith(f"model '{model.name}' "):
+            raise
+        raise _rejected(model, request, exc.message) from None
     return payload, requested_outputs(model, request)
+
+
+def _repeated(names: Iterable[str]) -> str:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return repr(name)
+        seen.add(name)
+    return ""
+
+
+def _rejected(model: LoadedModel, request: InferenceRequest | None, detail: str) -> BadRequest:
+    """``model 'm' rejected input 'x': <detail>`` (a detail may start with ``model 'm'``)."""
+    own = f"model '{model.name}' "
+    if detail.startswith(own):
+        detail = detail[len(own) :]
+    if request is None:
+        return BadRequest(f"model '{model.name}' rejected its input: {detail}")
+    names = [tensor.name for tensor in request.inputs]
+    label = "input" if len(names) == 1 else "inputs"
+    return BadRequest(
+        f"model '{model.name}' rejected {label} {', '.join(repr(n) for n in names)}: {detail}"
+    )
 
 
 def requested_outputs(model: LoadedModel, request: InferenceRequest) -> list[str]:
     if not request.outputs:
         return model.runtime.default_outputs()
     names = [output.name for output in request.outputs]
+    if len(names) > 1 and len(set(names)) != len(names):
+        raise BadRequest(f"output {_repeated(names)} is requested twice")
     unknown = [name for name in names if name not in model.output_names]
     if unknown:
         raise BadRequest(
@@ -42,18 +77,39 @@ def requested_outputs(model: LoadedModel, request: InferenceRequest) -> list[str
     return names
 
 
-def predict(model: LoadedModel, payload: Any, outputs: list[str]) -> Mapping[str, Any]:
-    """Run the runtime; anything it raises becomes a 500 with a one-line message."""
+def predict(
+    model: LoadedModel,
+    payload: Any,
+    outputs: list[str],
+    request: InferenceRequest | None = None,
+) -> Mapping[str, Any]:
+    """Run the runtime; what it raises is answered as ``model_failure`` decides."""
     try:
         result = model.runtime.predict(payload, outputs)
-    except InferpoolError:
-        raise
     except Exception as exc:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise ModelError(f"model '{model.name}' raised {type(exc).__name__}: {message}") from None
+        raise model_failure(model, exc, request) from None
     if not isinstance(result, Mapping):
         return {outputs[0]: result}
     return result
+
+
+def model_failure(
+    model: LoadedModel, exc: Exception, request: InferenceRequest | None = None
+) -> InferpoolError:
+    """The one place that decides what an exception out of ``predict`` answers.
+
+    An InferpoolError keeps its status. An exception the runtime lists in
+    ``input_errors`` (scikit-learn/LightGBM/XGBoost refusing the input) is the client's
+    fault: 400 with the library's message, naming the input. Anything else is a fault
+    of the model itself: 500.
+    """
+    if isinstance(exc, InferpoolError):
+        return exc
+    text = str(exc).strip()
+    message = text.splitlines()[0] if text else ""
+    if isinstance(exc, model.runtime.input_errors):
+        return _rejected(model, request, message or type(exc).__name__)
+    return ModelError(f"model '{model.name}' raised {type(exc).__name__}: {message}")
 
 
 def respond(
@@ -76,4 +132,4 @@ def respond(
 def infer(model: LoadedModel, request: InferenceRequest) -> InferenceResponse:
     """The whole path for one request, for embedded use and tests."""
     payload, outputs = prepare(model, request)
-    return respond(model, request, predict(model, payload, outputs))
+    return respond(model, request, predict(model, payload, outputs, request))

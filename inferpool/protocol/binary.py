@@ -52,6 +52,13 @@ def tensor_from_bytes(chunk: memoryview, datatype: str, shape: tuple[int, ...], 
     """Little-endian row-major bytes (BYTES: 4-byte length-prefixed elements) as an ndarray."""
     count = element_count(shape)
     if datatype == "BYTES":
+        if count * 4 > len(chunk):
+            # Each element carries at least its 4-byte length: a larger count is a lie,
+            # refused before its object array is allocated.
+            raise BadRequest(
+                f"input '{name}': shape {list(shape)} declares {count} BYTES elements, but "
+                f"{len(chunk)} bytes hold at most {len(chunk) // 4}"
+            )
         return _bytes_elements(chunk, count, name).reshape(shape)
     dtype = NUMPY_BY_DATATYPE[datatype].newbyteorder("<")
     if len(chunk) != count * dtype.itemsize:

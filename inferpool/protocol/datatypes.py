@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
-from inferpool.errors import BadRequest
+from inferpool.errors import BadRequest, TooLarge
+from inferpool.protocol.limits import DecodeLimits
 
 NUMPY_BY_DATATYPE: dict[str, np.dtype] = {
     "BOOL": np.dtype(np.bool_),
@@ -54,13 +57,55 @@ def element_count(shape: tuple[int, ...]) -> int:
     return count
 
 
+#: most dimensions a tensor may declare (numpy's own limit is 64)
+MAX_DIMS = 32
+# What one decoded BYTES element costs at least: its pointer and an empty bytes object.
+_BYTES_ELEMENT = 8 + sys.getsizeof(b"")
+
+
 def check_shape(shape: object, input_name: str) -> tuple[int, ...]:
     """A declared shape as a tuple of non-negative ints, or a 400 naming the input."""
     if not isinstance(shape, list | tuple) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
     ):
         raise BadRequest(f"input '{input_name}': shape must be a list of non-negative integers")
+    if len(shape) > MAX_DIMS:
+        raise BadRequest(
+            f"input '{input_name}': shape has {len(shape)} dimensions, more than {MAX_DIMS}"
+        )
     return tuple(shape)
+
+
+def admit(
+    name: str, datatype: str, shape: tuple[int, ...], spent: int, limits: DecodeLimits
+) -> tuple[int, int]:
+    """Check a tensor's declared size against the limits before anything is allocated.
+
+    Returns its element count and the bytes the request's tensors decode to so far
+    (``spent`` plus this tensor's). Elements over ``max_tensor_elements`` (or one
+    dimension alone over it, which numpy could not even reshape to) are a 400; bytes over
+    ``max_request_tensor_bytes`` summed over the request are a 413. A BYTES element counts
+    as its pointer in the object array plus an empty ``bytes`` object: its content is
+    bounded by the body itself, but millions of tiny elements cost far more than their bytes.
+    """
+    count = 1
+    for dim in shape:
+        count *= dim
+    most = limits.max_tensor_elements
+    if count > most or (count == 0 and any(dim > most for dim in shape)):
+        raise BadRequest(
+            f"input '{name}': shape {list(shape)} declares {count} elements, over the limit "
+            f"of {most} (max_tensor_elements)"
+        )
+    spent += count * (
+        _BYTES_ELEMENT if datatype == "BYTES" else NUMPY_BY_DATATYPE[datatype].itemsize
+    )
+    if spent > limits.max_request_tensor_bytes:
+        raise TooLarge(
+            f"input '{name}': the request's tensors would take {spent} bytes, over the limit "
+            f"of {limits.max_request_tensor_bytes} (max_request_tensor_bytes)"
+        )
+    return count, spent
 
 
 def cast_checked(values: np.ndarray, datatype: str, input_name: str) -> np.ndarray:

@@ -20,9 +20,11 @@ from google.protobuf.message import DecodeError
 
 from inferpool.engine.handler import KIND_GRPC, register_wire_format
 from inferpool.errors import BadRequest
+from inferpool.protocol import limits
 from inferpool.protocol.binary import bytes_elements_to_wire, tensor_from_bytes
 from inferpool.protocol.datatypes import (
     NUMPY_BY_DATATYPE,
+    admit,
     cast_checked,
     check_shape,
     element_count,
@@ -85,10 +87,12 @@ def decode(body: bytes, json_length: int | None = None) -> GrpcInferenceRequest:
             f"raw_input_contents has {len(raw)} entries for {len(message.inputs)} inputs; "
             "send every input raw, or none"
         )
-    inputs = [
-        decode_input(tensor, raw[index] if raw else None)
-        for index, tensor in enumerate(message.inputs)
-    ]
+    current = limits.current()
+    spent = 0  # bytes the request's tensors decode to, checked before each one is built
+    inputs = []
+    for index, tensor in enumerate(message.inputs):
+        tensor_data, spent = decode_input(tensor, raw[index] if raw else None, spent, current)
+        inputs.append(tensor_data)
     return GrpcInferenceRequest(
         inputs=inputs,
         id=message.id or None,
@@ -98,14 +102,18 @@ def decode(body: bytes, json_length: int | None = None) -> GrpcInferenceRequest:
     )
 
 
-def decode_input(tensor: Any, raw: bytes | None) -> Tensor:
-    """One InferInputTensor, its data from ``raw`` bytes when given, else its contents."""
+def decode_input(
+    tensor: Any, raw: bytes | None, spent: int = 0, current: limits.DecodeLimits | None = None
+) -> tuple[Tensor, int]:
+    """One InferInputTensor, its data from ``raw`` bytes when given, else its contents;
+    and the bytes the request's tensors decode to so far (``spent`` plus this one's)."""
     name = tensor.name
     if not name:
         raise BadRequest("every input must have a name")
     datatype = tensor.datatype
     numpy_dtype(datatype, name)
     shape = check_shape(list(tensor.shape), name)
+    _, spent = admit(name, datatype, shape, spent, current or limits.current())
     parameters = parameters_dict(tensor.parameters)
     if raw is None:
         data = typed_data(tensor.contents, datatype, shape, name)
@@ -113,7 +121,7 @@ def decode_input(tensor: Any, raw: bytes | None) -> Tensor:
         raise BadRequest(f"input '{name}' has both contents and raw_input_contents")
     else:
         data = tensor_from_bytes(raw, datatype, shape, name)
-    return Tensor(name, datatype, shape, data, parameters)
+    return Tensor(name, datatype, shape, data, parameters), spent
 
 
 def typed_data(contents: Any, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:

@@ -16,20 +16,73 @@ import numpy as np
 import orjson
 
 from inferpool.errors import BadRequest
-from inferpool.protocol.datatypes import cast_checked, check_shape, element_count, numpy_dtype
+from inferpool.protocol import limits
+from inferpool.protocol.datatypes import (
+    admit,
+    cast_checked,
+    check_shape,
+    element_count,
+    numpy_dtype,
+)
 from inferpool.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
+# The levels of a request document above a tensor's data: {"inputs": [{"data": ...}]}.
+_DATA_DEPTH = 3
+
+
 def parse_json_object(body: bytes, what: str = "request body") -> dict[str, Any]:
+    """A JSON object, nested no deeper than ``max_json_depth`` (a tensor's ``data`` is
+    checked by its decoder instead: numpy bounds its dimensions); anything else is a 400.
+
+    orjson refuses documents deeper than 1024 levels on its own; the walk below only
+    looks at containers outside tensor data, so it costs microseconds on any body.
+    """
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         document = _loads_with_constants(body, exc, what)
     if not isinstance(document, dict):
         raise BadRequest(f"{what} must be a JSON object")
+    depth = limits.current().max_json_depth
+    for key, value in document.items():
+        if type(value) is list and (key == "inputs" or key == "outputs"):
+            for tensor in value:
+                if type(tensor) is dict:
+                    _check_tensor_depth(tensor, depth, what)
+                elif type(tensor) is list:
+                    check_depth(tensor, depth - 2, what)
+        elif type(value) is dict or type(value) is list:
+            check_depth(value, depth - 1, what)
     return document
+
+
+def _check_tensor_depth(tensor: dict[str, Any], depth: int, what: str) -> None:
+    for key, value in tensor.items():
+        if key != "data" and (type(value) is dict or type(value) is list):
+            check_depth(value, depth - _DATA_DEPTH, what)
+
+
+def check_depth(value: Any, levels: int, what: str) -> None:
+    """A 400 when the lists and objects in ``value`` nest more than ``levels`` deep."""
+    if nested_deeper(value, levels):
+        raise BadRequest(
+            f"{what} is nested deeper than the limit of {limits.current().max_json_depth} "
+            "(max_json_depth)"
+        )
+
+
+def nested_deeper(value: Any, levels: int) -> bool:
+    """Whether the lists and objects in a list or object nest more than ``levels`` deep."""
+    # Recursion is bounded by ``levels`` (the limit), never by the document.
+    if levels <= 0:
+        return True
+    for item in value.values() if type(value) is dict else value:
+        if (type(item) is dict or type(item) is list) and nested_deeper(item, levels - 1):
+            return True
+    return False
 
 
 def _loads_with_constants(body: bytes, error: Exception, what: str) -> Any:
@@ -39,7 +92,8 @@ def _loads_with_constants(body: bytes, error: Exception, what: str) -> Any:
         raise BadRequest(f"{what} is not valid JSON: {error}") from None
     try:
         return json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # RecursionError: the standard library's parser recurses once per level.
         raise BadRequest(f"{what} is not valid JSON: {error}") from None
 
 
@@ -56,11 +110,24 @@ def request_from_document(
     raw_inputs = document.get("inputs")
     if not isinstance(raw_inputs, list) or not raw_inputs:
         raise BadRequest("request must have a non-empty 'inputs' list")
-    inputs = [tensor_from_document(raw, index) for index, raw in enumerate(raw_inputs)]
+    current = limits.current()
+    spent = 0  # bytes the request's tensors decode to, checked before each one is built
+    inputs = []
+    for index, raw in enumerate(raw_inputs):
+        name, datatype, shape, parameters = tensor_header(raw, index)
+        _, spent = admit(name, datatype, shape, spent, current)
+        inputs.append(_tensor(raw, name, datatype, shape, parameters))
     if binary_tail is not None:
         from inferpool.protocol.binary import attach_binary_tensors
 
         attach_binary_tensors(inputs, binary_tail)
+    else:
+        for tensor in inputs:
+            if "binary_data_size" in tensor.parameters:
+                raise BadRequest(
+                    f"input '{tensor.name}' has binary_data_size, but the request has no "
+                    "binary data (no Inference-Header-Content-Length)"
+                )
     request_id = document.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise BadRequest("request 'id' must be a string")
@@ -95,6 +162,15 @@ def _decode_outputs(raw: object) -> list[RequestedOutput]:
 
 def tensor_from_document(raw: object, index: int, what: str = "input") -> Tensor:
     """One tensor of a request (or response) document; a 400 names it and the problem."""
+    name, datatype, shape, parameters = tensor_header(raw, index, what)
+    admit(name, datatype, shape, 0, limits.current())
+    return _tensor(raw, name, datatype, shape, parameters, what)
+
+
+def tensor_header(
+    raw: object, index: int, what: str = "input"
+) -> tuple[str, str, tuple[int, ...], dict[str, Any]]:
+    """A tensor's name, datatype, shape and parameters, checked (its data is not read)."""
     if not isinstance(raw, dict):
         raise BadRequest(f"{what} {index} must be an object")
     name = raw.get("name")
@@ -103,7 +179,18 @@ def tensor_from_document(raw: object, index: int, what: str = "input") -> Tensor
     datatype = raw.get("datatype")
     numpy_dtype(datatype, name)
     shape = check_shape(raw.get("shape"), name)
-    parameters = _parameters(raw.get("parameters"), f"{what} '{name}'")
+    return name, datatype, shape, _parameters(raw.get("parameters"), f"{what} '{name}'")
+
+
+def _tensor(
+    raw: dict[str, Any],
+    name: str,
+    datatype: str,
+    shape: tuple[int, ...],
+    parameters: dict[str, Any],
+    what: str = "input",
+) -> Tensor:
+    """The tensor with its data, once its declared size was admitted."""
     if "binary_data_size" in parameters:
         # Filled in from the binary tail by attach_binary_tensors.
         return Tensor(name, datatype, shape, np.empty(0), parameters)
@@ -123,6 +210,7 @@ def tensor_data_from_json(data: object, datatype: str, shape: tuple[int, ...], n
             values = np.asarray(data)
         except (ValueError, TypeError):
             raise BadRequest(f"input '{name}': data is ragged or not numeric") from None
+        _check_data_depth(values, name)
         if values.size and values.dtype.kind in "fO" and datatype in ("INT64", "UINT64"):
             # Integers beyond int64 made numpy fall back to float (losing digits) or object.
             values = _wide_integers(data, values, datatype, name)
@@ -132,6 +220,14 @@ def tensor_data_from_json(data: object, datatype: str, shape: tuple[int, ...], n
             f"input '{name}': shape {list(shape)} needs {expected} values, got {values.size}"
         )
     return values.reshape(shape)
+
+
+def _check_data_depth(values: np.ndarray, name: str) -> None:
+    depth = limits.current().max_json_depth
+    if values.ndim > depth - _DATA_DEPTH:
+        raise BadRequest(
+            f"input '{name}': data is nested deeper than the limit of {depth} (max_json_depth)"
+        )
 
 
 def _wide_integers(data: object, values: np.ndarray, datatype: str, name: str) -> np.ndarray:
@@ -157,6 +253,7 @@ def _bytes_from_json(data: object, name: str) -> np.ndarray:
         strings = np.asarray(data, dtype=object)
     except ValueError:
         raise BadRequest(f"input '{name}': BYTES data is ragged") from None
+    _check_data_depth(strings, name)
     try:
         encoded = [item.encode() for item in strings.reshape(-1).tolist()]
     except AttributeError:

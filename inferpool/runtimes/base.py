@@ -30,6 +30,9 @@ class Runtime(ABC):
     #: what computes the predictions when that is worth a line in the load log (the
     #: tree kernel, or the library and why not the kernel); see ``predictor``
     predicted_by: str = ""
+    #: exceptions that ``predict`` raises for input the model's library refuses (answered
+    #: 400 with the library's message); anything else it raises is the model's fault (500)
+    input_errors: ClassVar[tuple[type[Exception], ...]] = ()
 
     def __init__(self, settings: ModelSettings) -> None:
         self.settings = settings

@@ -46,6 +46,8 @@ class BoostedTreesRuntime(Runtime):
     n_targets: int = 1
     #: the tree kernel's compiled model (``values`` and ``margin``), or None: the library
     compiled: Any = None
+    # The libraries' input checks raise these for input they refuse (a client's fault).
+    input_errors = (ValueError, TypeError)
 
     @abstractmethod
     def _library_values(self, matrix: np.ndarray) -> np.ndarray:

@@ -21,6 +21,8 @@ from mlflow.exceptions import MlflowException
 from mlflow.pyfunc import scoring_server
 
 from inferpool.errors import BadRequest
+from inferpool.protocol import limits
+from inferpool.protocol.rest_json import check_depth
 from inferpool.protocol.types import TensorSpec
 from inferpool.runtimes.artefacts import single_threaded
 from inferpool.runtimes.base import Runtime
@@ -113,6 +115,8 @@ class MLflowRuntime(Runtime):
             raise BadRequest(f"invocations: the body is not valid JSON ({exc})") from None
         if not isinstance(document, dict):
             raise BadRequest(f"invocations: expected a JSON object with one of {_formats()}")
+        # MLflow walks the document recursively: refuse one deeper than the limit first.
+        check_depth(document, limits.current().max_json_depth, "invocations: the body")
         data = {key: document[key] for key in scoring_server.SUPPORTED_FORMATS if key in document}
         if len(data) != 1:
             raise BadRequest(f"invocations: expected exactly one of {_formats()}")

@@ -17,7 +17,13 @@ from inferpool.protocol.datatypes import datatype_of
 from inferpool.protocol.types import TensorSpec
 from inferpool.runtimes.artefacts import find_artefact, library_of, unpickle
 from inferpool.runtimes.base import Runtime
-from inferpool.runtimes.tabular import check_matrix, columns_in_order, is_dataframe
+from inferpool.runtimes.tabular import (
+    check_finite,
+    check_matrix,
+    check_rows,
+    columns_in_order,
+    is_dataframe,
+)
 from inferpool.runtimes.trees import compile_model, probe_rows
 from inferpool.runtimes.trees.from_sklearn import CompiledSKLearnForest, is_forest
 
@@ -32,6 +38,8 @@ EXTRAS = {"sklearn": "sklearn", "lightgbm": "lightgbm", "xgboost": "xgboost"}
 
 class SKLearnRuntime(Runtime):
     platform = "sklearn"
+    # scikit-learn's input checks raise these for input it refuses (a client's fault).
+    input_errors = (ValueError, TypeError)
 
     def load(self) -> None:
         path = find_artefact(self, ARTEFACT_NAMES)
@@ -50,6 +58,7 @@ class SKLearnRuntime(Runtime):
             raise TypeError(f"{type(self.model).__name__} has neither predict nor transform")
         self.methods = [m for m in METHODS if hasattr(self.model, m)]
         self.n_features = getattr(self.model, "n_features_in_", None)
+        self.allow_nan = _allows_nan(self.model)
         names = getattr(self.model, "feature_names_in_", None)
         self.feature_names = [str(n) for n in names] if names is not None else None
         if self.feature_names is not None:
@@ -134,8 +143,11 @@ class SKLearnRuntime(Runtime):
         if is_dataframe(payload):
             if self.feature_names is not None:
                 columns_in_order(self.name, payload, self.feature_names)
+            check_rows(self.name, len(payload))
         elif self.n_features is not None:
-            check_matrix(self.name, payload, self.n_features, numeric=False)
+            array = check_matrix(self.name, payload, self.n_features, numeric=False)
+            if self.allow_nan is not None:
+                check_finite(self.name, array, self.allow_nan)
 
     def predict(self, payload: Any, outputs: Sequence[str]) -> Mapping[str, Any]:
         if self.feature_names is not None:
@@ -156,3 +168,19 @@ class SKLearnRuntime(Runtime):
         import pandas as pd  # a model fitted on a DataFrame has pandas at hand
 
         return pd.DataFrame(payload, columns=self.feature_names)
+
+
+def _allows_nan(model: Any) -> bool | None:
+    """Whether the estimator takes NaN (scikit-learn's ``allow_nan`` tag); None: unknown."""
+    try:
+        from sklearn.utils import get_tags  # scikit-learn >= 1.6
+    except ImportError:
+        tags = getattr(model, "_get_tags", None)
+        try:
+            return bool(tags()["allow_nan"]) if tags is not None else None
+        except Exception:  # a third-party estimator with broken tags: let it check
+            return None
+    try:
+        return bool(get_tags(model).input_tags.allow_nan)
+    except Exception:  # a third-party estimator with broken tags: let it check
+        return None

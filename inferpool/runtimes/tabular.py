@@ -32,9 +32,28 @@ def check_matrix(model: str, payload: Any, n_features: int, numeric: bool = True
         )
     if array.shape[1] != n_features:
         raise BadRequest(f"model '{model}' expects {n_features} features, got {array.shape[1]}")
+    check_rows(model, array.shape[0])
     if numeric and array.dtype.kind not in NUMERIC_KINDS:
         raise BadRequest(f"model '{model}' expects numeric features, got {array.dtype} data")
     return array
+
+
+def check_rows(model: str, rows: int) -> None:
+    """A 400 for an input with no rows: no library predicts on an empty table alike."""
+    if rows == 0:
+        raise BadRequest(f"model '{model}' needs at least one row, got 0")
+
+
+def check_finite(model: str, array: np.ndarray, allow_nan: bool) -> None:
+    """A 400 for NaN (unless ``allow_nan``) or infinity in a float matrix, as
+    scikit-learn's own input check refuses them; other dtypes have neither."""
+    if array.dtype.kind != "f":
+        return
+    if allow_nan:
+        if np.isinf(array).any():
+            raise BadRequest(f"model '{model}' cannot take infinite values")
+    elif not np.isfinite(array).all():
+        raise BadRequest(f"model '{model}' cannot take NaN or infinite values")
 
 
 def columns_in_order(model: str, frame: Any, names: Sequence[str]) -> Any:
@@ -70,6 +89,7 @@ def features_matrix(model: str, payload: Any, names: Sequence[str]) -> np.ndarra
             raise BadRequest(
                 f"model '{model}' expects numeric features; not numeric: {', '.join(non_numeric)}"
             )
+        check_rows(model, len(frame))
         return frame.to_numpy()
     return check_matrix(model, payload, len(names))
 

@@ -167,7 +167,9 @@ def test_wrong_feature_count_is_400_saying_what_was_expected(server, cases, mode
     _, _, rows = cases[model]
     response = infer(server, model, rows_request(rows[:, :5]))
     assert response.status_code == 400
-    assert response.json()["error"] == f"model '{model}' expects {N_FEATURES} features, got 5"
+    assert response.json()["error"] == (
+        f"model '{model}' rejected input 'input-0': expects {N_FEATURES} features, got 5"
+    )
 
 
 def test_unknown_output_is_400_listing_the_outputs(server, cases):

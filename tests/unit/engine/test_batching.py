@@ -124,3 +124,42 @@ def test_cancel_takes_a_queued_job_out() -> None:
     assert batcher.cancel(0) is None
     assert batcher.cancel(1).request_id == 1
     assert len(batcher) == 0 and batcher.timeout(time.monotonic_ns()) is None
+
+
+class PickyRowSums(RowSums):
+    """Refuses negative values as a library's input check would (``input_errors``), and
+    fails on a 13 as a model bug would."""
+
+    input_errors = (ValueError,)
+
+    def predict(self, payload, outputs):
+        self.calls.append(len(payload))
+        if (payload < 0).any():
+            raise ValueError("Input contains negative values.")
+        if (payload == 13).any():
+            raise ZeroDivisionError("division by zero")
+        return {outputs[0]: payload.sum(axis=1)}
+
+
+def test_a_request_the_library_refuses_is_400_and_the_rest_of_its_batch_is_answered() -> None:
+    model = make_model()
+    model.runtime = PickyRowSums(model.settings)
+    model.runtime.load()
+    jobs = [job(0, [[1, 1]]), job(1, [[-1, 2]]), job(2, [[13, 0]]), job(3, [[3, 3], [4, 4]])]
+    replies = run_group(model, jobs)
+    assert [r.status for r in replies] == [200, 400, 500, 200]
+    assert replies[1].body == b"model 'sums' rejected input 'x': Input contains negative values."
+    assert replies[2].body == b"model 'sums' raised ZeroDivisionError: division by zero"
+    assert outputs(replies[0]) == [2.0] and outputs(replies[3]) == [6.0, 8.0]
+    # The whole batch once, then each request alone (one bad request must not fail others).
+    assert model.runtime.calls == [5, 1, 1, 1, 2]
+
+
+def test_duplicate_inputs_in_a_batch_are_400_for_that_request_only() -> None:
+    model = make_model()
+    tensor = {"name": "x", "shape": [1, 2], "datatype": "FP64", "data": [1, 1]}
+    twice = orjson.dumps({"inputs": [tensor, tensor]})
+    replies = run_group(model, [job(0, [[1, 1]]), job(1, None, body=twice), job(2, [[2, 2]])])
+    assert [r.status for r in replies] == [200, 400, 200]
+    assert replies[1].body == b"input 'x' appears twice"
+    assert model.runtime.calls == [2]
