@@ -33,6 +33,10 @@ PRELOAD = 9  # frontend → template: {"models": [model settings]} to load befor
 PING = 10  # frontend → worker: answer PONG (heartbeat)
 PONG = 11  # worker → frontend
 CANCEL = 12  # frontend → worker: {"id"}; drop that request if it has not started
+EXITED = 13  # template → frontend: {"pid", "status"} (a waitpid status) of a worker it reaped
+
+# A deadline further away than the header can hold (centuries) is no deadline at all.
+_MAX_DEADLINE_NS = 2**63 - 1
 
 
 def request_header(
@@ -43,15 +47,33 @@ def request_header(
     deadline: float | None,
     length: int,
 ) -> bytes:
-    """The header of a request leaving the frontend now."""
+    """The header of a request leaving the frontend now.
+
+    Raises ValueError (or OverflowError) for a value the header cannot carry, before
+    anything is registered for the request, so that the caller answers 400.
+    """
+    if json_length is None:
+        json_length = -1
+    elif not 0 <= json_length <= length:
+        raise ValueError(
+            f"Inference-Header-Content-Length {json_length} is out of range: "
+            f"the body has {length} bytes"
+        )
+    deadline_ns = 0
+    if deadline is not None:
+        if not 0 <= deadline < 1e300:  # NaN, infinities, negative
+            raise ValueError(f"the request's deadline is out of range ({deadline})")
+        deadline_ns = int(deadline * 1e9)
+        if deadline_ns > _MAX_DEADLINE_NS:
+            deadline_ns = 0
     return HEADER.pack(
         request_id,
         model_index,
         kind,
         0,
         0,
-        -1 if json_length is None else json_length,
-        0 if deadline is None else int(deadline * 1e9),
+        json_length,
+        deadline_ns,
         time.monotonic_ns(),
         0,
         0,

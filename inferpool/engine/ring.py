@@ -2,7 +2,10 @@
 
 The ring lives in a memfd (never a /dev/shm name, so nothing outlives the processes)
 mapped by both sides. The first cache line holds the consumer's ``head``, the second the
-producer's ``tail``; each is written by one side only and read by the other. A slot is a
+producer's ``tail``; each is written by one side only and read by the other. The third
+is the consumer's *running* record: which model and requests it is running and since
+when (``mark_running``), so that the producer can tell which model a dead worker was
+running, and which group runs past its model's timeout, without asking it. A slot is a
 ``messages.HEADER`` followed by the body. No asyncio here: the doorbell (an eventfd) is
 the caller's business, so one doorbell write can announce many slots.
 
@@ -19,7 +22,12 @@ import struct
 from inferpool.engine.messages import HEADER, HEADER_SIZE
 
 _COUNTER = struct.Struct("<Q")
-_HEAD, _TAIL, _SLOTS_AT = 0, 64, 128
+_HEAD, _TAIL, _RUNNING_AT, _SLOTS_AT = 0, 64, 128, 192
+# started (monotonic ns, 0: idle), model index, requests in the group, their first ids.
+RUNNING_IDS = 6
+_RUNNING = struct.Struct(f"<qII{RUNNING_IDS}Q")
+_NO_IDS = (0,) * RUNNING_IDS
+_ONE = struct.Struct("<qIIQ")  # the same record for a group of one (stale ids after it)
 
 
 def ring_bytes(slots: int, slot_size: int) -> int:
@@ -82,8 +90,29 @@ class Ring:
         _COUNTER.pack_into(self._map, _HEAD, head)
         return messages
 
+    def mark_running(self, model_index: int, request_ids: list[int], started_ns: int) -> None:
+        """Record the group about to run (one small write: cheap on the hot path)."""
+        count = len(request_ids)
+        if count == 1:  # the common case, without building a tuple
+            _ONE.pack_into(self._map, _RUNNING_AT, started_ns, model_index, 1, request_ids[0])
+            return
+        ids = (*request_ids[:RUNNING_IDS], *_NO_IDS)[:RUNNING_IDS]
+        _RUNNING.pack_into(self._map, _RUNNING_AT, started_ns, model_index, count, *ids)
+
+    def mark_idle(self) -> None:
+        _COUNTER.pack_into(self._map, _RUNNING_AT, 0)
+
+    def running(self) -> tuple[int, list[int], int] | None:
+        """(model index, request ids (the first few), started ns) of the running group."""
+        fields = _RUNNING.unpack_from(self._map, _RUNNING_AT)
+        if fields[0] == 0:
+            return None
+        return fields[1], list(fields[3 : 3 + min(fields[2], RUNNING_IDS)]), fields[0]
+
     def pending(self) -> int:
-        return _COUNTER.unpack_from(self._map, _TAIL)[0] - self._head
+        """Messages written and not yet taken (right on either side)."""
+        head = _COUNTER.unpack_from(self._map, _HEAD)[0]
+        return _COUNTER.unpack_from(self._map, _TAIL)[0] - head
 
     def close(self) -> None:
         self._map.close()

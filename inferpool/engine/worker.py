@@ -79,11 +79,20 @@ class Worker:
             self._take_requests()
             if not self._take_control():
                 return
-            for model, jobs in self.batcher.due(time.monotonic_ns(), flush=self.stopping):
+            due = self.batcher.due(time.monotonic_ns(), flush=self.stopping)
+            for model, jobs in due:
                 # Unbatched requests are answered one by one, so none waits for the rest.
                 batched = model.settings.max_batch_size > 1
                 for chunk in [jobs] if batched else [[job] for job in jobs]:
+                    # What runs, and since when: the frontend blames a crash on it and
+                    # recycles this worker when it runs past its model's timeout.
+                    self.requests.mark_running(
+                        chunk[0].model_index, [job.request_id for job in chunk],
+                        time.monotonic_ns(),
+                    )  # fmt: skip
                     self._answer(chunk, run_group(model, chunk))
+            if due:
+                self.requests.mark_idle()
             if self.stopping and not self.batcher and not self.requests.pending():
                 return
 

@@ -35,12 +35,17 @@ def start_template(threads: int) -> tuple[subprocess.Popen, Channel]:
     env.update(dict.fromkeys(THREAD_ENV, str(threads)))
     # The template imports this very package, whatever put it on sys.path.
     env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "inferpool.engine.zygote", str(theirs.fileno())],
-        pass_fds=[theirs.fileno()],
-        env=env,
-    )
-    theirs.close()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "inferpool.engine.zygote", str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            env=env,
+        )
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
     return process, Channel(ours)
 
 
@@ -51,6 +56,7 @@ class WorkerHandle:
         self.slot = slot
         self.pid = 0
         self.alive = False
+        self.closed = False
         self.started_at = time.monotonic()
         self.last_seen = self.started_at  # last time it sent anything (heartbeats)
         request_fd, reply_fd = create_ring_fd(slots, SLOT_SIZE), create_ring_fd(slots, SLOT_SIZE)
@@ -69,6 +75,7 @@ class WorkerHandle:
         self.loads: dict[int, asyncio.Future] = {}
         self.outbox: collections.deque[Outgoing] = collections.deque()
         self.models: dict[str, tuple[int, int]] = {}  # name → (model index, bytes)
+        self.template: subprocess.Popen | None = None  # the template that forked it
 
     def ask_template(self, template: Channel, threads: int, limits: DecodeLimits) -> None:
         """Have the template fork this worker with its fds; ours of theirs close after."""
@@ -131,8 +138,14 @@ class WorkerHandle:
         future.set_result(Reply(fields[4], body, None if json_length < 0 else json_length, times))
 
     def close(self, reason: str) -> None:
-        """It is gone: fail what it held (503), release its rings, doorbells and channel."""
+        """It is gone: fail what it held (503), release its rings, doorbells and channel.
+
+        ``reason`` ends up in the 503 of each request it held. Closing twice is harmless.
+        """
         self.alive = False
+        if self.closed:
+            return
+        self.closed = True
         loop = asyncio.get_running_loop()
         loop.remove_reader(self.channel.fileno())
         loop.remove_writer(self.channel.fileno())
@@ -152,6 +165,10 @@ class WorkerHandle:
         self.loads.clear()
         if not self.exited.done():
             self.exited.set_result(None)
+        for fd in self.fds:  # never handed to the template
+            os.close(fd)
+        self.fds = []
+        self.child_socket.close()
         self.channel.close()
         os.close(self.request_bell)
         os.close(self.reply_bell)

@@ -5,7 +5,9 @@ before any worker, so it has no event loop, no gRPC threads and no OpenMP pool, 
 the frontend has started. It imports the runtimes once, loads the repository's models
 whose runtime allows it (``preload.py``), freezes the heap (``gc.freeze()``) so workers
 share those pages copy-on-write, and forks a worker for each SPAWN message, handing it
-the fds that came with the message. Respawns after a crash come from here too. It exits
+the fds that came with the message. Respawns after a crash come from here too. It reaps
+the workers it forked and tells the frontend how each ended (EXITED: killed by which
+signal, or its exit code), so that a crash can be reported with its cause. It exits
 when the frontend's end of its channel closes.
 """
 
@@ -15,6 +17,7 @@ import contextlib
 import gc
 import importlib
 import os
+import select
 import signal
 import socket
 import sys
@@ -47,10 +50,25 @@ def preload() -> None:
             importlib.import_module(name)
 
 
-def serve(channel: Channel) -> None:
+def serve(channel: Channel, wakeup: int) -> None:
+    """Act on the frontend's messages; report every worker that exits (SIGCHLD wakes us)."""
+    poller = select.poll()
+    poller.register(channel.fileno(), select.POLLIN)
+    poller.register(wakeup, select.POLLIN)
     while True:
+        ready = {fd for fd, _ in poller.poll()}
+        if wakeup in ready:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(wakeup, 512):
+                    pass
+            if not report_exits(channel):
+                return
+        if channel.fileno() not in ready:
+            continue
         try:
-            op, payload, fds = channel.receive(block=True)
+            op, payload, fds = channel.receive(block=False)
+        except BlockingIOError:
+            continue
         except (EOFError, ConnectionError):
             return
         for fd in fds if op != messages.SPAWN else ():
@@ -67,6 +85,9 @@ def serve(channel: Channel) -> None:
         if pid == 0:
             code = 0
             try:
+                os.close(signal.set_wakeup_fd(-1))  # the pipe's writer
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                os.close(wakeup)
                 channel.close()
                 from inferpool.engine import worker
 
@@ -82,12 +103,31 @@ def serve(channel: Channel) -> None:
             os.close(fd)
 
 
+def report_exits(channel: Channel) -> bool:
+    """Reap every exited worker and send its wait status; False if the frontend is gone."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if pid == 0:
+            return True
+        try:
+            document = messages.encode_control({"pid": pid, "status": status})
+            channel.send(messages.EXITED, document)
+        except OSError:
+            return False
+
+
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the frontend decides when to stop
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped automatically
+    # SIGCHLD only wakes the loop (through the wakeup pipe); the loop reaps and reports.
+    wakeup, wakeup_writer = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wakeup_writer)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
     channel = Channel(socket.socket(fileno=int(sys.argv[1])))
     preload()
-    serve(channel)
+    serve(channel, wakeup)
 
 
 if __name__ == "__main__":

@@ -72,6 +72,14 @@ class EngineCollector(Collector):
         )
         server_ready.add_metric([], 1.0 if self.client.not_ready_reason() is None else 0.0)
         yield from (success, failure, duration, stages, ready, server_ready)
+        # The worker pool's supervision (absent with --workers 0).
+        for attribute, help_text in (
+            ("template_restarts", "Times the worker template process was restarted"),
+            ("worker_restarts", "Times a worker process was replaced"),
+        ):
+            count = getattr(self.client, attribute, None)
+            if count is not None:
+                yield CounterMetricFamily(f"inferpool_{attribute}", help_text, value=count)
 
 
 def build_metrics_app(client: EngineClient) -> Starlette:

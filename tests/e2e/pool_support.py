@@ -63,6 +63,43 @@ def write_counting_model(
     return folder
 
 
+# A custom runtime whose worker dies by SIGSEGV when the first value of a request is
+# negative, and sums the rows otherwise.
+CRASHING_RUNTIME = """
+import os
+import signal
+
+from inferpool import Runtime
+
+
+class CrashingRuntime(Runtime):
+    def load(self):
+        pass
+
+    def predict(self, payload, outputs):
+        if payload[0, 0] < 0:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return {outputs[0]: payload.sum(axis=1)}
+"""
+
+
+def write_crashing_model(root: Path, name: str, **settings: object) -> Path:
+    """A model folder ``root/name`` whose requests with a negative first value crash."""
+    folder = root / name
+    folder.mkdir(parents=True, exist_ok=True)
+    module = "crashing_" + name.replace("-", "_")
+    (folder / f"{module}.py").write_text(CRASHING_RUNTIME)
+    document = {
+        "name": name,
+        "implementation": f"{module}.CrashingRuntime",
+        "inputs": [{"name": "x", "datatype": "FP64", "shape": [-1, 3]}],
+        "outputs": [{"name": "sum", "datatype": "FP64", "shape": [-1]}],
+        **settings,
+    }
+    (folder / "model-settings.json").write_text(json.dumps(document))
+    return folder
+
+
 def calls(calls_file: Path) -> list[tuple[int, int]]:
     """(pid, rows) of every predict call so far."""
     if not calls_file.exists():
@@ -105,3 +142,33 @@ def process_exists(pid: int) -> bool:
         return False
     stat = Path(f"/proc/{pid}/stat")
     return stat.exists() and ") Z " not in stat.read_text()
+
+
+def children(pid: int) -> dict[int, tuple[str, bytes]]:
+    """The child processes of ``pid``: pid → (state letter, command line)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        state, parent = stat.rsplit(")", 1)[1].split()[:2]
+        if int(parent) == pid:
+            found[int(entry.name)] = (state, cmdline)
+    return found
+
+
+def template_pid(server_pid: int) -> int:
+    """The live template process (zygote) under the server."""
+    for pid, (state, cmdline) in children(server_pid).items():
+        if state != "Z" and b"inferpool.engine.zygote" in cmdline:
+            return pid
+    raise AssertionError("no template process under the server")
+
+
+def live_workers(server: Server) -> set[int]:
+    """Pids of the latest worker of each slot that are running."""
+    return {pid for pid in worker_pids(server).values() if process_exists(pid)}

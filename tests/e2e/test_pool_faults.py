@@ -129,44 +129,10 @@ def test_placement_failures_are_one_sentence(tmp_path: Path) -> None:
         assert "cannot place" in ready.json()["error"]
 
 
-def test_losing_the_template_turns_live_false_but_keeps_serving(tmp_path: Path) -> None:
-    calls_file = tmp_path / "calls.txt"
-    write_counting_model(tmp_path / "repo", "quick", calls_file)
-    with Server(tmp_path / "repo", "--workers", "2") as server:
-        server.wait_ready()
-        assert httpx.get(f"{server.url}/v2/health/live").status_code == 200
-        template = _template_pid(server.process.pid)
-        os.kill(template, signal.SIGKILL)
-        wait_for(
-            lambda: httpx.get(f"{server.url}/v2/health/live").status_code == 503,
-            what="live turning false",
-        )
-        response = httpx.post(
-            f"{server.url}/v2/models/quick/infer", json=sum_request([[1, 2, 3]], "after")
-        )
-        assert response.status_code == 200
-        assert response.json()["outputs"][0]["data"] == [6.0]
-        assert server.stop() == 0
-
-
-def _template_pid(server_pid: int) -> int:
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        if parent == server_pid and b"inferpool.engine.zygote" in cmdline:
-            return int(entry.name)
-    raise AssertionError("no template process under the server")
-
-
 def test_a_hung_worker_is_killed_and_replaced(tmp_path: Path) -> None:
     write_counting_model(tmp_path / "repo", "stuck", tmp_path / "calls.txt", delay=600)
-    args = ("--workers", "2", "--worker-heartbeat-timeout", "2")
+    # No model timeout: the heartbeat is what finds the hung worker.
+    args = ("--workers", "2", "--worker-heartbeat-timeout", "2", "--model-timeout", "0")
     with Server(tmp_path / "repo", *args) as server:
         server.wait_ready()
         before = worker_pids(server)

@@ -1,0 +1,107 @@
+"""The pieces the pool's fault handling stands on, without processes.
+
+The slot header refuses what it cannot carry (before anything is registered), the
+ring's running record tells which group runs, exit statuses read as words, and
+liveness only reports a wedged pool.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from inferpool.engine import messages
+from inferpool.engine.pool import WEDGED_AFTER, PoolClient, describe_exit
+from inferpool.engine.ring import RUNNING_IDS, Ring, create_ring_fd
+from inferpool.settings import ServerSettings
+
+
+@pytest.mark.parametrize(
+    ("json_length", "deadline"),
+    [
+        (2**63, None),  # an Inference-Header-Content-Length beyond int64
+        (2**70, None),
+        (-1, None),
+        (11, None),  # longer than the 10-byte body
+        (None, float("inf")),
+        (None, float("-inf")),
+        (None, float("nan")),
+        (None, -5.0),
+    ],
+)
+def test_a_header_it_cannot_carry_is_a_value_error(json_length, deadline) -> None:
+    with pytest.raises((ValueError, OverflowError)):
+        messages.request_header(1, 1, 0, json_length, deadline, 10)
+
+
+def test_a_deadline_centuries_away_is_no_deadline() -> None:
+    far = time.monotonic() + 2562047 * 3600  # grpc-timeout 2562047H, grpc-go's largest
+    fields = messages.HEADER.unpack(messages.request_header(7, 2, 1, None, far, 10))
+    assert fields[6] in (0, int(far * 1e9))  # packs (just fits in int64 on a young clock)
+    fields = messages.HEADER.unpack(messages.request_header(7, 2, 1, None, 1e10, 10))
+    assert fields[6] == 0  # beyond int64 nanoseconds
+    near = time.monotonic() + 5
+    fields = messages.HEADER.unpack(messages.request_header(7, 2, 1, 10, near, 10))
+    assert fields[5] == 10 and fields[6] == int(near * 1e9)
+
+
+def test_the_running_record_crosses_mappings() -> None:
+    fd = create_ring_fd(4, 256)
+    try:
+        worker_side, frontend_side = Ring(fd, 4, 256), Ring(fd, 4, 256)
+    finally:
+        os.close(fd)
+    assert frontend_side.running() is None
+    worker_side.mark_running(3, [41], 123)
+    assert frontend_side.running() == (3, [41], 123)
+    many = list(range(100, 100 + RUNNING_IDS + 3))
+    worker_side.mark_running(5, many, 456)
+    assert frontend_side.running() == (5, many[:RUNNING_IDS], 456)
+    worker_side.mark_idle()
+    assert frontend_side.running() is None
+    # The record does not disturb the ring itself.
+    header = messages.request_header(1, 1, 0, None, None, 3)
+    assert frontend_side.push(header, b"abc")
+    assert [(f[0], body) for f, body in worker_side.pop_all()] == [(1, b"abc")]
+    assert frontend_side.pending() == 0 and worker_side.pending() == 0
+
+
+def test_exit_statuses_in_words() -> None:
+    assert describe_exit(signal.SIGSEGV) == "killed by signal SIGSEGV"
+    assert describe_exit(signal.SIGKILL) == "killed by signal SIGKILL"
+    assert describe_exit(3 << 8) == "exited with code 3"
+    assert describe_exit(None) == "exited"
+
+
+def test_live_while_draining_not_live_only_when_wedged() -> None:
+    client = PoolClient(ServerSettings(workers=2))
+    assert client.live and client.live_reason() is None
+    client.stopping = True  # no running loop here: nothing to schedule
+    assert client.live  # draining is not dead: Kubernetes must not restart it
+    now = time.monotonic()
+    client._down_since[1] = now - WEDGED_AFTER - 5
+    client._start_errors[1] = "worker 1 exited while starting"
+    client._check_wedged(now)
+    assert not client.live
+    reason = client.live_reason()
+    assert reason is not None
+    assert reason.startswith("worker 1 could not be started for 6") and "exited while" in reason
+    client._down_since[1] = None
+    client._check_wedged(now)
+    assert client.live
+
+
+def test_a_restarted_template_that_stays_up_is_live() -> None:
+    client = PoolClient(ServerSettings(workers=2))
+    now = time.monotonic()
+    client._template_down_since = now - WEDGED_AFTER - 1
+    client._check_wedged(now)  # still down: not live
+    assert not client.live
+    assert "template process could not be restarted" in (client.live_reason() or "")
+    client._zygote_channel = object()  # restarted long enough ago, no worker needed since
+    client._template_started = now - 11
+    client._check_wedged(now)
+    assert client.live
