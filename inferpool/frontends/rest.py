@@ -6,6 +6,7 @@ on, and writes the engine's reply bytes out as they are.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
@@ -20,11 +21,12 @@ import inferpool
 from inferpool.engine.client import EngineClient
 from inferpool.engine.handler import KIND_CUSTOM, KIND_REST, Reply, custom_body
 from inferpool.engine.states import ModelState
-from inferpool.errors import BadRequest, InferpoolError, Overloaded
+from inferpool.errors import InferpoolError, Overloaded
+from inferpool.frontends import rest_input
 from inferpool.frontends.access_log import RestAccessLog
+from inferpool.frontends.rest_input import await_reply, read_body, request_timeout, scan_headers
 
 JSON = "application/json"
-BINARY_HEADER = "inference-header-content-length"
 EXTENSIONS = ["model_repository", "statistics", "binary_tensor_data"]
 
 
@@ -54,7 +56,7 @@ def build_app(client: EngineClient) -> Starlette:
     async def live(request: Request) -> Response:
         if client.live:
             return json_response({"live": True})
-        return json_response({"live": False, "error": "server is shutting down"}, 503)
+        return json_response({"live": False, "error": client.live_reason()}, 503)
 
     async def ready(request: Request) -> Response:
         reason = client.not_ready_reason()
@@ -89,29 +91,45 @@ def build_app(client: EngineClient) -> Starlette:
             return json_response({"name": status.name, "ready": True})
         return json_response({"name": status.name, "ready": False, "error": status.describe()}, 503)
 
+    max_body = client.settings.max_body_bytes
+    default_timeout = client.settings.request_timeout
+
     async def infer(request: Request) -> Response:
-        params = request.path_params
-        json_length = _json_length(request)
-        body = await request.body()
-        reply = await client.infer(
-            params["name"], params.get("version"), KIND_REST, body, json_length
+        scope = request.scope
+        content_length, binary, timeout_header = scan_headers(scope["headers"])
+        timeout = request_timeout(timeout_header, default_timeout)
+        body = await read_body(request.receive, content_length, max_body)
+        json_length = rest_input.json_length(binary, len(body))
+        params = scope["path_params"]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        call = client.infer(
+            params["name"], params.get("version"), KIND_REST, body, json_length, deadline
         )
-        return reply_response(reply)
+        return reply_response(await await_reply(scope, request.receive, call, timeout))
 
     async def custom_endpoint(request: Request) -> Response:
-        params = request.path_params
-        body = custom_body(params["endpoint"], await request.body())
-        reply = await client.infer(params["name"], params.get("version"), KIND_CUSTOM, body, None)
-        return reply_response(reply)
+        scope = request.scope
+        content_length, _, timeout_header = scan_headers(scope["headers"])
+        timeout = request_timeout(timeout_header, default_timeout)
+        body = await read_body(request.receive, content_length, max_body)
+        params = scope["path_params"]
+        body = custom_body(params["endpoint"], body)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        call = client.infer(
+            params["name"], params.get("version"), KIND_CUSTOM, body, None, deadline
+        )
+        return reply_response(await await_reply(scope, request.receive, call, timeout))
 
     async def repository_index(request: Request) -> Response:
         return json_response([s.index_entry() for s in client.table.all()])
 
     async def repository_load(request: Request) -> Response:
+        require_admin(client, request)
         await client.load_model(request.path_params["name"])
         return json_response({})
 
     async def repository_unload(request: Request) -> Response:
+        require_admin(client, request)
         await client.unload_model(request.path_params["name"])
         return json_response({})
 
@@ -149,16 +167,9 @@ def build_app(client: EngineClient) -> Starlette:
     )
 
 
-def _json_length(request: Request) -> int | None:
-    raw = request.headers.get(BINARY_HEADER)
-    if raw is None:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise BadRequest(
-            f"Inference-Header-Content-Length must be an integer, got {raw!r}"
-        ) from None
+def require_admin(client: EngineClient, request: Request) -> None:
+    """An admin route's guard: 401 without the admin token, 403 if the API is disabled."""
+    client.admin.require(request.headers.get("authorization"))
 
 
 async def _inferpool_error(request: Request, exc: Exception) -> Response:

@@ -13,13 +13,18 @@ import logging
 import signal
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import uvicorn
 
+from inferpool.engine.admin import SettingsError
 from inferpool.engine.client import EngineClient, make_client
 from inferpool.engine.states import ModelState
+from inferpool.frontends.connections import Connections, raise_fd_limit
 from inferpool.frontends.grpc import GrpcServer
 from inferpool.frontends.grpc_h2 import GrpcH2Server
+from inferpool.frontends.http1 import protocol_class
+from inferpool.frontends.hypercorn_drain import DrainBodyFirst
 from inferpool.frontends.listen import bind_socket
 from inferpool.frontends.metrics import build_metrics_app
 from inferpool.frontends.rest import build_app
@@ -37,12 +42,24 @@ class _Uvicorn(uvicorn.Server):
 
 
 class RestServer:
-    """An ASGI app on its own port: Uvicorn+httptools, or Hypercorn with ``--http2``."""
+    """An ASGI app on its own port: Uvicorn+httptools, or Hypercorn with ``--http2``.
 
-    def __init__(self, app, settings: ServerSettings, port: int, http2: bool = False) -> None:
+    Uvicorn runs the guarded protocol (``http1.py``: timeouts, header and body limits, the
+    connection registry). Hypercorn gets the equivalents its config has (``_hypercorn``).
+    """
+
+    def __init__(
+        self,
+        app,
+        settings: ServerSettings,
+        port: int,
+        http2: bool = False,
+        connections: Connections | None = None,
+    ) -> None:
         self.settings = settings
         self.app = app
         self.http2 = http2
+        self.connections = connections or Connections(settings.max_connections)
         self.socket = bind_socket(settings.host, port)
         self._task: asyncio.Task | None = None
         self._uvicorn: _Uvicorn | None = None
@@ -54,7 +71,7 @@ class RestServer:
             return
         config = uvicorn.Config(
             self.app,
-            http="httptools",
+            http=protocol_class(self.settings, self.connections),
             loop="none",
             lifespan="off",
             access_log=False,
@@ -70,13 +87,13 @@ class RestServer:
         from hypercorn.asyncio import serve
         from hypercorn.config import Config
 
-        config = Config()
-        config.graceful_timeout = self.settings.shutdown_timeout
+        config = _hypercorn_config(Config(), self.settings)
         config.loglevel = self.settings.log_level.upper()
         config.accesslog = None
         # Hypercorn binds by name; it re-creates the socket from the fd we already hold.
         config.bind = [f"fd://{self.socket.fileno()}"]
-        await serve(self.app, config, shutdown_trigger=self._hypercorn_stop.wait)
+        app = DrainBodyFirst(self.app, self.settings.max_body_bytes)
+        await serve(app, config, shutdown_trigger=self._hypercorn_stop.wait)
 
     async def stop(self) -> None:
         if self._uvicorn is not None:
@@ -86,20 +103,55 @@ class RestServer:
             await self._task
 
 
+def _hypercorn_config(config: Any, settings: ServerSettings) -> Any:
+    """Hypercorn's equivalents of the limits and timeouts.
+
+    Hypercorn cannot do: a header timeout from the first byte (only ``read_timeout``, the
+    longest silence between two reads, so one byte at a time keeps a request open), a body
+    timeout, a write bound (a peer that reads nothing holds its answer), a handshake
+    timeout apart from the idle one, a header count limit, and the shared connection
+    registry (``max_connections``). Those are Uvicorn's (the default HTTP/1.1 server).
+    """
+    config.graceful_timeout = settings.shutdown_timeout
+    # Hypercorn's idle timer runs from accept and between requests: handshake and idle.
+    config.keep_alive_timeout = settings.idle_timeout
+    # No read may wait longer than this; a request waits silently for its model, so the
+    # bound must cover the longest a model may take, else a slow answer loses its client.
+    # (A Request-Timeout header may ask for longer than --request-timeout: not bounded.)
+    longest = (
+        settings.header_timeout,
+        settings.body_timeout,
+        settings.idle_timeout,
+        settings.model_timeout,
+        settings.request_timeout,
+    )
+    config.read_timeout = int(max(longest)) + 1 if settings.model_timeout > 0 else None
+    config.h11_max_incomplete_size = settings.max_header_bytes
+    config.h2_max_header_list_size = settings.max_header_bytes
+    config.h2_max_concurrent_streams = settings.max_concurrent_streams
+    return config
+
+
 async def serve(settings: ServerSettings) -> int:
     """Serve until SIGTERM/SIGINT; the process exit code."""
     try:
+        # Every frontend's connections under one cap, bounded by the descriptors we may open.
+        connections = Connections(settings.max_connections, raise_fd_limit())
         client = make_client(settings)
         servers: list[RestServer | GrpcServer | GrpcH2Server] = [
-            RestServer(build_app(client), settings, settings.http_port, settings.http2)
+            RestServer(build_app(client), settings, settings.http_port, settings.http2, connections)
         ]
         if settings.grpc_port > 0:
-            grpc_server = GrpcH2Server if settings.grpc_implementation == "builtin" else GrpcServer
-            servers.append(grpc_server(client, settings))
+            if settings.grpc_implementation == "builtin":
+                servers.append(GrpcH2Server(client, settings, connections))
+            else:
+                servers.append(GrpcServer(client, settings))
         if settings.metrics_port > 0:
             metrics_app = build_metrics_app(client)
-            servers.append(RestServer(metrics_app, settings, settings.metrics_port))
-    except OSError as exc:
+            servers.append(
+                RestServer(metrics_app, settings, settings.metrics_port, False, connections)
+            )
+    except (OSError, SettingsError) as exc:  # SettingsError: e.g. an unreadable token file
         print(f"inferpool: {exc}", file=sys.stderr)
         return 1
     stop = asyncio.Event()

@@ -1,0 +1,362 @@
+"""HTTP/1.1 connections of the REST and metrics ports: Uvicorn's httptools protocol, guarded.
+
+Uvicorn's protocol has no header or body timeout, no write bound and no limit on header
+size or count, so one peer can hold a connection (and a file descriptor) forever. This
+subclass adds, per connection:
+
+- one timer, re-armed lazily: a phase change only stores a deadline, and the timer, when
+  it fires, either acts or re-arms itself at the deadline now in force. A keep-alive
+  request costs a few attribute stores, not a timer of its own;
+- the phases and their deadlines: waiting for the first byte of a request
+  (``handshake_timeout`` on a new connection, ``idle_timeout`` between requests), headers
+  (``header_timeout`` from the first byte), body (``body_timeout`` after the headers);
+- a write bound: once the transport's buffer is over its high-water mark, the peer has
+  ``write_timeout`` to read it down, else the connection is aborted (``close()`` would wait
+  for the peer forever); meanwhile no pipelined request is read or started;
+- header size and count limits (431), a Content-Length over ``max_body_bytes`` (413),
+  both answered before the app runs, then a short lingering close so the client reads the
+  answer instead of a reset;
+- the shared connection registry (``Connections``): admitted on accept, released on close,
+  evictable while no request is in flight;
+- a disconnect cancels the request's engine call when the app marked it as watched
+  (``WATCH`` in the scope), so a queued request of a client gone is dropped by its worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import httptools
+import orjson
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from inferpool.frontends.connections import Connections
+from inferpool.frontends.rest_input import GONE, WATCH, WATCHING, too_large_message
+from inferpool.settings import ServerSettings
+
+logger = logging.getLogger("inferpool.http")
+
+# Parser phases of a connection.
+_WAITING = 0  # no request begun: handshake (new connection) or idle keep-alive
+_HEAD = 1  # request line or headers arriving
+_BODY = 2  # headers done, body arriving
+_DONE = 3  # request fully received; the app answers it
+_LINGER = 4  # answered with an error before its body was read: drain a little, then close
+
+# Seconds the rest of a body answered before it arrived is read and dropped before the
+# connection closes, so that the client reads the answer instead of a reset.
+LINGER_SECONDS = 2.0
+# uvloop's millisecond timers may fire a hair before their time.
+_SLACK = 0.002
+
+
+class _Rejected(Exception):
+    """Raised inside a parser callback to stop parsing and answer ``status``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class GuardedHttpTools(HttpToolsProtocol):
+    """Uvicorn's httptools protocol with timeouts, limits and the connection registry.
+
+    ``settings`` and ``registry`` are class attributes, set by ``protocol_class``.
+    """
+
+    settings: ServerSettings
+    registry: Connections
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.idle_since: float | None = time.monotonic()
+        self._phase = _WAITING
+        self._expire_at = 0.0  # loop time; 0: no deadline for the phase
+        self._write_at = 0.0  # loop time the written answer must be drained by; 0: none
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._header_bytes = 0
+        self._header_count = 0
+        self._head_raw = 0  # bytes received while in _HEAD, beyond the first chunk
+        self._content_length: bytes | None = None
+        self._running_scope: dict | None = None
+        self._running_task: asyncio.Task | None = None
+        self._after_drain = False  # a finished answer waits for the peer to read
+        self._admitted = False
+
+    # -- connection -------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if not self.registry.admit(self):
+            transport.abort()
+            return
+        self._admitted = True
+        self._arm(self.settings.handshake_timeout)
+        self._sync_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self._admitted:
+            self.registry.release(self)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        scope = self._running_scope
+        if scope is not None and scope.get(WATCH) == WATCHING and self._running_task:
+            # The app awaits the engine for a client that is gone: drop the request.
+            scope[WATCH] = GONE
+            self._running_task.cancel()
+
+    def close_idle(self) -> None:
+        """The registry needs this connection's place (it has no request in flight)."""
+        self._drop()
+
+    def _drop(self) -> None:
+        """Close now: a peer that stopped reading would keep ``close()`` waiting forever."""
+        if self.transport.is_closing():
+            return
+        if self.transport.get_write_buffer_size():
+            self.transport.abort()
+        else:
+            self.transport.close()
+
+    # -- reading ----------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        phase = self._phase
+        if phase == _LINGER:
+            return  # the rest of a rejected body: dropped
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            rejected = exc.__context__
+            if isinstance(rejected, _Rejected):
+                self._reject(rejected.status, rejected.message)
+            else:
+                self._reject(400, "invalid HTTP request")
+            return
+        except httptools.HttpParserError:
+            self._reject(400, "invalid HTTP request")
+            return
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        if self._phase == _HEAD and phase == _HEAD:
+            # httptools buffers a header until it is complete: bound what it may hold.
+            self._head_raw += len(data)
+            if self._head_raw > self.settings.max_header_bytes:
+                self._reject(431, self._headers_message())
+                return
+        self._sync_timer()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._phase = _HEAD
+        self._header_bytes = self._header_count = self._head_raw = 0
+        self._content_length = None
+        self._arm(self.settings.header_timeout)
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+        self._header_bytes += len(url)
+        if self._header_bytes > self.settings.max_header_bytes:
+            raise _Rejected(431, self._headers_message())
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        self._header_bytes += len(name) + len(value) + 4
+        if (
+            self._header_bytes > self.settings.max_header_bytes
+            or self._header_count > self.settings.max_header_count
+        ):
+            raise _Rejected(431, self._headers_message())
+        name = name.lower()
+        if name == b"content-length":
+            self._content_length = value
+        elif name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        length = self._content_length
+        if length is not None:
+            limit = self.settings.max_body_bytes
+            # httptools has checked it is digits; a long one is over any limit.
+            if len(length) > 18 or int(length) > limit:
+                raise _Rejected(413, too_large_message(length.decode("latin-1"), limit))
+        self._phase = _BODY
+        self.scope[WATCH] = 0  # this server cancels a watched engine call on disconnect
+        super().on_headers_complete()
+        if self.pipeline:
+            # Queued behind a running request with reading paused: no body deadline
+            # until it starts.
+            self._expire_at = 0.0
+        else:
+            self._arm(self.settings.body_timeout)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        if self._running_task is None and not self.pipeline:
+            # Answered before its body ended (see on_response_complete): wait for the next.
+            self._phase = _WAITING
+            self._arm(self.settings.idle_timeout)
+        else:
+            self._phase = _DONE
+            self._expire_at = 0.0  # the app's time now: request and model timeouts apply
+
+    # -- answering --------------------------------------------------------------------------
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        task = self.loop.create_task(cycle.run_asgi(app))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+        self._running_task = task
+        self._running_scope = cycle.scope
+        self.idle_since = None
+
+    def on_response_complete(self) -> None:
+        self.server_state.total_requests += 1
+        self._running_scope = self._running_task = None
+        if self.transport.is_closing():
+            return
+        if not self.pipeline and self._phase == _BODY and self.cycle.more_body:
+            # Answered before its body arrived (413, or a route that reads none): the rest
+            # is read and dropped, for a moment; a body still arriving then closes it.
+            self.idle_since = time.monotonic()
+            self.flow.resume_reading()
+            self._arm(LINGER_SECONDS)
+            self._sync_timer()
+            return
+        if self.flow.write_paused:
+            # The peer is not reading its answers: read or start nothing more until it does.
+            self._after_drain = True
+            return
+        self._serve_next()
+
+    def _serve_next(self) -> None:
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            if self._phase == _BODY and cycle is self.cycle:
+                self._arm(self.settings.body_timeout)
+        else:
+            self.idle_since = time.monotonic()
+            if self._phase == _DONE:
+                self._phase = _WAITING
+                self._arm(self.settings.idle_timeout)
+        self._sync_timer()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self.settings.write_timeout > 0:
+            self._write_at = self.loop.time() + self.settings.write_timeout
+            self._sync_timer()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._write_at = 0.0
+        if self._after_drain:
+            self._after_drain = False
+            if not self.transport.is_closing():
+                self._serve_next()
+
+    def send_400_response(self, msg: str) -> None:
+        self._reject(400, msg)
+
+    def _reject(self, status: int, message: str) -> None:
+        """Answer ``status`` ourselves (no app runs for this request), then close."""
+        logger.debug("HTTP %d to %s: %s", status, self.client, message)
+        if self.transport.is_closing():
+            return
+        if self._running_task is not None or self.pipeline:
+            self.transport.abort()  # an answer is being written: cannot put ours in front
+            return
+        self._write_error(status, message)
+        self._linger()
+
+    def _write_error(self, status: int, message: str) -> None:
+        body = orjson.dumps({"error": message})
+        head = [STATUS_LINE[status]]
+        for name, value in self.server_state.default_headers:
+            head += [name, b": ", value, b"\r\n"]
+        head.append(
+            b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+            % len(body)
+        )
+        self.transport.write(b"".join(head) + body)
+
+    def _linger(self) -> None:
+        """Drop what the peer still sends for a moment, so it reads our answer, then close."""
+        self._phase = _LINGER
+        self.flow.resume_reading()
+        try:
+            self.transport.write_eof()
+        except (OSError, RuntimeError, NotImplementedError):
+            self._drop()
+            return
+        self._arm(min(LINGER_SECONDS, self.settings.body_timeout or LINGER_SECONDS))
+        self._sync_timer()
+
+    def _headers_message(self) -> str:
+        if self._header_count > self.settings.max_header_count:
+            limit = f"{self.settings.max_header_count} fields (--max-header-count)"
+        else:
+            limit = f"{self.settings.max_header_bytes} bytes (--max-header-bytes)"
+        return f"request headers exceed the limit of {limit}"
+
+    # -- the one timer ----------------------------------------------------------------------
+    def _arm(self, seconds: float) -> None:
+        """The current phase's deadline (0 or less: none); the timer catches up lazily."""
+        self._expire_at = self.loop.time() + seconds if seconds > 0 else 0.0
+
+    def _sync_timer(self) -> None:
+        """Make sure the timer fires no later than the earliest deadline in force."""
+        at = self._expire_at
+        if self._write_at and (not at or self._write_at < at):
+            at = self._write_at
+        if not at or (self._timer is not None and self._timer_at <= at):
+            return  # none, or the timer fires first and re-arms itself then
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_at(at, self._on_timer)
+        self._timer_at = at
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        now = self.loop.time() + _SLACK
+        if self._write_at and now >= self._write_at:
+            logger.debug("closing %s: answer not read within --write-timeout", self.client)
+            self.transport.abort()
+        elif self._expire_at and now >= self._expire_at:
+            self._expired()
+        else:
+            self._sync_timer()
+
+    def _expired(self) -> None:
+        phase = self._phase
+        if phase == _HEAD and self._running_task is None:
+            seconds = self.settings.header_timeout
+            self._reject(408, f"request headers not received in {seconds:g}s (--header-timeout)")
+        elif phase == _BODY and self.cycle is not None and not self.cycle.response_started:
+            seconds = self.settings.body_timeout
+            # The app waits for the body: it is told the client is gone, and sends nothing.
+            self._write_error(408, f"request body not received in {seconds:g}s (--body-timeout)")
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+            self._drop()
+        else:
+            logger.debug("closing %s: timed out in phase %d", self.client, phase)
+            self._drop()
+
+
+def protocol_class(settings: ServerSettings, registry: Connections) -> type[GuardedHttpTools]:
+    """The protocol class Uvicorn instantiates per connection, bound to these settings."""
+    return type(
+        "GuardedHttpTools", (GuardedHttpTools,), {"settings": settings, "registry": registry}
+    )

@@ -1,0 +1,180 @@
+"""What a REST request brings besides its URL: body (bounded), binary header length, timeout.
+
+Also how the REST frontend awaits the engine: until the answer, the request's deadline, or
+its client's disconnect, whichever comes first. A deadline or a disconnect cancels the
+engine call, so a request still queued is dropped by its worker (pool ``_infer``).
+
+Under Uvicorn the guarded protocol (``http1.py``) marks the scope with ``WATCH`` and
+cancels a watched call itself when its connection closes: no task per request. Other
+servers (Hypercorn) get a small race between the call and ``receive()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from inferpool.errors import BadRequest, DeadlineExceeded, InferpoolError, TooLarge
+
+logger = logging.getLogger("inferpool.http")
+
+# Scope key set by a server that cancels a watched engine call on disconnect (http1.py):
+# 0 while nothing is watched, WATCHING while the app awaits the engine, GONE once the
+# protocol has cancelled that await because the client went away.
+WATCH = "inferpool.watch"
+WATCHING = 1
+GONE = 2
+
+# Request-Timeout values beyond this many seconds (about 3 years) mean no deadline; the
+# worker's slot header holds a deadline in int64 nanoseconds.
+MAX_TIMEOUT = 1e8
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+
+
+class ClientGone(InferpoolError):
+    """The client closed its connection: whatever is answered is never sent."""
+
+    status = 499
+
+
+def too_large_message(size: int | str, limit: int) -> str:
+    return f"request body of {size} bytes exceeds the limit of {limit} bytes (--max-body-bytes)"
+
+
+def scan_headers(headers: list[tuple[bytes, bytes]]) -> tuple[bytes | None, ...]:
+    """Content-Length, Inference-Header-Content-Length and Request-Timeout, in one pass.
+
+    Both servers hand header names over lower-cased.
+    """
+    content_length = binary = timeout = None
+    for name, value in headers:
+        if name == b"content-length":
+            content_length = value
+        elif name == b"inference-header-content-length":
+            binary = value
+        elif name == b"request-timeout":
+            timeout = value
+    return content_length, binary, timeout
+
+
+async def read_body(receive: Receive, content_length: bytes | None, limit: int) -> bytes:
+    """The whole body, refused (413) from its Content-Length or once it grows past ``limit``."""
+    if content_length is not None:
+        text = content_length.strip()
+        if len(text) > 18 or (text.isdigit() and int(text) > limit):
+            raise TooLarge(too_large_message(text.decode("latin-1")[:40], limit))
+    message = await receive()
+    if message["type"] != "http.request":
+        raise _gone("while its body was arriving")
+    body = message.get("body", b"")
+    if not message.get("more_body", False):
+        if len(body) > limit:
+            raise TooLarge(too_large_message(len(body), limit))
+        return body
+    chunks = [body]
+    size = len(body)
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise _gone("while its body was arriving")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(too_large_message(f"more than {limit}", limit))
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def json_length(raw: bytes | None, body_size: int) -> int | None:
+    """Inference-Header-Content-Length: a non-negative integer no larger than the body."""
+    if raw is None:
+        return None
+    text = raw.strip()
+    if not (0 < len(text) <= 19 and text.isdigit()):
+        shown = raw[:40].decode("latin-1")
+        raise BadRequest(
+            f"Inference-Header-Content-Length must be a non-negative integer, got {shown!r}"
+        )
+    length = int(text)
+    if length > body_size:
+        raise BadRequest(
+            f"Inference-Header-Content-Length {length} is larger than the request body "
+            f"({body_size} bytes)"
+        )
+    return length
+
+
+def request_timeout(raw: bytes | None, default: float) -> float | None:
+    """Seconds from the Request-Timeout header, else ``default`` if > 0; None: no deadline."""
+    if raw is None:
+        return default if default > 0 else None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0:  # also NaN
+        shown = raw[:40].decode("latin-1")
+        raise BadRequest(f"Request-Timeout must be a number of seconds > 0, got {shown!r}")
+    return seconds if seconds <= MAX_TIMEOUT else None
+
+
+async def await_reply(
+    scope: dict[str, Any], receive: Receive, call: Coroutine[Any, Any, Any], timeout: float | None
+) -> Any:
+    """``call``'s result, unless the deadline passes (504) or the client goes away first."""
+    if WATCH not in scope:
+        return await _race(receive, call, timeout)
+    scope[WATCH] = WATCHING
+    try:
+        if timeout is None:
+            return await call
+        async with asyncio.timeout(timeout):
+            return await call
+    except TimeoutError:
+        raise _deadline(timeout) from None
+    except asyncio.CancelledError:
+        if scope.get(WATCH) != GONE:
+            raise
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        raise _gone("while its request was queued or running") from None
+    finally:
+        if scope[WATCH] == WATCHING:
+            scope[WATCH] = 0
+
+
+async def _race(receive: Receive, call: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
+    task = asyncio.ensure_future(call)
+    gone = asyncio.ensure_future(_disconnected(receive))
+    try:
+        done, _ = await asyncio.wait(
+            (task, gone), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()  # the deadline, the disconnect, or our own cancellation
+    if task in done:
+        return task.result()
+    if gone in done:
+        raise _gone("while its request was queued or running")
+    raise _deadline(timeout)
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _deadline(timeout: float | None) -> DeadlineExceeded:
+    return DeadlineExceeded(f"the request's deadline ({timeout:g}s) passed before its answer")
+
+
+def _gone(when: str) -> ClientGone:
+    logger.debug("client went away %s", when)
+    return ClientGone(f"the client went away {when}")

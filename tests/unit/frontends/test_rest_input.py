@@ -1,0 +1,174 @@
+"""What a REST request brings: bounded body, binary header length, Request-Timeout, and the
+wait for the engine that a deadline or a disconnect cuts short."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from inferpool.errors import BadRequest, DeadlineExceeded, TooLarge
+from inferpool.frontends.rest_input import (
+    GONE,
+    WATCH,
+    WATCHING,
+    ClientGone,
+    await_reply,
+    json_length,
+    read_body,
+    request_timeout,
+    scan_headers,
+)
+
+
+def receiver(*messages: dict):
+    queue = list(messages)
+
+    async def receive() -> dict:
+        if queue:
+            return queue.pop(0)
+        await asyncio.sleep(3600)  # like a server: nothing more until a disconnect
+        raise AssertionError("unreachable")
+
+    return receive
+
+
+def chunk(body: bytes, more: bool) -> dict:
+    return {"type": "http.request", "body": body, "more_body": more}
+
+
+def test_scan_headers_finds_the_three_in_one_pass():
+    headers = [
+        (b"host", b"x"),
+        (b"content-length", b"12"),
+        (b"inference-header-content-length", b"7"),
+        (b"request-timeout", b"1.5"),
+    ]
+    assert scan_headers(headers) == (b"12", b"7", b"1.5")
+    assert scan_headers([]) == (None, None, None)
+
+
+def test_read_body_joins_chunks_under_the_limit():
+    receive = receiver(chunk(b"ab", True), chunk(b"cd", True), chunk(b"e", False))
+    assert asyncio.run(read_body(receive, None, 5)) == b"abcde"
+    assert asyncio.run(read_body(receiver(chunk(b"abc", False)), b"3", 5)) == b"abc"
+
+
+@pytest.mark.parametrize("length", [b"6", b"99999999999999999999999"])
+def test_read_body_refuses_a_content_length_over_the_limit_before_reading(length):
+    async def never() -> dict:
+        raise AssertionError("the body was read")
+
+    with pytest.raises(TooLarge, match="limit of 5 bytes"):
+        asyncio.run(read_body(never, length, 5))
+
+
+def test_read_body_cuts_a_chunked_body_at_the_limit():
+    receive = receiver(chunk(b"abc", True), chunk(b"def", True), chunk(b"never", False))
+    with pytest.raises(TooLarge, match="--max-body-bytes"):
+        asyncio.run(read_body(receive, None, 5))
+
+
+def test_read_body_of_a_client_gone_is_client_gone():
+    receive = receiver(chunk(b"abc", True), {"type": "http.disconnect"})
+    with pytest.raises(ClientGone):
+        asyncio.run(read_body(receive, None, 100))
+
+
+@pytest.mark.parametrize(
+    "raw", [b"-1", b"+5", b"1_0", b"abc", b"", b"1.5", b"99999999999999999999999", b"\xb2"]
+)
+def test_json_length_must_be_a_non_negative_integer(raw):
+    with pytest.raises(BadRequest, match="non-negative integer"):
+        json_length(raw, 100)
+
+
+def test_json_length_must_fit_the_body():
+    assert json_length(None, 10) is None
+    assert json_length(b"0", 10) == 0
+    assert json_length(b" 10 ", 10) == 10
+    with pytest.raises(BadRequest, match="larger than the request body"):
+        json_length(b"11", 10)
+
+
+def test_request_timeout():
+    assert request_timeout(None, 0.0) is None
+    assert request_timeout(None, 2.5) == 2.5
+    assert request_timeout(b"0.25", 2.5) == 0.25
+    assert request_timeout(b"1e300", 0.0) is None  # no deadline, rather than an overflow
+    for raw in (b"0", b"-1", b"nan", b"abc", b""):
+        with pytest.raises(BadRequest, match="Request-Timeout"):
+            request_timeout(raw, 0.0)
+
+
+async def slow(result: str = "done", seconds: float = 0.05) -> str:
+    await asyncio.sleep(seconds)
+    return result
+
+
+@pytest.mark.parametrize("watched", [True, False])
+def test_await_reply_returns_the_answer(watched):
+    scope = {WATCH: 0} if watched else {}
+    assert asyncio.run(await_reply(scope, receiver(), slow(), None)) == "done"
+    assert asyncio.run(await_reply(scope, receiver(), slow(), 5.0)) == "done"
+    assert scope.get(WATCH, 0) == 0
+
+
+@pytest.mark.parametrize("watched", [True, False])
+def test_await_reply_stops_at_the_deadline_and_cancels_the_call(watched):
+    cancelled = []
+
+    async def hung() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    scope = {WATCH: 0} if watched else {}
+    with pytest.raises(DeadlineExceeded, match="deadline"):
+        asyncio.run(await_reply(scope, receiver(), hung(), 0.05))
+    assert cancelled == [True]
+
+
+def test_await_reply_watched_call_cancelled_by_the_protocol_is_client_gone():
+    async def main() -> None:
+        scope = {WATCH: 0}
+        cancelled = []
+
+        async def hung() -> None:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
+
+        task = asyncio.ensure_future(await_reply(scope, receiver(), hung(), None))
+        await asyncio.sleep(0.01)
+        assert scope[WATCH] == WATCHING
+        scope[WATCH] = GONE  # what http1.py does on connection_lost
+        task.cancel()
+        with pytest.raises(ClientGone):
+            await task
+        assert cancelled == [True]
+
+    asyncio.run(main())
+
+
+def test_await_reply_unwatched_call_races_the_disconnect():
+    cancelled = []
+
+    async def hung() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    async def gone_soon() -> dict:
+        await asyncio.sleep(0.05)
+        return {"type": "http.disconnect"}
+
+    with pytest.raises(ClientGone):
+        asyncio.run(await_reply({}, gone_soon, hung(), None))
+    assert cancelled == [True]
