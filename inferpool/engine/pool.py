@@ -554,6 +554,10 @@ class PoolClient(EngineClient):
         with contextlib.suppress(InferpoolError):
             status = self.table.find(name)
             status.state, status.reason = ModelState.FAILED, reason
+            # One client's poisonous input must not take the whole server out of its
+            # Service: the other models keep the server ready. Loading the model again
+            # (and serving) makes it count again.
+            status.required = False
 
     async def _refine_reason(self, name: str, prefix: str, pid: int) -> None:
         status = self._exit_status.pop(pid, None)

@@ -103,6 +103,11 @@ def test_a_crashing_model_is_quarantined_and_the_others_keep_serving(tmp_path: P
         assert worker_pids(server) == pids
         live = httpx.get(f"{server.url}/v2/health/live")
         assert live.status_code == 200, live.text
+        # A quarantine does not take the server out of its Service: the others serve.
+        ready = httpx.get(f"{server.url}/v2/health/ready")
+        assert ready.status_code == 200, ready.text
+        model_ready = httpx.get(f"{server.url}/v2/models/crashy/ready")
+        assert model_ready.status_code == 503, model_ready.text
         response = httpx.post(
             f"{server.url}/v2/models/quick/infer", json=sum_request([[1, 2, 3]], "q")
         )
