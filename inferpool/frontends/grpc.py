@@ -23,6 +23,7 @@ import grpc
 from google.protobuf import json_format
 
 import inferpool
+from inferpool.engine.admin import authorization_of
 from inferpool.engine.client import EngineClient
 from inferpool.engine.handler import KIND_GRPC
 from inferpool.engine.states import ModelState
@@ -177,14 +178,40 @@ class InferenceService:
     async def repository_model_load(
         self, request: Any, context: Any
     ) -> pb.RepositoryModelLoadResponse:
+        self.require_admin(context)
         await self.client.load_model(request.model_name)
         return pb.RepositoryModelLoadResponse()
 
     async def repository_model_unload(
         self, request: Any, context: Any
     ) -> pb.RepositoryModelUnloadResponse:
+        self.require_admin(context)
         await self.client.unload_model(request.model_name)
         return pb.RepositoryModelUnloadResponse()
+
+    def require_admin(self, context: Any) -> None:
+        """An admin RPC's guard: UNAUTHENTICATED without the admin token (``authorization:
+        Bearer TOKEN`` metadata), PERMISSION_DENIED if the repository API is disabled."""
+        metadata = context.invocation_metadata() if context is not None else None
+        self.client.admin.require(authorization_of(metadata))
+
+
+class HeadersContext:
+    """The part of grpc.aio's ServicerContext that typed handlers use, over a call's
+    HTTP/2 headers (the builtin implementation): ``invocation_metadata()``."""
+
+    __slots__ = ("_headers",)
+
+    def __init__(self, headers: list[tuple[bytes, bytes]]) -> None:
+        self._headers = headers
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        """Every header but the pseudo-headers, as (key, value) strings."""
+        return tuple(
+            (key.decode("latin-1"), value.decode("latin-1"))
+            for key, value in self._headers
+            if not key.startswith(b":")
+        )
 
 
 def model_of(request: Any) -> str:
@@ -282,16 +309,13 @@ def _serialize(message: Any) -> bytes:
 class GrpcServer:
     """grpc.aio on the server's loop; stopping lets in-flight calls finish first."""
 
-    def __init__(self, client: EngineClient, settings: ServerSettings) -> None:
+    def __init__(
+        self, client: EngineClient, settings: ServerSettings, connections: Any = None
+    ) -> None:
+        # ``connections`` (the shared registry) cannot see grpc.aio's connections: C-core
+        # accepts them itself. Its own options bound them instead (grpc_options).
         self.settings = settings
-        self.server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                # A port that is taken must fail to bind, not be shared with its owner.
-                ("grpc.so_reuseport", 0),
-            ]
-        )
+        self.server = grpc.aio.server(options=grpc_options(settings))
         self.server.add_generic_rpc_handlers((build_handler(client, settings.access_log),))
         host = f"[{settings.host}]" if ":" in settings.host else settings.host
         address = f"{host}:{settings.grpc_port}"
@@ -308,3 +332,25 @@ class GrpcServer:
     async def stop(self) -> None:
         """Refuse new calls; in-flight calls get the shutdown grace period to finish."""
         await self.server.stop(self.settings.shutdown_timeout)
+
+
+def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
+    """grpc.aio's equivalents of the builtin HTTP/2 layer's limits and timeouts."""
+    options = [
+        ("grpc.max_receive_message_length", settings.max_body_bytes),
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_concurrent_streams", settings.max_concurrent_streams),
+        ("grpc.max_metadata_size", settings.max_header_bytes),
+        ("grpc.absolute_max_metadata_size", settings.max_header_bytes),
+        # Pings without data in between: at most one per 10 s, the third strike ends the
+        # connection with GOAWAY ENHANCE_YOUR_CALM (grpc's ping-flood defence).
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ("grpc.http2.max_ping_strikes", 2),
+        # A port that is taken must fail to bind, not be shared with its owner.
+        ("grpc.so_reuseport", 0),
+    ]
+    if settings.idle_timeout > 0:
+        options.append(("grpc.max_connection_idle_ms", int(settings.idle_timeout * 1000)))
+    if settings.handshake_timeout > 0:
+        options.append(("grpc.server_handshake_timeout_ms", int(settings.handshake_timeout * 1000)))
+    return options

@@ -20,15 +20,21 @@ from urllib.parse import quote
 from inferpool.engine.client import EngineClient
 from inferpool.frontends.access_log import log_request
 from inferpool.frontends.grpc import (
-    MAX_MESSAGE_BYTES,
     RETRY_AFTER_MS,
     SERVICE,
+    HeadersContext,
     InferenceService,
     call_status,
     model_of,
     typed_methods,
 )
-from inferpool.frontends.http2 import Http2Connection, Stream, literal, literal_indexed_name
+from inferpool.frontends.http2 import (
+    Http2Connection,
+    Limits,
+    Stream,
+    literal,
+    literal_indexed_name,
+)
 from inferpool.frontends.listen import bind_socket
 from inferpool.settings import ServerSettings
 
@@ -50,6 +56,11 @@ _TIMEOUT_UNITS = {
     ord("H"): 3600.0, ord("M"): 60.0, ord("S"): 1.0,
     ord("m"): 1e-3, ord("u"): 1e-6, ord("n"): 1e-9,
 }  # fmt: skip
+# A longer grpc-timeout (grpc-go sends up to 2562047H, ~292 years) means "no deadline" in
+# practice; clamped, so that the deadline always fits the worker slot header.
+MAX_TIMEOUT = 365 * 24 * 3600.0
+# Largest message when no limit is given (gRPC's own ceiling).
+MESSAGE_CEILING = 2**31 - 1
 
 
 class CallError(Exception):
@@ -73,16 +84,20 @@ def status_trailers(code: str, message: str = "", pushback: bool = False) -> byt
 
 
 def parse_timeout(value: bytes) -> float:
-    """A ``grpc-timeout`` value (up to 8 digits and a unit) in seconds."""
+    """A ``grpc-timeout`` value (up to 8 digits and a unit) in seconds, at most a year."""
     if not 2 <= len(value) <= 9 or not value[:-1].isdigit():
         raise CallError("INTERNAL", f"malformed grpc-timeout {value.decode(errors='replace')!r}")
     unit = _TIMEOUT_UNITS.get(value[-1])
     if unit is None:
         raise CallError("INTERNAL", f"malformed grpc-timeout {value.decode(errors='replace')!r}")
-    return int(value[:-1]) * unit
+    return min(int(value[:-1]) * unit, MAX_TIMEOUT)
 
 
-def unframe(chunks: list[bytes]) -> bytes:
+def too_large(length: int, limit: int) -> str:
+    return f"message of {length} bytes is over the limit of {limit} bytes (max_body_bytes)"
+
+
+def unframe(chunks: list[bytes], limit: int = MESSAGE_CEILING) -> bytes:
     """The one message of a unary call from its length-prefixed DATA."""
     body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if len(body) < 5:
@@ -90,8 +105,8 @@ def unframe(chunks: list[bytes]) -> bytes:
     if body[0] != 0:
         raise CallError("UNIMPLEMENTED", "compressed messages are not supported; send identity")
     length = int.from_bytes(body[1:5], "big")
-    if length > MAX_MESSAGE_BYTES:
-        raise CallError("RESOURCE_EXHAUSTED", f"message of {length} bytes is too large")
+    if length > limit:
+        raise CallError("RESOURCE_EXHAUSTED", too_large(length, limit))
     if len(body) != 5 + length:
         raise CallError("INTERNAL", "a unary call needs exactly one request message")
     return body[5:]
@@ -104,8 +119,16 @@ def framed(message: bytes) -> bytes:
 class GrpcH2Server:
     """GRPCInferenceService on inferpool's HTTP/2 server, on the running loop."""
 
-    def __init__(self, client: EngineClient, settings: ServerSettings) -> None:
+    def __init__(
+        self, client: EngineClient, settings: ServerSettings, connections: Any = None
+    ) -> None:
+        """``connections``: the server's ``frontends.connections.Connections`` (or None)."""
         self.settings = settings
+        self.registry = connections
+        self.max_message = settings.max_body_bytes
+        # The HTTP/2 body of a unary call is the message and its 5-byte prefix.
+        body_limit = {"max_body_bytes": settings.max_body_bytes + 5}
+        self.limits = Limits.from_settings(settings.model_copy(update=body_limit))
         self.access_log = settings.access_log
         self.service = InferenceService(client)
         prefix = f"/{SERVICE}/".encode()
@@ -114,7 +137,7 @@ class GrpcH2Server:
             for name, (handler, message) in typed_methods(self.service).items()
         }
         self.methods[prefix + b"ModelInfer"] = ("ModelInfer", None, None)
-        self.connections: set[Http2Connection] = set()
+        self.open: set[Http2Connection] = set()
         self.calls: set[asyncio.Task] = set()
         self._server: asyncio.AbstractServer | None = None
         self.socket = bind_socket(settings.host, settings.grpc_port, "gRPC")
@@ -124,25 +147,42 @@ class GrpcH2Server:
         self._server = await loop.create_server(self._connection, sock=self.socket)
 
     def _connection(self) -> Http2Connection:
-        connection = Http2Connection(self._on_request, self.connections.discard)
-        self.connections.add(connection)
+        connection = Http2Connection(
+            self._on_request,
+            self.open.discard,
+            limits=self.limits,
+            registry=self.registry,
+            on_reject=self._reject,
+            on_body_head=self._check_prefix,
+        )
+        self.open.add(connection)
         return connection
+
+    def _check_prefix(self, head: bytes) -> str | None:
+        """Refuse a message from its 5-byte prefix, before its bytes are buffered."""
+        length = int.from_bytes(head[1:5], "big")
+        return too_large(length, self.max_message) if length > self.max_message else None
+
+    def _reject(self, connection: Http2Connection, stream: Stream, message: str) -> None:
+        """A call over a limit of the HTTP/2 layer: RESOURCE_EXHAUSTED naming it."""
+        trailers = status_trailers("RESOURCE_EXHAUSTED", message)
+        connection.respond(stream, RESPONSE_HEADERS + trailers, b"", b"")
 
     async def stop(self) -> None:
         """Refuse new calls; in-flight calls get the shutdown grace period to finish."""
         if self._server is not None:
             self._server.close()
-        for connection in list(self.connections):
+        for connection in list(self.open):
             connection.goaway()
         if self.calls:
             await asyncio.wait(set(self.calls), timeout=self.settings.shutdown_timeout)
         for call in list(self.calls):
             call.cancel()
         # Answered connections close once their replies are written; give them a moment.
-        closing = [connection.closed for connection in self.connections]
+        closing = [connection.closed for connection in self.open]
         if closing:
             await asyncio.wait(closing, timeout=1)
-        for connection in list(self.connections):
+        for connection in list(self.open):
             connection.abort()
 
     # -- one call --------------------------------------------------------------------------
@@ -166,7 +206,7 @@ class GrpcH2Server:
             timeout = headers.get(b"grpc-timeout")
             # The deadline counts from arrival, however long the call waits to start.
             expires = time.monotonic() + parse_timeout(timeout) if timeout is not None else None
-            message = unframe(stream.body)
+            message = unframe(stream.body, self.max_message)
         except CallError as exc:
             trailers = status_trailers(exc.code, exc.message)
             connection.respond(stream, RESPONSE_HEADERS + trailers, b"", b"")
@@ -209,7 +249,8 @@ class GrpcH2Server:
                     request = request_type.FromString(message)
                 except Exception:
                     raise CallError("INTERNAL", f"cannot parse the {name} request") from None
-                reply = (await handler(request, None)).SerializeToString()
+                context = HeadersContext(stream.headers)
+                reply = (await handler(request, context)).SerializeToString()
             if expires is not None and time.monotonic() >= expires:
                 # The deadline passed while the loop was busy (an in-process model), so
                 # the timer could not fire; the client has given up on this reply.

@@ -153,7 +153,10 @@ def test_status_trailers_pushback_and_empty_message():
         (b"1500u", 0.0015),
         (b"7000000n", 0.007),
         (b"0S", 0.0),
-        (b"99999999S", 99_999_999.0),  # the most digits allowed: 8
+        (b"9999999S", 9_999_999.0),  # under a year: as sent
+        (b"99999999S", 365 * 24 * 3600.0),  # the most digits allowed (8): clamped to a year
+        (b"2562047H", 365 * 24 * 3600.0),  # grpc-go's largest deadline (~292 years)
+        (b"99999999H", 365 * 24 * 3600.0),
         (b"00000001m", 0.001),
     ],
 )
@@ -233,6 +236,11 @@ def test_unframe_refuses_a_length_beyond_the_limit():
     with pytest.raises(CallError) as caught:
         unframe([b"\x00\xff\xff\xff\xff"])
     assert caught.value.code == "RESOURCE_EXHAUSTED"
+    with pytest.raises(CallError) as caught:
+        unframe([message_frame(b"x" * 101)], limit=100)
+    assert caught.value.code == "RESOURCE_EXHAUSTED"
+    assert "101 bytes" in caught.value.message and "max_body_bytes" in caught.value.message
+    assert unframe([message_frame(b"x" * 100)], limit=100) == b"x" * 100
 
 
 class _Transport:
