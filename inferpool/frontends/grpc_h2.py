@@ -28,13 +28,8 @@ from inferpool.frontends.grpc import (
     model_of,
     typed_methods,
 )
-from inferpool.frontends.http2 import (
-    Http2Connection,
-    Limits,
-    Stream,
-    literal,
-    literal_indexed_name,
-)
+from inferpool.frontends.http2 import Http2Connection, Stream
+from inferpool.frontends.http2_wire import Limits, literal, literal_indexed_name
 from inferpool.frontends.listen import bind_socket
 from inferpool.settings import ServerSettings
 

@@ -1,5 +1,10 @@
 """A lean HTTP/2 server connection (RFC 9113) for request/response exchanges such as gRPC's.
 
+The connection lives here (``Stream``, ``Http2Connection``); the wire vocabulary it
+speaks (frame types, flags, error codes, SETTINGS, windows and budgets, ``Limits``,
+``ProtocolFailure``, framing, header validation and the HPACK encoding of responses)
+lives in ``http2_wire.py``.
+
 It owns the wire: the preface, framing, SETTINGS, PING, GOAWAY, RST_STREAM, flow control
 in both directions, CONTINUATION, padding, and HPACK decoding (the ``hpack`` library).
 A stream whose request has ended (headers, body, END_STREAM) is handed to
@@ -25,62 +30,75 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import hpack
 from hpack import HPACKError, OversizedHeaderListError
 
+from inferpool.frontends.http2_wire import (
+    ACK,
+    CANCEL,
+    COMPRESSION_ERROR,
+    CONNECTION_WINDOW,
+    CONTINUATION,
+    CONTINUATION_LIMIT,
+    DATA,
+    DEFAULT_LIMITS,
+    DEFAULT_MAX_FRAME,
+    DEFAULT_WINDOW,
+    EMPTY_BUDGET,
+    END_HEADERS,
+    END_STREAM,
+    ENHANCE_YOUR_CALM,
+    FLOW_CONTROL_ERROR,
+    FRAME_HEAD,
+    FRAME_SIZE_ERROR,
+    GOAWAY,
+    HEADER_TABLE_SIZE,
+    HEADERS,
+    MAX_WINDOW,
+    NO_ERROR,
+    PING,
+    PING_BUDGET,
+    PREFACE,
+    PRIORITY,
+    PRIORITY_BUDGET,
+    PRIORITY_FLAG,
+    PROTOCOL_ERROR,
+    PUSH_PROMISE,
+    RECEIVE_FRAME,
+    REFUSED_STREAM,
+    RESET_BUDGET,
+    RST_STREAM,
+    SETTING,
+    SETTINGS,
+    SETTINGS_BUDGET,
+    SETTINGS_ENABLE_PUSH,
+    SETTINGS_HEADER_TABLE_SIZE,
+    SETTINGS_INITIAL_WINDOW_SIZE,
+    SETTINGS_MAX_CONCURRENT_STREAMS,
+    SETTINGS_MAX_FRAME_SIZE,
+    SETTINGS_MAX_HEADER_LIST_SIZE,
+    STREAM_CLOSED,
+    STREAM_WINDOW,
+    U32,
+    WINDOW_UPDATE,
+    Limits,
+    ProtocolFailure,
+    frame,
+    unpad,
+    validate_headers,
+)
+
 logger = logging.getLogger(__name__)
 # hpack logs every header it decodes at DEBUG: noise, and a cost per call at any level.
 logging.getLogger("hpack").setLevel(logging.WARNING)
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-# Frame types and flags.
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY = range(8)
-WINDOW_UPDATE, CONTINUATION = 8, 9
-END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
-
-# Error codes.
-NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0x0, 0x1, 0x2, 0x3
-STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = (
-    0x5, 0x6, 0x7, 0x8, 0x9,
-)  # fmt: skip
-ENHANCE_YOUR_CALM = 0xB
-
-# SETTINGS identifiers.
-SETTINGS_HEADER_TABLE_SIZE, SETTINGS_ENABLE_PUSH, SETTINGS_MAX_CONCURRENT_STREAMS = 0x1, 0x2, 0x3
-SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE, SETTINGS_MAX_HEADER_LIST_SIZE = 0x4, 0x5, 0x6
-
-DEFAULT_WINDOW = 65_535
-DEFAULT_MAX_FRAME = 16_384
-MAX_WINDOW = 2**31 - 1
-# What a peer may send before we acknowledge it. Windows are given back only as bodies
-# are consumed (handed to the call), so a connection can make us hold at most
-# max_body + CONNECTION_WINDOW of request bodies; 1 MiB per stream still lets a 64 MiB
-# tensor stream through with a WINDOW_UPDATE every 256 KiB.
-STREAM_WINDOW = 1024 * 1024
-CONNECTION_WINDOW = 4 * 1024 * 1024
-RECEIVE_FRAME = 256 * 1024
-HEADER_TABLE_SIZE = 4096
 # Bytes of a body after which ``on_body_head`` is asked (gRPC's 5-byte message prefix).
 BODY_HEAD = 5
 
-# Budgets per connection and per second (the timer refills them): past one, GOAWAY
-# ENHANCE_YOUR_CALM. Generous for real clients (grpc's BDP and keepalive pings are a few
-# a second), tiny against floods (CVE-2019-9512/9514/9515/9518, CVE-2023-44487).
-PING_BUDGET = 1000
-SETTINGS_BUDGET = 100
-PRIORITY_BUDGET = 1000
-# RST_STREAM received, plus streams we reset or refused: a client cancelling calls under
-# overload stays well below; a rapid reset (CVE-2023-44487) goes far past it.
-RESET_BUDGET = 1000
-EMPTY_BUDGET = 100  # DATA, HEADERS or CONTINUATION frames that carry nothing and end nothing
-CONTINUATION_LIMIT = 256  # CONTINUATION frames in one header block
 # A decoded header list past this many times max_header_bytes ends the connection (the
 # HPACK decoder had to stop mid-block); past max_header_bytes only the stream is refused.
 DECODED_HEADER_FACTOR = 4
@@ -88,101 +106,6 @@ DECODED_HEADER_FACTOR = 4
 CACHE_ENTRIES = 64
 CACHE_BYTES = 128 * 1024
 CACHED_BLOCK_MAX = 4096
-
-_FRAME_HEAD = struct.Struct(">HBBBI")  # 24-bit length as (high 16, low 8), type, flags, id
-_SETTING = struct.Struct(">HI")
-_U32 = struct.Struct(">I")
-
-_PSEUDO = frozenset((b":method", b":scheme", b":path", b":authority"))
-_REQUIRED = (b":method", b":scheme", b":path")
-_CONNECTION_SPECIFIC = frozenset(
-    (b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade")
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """What one connection may cost; ``from_settings`` maps the server settings."""
-
-    max_body: int = 64 * 1024 * 1024
-    max_header_bytes: int = 64 * 1024
-    max_header_count: int = 100
-    max_streams: int = 256
-    handshake_timeout: float = 10.0
-    idle_timeout: float = 60.0
-    header_timeout: float = 10.0
-    body_timeout: float = 60.0
-    write_timeout: float = 30.0
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> Limits:
-        return cls(
-            max_body=settings.max_body_bytes,
-            max_header_bytes=settings.max_header_bytes,
-            max_header_count=settings.max_header_count,
-            max_streams=settings.max_concurrent_streams,
-            handshake_timeout=settings.handshake_timeout,
-            idle_timeout=settings.idle_timeout,
-            header_timeout=settings.header_timeout,
-            body_timeout=settings.body_timeout,
-            write_timeout=settings.write_timeout,
-        )
-
-    @property
-    def tick(self) -> float:
-        """Seconds between two checks of the connection's timers."""
-        timeouts = [
-            t
-            for t in (
-                self.handshake_timeout,
-                self.idle_timeout,
-                self.header_timeout,
-                self.body_timeout,
-                self.write_timeout,
-            )
-            if t > 0
-        ]
-        return max(0.05, min([1.0, *(t / 4 for t in timeouts)]))
-
-
-DEFAULT_LIMITS = Limits()
-
-
-class ProtocolFailure(Exception):
-    """A connection-level protocol error: the connection ends with GOAWAY(code)."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    length = len(payload)
-    return _FRAME_HEAD.pack(length >> 8, length & 0xFF, kind, flags, stream_id) + payload
-
-
-def hpack_int(value: int, prefix_bits: int, first: int = 0) -> bytes:
-    """An HPACK integer (RFC 7541 §5.1) with ``first``'s high bits set in its first byte."""
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes((first | value,))
-    out = bytearray((first | limit,))
-    value -= limit
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def literal(name: bytes, value: bytes) -> bytes:
-    """A literal header field without indexing, new name, no Huffman (RFC 7541 §6.2.2)."""
-    return b"\x00" + hpack_int(len(name), 7) + name + hpack_int(len(value), 7) + value
-
-
-def literal_indexed_name(index: int, value: bytes) -> bytes:
-    """A literal header field without indexing whose name is a static-table entry."""
-    return hpack_int(index, 4) + hpack_int(len(value), 7) + value
 
 
 class Stream:
@@ -317,7 +240,7 @@ class Http2Connection(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        payload = _U32.pack(self.last_stream_id) + _U32.pack(NO_ERROR)
+        payload = U32.pack(self.last_stream_id) + U32.pack(NO_ERROR)
         transport.write(frame(GOAWAY, 0, 0, payload))
         self.going_away_sent = self._closed_by_us = True
         transport.close()
@@ -332,7 +255,7 @@ class Http2Connection(asyncio.Protocol):
             self._admitted = True
         limits = self.limits
         settings = b"".join(
-            _SETTING.pack(key, value)
+            SETTING.pack(key, value)
             for key, value in (
                 (SETTINGS_HEADER_TABLE_SIZE, HEADER_TABLE_SIZE),
                 (SETTINGS_ENABLE_PUSH, 0),
@@ -342,7 +265,7 @@ class Http2Connection(asyncio.Protocol):
                 (SETTINGS_MAX_HEADER_LIST_SIZE, limits.max_header_bytes),
             )
         )
-        window = _U32.pack(CONNECTION_WINDOW - DEFAULT_WINDOW)
+        window = U32.pack(CONNECTION_WINDOW - DEFAULT_WINDOW)
         self.transport.write(frame(SETTINGS, 0, 0, settings) + frame(WINDOW_UPDATE, 0, 0, window))
         self._timer = asyncio.get_running_loop().call_later(limits.tick, self._tick)
 
@@ -406,7 +329,7 @@ class Http2Connection(asyncio.Protocol):
         pos, end = 0, len(data)
         try:
             while end - pos >= 9:
-                high, low, kind, flags, stream_id = _FRAME_HEAD.unpack_from(data, pos)
+                high, low, kind, flags, stream_id = FRAME_HEAD.unpack_from(data, pos)
                 length = high << 8 | low
                 if length > RECEIVE_FRAME:
                     raise ProtocolFailure(FRAME_SIZE_ERROR, "frame larger than advertised")
@@ -438,7 +361,7 @@ class Http2Connection(asyncio.Protocol):
         """Give the peer back connection window, unless too much body is held already."""
         used = CONNECTION_WINDOW - self._recv_window
         if used >= CONNECTION_WINDOW // 4 and self._buffered < self._body_budget:
-            out.append(frame(WINDOW_UPDATE, 0, 0, _U32.pack(used)))
+            out.append(frame(WINDOW_UPDATE, 0, 0, U32.pack(used)))
             self._recv_window = CONNECTION_WINDOW
 
     # -- frames in -------------------------------------------------------------------------
@@ -490,12 +413,12 @@ class Http2Connection(asyncio.Protocol):
             raise ProtocolFailure(PROTOCOL_ERROR, "the first frame must be SETTINGS")
         if stream_id == 0 or not stream_id & 1:
             raise ProtocolFailure(PROTOCOL_ERROR, "HEADERS on an invalid stream id")
-        payload = _unpad(flags, payload)
+        payload = unpad(flags, payload)
         depends_on_itself = False
         if flags & PRIORITY_FLAG:
             if len(payload) < 5:
                 raise ProtocolFailure(FRAME_SIZE_ERROR, "HEADERS too short for its priority")
-            depends_on_itself = _U32.unpack_from(payload)[0] & 0x7FFFFFFF == stream_id
+            depends_on_itself = U32.unpack_from(payload)[0] & 0x7FFFFFFF == stream_id
             payload = payload[5:]
         stream = self.streams.get(stream_id)
         if stream is None:
@@ -610,7 +533,7 @@ class Http2Connection(asyncio.Protocol):
             raise ProtocolFailure(ENHANCE_YOUR_CALM, "decoded header list too large") from None
         except HPACKError as exc:
             raise ProtocolFailure(COMPRESSION_ERROR, f"bad header block: {exc}") from None
-        problem, size, length = _validate(headers)
+        problem, size, length = validate_headers(headers)
         limits = self.limits
         verdict: tuple[bool, str] | None = None
         if problem is not None:
@@ -659,7 +582,7 @@ class Http2Connection(asyncio.Protocol):
             self._reset(stream, FLOW_CONTROL_ERROR, out)
             return
         stream.recv_window -= flow
-        payload = _unpad(flags, payload)
+        payload = unpad(flags, payload)
         size = len(payload)
         if not size and not flags & END_STREAM:
             self._empty()
@@ -695,7 +618,7 @@ class Http2Connection(asyncio.Protocol):
             return
         stream.unacked += flow
         if stream.unacked >= STREAM_WINDOW // 4 and received < self.max_body:
-            out.append(frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(stream.unacked)))
+            out.append(frame(WINDOW_UPDATE, 0, stream_id, U32.pack(stream.unacked)))
             stream.recv_window += stream.unacked
             stream.unacked = 0
 
@@ -727,7 +650,7 @@ class Http2Connection(asyncio.Protocol):
             raise ProtocolFailure(ENHANCE_YOUR_CALM, "PRIORITY flood")
         if len(payload) != 5:
             self._reset_id(stream_id, FRAME_SIZE_ERROR, out)
-        elif _U32.unpack_from(payload)[0] & 0x7FFFFFFF == stream_id:
+        elif U32.unpack_from(payload)[0] & 0x7FFFFFFF == stream_id:
             self._reset_id(stream_id, PROTOCOL_ERROR, out)  # a stream depending on itself
 
     def _settings(self, flags: int, stream_id: int, payload: bytes, out: list) -> None:
@@ -746,7 +669,7 @@ class Http2Connection(asyncio.Protocol):
             raise ProtocolFailure(FRAME_SIZE_ERROR, "SETTINGS length")
         self._settings_seen = True
         for offset in range(0, len(payload), 6):
-            key, value = _SETTING.unpack_from(payload, offset)
+            key, value = SETTING.unpack_from(payload, offset)
             if key == SETTINGS_INITIAL_WINDOW_SIZE:
                 if value > MAX_WINDOW:
                     raise ProtocolFailure(FLOW_CONTROL_ERROR, "initial window too large")
@@ -769,7 +692,7 @@ class Http2Connection(asyncio.Protocol):
     def _window_update(self, stream_id: int, payload: bytes, out: list) -> None:
         if len(payload) != 4:
             raise ProtocolFailure(FRAME_SIZE_ERROR, "WINDOW_UPDATE length")
-        increment = _U32.unpack(payload)[0] & 0x7FFFFFFF
+        increment = U32.unpack(payload)[0] & 0x7FFFFFFF
         if stream_id == 0:
             if increment == 0:
                 raise ProtocolFailure(PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
@@ -799,7 +722,7 @@ class Http2Connection(asyncio.Protocol):
             del self.streams[stream.id]
         self._blocked.pop(stream.id, None)
         self._drop(stream)
-        out.append(frame(RST_STREAM, 0, stream.id, _U32.pack(code)))
+        out.append(frame(RST_STREAM, 0, stream.id, U32.pack(code)))
 
     def _reset_id(self, stream_id: int, code: int, out: list) -> None:
         stream = self.streams.get(stream_id)
@@ -807,7 +730,7 @@ class Http2Connection(asyncio.Protocol):
             self._reset(stream, code, out)
         else:
             self._count_reset()
-            out.append(frame(RST_STREAM, 0, stream_id, _U32.pack(code)))
+            out.append(frame(RST_STREAM, 0, stream_id, U32.pack(code)))
 
     def _count_reset(self) -> None:
         self._resets -= 1
@@ -822,9 +745,9 @@ class Http2Connection(asyncio.Protocol):
         if self.on_reject is not None:
             self.on_reject(self, stream, message)
             if not stream.ended:
-                out.append(frame(RST_STREAM, 0, stream.id, _U32.pack(NO_ERROR)))
+                out.append(frame(RST_STREAM, 0, stream.id, U32.pack(NO_ERROR)))
         else:
-            out.append(frame(RST_STREAM, 0, stream.id, _U32.pack(REFUSED_STREAM)))
+            out.append(frame(RST_STREAM, 0, stream.id, U32.pack(REFUSED_STREAM)))
         self._finish(stream)
         self._blocked.pop(stream.id, None)
 
@@ -981,7 +904,7 @@ class Http2Connection(asyncio.Protocol):
         if self.transport is None or self.transport.is_closing() or self.going_away_sent:
             return
         self.going_away_sent = True
-        payload = _U32.pack(self.last_stream_id) + _U32.pack(NO_ERROR)
+        payload = U32.pack(self.last_stream_id) + U32.pack(NO_ERROR)
         self.transport.write(frame(GOAWAY, 0, 0, payload))
         if not self.streams:
             self._closed_by_us = True
@@ -996,7 +919,7 @@ class Http2Connection(asyncio.Protocol):
         if self.transport is None or self.transport.is_closing():
             return
         self.going_away_sent = True
-        payload = _U32.pack(self.last_stream_id) + _U32.pack(code) + message.encode()[:256]
+        payload = U32.pack(self.last_stream_id) + U32.pack(code) + message.encode()[:256]
         out.append(frame(GOAWAY, 0, 0, payload))
         self.transport.write(b"".join(out))
         self._closed_by_us = True
@@ -1010,47 +933,3 @@ class Http2Connection(asyncio.Protocol):
     def _close_now(self) -> None:
         if self.transport is not None:
             self.transport.close()
-
-
-def _unpad(flags: int, payload: bytes) -> bytes:
-    if not flags & PADDED:
-        return payload
-    if not payload or payload[0] >= len(payload):
-        raise ProtocolFailure(PROTOCOL_ERROR, "padding longer than the frame")
-    return payload[1 : len(payload) - payload[0]]
-
-
-def _validate(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, int, int | None]:
-    """What is wrong with a request's header list (RFC 9113 §8.1.1, §8.2, §8.3), its size
-    as SETTINGS_MAX_HEADER_LIST_SIZE counts it, and its content-length."""
-    size = 0
-    regular = False
-    pseudo: set[bytes] = set()
-    length: int | None = None
-    problem: str | None = None
-    for name, value in headers:
-        size += len(name) + len(value) + 32
-        if problem is not None:
-            continue
-        if name[:1] == b":":
-            if regular:
-                problem = "pseudo-header after a regular header"
-            elif name not in _PSEUDO or name in pseudo:
-                problem = "unknown or repeated pseudo-header"
-            pseudo.add(name)
-            continue
-        regular = True
-        if name != name.lower():
-            problem = "uppercase header name"
-        elif name in _CONNECTION_SPECIFIC or (name == b"te" and value != b"trailers"):
-            problem = "connection-specific header"
-        elif name == b"content-length":
-            if not value.isdigit() or (length is not None and int(value) != length):
-                problem = "bad content-length"
-            else:
-                length = int(value)
-    if problem is None and not all(required in pseudo for required in _REQUIRED):
-        problem = "missing :method, :scheme or :path"
-    if problem is None and not dict(headers).get(b":path"):
-        problem = "empty :path"
-    return problem, size, length

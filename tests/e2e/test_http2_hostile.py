@@ -27,7 +27,7 @@ import numpy as np
 import psutil
 import pytest
 
-from inferpool.frontends.http2 import (
+from inferpool.frontends.http2_wire import (
     CONTINUATION_LIMIT,
     PING_BUDGET,
     RESET_BUDGET,
@@ -165,7 +165,7 @@ def without(name: bytes) -> list:
 
 
 def table_size_update(size: int) -> bytes:
-    from inferpool.frontends.http2 import hpack_int
+    from inferpool.frontends.http2_wire import hpack_int
 
     return hpack_int(size, 5, 0x20)
 

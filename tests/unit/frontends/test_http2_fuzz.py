@@ -17,10 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferpool.frontends import http2
-from inferpool.frontends.http2 import (
-    CACHE_BYTES,
-    CACHE_ENTRIES,
+from inferpool.frontends import http2, http2_wire
+from inferpool.frontends.http2 import CACHE_BYTES, CACHE_ENTRIES, Http2Connection
+from inferpool.frontends.http2_wire import (
     CONNECTION_WINDOW,
     DATA,
     END_HEADERS,
@@ -31,7 +30,6 @@ from inferpool.frontends.http2 import (
     RECEIVE_FRAME,
     RST_STREAM,
     SETTINGS,
-    Http2Connection,
     Limits,
     frame,
 )
@@ -234,7 +232,7 @@ def test_more_data_than_the_connection_window_is_a_flow_control_error():
             data.append(frame(HEADERS, END_HEADERS, 2 * i + 1, block))
             data += [frame(DATA, 0, 2 * i + 1, chunk)] * 4
         connection.data_received(b"".join(data))
-        assert goaways(transport) == [http2.FLOW_CONTROL_ERROR]
+        assert goaways(transport) == [http2_wire.FLOW_CONTROL_ERROR]
         assert transport.closing
 
     run(scenario)
@@ -281,7 +279,7 @@ def test_idle_since_and_close_idle():
         connection._tick()  # the timer's look: a stream was open since its last one
         assert connection.idle_since is not None
         connection.close_idle()
-        assert goaways(transport) == [http2.NO_ERROR] and transport.closing
+        assert goaways(transport) == [http2_wire.NO_ERROR] and transport.closing
         connection.connection_lost(None)
         assert not registry.open
 
@@ -298,6 +296,6 @@ def test_the_timer_closes_a_silent_connection(timeout, monkeypatch):
         monkeypatch.setattr(http2.time, "monotonic", lambda: clock)
         connection._tick()
         assert transport.closing
-        assert goaways(transport) == ([http2.NO_ERROR] if timeout == "idle" else [])
+        assert goaways(transport) == ([http2_wire.NO_ERROR] if timeout == "idle" else [])
 
     run(scenario)

@@ -15,7 +15,7 @@ from hpack.table import HeaderTable
 
 from inferpool.frontends import grpc_h2, http2
 from inferpool.frontends.grpc_h2 import CallError, parse_timeout, status_trailers, unframe
-from inferpool.frontends.http2 import hpack_int, literal, literal_indexed_name
+from inferpool.frontends.http2_wire import hpack_int, literal, literal_indexed_name
 
 
 def decode(block: bytes) -> list[tuple[bytes, bytes]]:

@@ -106,6 +106,15 @@ async def slow(result: str = "done", seconds: float = 0.05) -> str:
     return result
 
 
+async def hung(cancelled: list[bool]) -> None:
+    """An engine call that never answers; notes its cancellation in ``cancelled``."""
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        cancelled.append(True)
+        raise
+
+
 @pytest.mark.parametrize("watched", [True, False])
 def test_await_reply_returns_the_answer(watched):
     scope = {WATCH: 0} if watched else {}
@@ -118,16 +127,9 @@ def test_await_reply_returns_the_answer(watched):
 def test_await_reply_stops_at_the_deadline_and_cancels_the_call(watched):
     cancelled = []
 
-    async def hung() -> None:
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            cancelled.append(True)
-            raise
-
     scope = {WATCH: 0} if watched else {}
     with pytest.raises(DeadlineExceeded, match="deadline"):
-        asyncio.run(await_reply(scope, receiver(), hung(), 0.05))
+        asyncio.run(await_reply(scope, receiver(), hung(cancelled), 0.05))
     assert cancelled == [True]
 
 
@@ -136,14 +138,7 @@ def test_await_reply_watched_call_cancelled_by_the_protocol_is_client_gone():
         scope = {WATCH: 0}
         cancelled = []
 
-        async def hung() -> None:
-            try:
-                await asyncio.sleep(3600)
-            except asyncio.CancelledError:
-                cancelled.append(True)
-                raise
-
-        task = asyncio.ensure_future(await_reply(scope, receiver(), hung(), None))
+        task = asyncio.ensure_future(await_reply(scope, receiver(), hung(cancelled), None))
         await asyncio.sleep(0.01)
         assert scope[WATCH] == WATCHING
         scope[WATCH] = GONE  # what http1.py does on connection_lost
@@ -158,17 +153,10 @@ def test_await_reply_watched_call_cancelled_by_the_protocol_is_client_gone():
 def test_await_reply_unwatched_call_races_the_disconnect():
     cancelled = []
 
-    async def hung() -> None:
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            cancelled.append(True)
-            raise
-
     async def gone_soon() -> dict:
         await asyncio.sleep(0.05)
         return {"type": "http.disconnect"}
 
     with pytest.raises(ClientGone):
-        asyncio.run(await_reply({}, gone_soon, hung(), None))
+        asyncio.run(await_reply({}, gone_soon, hung(cancelled), None))
     assert cancelled == [True]
