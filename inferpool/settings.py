@@ -122,10 +122,17 @@ class ServerSettings(BaseSettings):
         "recycled (a model's own 'timeout' overrides it); 0: no limit",
     )
     # -- the model repository API
-    model_control_mode: Literal["none", "explicit"] = Field(
+    model_control_mode: Literal["none", "explicit", "poll"] = Field(
         "explicit",
         description="none: the models of the repository at start-up, no load/unload API; "
-        "explicit: the repository API loads and unloads models",
+        "explicit: the repository API loads and unloads models; "
+        "poll: the repository is watched: a model folder added, changed or removed is "
+        "loaded, reloaded or unloaded (no load/unload API)",
+    )
+    repository_debounce: float = Field(
+        1.0,
+        description="poll mode: seconds a changed model folder must stay quiet "
+        "before it is acted on",
     )
     admin_token: str | None = Field(
         None,

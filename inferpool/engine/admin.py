@@ -17,6 +17,9 @@ from inferpool.errors import Forbidden, Unauthorized
 from inferpool.settings import ServerSettings
 
 DISABLED = "the model repository API is disabled (--model-control-mode none)"
+DISABLED_POLL = (
+    "the model repository API is disabled (--model-control-mode poll: the repository is watched)"
+)
 _SCHEME = "bearer "
 
 
@@ -65,6 +68,8 @@ class AdminPolicy:
     def require_enabled(self) -> None:
         if self.control_mode == "none":
             raise Forbidden(DISABLED)
+        if self.control_mode == "poll":  # as Triton: the repository's folders decide
+            raise Forbidden(DISABLED_POLL)
 
 
 def authorization_of(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:

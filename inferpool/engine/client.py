@@ -21,6 +21,7 @@ from inferpool.engine.handler import Reply
 from inferpool.engine.repository import Discovered, discover, find_model
 from inferpool.engine.states import ModelState, ModelStatus, ModelTable
 from inferpool.engine.stats import ModelStats
+from inferpool.engine.watcher import RepositoryWatcher
 from inferpool.errors import (
     BadRequest,
     DeadlineExceeded,
@@ -46,6 +47,7 @@ class EngineClient(ABC):
         # One load or unload of a model at a time. Only names found in the repository or
         # listed in the table get a lock, so a hostile peer cannot grow this.
         self._locks = _NamedLocks()
+        self._watcher: RepositoryWatcher | None = None  # --model-control-mode poll
 
     # -- health ---------------------------------------------------------------------------
     @property
@@ -68,8 +70,15 @@ class EngineClient(ABC):
     async def start(self) -> None:  # noqa: B027 - nothing to start in-process
         """Start what runs models (workers); loads nothing."""
 
-    async def close(self) -> None:  # noqa: B027
+    async def close(self) -> None:
         """Stop what runs models; in-flight requests must have drained."""
+        await self.stop_watching()
+
+    async def stop_watching(self) -> None:
+        """Stop following the repository (poll mode); every client's close calls it."""
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            await watcher.stop()
 
     async def load_repository(self) -> list[ModelStatus]:
         """Load every model in the repository, in parallel; return their statuses.
@@ -79,6 +88,11 @@ class EngineClient(ABC):
         """
         repository = self.settings.model_repository
         found = discover(repository) if repository is not None else []
+        poll = self.settings.model_control_mode == "poll"
+        if poll and repository is not None and self._watcher is None:
+            # Started first: what changes while these load is acted on after them.
+            self._watcher = RepositoryWatcher(self, repository, self.settings.repository_debounce)
+            self._watcher.start(found)
         return list(await asyncio.gather(*(self._load_discovered(d, required=True) for d in found)))
 
     async def load_model(self, name: str) -> ModelStatus:
@@ -106,6 +120,10 @@ class EngineClient(ABC):
     async def unload_model(self, name: str) -> None:
         """Unload a model in any state (a FAILED one too); 404 for a name not listed."""
         self.admin.require_enabled()
+        await self._unload_named(name)
+
+    async def _unload_named(self, name: str) -> None:
+        """Unload a listed model (the API, or poll mode when its folder is removed)."""
         self.table.find(name)  # 404 before taking a lock for an unknown name
         async with self._locks.hold(name):
             status = self.table.find(name)

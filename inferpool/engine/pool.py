@@ -395,6 +395,7 @@ class PoolClient(EngineClient):
 
     async def close(self) -> None:
         self.stopping = True
+        await self.stop_watching()  # poll mode: no load starts while the pool stops
         deadline = self._stop_deadline or time.monotonic()
         while any(w.inflight for w in self._alive()) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)

@@ -130,6 +130,9 @@ class Worker:
             elif op == messages.LOAD:
                 self._load(messages.decode_control(payload))
             elif op == messages.UNLOAD:
+                # Requests pushed to the ring before the unload was sent are queued first
+                # (the ring was read before this message, but more may have come since).
+                self._take_requests()
                 self.models.pop(messages.decode_control(payload)["index"], None)
             elif op == messages.CANCEL:
                 job = self.batcher.cancel(messages.decode_control(payload)["id"])

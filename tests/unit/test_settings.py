@@ -62,5 +62,8 @@ def test_repository_api_settings_from_flags_and_environment(tmp_path, monkeypatc
     settings = load_server_settings(tmp_path, {"model_control_mode": args.model_control_mode})
     assert settings.model_control_mode == "none" and settings.admin_token_file == token
     assert AdminPolicy.from_settings(settings).token_required
+    assert load_server_settings(tmp_path, {"model_control_mode": "poll"}).model_control_mode == (
+        "poll"
+    )
     with pytest.raises(ValidationError):
-        load_server_settings(tmp_path, {"model_control_mode": "poll"})  # issue 17, not yet
+        load_server_settings(tmp_path, {"model_control_mode": "watch"})

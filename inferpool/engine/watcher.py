@@ -1,0 +1,263 @@
+"""``--model-control-mode poll``: the repository is watched, and its folders decide.
+
+As in Triton's poll mode, a model folder that appears is loaded, one that changes is
+reloaded (a reload that fails leaves the previous version serving) and one that is
+removed is unloaded (requests already queued are answered). A folder is acted on once
+nothing in it has changed for ``repository_debounce`` seconds, so a copy written file by
+file loads once it is complete. Folders are read as at start-up (``discover``: settings
+files, settings names); a folder whose name cannot name a model is ignored (logged
+once), as are hidden files and folders, ``__pycache__`` and editor temporary files.
+
+``RepositoryWatcher`` runs two tasks: one takes ``watchfiles`` batches and notes which
+top-level folders were touched, the other acts on each folder once it is quiet. Errors
+are logged; neither task dies of one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from inferpool.engine.repository import Discovered, discover, name_problem
+from inferpool.errors import ModelNotFound
+
+if TYPE_CHECKING:
+    from inferpool.engine.client import EngineClient
+
+logger = logging.getLogger(__name__)
+
+STEP_MS = 50  # watchfiles hands over a batch once no change came for this long
+IDLE_MS = 1000  # and an empty one this often: the folders are then compared (missed events)
+RETRY_SECONDS = 5.0  # after the watch itself failed (e.g. the repository was removed)
+
+# vim (.swp, .swx..., its "4913" write probe), emacs (#name#; .#name is hidden anyway),
+# backups (name~), compiled Python, and partial downloads or copies.
+_TEMPORARY = re.compile(r"(\.sw[a-z]|~|\.py[cod]|\.tmp|\.part|\.crdownload)$|^#.*#$|^4913$")
+
+
+def ignored(parts: tuple[str, ...]) -> bool:
+    """Whether a path (its parts below the repository) never counts as a model's change.
+
+    Top-level names starting with ``.`` or ``_`` are not model folders (``discover``
+    skips them); below, hidden files and folders, ``__pycache__`` and editor temporary
+    files are not part of a model.
+    """
+    if not parts or parts[0].startswith((".", "_")):
+        return True
+    return any(
+        part.startswith(".") or part == "__pycache__" or _TEMPORARY.search(part) for part in parts
+    )
+
+
+def touched_folders(root: Path, paths: Iterable[str]) -> set[str]:
+    """The top-level names of the repository that ``paths`` (absolute) changed."""
+    folders = set()
+    for path in paths:
+        try:
+            parts = Path(path).relative_to(root).parts
+        except ValueError:
+            continue
+        if not ignored(parts):
+            folders.add(parts[0])
+    return folders
+
+
+def action(exists: bool, loaded_as: str | None) -> str | None:
+    """What a touched folder asks for: ``load``, ``reload``, ``unload`` or nothing.
+
+    ``exists``: the folder is (still) a folder; ``loaded_as``: the model it was loaded
+    as (at start-up or by this watcher), if any.
+    """
+    if exists:
+        return "reload" if loaded_as is not None else "load"
+    return "unload" if loaded_as is not None else None
+
+
+class RepositoryWatcher:
+    """Follows one repository for one client: load, reload, unload per model folder."""
+
+    def __init__(self, client: EngineClient, repository: Path, debounce: float) -> None:
+        self.client = client
+        self.repository = repository
+        self.root = repository.absolute()
+        self.debounce = max(0.0, debounce)
+        self.models: dict[str, str] = {}  # folder name -> the model it was loaded as
+        self._pending: dict[str, float] = {}  # folder -> when it is acted on (monotonic)
+        self._busy: set[str] = set()  # folders being acted on
+        self._warned: set[str] = set()  # invalid folder names already logged
+        self._wake = asyncio.Event()
+        # watchfiles' thread checks this every step: setting it ends the watch promptly.
+        self._stop = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+
+    def start(self, found: Iterable[Discovered]) -> None:
+        """Start watching; ``found`` is what the start-up load is loading."""
+        noisy = logging.getLogger("watchfiles")  # "N changes detected" at INFO, every batch
+        if noisy.level == logging.NOTSET and not logger.isEnabledFor(logging.DEBUG):
+            noisy.setLevel(logging.WARNING)
+        for discovered in found:
+            folder = self._folder_of(discovered)
+            if folder is not None:
+                self.models[folder] = discovered.name
+        for coroutine in (self._watch(), self._act()):
+            task = asyncio.get_running_loop().create_task(coroutine)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        logger.info(
+            "watching the model repository %s (--model-control-mode poll, %.2fs quiet)",
+            self.repository,
+            self.debounce,
+        )
+
+    async def stop(self) -> None:
+        self._stop.set()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
+
+    # -- the watch --------------------------------------------------------------------------
+    async def _watch(self) -> None:
+        from watchfiles import awatch
+
+        while not self._stop.is_set():
+            try:
+                async for changes in awatch(
+                    self.root,
+                    watch_filter=self._counts,
+                    debounce=max(STEP_MS, int(self.debounce * 1000)),
+                    step=STEP_MS,
+                    stop_event=self._stop,
+                    rust_timeout=IDLE_MS,
+                    yield_on_timeout=True,
+                    recursive=True,
+                    ignore_permission_denied=True,
+                ):
+                    if changes:
+                        self._touch(touched_folders(self.root, (path for _, path in changes)))
+                    else:
+                        # Idle (and the first time, once the watch is set up): folders
+                        # that appeared or went without an event seen, e.g. while
+                        # start-up read the repository, are acted on too.
+                        self._compare()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the watch must outlive any error
+                logger.error(
+                    "watching the model repository %s failed (retrying in %.0fs): %s",
+                    self.repository,
+                    RETRY_SECONDS,
+                    exc,
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), RETRY_SECONDS)
+
+    def _counts(self, _change: object, path: str) -> bool:
+        try:
+            return not ignored(Path(path).relative_to(self.root).parts)
+        except ValueError:
+            return False
+
+    def _touch(self, folders: Iterable[str]) -> None:
+        when = time.monotonic() + self.debounce
+        for folder in folders:
+            self._pending[folder] = when
+            self._wake.set()
+
+    def _compare(self) -> None:
+        try:
+            present = {
+                path.name
+                for path in self.repository.iterdir()
+                if path.is_dir() and not ignored((path.name,))
+            }
+        except OSError:
+            present = set()
+        differ = (present ^ self.models.keys()) - self._pending.keys() - self._busy
+        self._touch(folder for folder in differ if folder not in self._warned)
+
+    # -- acting on quiet folders ----------------------------------------------------------
+    async def _act(self) -> None:
+        while True:
+            now = time.monotonic()
+            due = [f for f, at in self._pending.items() if at <= now and f not in self._busy]
+            for folder in due:
+                del self._pending[folder]
+                self._busy.add(folder)
+                task = asyncio.get_running_loop().create_task(self._sync(folder))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            waiting = [at for f, at in self._pending.items() if f not in self._busy]
+            self._wake.clear()
+            timeout = max(0.0, min(waiting) - now) if waiting else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _sync(self, folder: str) -> None:
+        try:
+            if not self.client.stopping:
+                await self._sync_folder(folder)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # never kills the watcher; the client has logged a load's failure
+            logger.exception("model folder '%s': acting on its change failed", folder)
+        finally:
+            self._busy.discard(folder)
+            self._wake.set()  # it may have changed again meanwhile
+
+    async def _sync_folder(self, folder: str) -> None:
+        previous = self.models.get(folder)
+        exists = (self.repository / folder).is_dir()
+        if exists and previous is None:
+            problem = name_problem(folder)
+            if problem is not None:
+                if folder not in self._warned:
+                    self._warned.add(folder)
+                    logger.warning("ignoring the folder %r of the repository: %s", folder, problem)
+                return
+        found = self._read(folder) if exists else None
+        todo = action(found is not None, previous)
+        if todo is None:
+            return
+        if todo == "unload":
+            assert previous is not None
+            logger.info("model folder '%s' was removed: unloading '%s'", folder, previous)
+            del self.models[folder]
+            await self._unload(previous)
+            return
+        assert found is not None
+        logger.info("model folder '%s' %s: loading '%s'", folder,
+                    "changed" if todo == "reload" else "appeared", found.name)  # fmt: skip
+        self.models[folder] = found.name
+        await self.client._load_discovered(found)
+        if previous is not None and previous != found.name:
+            await self._unload(previous)  # its settings now name another model
+
+    async def _unload(self, name: str) -> None:
+        if name in self.models.values():
+            return  # another folder holds a model of that name now
+        with contextlib.suppress(ModelNotFound):
+            await self.client._unload_named(name)
+
+    def _read(self, folder: str) -> Discovered | None:
+        for discovered in discover(self.repository):
+            if self._folder_of(discovered) == folder:
+                return discovered
+        return None
+
+    def _folder_of(self, discovered: Discovered) -> str | None:
+        """The top-level folder a discovered model was read from (None: the root)."""
+        settings = discovered.settings
+        if settings is None:  # unreadable settings: listed under its folder's name
+            folder = self.repository / discovered.name
+            return discovered.name if folder != self.repository and folder.is_dir() else None
+        if settings.folder is None or settings.folder == self.repository:
+            return None
+        return settings.folder.name
