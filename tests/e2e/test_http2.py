@@ -7,7 +7,12 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.e2e.test_rest_limits import HOOKS_RUNTIME, hooks_body, iris_body, request_bytes
+from tests.e2e.test_rest_limits import (
+    HOOKS_RUNTIME,
+    hooks_body,
+    iris_body,
+    queued_then_gone,
+)
 from tests.support import Server, build_iris_repository, write_custom_model
 
 
@@ -75,22 +80,7 @@ def test_request_timeout_is_504_over_http2(hyper):
 def test_a_disconnect_cancels_queued_requests_under_hypercorn(hyper, tmp_path):
     marks = tmp_path / "marks"
     marks.mkdir()
-    address = ("127.0.0.1", hyper.http_port)
-    busy = [socket.create_connection(address, timeout=10) for _ in range(2)]
-    for sock in busy:
-        sock.sendall(request_bytes("/v2/models/hooks/infer", hooks_body(sleep=2)))
-    time.sleep(0.3)
-    queued = [socket.create_connection(address, timeout=10) for _ in range(4)]
-    for sock in queued:
-        sock.sendall(request_bytes("/v2/models/hooks/infer", hooks_body(mark=str(marks))))
-    time.sleep(0.3)
-    for sock in queued:
-        sock.close()
-    for sock in busy:
-        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
-        sock.close()
-    time.sleep(1.0)
-    assert not list(marks.iterdir())
+    assert queued_then_gone(hyper, marks, 4) == 0
 
 
 def test_a_silent_connection_is_closed_at_the_idle_timeout(hyper):

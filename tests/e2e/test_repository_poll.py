@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.e2e.pool_support import wait_for as wait_until
 from tests.support import Server, iris_data, write_sklearn_model
 
 ROWS = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]
@@ -65,12 +66,13 @@ def index(server: Server) -> dict[str, dict]:
 
 
 def wait_for(condition: Callable[[], object], server: Server, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not after {timeout}s; index {index(server)}\n{server.output()}")
+    """``pool_support.wait_for``, failing with the index and the server's log."""
+    try:
+        wait_until(condition, timeout)
+    except TimeoutError:
+        raise AssertionError(
+            f"not after {timeout}s; index {index(server)}\n{server.output()}"
+        ) from None
 
 
 def state(server: Server, name: str) -> str | None:

@@ -353,27 +353,35 @@ def test_request_timeout_answers_504_and_the_frontend_stops_waiting(pool):
 
 
 # -- disconnects -----------------------------------------------------------------------------
-def test_a_client_that_disconnects_cancels_its_queued_requests(pool, tmp_path):
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    # Both workers busy for 2 s ...
-    busy = [connect(pool) for _ in range(2)]
+def queued_then_gone(server: Server, marks: Path, queued: int) -> int:
+    """How many of ``queued`` requests ran after their clients went away.
+
+    Two requests keep the model busy for 2 s (both workers, or the one loop); then
+    ``queued`` requests that would each leave a file in ``marks`` queue behind them, and
+    their clients close their connections.
+    """
+    busy = [connect(server) for _ in range(2)]
     for sock in busy:
         sock.sendall(request_bytes("/v2/models/hooks/infer", hooks_body(sleep=2)))
     time.sleep(0.3)
-    # ... then six requests queue behind them, and their clients go away.
-    queued = [connect(pool) for _ in range(6)]
-    for sock in queued:
+    waiting = [connect(server) for _ in range(queued)]
+    for sock in waiting:
         sock.sendall(request_bytes("/v2/models/hooks/infer", hooks_body(mark=str(marks))))
     time.sleep(0.3)
-    for sock in queued:
+    for sock in waiting:
         sock.close()
     for sock in busy:
         raw = read_response(sock)
         assert raw.startswith(b"HTTP/1.1 200"), raw[:200]
         sock.close()
     time.sleep(1.0)
-    ran = len(list(marks.iterdir()))
+    return len(list(marks.iterdir()))
+
+
+def test_a_client_that_disconnects_cancels_its_queued_requests(pool, tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    ran = queued_then_gone(pool, marks, 6)
     assert ran == 0, f"{ran} of 6 requests of clients gone still ran"
     # The workers serve on.
     response = httpx.post(pool.url + "/v2/models/hooks/infer", content=hooks_body(mark=str(marks)))
