@@ -85,6 +85,35 @@ class Route:
             self.back = None
 
 
+def oom_kills() -> int | None:
+    """Processes of this cgroup (and below) the out-of-memory killer has killed so far.
+
+    From cgroup v2's ``memory.events`` or v1's ``memory.oom_control`` (both count
+    ``oom_kill``); None where neither can be read, and then no SIGKILL is taken for the
+    model's doing.
+    """
+    try:
+        with open("/proc/self/cgroup") as cgroup:
+            entries = dict(line.strip().split(":", 2)[1:] for line in cgroup if ":" in line)
+    except (OSError, ValueError):
+        return None
+    candidates = []
+    if "memory" in entries:  # v1, or hybrid with the memory controller on v1
+        candidates.append(f"/sys/fs/cgroup/memory{entries['memory']}/memory.oom_control")
+    if "" in entries:
+        candidates.append(f"/sys/fs/cgroup{entries[''].rstrip('/')}/memory.events")
+    for path in candidates:
+        try:
+            with open(path) as counters:
+                for line in counters:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def describe_exit(status: int | None) -> str:
     """A waitpid status in words: "killed by signal SIGSEGV", "exited with code 1"."""
     if status is None:
@@ -126,6 +155,7 @@ class PoolClient(EngineClient):
         self._model_crashes: dict[str, collections.deque[float]] = {}
         self._exit_status: dict[int, int] = {}
         self._exit_waiters: dict[int, asyncio.Future] = {}
+        self._oom_kills_seen = oom_kills() or 0
         self._zygote: subprocess.Popen | None = None
         self._zygote_channel: Channel | None = None
         self._template_up: asyncio.Event | None = None
@@ -519,15 +549,43 @@ class PoolClient(EngineClient):
             await asyncio.sleep(0.05)
 
     def _blame(self, worker: WorkerHandle, running: tuple) -> None:
-        """Count a crash against the model it was running; quarantine a repeat offender."""
-        model_index, request_ids, _ = running
-        route = self._by_index.get(model_index)
+        """Count a crash against the model it was running, once its exit status is known."""
+        route = self._by_index.get(running[0])
         if route is None:
             return
-        name = route.settings.name
         self._on_template()  # its exit status may already be waiting
         status = self._exit_status.pop(worker.pid, None)
-        how = describe_exit(status)
+        if status is not None:
+            self._count_crash(worker, route, running[1], status)
+        else:
+            self._keep(asyncio.ensure_future(self._blame_when_reaped(worker, route, running[1])))
+
+    async def _blame_when_reaped(
+        self, worker: WorkerHandle, route: Route, request_ids: tuple
+    ) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._exit_waiters[worker.pid] = waiter
+        try:
+            status = await asyncio.wait_for(waiter, EXIT_STATUS_WAIT)
+        except TimeoutError:
+            logger.warning("no exit status for %s; its crash is not counted", worker.describe())
+            return
+        finally:
+            self._exit_waiters.pop(worker.pid, None)
+        if self._by_index.get(route.index) is route:  # not unloaded or replaced meanwhile
+            self._count_crash(worker, route, request_ids, status)
+
+    def _count_crash(
+        self, worker: WorkerHandle, route: Route, request_ids: tuple, status: int
+    ) -> None:
+        """Quarantine a model whose requests keep killing workers."""
+        name, how = route.settings.name, describe_exit(status)
+        if not self._model_caused(status):
+            logger.error(
+                "%s %s while running model '%s' (requests %s); killed from outside, "
+                "not counted against the model", worker.describe(), how, name, request_ids,
+            )  # fmt: skip
+            return
         logger.error(
             "%s %s while running model '%s' (requests %s)",
             worker.describe(), how, name, request_ids,
@@ -537,15 +595,31 @@ class PoolClient(EngineClient):
         crashes.append(now)
         while crashes and now - crashes[0] > QUARANTINE_WINDOW:
             crashes.popleft()
-        if len(crashes) < QUARANTINE_CRASHES:
-            return
-        prefix = (
-            f"quarantined: its requests crashed workers {len(crashes)} times "
-            f"in {QUARANTINE_WINDOW:.0f} s: "
-        )
-        self._quarantine(route, prefix + how)
-        if status is None:  # name the signal once the template has reaped the worker
-            self._keep(asyncio.ensure_future(self._refine_reason(name, prefix, worker.pid)))
+        if len(crashes) >= QUARANTINE_CRASHES:
+            self._quarantine(
+                route,
+                f"quarantined: its requests crashed workers {len(crashes)} times "
+                f"in {QUARANTINE_WINDOW:.0f} s: {how}",
+            )
+
+    def _model_caused(self, status: int) -> bool:
+        """Whether a worker's death was its model's doing, not someone else's.
+
+        A fatal signal the process raised itself (SIGSEGV, SIGBUS, SIGABRT, SIGFPE, ...)
+        or an error exit is the model's. SIGKILL is anyone's (an operator, a test, a node
+        agent) unless the out-of-memory killer of our cgroup sent it; SIGTERM and SIGINT
+        come from outside.
+        """
+        if not os.WIFSIGNALED(status):
+            return os.WEXITSTATUS(status) != 0
+        number = os.WTERMSIG(status)
+        if number == signal.SIGKILL:
+            kills = oom_kills()
+            caused = kills is not None and kills > self._oom_kills_seen
+            if kills is not None:
+                self._oom_kills_seen = kills
+            return caused
+        return number not in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
     def _quarantine(self, route: Route, reason: str) -> None:
         name = route.settings.name
@@ -559,22 +633,6 @@ class PoolClient(EngineClient):
             # Service: the other models keep the server ready. Loading the model again
             # (and serving) makes it count again.
             status.required = False
-
-    async def _refine_reason(self, name: str, prefix: str, pid: int) -> None:
-        status = self._exit_status.pop(pid, None)
-        if status is None:
-            waiter = asyncio.get_running_loop().create_future()
-            self._exit_waiters[pid] = waiter
-            try:
-                status = await asyncio.wait_for(waiter, EXIT_STATUS_WAIT)
-            except TimeoutError:
-                return
-            finally:
-                self._exit_waiters.pop(pid, None)
-        with contextlib.suppress(InferpoolError):
-            model = self.table.find(name)
-            if model.state is ModelState.FAILED and model.reason.startswith(prefix):
-                model.reason = prefix + describe_exit(status)
 
     def _set_state(
         self,

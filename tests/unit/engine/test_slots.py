@@ -105,3 +105,48 @@ def test_a_restarted_template_that_stays_up_is_live() -> None:
     client._template_started = now - 11
     client._check_wedged(now)
     assert client.live
+
+
+def _signalled(number: int) -> int:
+    """A waitpid status of a process killed by signal ``number``."""
+    return number
+
+
+def _exited(code: int) -> int:
+    return code << 8
+
+
+def test_only_deaths_the_model_caused_count_against_it(monkeypatch) -> None:
+    import inferpool.engine.pool as pool_module
+
+    kills = [4]
+    monkeypatch.setattr(pool_module, "oom_kills", lambda: kills[0])
+    client = PoolClient(ServerSettings(workers=2))
+    client._oom_kills_seen = 4
+    assert client._model_caused(_signalled(signal.SIGSEGV))
+    assert client._model_caused(_signalled(signal.SIGABRT))
+    assert client._model_caused(_exited(1))
+    assert not client._model_caused(_exited(0))
+    assert not client._model_caused(_signalled(signal.SIGTERM))
+    # SIGKILL from outside (an operator, a test): the cgroup's OOM kills did not move.
+    assert not client._model_caused(_signalled(signal.SIGKILL))
+    # SIGKILL by the out-of-memory killer: the count rose.
+    kills[0] = 5
+    assert client._model_caused(_signalled(signal.SIGKILL))
+    assert not client._model_caused(_signalled(signal.SIGKILL))  # that one is counted once
+    # Where the counter cannot be read, a SIGKILL is never blamed on the model.
+    monkeypatch.setattr(pool_module, "oom_kills", lambda: None)
+    assert not client._model_caused(_signalled(signal.SIGKILL))
+
+
+def test_the_oom_counter_is_read_from_this_machines_cgroup() -> None:
+    import inferpool.engine.pool as pool_module
+
+    if not os.path.exists("/sys/fs/cgroup/memory") and not os.path.exists(
+        "/sys/fs/cgroup/cgroup.controllers"
+    ):
+        pytest.skip("no memory cgroup mounted here")
+    kills = pool_module.oom_kills()
+    # The project's machines (and CI's) have one: cgroup v1's memory.oom_control or v2's
+    # memory.events; the count is a number.
+    assert isinstance(kills, int) and kills >= 0
