@@ -20,7 +20,7 @@ TREE_MODELS = ("lightgbm", "xgboost", "forest")
 
 
 def load(repo: Path, model: str, kernel: bool):
-    from inferpool.engine.model import load_model
+    from inferpool.engine.worker.model import load_model
     from inferpool.settings import read_model_settings
 
     settings = read_model_settings(repo / model, model)

@@ -10,18 +10,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from typing import Any
 
 from inferpool.engine.admin import AdminPolicy
-from inferpool.engine.handler import Reply
 from inferpool.engine.repository import Discovered, discover, find_model
 from inferpool.engine.states import ModelState, ModelStatus, ModelTable
 from inferpool.engine.stats import ModelStats
 from inferpool.engine.watcher import RepositoryWatcher
+from inferpool.engine.worker.handler import Reply
 from inferpool.errors import (
     BadRequest,
     DeadlineExceeded,
@@ -29,7 +28,6 @@ from inferpool.errors import (
     ModelLoadError,
     ModelNotFound,
 )
-from inferpool.protocol import limits
 from inferpool.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -224,56 +222,6 @@ class EngineClient(ABC):
         }
 
 
-class InProcessClient(EngineClient):
-    """``workers=0``: models load and predict in the frontend process (embedding, debug)."""
-
-    def __init__(self, settings: ServerSettings) -> None:
-        super().__init__(settings)
-        from inferpool.engine.model import LoadedModel
-
-        limits.configure(limits.DecodeLimits.from_settings(settings))
-        self.models: dict[str, LoadedModel] = {}
-
-    async def _load(self, settings: ModelSettings) -> dict[str, Any]:
-        from inferpool.engine.model import failure_reason
-
-        try:
-            # A thread keeps the loop answering health checks while a model loads.
-            model = await asyncio.to_thread(_load_one_at_a_time, settings)
-        except Exception as exc:
-            raise InferpoolError(failure_reason(exc)) from None
-        self.models[settings.name] = model
-        predictor = model.runtime.predictor()
-        if predictor:
-            logger.info("model '%s': predicted by %s", settings.name, predictor)
-        return model.metadata
-
-    async def _unload(self, name: str) -> None:
-        self.models.pop(name, None)
-
-    async def _infer(
-        self, name: str, kind: int, body: bytes, json_length: int | None, deadline: float | None
-    ) -> Reply:
-        from inferpool.engine.handler import handle
-
-        return handle(self.models[name], kind, body, json_length)
-
-
-# Loads run in a thread (the loop keeps answering health checks), one at a time: a
-# library's first import can happen inside any load (importing a runtime module,
-# unpickling, a user's load()), and two threads importing one library at once see it
-# half-initialised (sklearn: ImportError) or deadlock (LightGBM). Worker processes load
-# one model at a time anyway.
-_LOAD_LOCK = threading.Lock()
-
-
-def _load_one_at_a_time(settings: ModelSettings) -> Any:
-    from inferpool.engine.model import load_model
-
-    with _LOAD_LOCK:
-        return load_model(settings)
-
-
 class _NamedLocks:
     """One asyncio lock per name, kept only while some task holds or awaits it."""
 
@@ -305,6 +253,8 @@ def check_deadline(deadline: float | None) -> None:
 def make_client(settings: ServerSettings) -> EngineClient:
     """The in-process client for ``workers=0``, else the worker pool."""
     if settings.workers <= 0:
+        from inferpool.engine.inprocess import InProcessClient
+
         return InProcessClient(settings)
     from inferpool.engine.pool import PoolClient
 

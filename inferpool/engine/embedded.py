@@ -10,8 +10,8 @@ from typing import Any
 import orjson
 
 from inferpool.engine.client import EngineClient, make_client
-from inferpool.engine.handler import KIND_REST
 from inferpool.engine.states import ModelState
+from inferpool.engine.worker.handler import KIND_REST
 from inferpool.errors import from_status
 from inferpool.settings import ServerSettings
 

@@ -33,14 +33,14 @@ import subprocess
 import time
 from typing import Any
 
-from inferpool.engine import messages
-from inferpool.engine.channel import Channel
 from inferpool.engine.client import EngineClient
-from inferpool.engine.handler import Reply
+from inferpool.engine.handles import WorkerHandle, start_template
+from inferpool.engine.ipc import messages
+from inferpool.engine.ipc.channel import Channel
 from inferpool.engine.repository import discover
 from inferpool.engine.scheduler import MIB, PlacementError, WorkerRoom, place
 from inferpool.engine.states import ModelState
-from inferpool.engine.workers import WorkerHandle, start_template
+from inferpool.engine.worker.handler import Reply
 from inferpool.errors import BadRequest, InferpoolError, NotReady, Overloaded
 from inferpool.protocol.limits import DecodeLimits
 from inferpool.settings import ModelSettings, ServerSettings

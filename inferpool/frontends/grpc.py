@@ -25,8 +25,8 @@ from google.protobuf import json_format
 import inferpool
 from inferpool.engine.admin import authorization_of
 from inferpool.engine.client import EngineClient
-from inferpool.engine.handler import KIND_GRPC
 from inferpool.engine.states import ModelState
+from inferpool.engine.worker.handler import KIND_GRPC
 from inferpool.errors import BadRequest, InferpoolError, Overloaded, from_status, grpc_code_for
 from inferpool.frontends.access_log import log_request
 from inferpool.frontends.rest import EXTENSIONS

@@ -19,8 +19,8 @@ from starlette.routing import Route
 
 import inferpool
 from inferpool.engine.client import EngineClient
-from inferpool.engine.handler import KIND_CUSTOM, KIND_REST, Reply, custom_body
 from inferpool.engine.states import ModelState
+from inferpool.engine.worker.handler import KIND_CUSTOM, KIND_REST, Reply, custom_body
 from inferpool.errors import InferpoolError, Overloaded
 from inferpool.frontends import rest_input
 from inferpool.frontends.access_log import RestAccessLog

@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 from google.protobuf.message import DecodeError
 
-from inferpool.engine.handler import KIND_GRPC, register_wire_format
+from inferpool.engine.worker.handler import KIND_GRPC, register_wire_format
 from inferpool.errors import BadRequest
 from inferpool.protocol import limits
 from inferpool.protocol.binary import bytes_elements_to_wire, tensor_from_bytes

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inferpool.engine.handler import KIND_REST, register_wire_format
+from inferpool.engine.worker.handler import KIND_REST, register_wire_format
 from inferpool.errors import BadRequest
 from inferpool.protocol import rest_json
 from inferpool.protocol.binary import binary_outputs, split_binary_outputs

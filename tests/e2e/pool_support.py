@@ -164,7 +164,7 @@ def children(pid: int) -> dict[int, tuple[str, bytes]]:
 def template_pid(server_pid: int) -> int:
     """The live template process (zygote) under the server."""
     for pid, (state, cmdline) in children(server_pid).items():
-        if state != "Z" and b"inferpool.engine.zygote" in cmdline:
+        if state != "Z" and b"inferpool.engine.worker.template" in cmdline:
             return pid
     raise AssertionError("no template process under the server")
 

@@ -47,8 +47,8 @@ def test_engine_with_workers_sync_and_async(tmp_path: Path) -> None:
 
 
 def test_deadlines_and_custom_endpoints_cross_the_pool(tmp_path: Path) -> None:
-    from inferpool.engine.handler import KIND_CUSTOM, KIND_REST, custom_body
     from inferpool.engine.pool import PoolClient
+    from inferpool.engine.worker.handler import KIND_CUSTOM, KIND_REST, custom_body
     from inferpool.settings import ServerSettings
     from tests.e2e.pool_support import sum_request, write_counting_model
 

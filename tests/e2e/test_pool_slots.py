@@ -18,8 +18,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from inferpool.engine.handler import KIND_REST
 from inferpool.engine.pool import PoolClient
+from inferpool.engine.worker.handler import KIND_REST
 from inferpool.errors import BadRequest
 from inferpool.settings import ServerSettings
 from tests.e2e.pool_support import sum_request, write_counting_model

@@ -20,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from inferpool.engine.handler import KIND_GRPC, KIND_REST, handle
-from inferpool.engine.model import LoadedModel
+from inferpool.engine.worker.handler import KIND_GRPC, KIND_REST, handle
+from inferpool.engine.worker.model import LoadedModel
 from inferpool.errors import InferpoolError
 from inferpool.protocol import grpc_wire, limits, rest_wire
 from inferpool.protocol.datatypes import DATATYPES

@@ -8,9 +8,9 @@ import numpy as np
 import orjson
 
 from inferpool import Runtime
-from inferpool.engine.batching import Batcher, Job, run_group
-from inferpool.engine.handler import KIND_REST
-from inferpool.engine.model import LoadedModel
+from inferpool.engine.worker.batching import Batcher, Job, run_group
+from inferpool.engine.worker.handler import KIND_REST
+from inferpool.engine.worker.model import LoadedModel
 from inferpool.settings import ModelSettings
 
 

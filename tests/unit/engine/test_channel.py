@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from inferpool.engine.channel import INLINE_LIMIT, Channel, socket_pair
+from inferpool.engine.ipc.channel import INLINE_LIMIT, Channel, socket_pair
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def test_nonblocking_receive_and_eof() -> None:
 
 
 def test_nonblocking_send_reports_a_full_socket(pair) -> None:
-    from inferpool.engine.channel import Outgoing
+    from inferpool.engine.ipc.channel import Outgoing
 
     left, right = pair
     sent = 0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from inferpool.engine import messages
-from inferpool.engine.ring import Ring, create_ring_fd
+from inferpool.engine.ipc import messages
+from inferpool.engine.ipc.ring import Ring, create_ring_fd
 
 
 def make_pair(slots: int = 4, slot_size: int = 256) -> tuple[Ring, Ring]:

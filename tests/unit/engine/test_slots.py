@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from inferpool.engine import messages
+from inferpool.engine.ipc import messages
+from inferpool.engine.ipc.ring import RUNNING_IDS, Ring, create_ring_fd
 from inferpool.engine.pool import WEDGED_AFTER, PoolClient, describe_exit
-from inferpool.engine.ring import RUNNING_IDS, Ring, create_ring_fd
 from inferpool.settings import ServerSettings
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from inferpool.engine.client import InProcessClient
+from inferpool.engine.inprocess import InProcessClient
 from inferpool.errors import BadRequest, DeadlineExceeded, Overloaded
 from inferpool.frontends.access_log import model_in_path
 from inferpool.frontends.grpc import InferenceService, guarded, model_of, read_route

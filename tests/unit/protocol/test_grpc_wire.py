@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from inferpool.engine.handler import KIND_GRPC, wire_format
+from inferpool.engine.worker.handler import KIND_GRPC, wire_format
 from inferpool.errors import BadRequest
 from inferpool.protocol import grpc_wire
 from inferpool.protocol.datatypes import NUMPY_BY_DATATYPE

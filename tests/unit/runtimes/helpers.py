@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from inferpool.codecs.registry import decode_output
-from inferpool.engine import inference
-from inferpool.engine.model import LoadedModel, load_model
+from inferpool.engine.worker import inference
+from inferpool.engine.worker.model import LoadedModel, load_model
 from inferpool.protocol.datatypes import datatype_of
 from inferpool.protocol.types import InferenceRequest, RequestedOutput, Tensor
 from inferpool.settings import read_model_settings

@@ -9,8 +9,8 @@ import numpy as np
 import orjson
 import pytest
 
-from inferpool.engine.handler import KIND_REST, handle
-from inferpool.engine.model import LoadedModel
+from inferpool.engine.worker.handler import KIND_REST, handle
+from inferpool.engine.worker.model import LoadedModel
 from tests.support import iris_data, write_custom_model, write_sklearn_model
 from tests.support_runtimes import (
     N_FEATURES,

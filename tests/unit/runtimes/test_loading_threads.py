@@ -11,7 +11,7 @@ from tests.support_runtimes import lightgbm_estimator, save_booster, xgboost_est
 # Runs in a fresh interpreter: counts the process's threads around load_model.
 CHILD = """
 import os, sys
-from inferpool.engine.model import load_model
+from inferpool.engine.worker.model import load_model
 from inferpool.runtimes import {module}
 from inferpool.settings import read_model_settings
 from pathlib import Path

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import orjson
 
-from inferpool.engine import inference
-from inferpool.engine.model import LoadedModel
 from inferpool.engine.stats import StageTimes
+from inferpool.engine.worker import inference
+from inferpool.engine.worker.model import LoadedModel
 from inferpool.errors import InferpoolError
 from inferpool.protocol.types import InferenceRequest, InferenceResponse
 

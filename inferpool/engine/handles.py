@@ -16,11 +16,11 @@ import subprocess
 import sys
 import time
 
-from inferpool.engine import messages
-from inferpool.engine.channel import Channel, Outgoing, socket_pair
-from inferpool.engine.handler import Reply
-from inferpool.engine.ring import Ring, create_ring_fd
+from inferpool.engine.ipc import messages
+from inferpool.engine.ipc.channel import Channel, Outgoing, socket_pair
+from inferpool.engine.ipc.ring import Ring, create_ring_fd
 from inferpool.engine.stats import StageTimes
+from inferpool.engine.worker.handler import Reply
 from inferpool.errors import InferpoolError
 from inferpool.protocol.limits import DecodeLimits
 
@@ -37,7 +37,7 @@ def start_template(threads: int) -> tuple[subprocess.Popen, Channel]:
     env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", "inferpool.engine.zygote", str(theirs.fileno())],
+            [sys.executable, "-m", "inferpool.engine.worker.template", str(theirs.fileno())],
             pass_fds=[theirs.fileno()],
             env=env,
         )

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from inferpool.engine import inference
-from inferpool.engine.handler import KIND_CUSTOM, Reply, failure, handle, wire_format
-from inferpool.engine.model import LoadedModel
 from inferpool.engine.stats import StageTimes
+from inferpool.engine.worker import inference
+from inferpool.engine.worker.handler import KIND_CUSTOM, Reply, failure, handle, wire_format
+from inferpool.engine.worker.model import LoadedModel
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import mmap
 import os
 import struct
 
-from inferpool.engine.messages import HEADER, HEADER_SIZE
+from inferpool.engine.ipc.messages import HEADER, HEADER_SIZE
 
 _COUNTER = struct.Struct("<Q")
 _HEAD, _TAIL, _RUNNING_AT, _SLOTS_AT = 0, 64, 128, 192

@@ -11,7 +11,7 @@ from typing import Any
 
 from inferpool.codecs.payload import decode_payload
 from inferpool.codecs.registry import encode_outputs
-from inferpool.engine.model import LoadedModel
+from inferpool.engine.worker.model import LoadedModel
 from inferpool.errors import BadRequest, InferpoolError, ModelError
 from inferpool.protocol.rest_json import new_request_id
 from inferpool.protocol.types import InferenceRequest, InferenceResponse

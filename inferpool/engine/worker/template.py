@@ -1,6 +1,6 @@
 """The template process that forks workers: a clean, single-threaded parent.
 
-The pool starts it as a fresh interpreter (``python -m inferpool.engine.zygote FD``)
+The pool starts it as a fresh interpreter (``python -m inferpool.engine.worker.template FD``)
 before any worker, so it has no event loop, no gRPC threads and no OpenMP pool, whatever
 the frontend has started. It imports the runtimes once, loads the repository's models
 whose runtime allows it (``preload.py``), freezes the heap (``gc.freeze()``) so workers
@@ -22,16 +22,16 @@ import signal
 import socket
 import sys
 
-from inferpool.engine import messages
-from inferpool.engine.channel import Channel
+from inferpool.engine.ipc import messages
+from inferpool.engine.ipc.channel import Channel
 
 # Imported before any fork so every worker shares them; a missing library is skipped.
 PRELOAD = (
     "numpy",
     "pandas",
     "orjson",
-    "inferpool.engine.worker",
-    "inferpool.engine.preload",
+    "inferpool.engine.worker.process",
+    "inferpool.engine.worker.preload",
     "inferpool.protocol.rest_wire",
     "inferpool.protocol.grpc_wire",
     "inferpool.runtimes.sklearn",
@@ -74,7 +74,7 @@ def serve(channel: Channel, wakeup: int) -> None:
         for fd in fds if op != messages.SPAWN else ():
             os.close(fd)
         if op == messages.PRELOAD:
-            from inferpool.engine.preload import preload
+            from inferpool.engine.worker.preload import preload
 
             preload(messages.decode_control(payload)["models"])
         if op != messages.SPAWN:
@@ -89,7 +89,7 @@ def serve(channel: Channel, wakeup: int) -> None:
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 os.close(wakeup)
                 channel.close()
-                from inferpool.engine import worker
+                from inferpool.engine.worker import process as worker
 
                 worker.main(spec, fds)
             except BaseException:

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from inferpool.engine.model import LoadedModel, load_model
+from inferpool.engine.worker.model import LoadedModel, load_model
 from inferpool.runtimes.registry import runtime_name_for
 from inferpool.settings import ModelSettings
 

@@ -19,13 +19,13 @@ import socket
 import time
 from typing import Any
 
-from inferpool.engine import messages
-from inferpool.engine.batching import Batcher, Job, run_group
-from inferpool.engine.channel import Channel
-from inferpool.engine.handler import Reply
-from inferpool.engine.model import LoadedModel, failure_reason, load_model
-from inferpool.engine.preload import preloaded
-from inferpool.engine.ring import Ring
+from inferpool.engine.ipc import messages
+from inferpool.engine.ipc.channel import Channel
+from inferpool.engine.ipc.ring import Ring
+from inferpool.engine.worker.batching import Batcher, Job, run_group
+from inferpool.engine.worker.handler import Reply
+from inferpool.engine.worker.model import LoadedModel, failure_reason, load_model
+from inferpool.engine.worker.preload import preloaded
 from inferpool.protocol import limits
 from inferpool.settings import ModelSettings
 

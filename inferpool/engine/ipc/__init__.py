@@ -1,0 +1,1 @@
+"""What the pool and its workers share: the wire vocabulary, the rings, the control channel."""
