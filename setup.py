@@ -1,6 +1,12 @@
-"""Builds inferpool's one C extension, the tree-ensemble kernel; the rest of the packaging
-is in pyproject.toml. ``optional``: without a C compiler inferpool still installs, and
-tree models are predicted by their own library (inferpool/runtimes/trees/__init__.py)."""
+"""Builds inferpool's C extensions; the rest of the packaging is in pyproject.toml.
+
+- The tree-ensemble kernel is ``optional``: without a C compiler inferpool still installs,
+  and tree models are predicted by their own library (inferpool/runtimes/trees/__init__.py).
+- The ring's acquire/release counters (inferpool/engine/ipc/_atomics.c) are ``optional``
+  too, for x86-64 alone: its store order makes plain loads and stores exact there
+  (inferpool/engine/ipc/atomics.py). On any other CPU (arm64) the worker pool refuses to
+  start without them, saying why.
+"""
 
 from setuptools import Extension, setup
 
@@ -10,6 +16,11 @@ setup(
             "inferpool.runtimes.trees._kernel",
             sources=["inferpool/runtimes/trees/_kernel.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "inferpool.engine.ipc._atomics",
+            sources=["inferpool/engine/ipc/_atomics.c"],
+            optional=True,
+        ),
     ]
 )

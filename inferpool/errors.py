@@ -16,6 +16,7 @@ _GRPC_BY_HTTP = {
     413: "RESOURCE_EXHAUSTED",
     429: "RESOURCE_EXHAUSTED",
     422: "INVALID_ARGUMENT",
+    499: "CANCELLED",
     500: "INTERNAL",
     503: "UNAVAILABLE",
     504: "DEADLINE_EXCEEDED",
@@ -73,7 +74,15 @@ class Overloaded(InferpoolError):
 
 
 class WorkerLost(InferpoolError):
+    """The worker running (or about to run) the request died or was recycled; retry it."""
+
     status = 503
+
+
+class ClientGone(InferpoolError):
+    """The client went away before its request ran (nginx's 499; gRPC CANCELLED)."""
+
+    status = 499
 
 
 class DeadlineExceeded(InferpoolError):
@@ -90,12 +99,17 @@ class ModelLoadError(InferpoolError):
     status = 500
 
 
+class RuntimeNotFound(ModelLoadError):
+    """No runtime can serve the model's folder or settings (the message says what to do)."""
+
+
 _BY_STATUS: dict[int, type[InferpoolError]] = {
     400: BadRequest,
     401: Unauthorized,
     403: Forbidden,
     404: ModelNotFound,
     413: TooLarge,
+    499: ClientGone,
     500: ModelError,
     503: NotReady,
     504: DeadlineExceeded,

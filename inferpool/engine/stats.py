@@ -6,17 +6,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from inferpool.engine.ipc.messages import StageTimes
+
 STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
-
-
-@dataclass(slots=True)
-class StageTimes:
-    """Nanoseconds spent in each stage of one request (decode = compute_input, ...)."""
-
-    queue: int = 0
-    compute_input: int = 0
-    compute_infer: int = 0
-    compute_output: int = 0
 
 
 @dataclass(slots=True)

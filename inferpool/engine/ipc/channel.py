@@ -13,6 +13,8 @@ import os
 import socket
 from collections.abc import Sequence
 
+from inferpool.engine.ipc import messages
+
 # A message up to this size goes inline; above it, in a memfd.
 INLINE_LIMIT = 32 * 1024
 _SPILLED = 0x80  # opcode bit: the payload is in the last fd
@@ -92,6 +94,10 @@ class Channel:
 
     def send(self, op: int, *parts: bytes, fds: Sequence[int] = ()) -> None:
         self.send_packed(Outgoing(op, parts, fds), block=True)
+
+    def send_control(self, message: messages.Control, fds: Sequence[int] = ()) -> None:
+        """Send a typed control message (blocking)."""
+        self.send(message.op, messages.encode(message), fds=fds)
 
     def send_packed(self, message: Outgoing, block: bool) -> None:
         """Send a packed message; non-blocking, BlockingIOError means try again later."""

@@ -1,42 +1,116 @@
-"""What crosses between the frontend, the template process and the workers.
+"""The one wire vocabulary between the frontend, the template process and the workers.
 
-Requests and replies share one fixed slot header (``HEADER``), written in front of the
-body in a ring slot, or in front of it in a control message when the body is too big
-for a slot. Control messages are one opcode byte followed by a small JSON document
-(or a packed header and body for an oversized request or reply).
+- ``Kind``: the wire format of a request body (V2 JSON, gRPC protobuf, a custom endpoint).
+- ``Op``: the opcode of a control-channel message.
+- ``RequestHeader`` / ``ReplyHeader``: the fixed header written in front of a body in a
+  ring slot, or in a control message (``Op.REQUEST`` / ``Op.REPLY``) when the body is too
+  big for a slot. Both use the one packed layout ``HEADER``.
+- ``Reply``: what the frontend writes out, built from a reply header or from an error.
+- The control messages: typed structs (msgspec, MessagePack on the wire), one per
+  opcode, and ``Dispatch``, the table that routes received messages to their handlers.
+
+Nothing here imports the rest of the engine: every process loads it cheaply.
 """
 
 from __future__ import annotations
 
+import logging
 import struct
 import time
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, ClassVar, NamedTuple
 
-import orjson
+import msgspec
 
+from inferpool.errors import InferpoolError
+
+logger = logging.getLogger(__name__)
+
+
+class Kind(IntEnum):
+    """The wire format of a request body."""
+
+    REST = 0  # V2 JSON, optionally followed by Triton binary tensors (json_length set)
+    GRPC = 1  # a serialized inference.ModelInferRequest
+    CUSTOM = 2  # a runtime's custom endpoint: b"<endpoint>\0" + the raw request body
+
+
+class Op(IntEnum):
+    """Control-channel opcodes (one byte on the wire)."""
+
+    HELLO = 1  # worker → frontend: it is up
+    LOAD = 2  # frontend → worker: load a model under an index
+    LOADED = 3  # worker → frontend: how that load went
+    UNLOAD = 4  # frontend → worker: drop the model under an index
+    REQUEST = 5  # frontend → worker: header + body too big for a ring slot
+    REPLY = 6  # worker → frontend: header + body too big for a ring slot
+    STOP = 7  # frontend → worker: finish what is queued, then exit
+    SPAWN = 8  # frontend → template: fork a worker with the fds that come along
+    PRELOAD = 9  # frontend → template: models to load before forking
+    PING = 10  # frontend → worker: answer PONG (heartbeat)
+    PONG = 11  # worker → frontend
+    CANCEL = 12  # frontend → worker: drop that request if it has not started
+    EXITED = 13  # template → frontend: the wait status of a worker it reaped
+
+
+# -- the slot header -----------------------------------------------------------------------
 # request id, model index, kind, flags (unused), status, json_length (-1: none),
 # deadline (monotonic ns, 0: none), enqueued at (monotonic ns), then the four stage
 # times (queue, compute_input, compute_infer, compute_output, in ns), then body length.
 HEADER = struct.Struct("<QIBBHqqqqqqqQ")
 HEADER_SIZE = HEADER.size
 
-# Control opcodes.
-HELLO = 1  # worker → frontend: {"pid"}
-LOAD = 2  # frontend → worker: {"index", "settings"}
-LOADED = 3  # worker → frontend: {"index", "ok", "error", "metadata", "size"}
-UNLOAD = 4  # frontend → worker: {"index"}
-REQUEST = 5  # frontend → worker: header + body too big for a ring slot
-REPLY = 6  # worker → frontend: header + body too big for a ring slot
-STOP = 7  # frontend → worker: finish what is queued, then exit
-SPAWN = 8  # frontend → template: {"worker", "threads", "slots", "slot_size"} + fds
-PRELOAD = 9  # frontend → template: {"models": [model settings]} to load before forking
-PING = 10  # frontend → worker: answer PONG (heartbeat)
-PONG = 11  # worker → frontend
-CANCEL = 12  # frontend → worker: {"id"}; drop that request if it has not started
-EXITED = 13  # template → frontend: {"pid", "status"} (a waitpid status) of a worker it reaped
-
 # A deadline further away than the header can hold (centuries) is no deadline at all.
 _MAX_DEADLINE_NS = 2**63 - 1
+
+
+class RequestHeader(NamedTuple):
+    """What a worker needs to know about a request, read from its packed header."""
+
+    request_id: int
+    model_index: int
+    kind: int
+    json_length: int | None
+    deadline_ns: int  # monotonic; 0: none
+    enqueued_ns: int  # when the frontend sent it (monotonic)
+    length: int  # of the body
+
+    @classmethod
+    def of(cls, fields: tuple[int, ...]) -> RequestHeader:
+        """From the unpacked ``HEADER`` fields (as a ring hands them out)."""
+        json_length = fields[5]
+        return cls(
+            fields[0], fields[1], fields[2], None if json_length < 0 else json_length,
+            fields[6], fields[7], fields[12],
+        )  # fmt: skip
+
+    @classmethod
+    def unpack_from(cls, buffer: bytes, offset: int = 0) -> RequestHeader:
+        return cls.of(HEADER.unpack_from(buffer, offset))
+
+
+class ReplyHeader(NamedTuple):
+    """What the frontend needs to know about a reply, read from its packed header."""
+
+    request_id: int
+    status: int
+    json_length: int | None
+    times: StageTimes
+    length: int  # of the body
+
+    @classmethod
+    def of(cls, fields: tuple[int, ...]) -> ReplyHeader:
+        json_length = fields[5]
+        times = StageTimes(fields[8], fields[9], fields[10], fields[11])
+        return cls(
+            fields[0], fields[4], None if json_length < 0 else json_length, times, fields[12]
+        )
+
+    @classmethod
+    def unpack_from(cls, buffer: bytes, offset: int = 0) -> ReplyHeader:
+        return cls.of(HEADER.unpack_from(buffer, offset))
 
 
 def request_header(
@@ -47,7 +121,7 @@ def request_header(
     deadline: float | None,
     length: int,
 ) -> bytes:
-    """The header of a request leaving the frontend now.
+    """The packed header of a request leaving the frontend now.
 
     Raises ValueError (or OverflowError) for a value the header cannot carry, before
     anything is registered for the request, so that the caller answers 400.
@@ -67,39 +141,181 @@ def request_header(
         if deadline_ns > _MAX_DEADLINE_NS:
             deadline_ns = 0
     return HEADER.pack(
-        request_id,
-        model_index,
-        kind,
-        0,
-        0,
-        json_length,
-        deadline_ns,
-        time.monotonic_ns(),
-        0,
-        0,
-        0,
-        0,
-        length,
-    )
-
-
-def reply_header(
-    request_id: int,
-    status: int,
-    json_length: int | None,
-    times: tuple[int, int, int, int],
-    length: int,
-) -> bytes:
-    """The header of a reply leaving a worker."""
-    return HEADER.pack(
-        request_id, 0, 0, 0, status, -1 if json_length is None else json_length, 0, 0, *times,
-        length,
+        request_id, model_index, kind, 0, 0, json_length, deadline_ns, time.monotonic_ns(),
+        0, 0, 0, 0, length,
     )  # fmt: skip
 
 
-def encode_control(document: dict[str, Any]) -> bytes:
-    return orjson.dumps(document)
+def reply_header(request_id: int, reply: Reply) -> bytes:
+    """The packed header of ``reply`` leaving a worker."""
+    times = reply.times or _NO_TIMES
+    json_length = -1 if reply.json_length is None else reply.json_length
+    return HEADER.pack(
+        request_id, 0, 0, 0, reply.status, json_length, 0, 0, times.queue, times.compute_input,
+        times.compute_infer, times.compute_output, len(reply.body),
+    )  # fmt: skip
 
 
-def decode_control(payload: bytes) -> dict[str, Any]:
-    return orjson.loads(payload)
+def custom_body(endpoint: str, body: bytes) -> bytes:
+    """The body of a ``Kind.CUSTOM`` request: the endpoint's name, NUL, then the raw body."""
+    return endpoint.encode() + b"\0" + body
+
+
+# -- replies -------------------------------------------------------------------------------
+@dataclass(slots=True)
+class StageTimes:
+    """Nanoseconds spent in each stage of one request (decode = compute_input, ...)."""
+
+    queue: int = 0
+    compute_input: int = 0
+    compute_infer: int = 0
+    compute_output: int = 0
+
+
+_NO_TIMES = StageTimes()
+
+
+@dataclass(slots=True)
+class Reply:
+    """What the frontend writes out: a 200 with the encoded response, or an error.
+
+    For an error, ``body`` is the UTF-8 message; each frontend wraps it in its own format.
+    ``json_length`` is the length of the JSON part of a REST reply that has binary tensors.
+    """
+
+    status: int
+    body: bytes
+    json_length: int | None = None
+    times: StageTimes | None = None
+
+    @classmethod
+    def from_error(cls, exc: BaseException, model: str = "") -> Reply:
+        """The reply for an exception: its own status for an ``InferpoolError``, else a 500
+        for a fault of the server (logged with its traceback, naming ``model``)."""
+        if isinstance(exc, InferpoolError):
+            return cls(exc.status, exc.message.encode())
+        logger.error("unexpected error serving model %r", model, exc_info=exc)
+        return cls(500, f"internal error: {type(exc).__name__}: {exc}".encode())
+
+    @classmethod
+    def from_header(cls, header: ReplyHeader, body: bytes) -> Reply:
+        return cls(header.status, body, header.json_length, header.times)
+
+
+# -- control messages ----------------------------------------------------------------------
+class Control(msgspec.Struct, frozen=True):
+    """A control message; ``op`` is its opcode on the wire."""
+
+    op: ClassVar[Op]
+
+
+class Hello(Control, frozen=True):
+    op = Op.HELLO
+    pid: int
+
+
+class Load(Control, frozen=True):
+    op = Op.LOAD
+    index: int
+    settings: dict[str, Any]  # ModelSettings as JSON (``model_dump(mode="json")``)
+
+
+class Loaded(Control, frozen=True):
+    op = Op.LOADED
+    index: int
+    ok: bool
+    error: str = ""
+    metadata: dict[str, Any] = {}
+    size: int = 0  # bytes the load added to the worker's resident memory
+    predictor: str | None = None
+
+
+class Unload(Control, frozen=True):
+    op = Op.UNLOAD
+    index: int
+
+
+class Stop(Control, frozen=True):
+    op = Op.STOP
+
+
+class Spawn(Control, frozen=True):
+    op = Op.SPAWN
+    worker: int
+    threads: int
+    slots: int
+    slot_size: int
+    limits: dict[str, int]  # protocol.limits.DecodeLimits as a dict
+
+
+class Preload(Control, frozen=True):
+    op = Op.PRELOAD
+    models: list[dict[str, Any]]
+
+
+class Ping(Control, frozen=True):
+    op = Op.PING
+
+
+class Pong(Control, frozen=True):
+    op = Op.PONG
+
+
+class Cancel(Control, frozen=True):
+    op = Op.CANCEL
+    request_id: int
+
+
+class Exited(Control, frozen=True):
+    op = Op.EXITED
+    pid: int
+    status: int  # a waitpid status
+
+
+_CONTROLS: tuple[type[Control], ...] = (
+    Hello, Load, Loaded, Unload, Stop, Spawn, Preload, Ping, Pong, Cancel, Exited,
+)  # fmt: skip
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODERS: dict[int, msgspec.msgpack.Decoder[Any]] = {
+    kind.op: msgspec.msgpack.Decoder(kind) for kind in _CONTROLS
+}
+# Ops whose payload is a packed header and a body rather than a struct.
+BINARY_OPS = frozenset({Op.REQUEST, Op.REPLY})
+
+
+def encode(message: Control) -> bytes:
+    """The payload of a control message (its opcode travels apart)."""
+    return _ENCODER.encode(message)
+
+
+def decode(op: int, payload: bytes) -> Control:
+    """The struct a control message carries; ValueError for an opcode or payload not ours."""
+    decoder = _DECODERS.get(op)
+    if decoder is None:
+        raise ValueError(f"unknown control opcode {op}")
+    try:
+        message: Control = decoder.decode(payload)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"malformed {Op(op).name} message: {exc}") from None
+    return message
+
+
+Handler = Callable[[Any], object]
+
+
+class Dispatch:
+    """Routes received control messages to handlers by opcode.
+
+    A handler of ``Op.REQUEST`` / ``Op.REPLY`` gets the raw payload (header and body);
+    any other gets the decoded struct. A message with no handler is logged and dropped.
+    """
+
+    def __init__(self, handlers: Mapping[Op, Handler]) -> None:
+        self._handlers = dict(handlers)
+
+    def __call__(self, op: int, payload: bytes) -> None:
+        handler = self._handlers.get(op)  # type: ignore[call-overload]
+        if handler is None:
+            logger.warning("dropping a control message nobody handles here (opcode %d)", op)
+            return
+        handler(payload if op in BINARY_OPS else decode(op, payload))

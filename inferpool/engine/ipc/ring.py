@@ -9,8 +9,16 @@ running, and which group runs past its model's timeout, without asking it. A slo
 ``messages.HEADER`` followed by the body. No asyncio here: the doorbell (an eventfd) is
 the caller's business, so one doorbell write can announce many slots.
 
-Ordering relies on the producer storing the slot before it stores ``tail`` (and the
-consumer reading ``tail`` before the slot), which x86-64's store ordering guarantees.
+Ordering rests on the two counters alone, each a 64-bit word stored with release and
+loaded with acquire semantics (``atomics.py``: the C functions of ``_atomics.c``, one
+instruction each on any CPU, arm64's weaker ordering included). The producer writes a
+slot, then release-stores ``tail``; the consumer acquire-loads ``tail``, so it sees
+every byte of the slots before it, copies them out, then release-stores ``head``; the
+producer acquire-loads ``head`` before it reuses a slot, so it never overwrites bytes
+the consumer is still reading. The counters are in native byte order (both sides run on
+one machine). The running record is plain bytes, unordered: a read racing
+``mark_running`` may mix two groups' fields (the producer reads it only to attribute a
+crash or a timeout).
 """
 
 from __future__ import annotations
@@ -19,15 +27,16 @@ import mmap
 import os
 import struct
 
+from inferpool.engine.ipc.atomics import load_acquire, store_release
 from inferpool.engine.ipc.messages import HEADER, HEADER_SIZE
 
-_COUNTER = struct.Struct("<Q")
 _HEAD, _TAIL, _RUNNING_AT, _SLOTS_AT = 0, 64, 128, 192
 # started (monotonic ns, 0: idle), model index, requests in the group, their first ids.
 RUNNING_IDS = 6
 _RUNNING = struct.Struct(f"<qII{RUNNING_IDS}Q")
 _NO_IDS = (0,) * RUNNING_IDS
 _ONE = struct.Struct("<qIIQ")  # the same record for a group of one (stale ids after it)
+_IDLE = struct.Struct("<q")  # the record's first field alone
 
 
 def ring_bytes(slots: int, slot_size: int) -> int:
@@ -51,8 +60,10 @@ class Ring:
         self.slot_size = slot_size
         self.capacity = slot_size - HEADER_SIZE  # the largest body a slot holds
         self._map = mmap.mmap(fd, ring_bytes(slots, slot_size))
-        self._head = _COUNTER.unpack_from(self._map, _HEAD)[0]
-        self._tail = _COUNTER.unpack_from(self._map, _TAIL)[0]
+        # Each side's own counter, and the other side's as last loaded: the consumer's
+        # ``head`` and the producer's ``tail`` are exact, the producer's ``head`` may lag.
+        self._head: int = load_acquire(self._map, _HEAD)
+        self._tail: int = load_acquire(self._map, _TAIL)
 
     def _slot(self, position: int) -> int:
         return _SLOTS_AT + (position % self.slots) * self.slot_size
@@ -63,20 +74,24 @@ class Ring:
         if len(body) > self.capacity:
             return False
         tail = self._tail
-        if tail - _COUNTER.unpack_from(self._map, _HEAD)[0] >= self.slots:
-            return False
+        # The head last loaded is enough while it shows a free slot (it only moves on):
+        # load it again, with acquire, only when the ring looks full.
+        if tail - self._head >= self.slots:
+            self._head = load_acquire(self._map, _HEAD)
+            if tail - self._head >= self.slots:
+                return False
         start = self._slot(tail)
         self._map[start : start + HEADER_SIZE] = header
         self._map[start + HEADER_SIZE : start + HEADER_SIZE + len(body)] = body
         self._tail = tail + 1
-        _COUNTER.pack_into(self._map, _TAIL, tail + 1)
+        store_release(self._map, _TAIL, tail + 1)  # publishes the slot's bytes
         return True
 
     # -- consumer --------------------------------------------------------------------------
-    def pop_all(self) -> list[tuple[tuple, bytes]]:
+    def pop_all(self) -> list[tuple[tuple[int, ...], bytes]]:
         """Every message written so far, as (header fields, body), freeing their slots."""
         head = self._head
-        tail = _COUNTER.unpack_from(self._map, _TAIL)[0]
+        tail = load_acquire(self._map, _TAIL)  # the slots before it are complete
         if head == tail:
             return []
         messages = []
@@ -87,7 +102,7 @@ class Ring:
             messages.append((fields, self._map[body_at : body_at + fields[-1]]))
             head += 1
         self._head = head
-        _COUNTER.pack_into(self._map, _HEAD, head)
+        store_release(self._map, _HEAD, head)  # after the copies: the slots are free
         return messages
 
     def mark_running(self, model_index: int, request_ids: list[int], started_ns: int) -> None:
@@ -100,7 +115,7 @@ class Ring:
         _RUNNING.pack_into(self._map, _RUNNING_AT, started_ns, model_index, count, *ids)
 
     def mark_idle(self) -> None:
-        _COUNTER.pack_into(self._map, _RUNNING_AT, 0)
+        _IDLE.pack_into(self._map, _RUNNING_AT, 0)
 
     def running(self) -> tuple[int, list[int], int] | None:
         """(model index, request ids (the first few), started ns) of the running group."""
@@ -111,8 +126,8 @@ class Ring:
 
     def pending(self) -> int:
         """Messages written and not yet taken (right on either side)."""
-        head = _COUNTER.unpack_from(self._map, _HEAD)[0]
-        return _COUNTER.unpack_from(self._map, _TAIL)[0] - head
+        head = load_acquire(self._map, _HEAD)
+        return load_acquire(self._map, _TAIL) - head
 
     def close(self) -> None:
         self._map.close()

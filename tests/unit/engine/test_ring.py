@@ -1,10 +1,16 @@
-"""The memfd slot ring: order, wrap-around, full and oversized messages, two mappings."""
+"""The memfd slot ring: order, wrap-around, full and oversized messages, two mappings;
+and the acquire/release counter functions it rests on (``_atomics``)."""
 
 from __future__ import annotations
 
+import mmap
 import os
+import struct
+
+import pytest
 
 from inferpool.engine.ipc import messages
+from inferpool.engine.ipc._atomics import load_acquire, store_release
 from inferpool.engine.ipc.ring import Ring, create_ring_fd
 
 
@@ -47,8 +53,98 @@ def test_body_bigger_than_a_slot_is_refused() -> None:
     assert fields[0] == 2 and body == b"z" * producer.capacity
 
 
-def test_reply_header_carries_status_and_stage_times() -> None:
-    raw = messages.reply_header(5, 503, 17, (1, 2, 3, 4), 9)
-    fields = messages.HEADER.unpack(raw)
-    assert fields[0] == 5 and fields[4] == 503 and fields[5] == 17
-    assert fields[8:12] == (1, 2, 3, 4) and fields[-1] == 9
+def test_pending_is_right_on_either_side_and_a_new_mapping_resumes_at_the_counters() -> None:
+    producer, consumer = make_pair(slots=4)
+    for i in range(3):
+        assert producer.push(header(i, 1), b"x")
+    assert producer.pending() == consumer.pending() == 3
+    assert [f[0] for f, _ in consumer.pop_all()] == [0, 1, 2]
+    assert producer.pending() == 0
+    fd = create_ring_fd(4, 256)
+    try:
+        first = Ring(fd, 4, 256)
+        assert first.push(header(7, 1), b"a") and first.push(header(8, 1), b"b")
+        assert [f[0] for f, _ in first.pop_all()] == [7, 8]
+        assert first.push(header(9, 1), b"c")
+        later = Ring(fd, 4, 256)  # mapped after two messages went through
+    finally:
+        os.close(fd)
+    assert [f[0] for f, _ in later.pop_all()] == [9]
+
+
+# -- the counters ------------------------------------------------------------------------
+NATIVE_COUNTER = struct.Struct("=Q")
+
+
+@pytest.mark.parametrize("value", [0, 1, 0x0102030405060708, 2**64 - 1])
+def test_a_stored_counter_loads_back_and_touches_only_its_8_bytes(value: int) -> None:
+    buffer = mmap.mmap(-1, 4096)
+    buffer[:] = b"\xee" * 4096
+    store_release(buffer, 64, value)
+    assert load_acquire(buffer, 64) == value
+    assert NATIVE_COUNTER.unpack_from(buffer, 64)[0] == value  # a plain word, native order
+    assert buffer[56:64] == buffer[72:80] == b"\xee" * 8
+    buffer.close()  # would fail if a call had left its buffer exported
+
+
+@pytest.mark.parametrize("offset", [1, 4, 60, 4095 - 8])
+def test_an_unaligned_offset_is_refused(offset: int) -> None:
+    buffer = mmap.mmap(-1, 4096)
+    with pytest.raises(ValueError, match="not 8-byte aligned"):
+        store_release(buffer, offset, 1)
+    with pytest.raises(ValueError, match="not 8-byte aligned"):
+        load_acquire(buffer, offset)
+    buffer.close()
+
+
+@pytest.mark.parametrize("offset", [-8, 4096, 4096 - 4, 2**64, -(2**70)])
+def test_an_offset_outside_the_buffer_is_refused(offset: int) -> None:
+    buffer = mmap.mmap(-1, 4096)
+    with pytest.raises(ValueError, match="outside a buffer of 4096 bytes"):
+        store_release(buffer, offset, 1)
+    with pytest.raises(ValueError, match="outside a buffer of 4096 bytes"):
+        load_acquire(buffer, offset)
+    store_release(buffer, 4096 - 8, 5)  # the last word is inside
+    assert load_acquire(buffer, 4096 - 8) == 5
+    with pytest.raises(ValueError, match="outside a buffer of 4 bytes"):
+        load_acquire(bytearray(4), 0)
+    buffer.close()
+
+
+def test_a_read_only_buffer_is_refused() -> None:
+    fd = create_ring_fd(1, 4096)
+    try:
+        read_only = mmap.mmap(fd, 4096, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+    for buffer in (read_only, bytes(64)):
+        with pytest.raises(BufferError):
+            store_release(buffer, 0, 1)
+        with pytest.raises(BufferError):
+            load_acquire(buffer, 0)
+    read_only.close()
+
+
+def test_a_value_that_is_not_an_unsigned_64_bit_int_is_refused_before_the_store() -> None:
+    buffer = mmap.mmap(-1, 64)
+    store_release(buffer, 8, 42)
+    for value in (-1, 2**64):
+        with pytest.raises(OverflowError):
+            store_release(buffer, 8, value)
+    with pytest.raises(TypeError):
+        store_release(buffer, 8, 1.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        load_acquire(buffer, "8")  # type: ignore[arg-type]
+    assert load_acquire(buffer, 8) == 42
+    buffer.close()
+
+
+def test_the_x86_fallback_stores_and_loads_the_same_words_as_the_c_functions() -> None:
+    from inferpool.engine.ipc import atomics
+
+    assert atomics.NATIVE  # the checkout's build has the C extension: the ring uses it
+    buffer = bytearray(16)
+    atomics._store(buffer, 8, 2**64 - 1)
+    assert load_acquire(buffer, 8) == 2**64 - 1
+    store_release(buffer, 0, 12345)
+    assert atomics._load(buffer, 0) == 12345 and buffer[8:] == b"\xff" * 8

@@ -1,0 +1,6 @@
+"""Types of the C extension built from ``_atomics.c`` (the ring's acquire/release counters)."""
+
+from _typeshed import WriteableBuffer
+
+def store_release(buffer: WriteableBuffer, offset: int, value: int, /) -> None: ...
+def load_acquire(buffer: WriteableBuffer, offset: int, /) -> int: ...
