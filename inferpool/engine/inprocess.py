@@ -1,7 +1,8 @@
 """``workers=0``: models load and predict in the frontend process (embedding, debugging).
 
-The worker path (``worker/handler.py``) runs here on the event loop's thread; loads run
-in a thread, one at a time, so the loop keeps answering health checks.
+The worker path (``worker/path.py``) runs here on the event loop's thread; loads run
+in a thread, one at a time, so the loop keeps answering health checks. The embedded API
+(``inferpool.Engine``) hands typed requests to ``infer_request``: no bytes at all.
 """
 
 from __future__ import annotations
@@ -9,13 +10,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
 from inferpool.engine.client import EngineClient
-from inferpool.engine.worker.handler import Reply
-from inferpool.errors import InferpoolError
+from inferpool.engine.ipc.messages import Reply, RequestHeader
+from inferpool.errors import InferpoolError, from_status
 from inferpool.protocol import limits
+from inferpool.protocol.types import InferenceRequest, InferenceResponse
 from inferpool.settings import ModelSettings, ServerSettings
+
+if TYPE_CHECKING:
+    from inferpool.engine.worker.model import LoadedModel
 
 logger = logging.getLogger(__name__)
 
@@ -25,8 +31,6 @@ class InProcessClient(EngineClient):
 
     def __init__(self, settings: ServerSettings) -> None:
         super().__init__(settings)
-        from inferpool.engine.worker.model import LoadedModel
-
         limits.configure(limits.DecodeLimits.from_settings(settings))
         self.models: dict[str, LoadedModel] = {}
 
@@ -50,9 +54,41 @@ class InProcessClient(EngineClient):
     async def _infer(
         self, name: str, kind: int, body: bytes, json_length: int | None, deadline: float | None
     ) -> Reply:
-        from inferpool.engine.worker.handler import handle
+        from inferpool.engine.worker.path import Job, run_group
 
-        return handle(self.models[name], kind, body, json_length)
+        # A group of one, as a worker would run it; the header a worker would have read.
+        deadline_ns = 0 if deadline is None else int(deadline * 1e9)
+        now = time.monotonic_ns()
+        header = RequestHeader(0, 0, kind, json_length, deadline_ns, now, len(body))
+        return run_group(self.models[name], [Job(header, body)])[0]
+
+    async def infer_request(
+        self, name: str, version: str | None, request: InferenceRequest
+    ) -> InferenceResponse:
+        """The typed path of the embedded API: no wire format at all.
+
+        Errors raise what a worker's reply would rebuild (a fault of the server: a 500
+        ``InferpoolError``); counted in the model's statistics as ``infer`` counts.
+        """
+        from inferpool.engine.worker.inference import infer
+
+        self.table.ready_model(name, version)
+        started = time.perf_counter_ns()
+        try:
+            response = infer(self.models[name], request)
+        except Exception as exc:
+            self._record(name, False, started)
+            if isinstance(exc, InferpoolError):
+                raise
+            reply = Reply.from_error(exc, name)
+            raise from_status(reply.status, reply.body.decode()) from exc
+        self._record(name, True, started)
+        return response
+
+    def _record(self, name: str, ok: bool, started: int) -> None:
+        stats = self.stats.get(name)
+        if stats is not None:
+            stats.record(ok, time.perf_counter_ns() - started, None)
 
 
 # Loads run in a thread (the loop keeps answering health checks), one at a time: a
@@ -63,7 +99,7 @@ class InProcessClient(EngineClient):
 _LOAD_LOCK = threading.Lock()
 
 
-def _load_one_at_a_time(settings: ModelSettings) -> Any:
+def _load_one_at_a_time(settings: ModelSettings) -> LoadedModel:
     from inferpool.engine.worker.model import load_model
 
     with _LOAD_LOCK:

@@ -1,7 +1,8 @@
 """The gRPC wire format: ModelInferRequest bytes to an InferenceRequest, a response to bytes.
 
-Runs where tensors are handled (a worker, or the frontend with ``workers=0``), and
-registers itself with the handler on import. Inputs arrive either as typed ``contents``
+Runs where tensors are handled (a worker, or the frontend with ``workers=0``);
+``engine/worker/wire_formats.py`` maps ``Kind.GRPC`` to ``decode`` and ``encode`` here.
+Inputs arrive either as typed ``contents``
 or, for every input at once, as ``raw_input_contents`` (little-endian, row-major; BYTES
 elements each prefixed by a 4-byte little-endian length). Raw inputs become zero-copy
 ``np.frombuffer`` views, never Python lists; the response answers in the form the
@@ -18,7 +19,6 @@ import numpy as np
 import orjson
 from google.protobuf.message import DecodeError
 
-from inferpool.engine.worker.handler import KIND_GRPC, register_wire_format
 from inferpool.errors import BadRequest
 from inferpool.protocol import limits
 from inferpool.protocol.binary import bytes_elements_to_wire, tensor_from_bytes
@@ -228,6 +228,3 @@ def set_parameters(target: MutableMapping[str, Any], parameters: Mapping[str, An
             parameter.string_param = value
         elif value is not None:
             parameter.string_param = orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()
-
-
-register_wire_format(KIND_GRPC, decode, encode)

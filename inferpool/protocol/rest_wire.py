@@ -1,8 +1,10 @@
-"""Registers the REST wire format (V2 JSON, and Triton binary tensors) with the handler."""
+"""The REST wire format (V2 JSON, and Triton binary tensors): request bytes in, response bytes out.
+
+``engine/worker/wire_formats.py`` maps ``Kind.REST`` to ``decode`` and ``encode`` here.
+"""
 
 from __future__ import annotations
 
-from inferpool.engine.worker.handler import KIND_REST, register_wire_format
 from inferpool.errors import BadRequest
 from inferpool.protocol import rest_json
 from inferpool.protocol.binary import binary_outputs, split_binary_outputs
@@ -29,6 +31,3 @@ def encode(response: InferenceResponse, request: InferenceRequest) -> tuple[byte
     header, tail = split_binary_outputs(response.outputs, binary)
     document = rest_json.encode_response(response, header)
     return b"".join([document, *tail]), len(document)
-
-
-register_wire_format(KIND_REST, decode, encode)

@@ -1,7 +1,7 @@
 """The inference path for one loaded model: decode → predict → encode, in three steps.
 
-The steps are separate so that adaptive batching can prepare several requests, predict
-once on their concatenation, and split the result.
+The steps are separate so that the worker path (``path.py``) can prepare several
+requests, predict once on their concatenation, and split the result.
 """
 
 from __future__ import annotations

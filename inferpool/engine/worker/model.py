@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from inferpool.errors import ModelLoadError
 from inferpool.runtimes.base import Runtime
 from inferpool.runtimes.registry import runtime_class
 from inferpool.settings import ModelSettings
@@ -39,9 +40,11 @@ def load_model(settings: ModelSettings) -> LoadedModel:
 
 
 def failure_reason(exc: BaseException) -> str:
-    """One line for a model that failed to load: the message, with its type if terse."""
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    """One line for a model that failed to load: the first line of its message, after the
+    exception's type unless it is a ``ModelLoadError`` (whose message says it all)."""
+    text = str(exc).strip()
     name = type(exc).__name__
-    if not message:
+    if not text:
         return name
-    return message if name in ("RuntimeNotFound", "ModelLoadError") else f"{name}: {message}"
+    message = text.splitlines()[0]
+    return message if isinstance(exc, ModelLoadError) else f"{name}: {message}"

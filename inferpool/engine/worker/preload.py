@@ -1,9 +1,10 @@
 """Models the template process loads before it forks, shared copy-on-write by workers.
 
 Only runtimes whose loading starts no native thread pool are loaded there (a parent
-that has run OpenMP code must not fork). A worker asked to load a model takes the
-template's copy when the settings and the files of the model's folder are unchanged
-since, and loads it itself otherwise.
+that has run OpenMP code must not fork): those the runtime registry marks ``fork_safe``
+(``runtimes/registry.py``). A worker asked to load a model takes the template's copy when
+the settings and the files of the model's folder are unchanged since, and loads it itself
+otherwise.
 """
 
 from __future__ import annotations
@@ -15,15 +16,10 @@ from typing import Any
 import orjson
 
 from inferpool.engine.worker.model import LoadedModel, load_model
-from inferpool.runtimes.registry import runtime_name_for
+from inferpool.runtimes.registry import is_fork_safe
 from inferpool.settings import ModelSettings
 
 logger = logging.getLogger(__name__)
-
-# Runtimes whose load starts no OpenMP or BLAS pool: scikit-learn unpickles; LightGBM and
-# XGBoost parse their trees with OpenMP limited to the loading thread
-# (``runtimes.artefacts.single_threaded``). MLflow pyfunc may run anything: not here.
-FORK_SAFE_RUNTIMES = frozenset({"sklearn", "lightgbm", "xgboost"})
 
 _PRELOADED: dict[str, tuple[bytes, LoadedModel]] = {}
 
@@ -45,7 +41,7 @@ def preload(documents: list[dict[str, Any]]) -> None:
     for document in documents:
         try:
             settings = ModelSettings(**document)
-            if runtime_name_for(settings) not in FORK_SAFE_RUNTIMES:
+            if not is_fork_safe(settings):
                 continue
             _PRELOADED[settings.name] = (fingerprint(document), load_model(settings))
         except Exception as exc:  # the worker loads it itself and reports the reason

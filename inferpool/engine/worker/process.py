@@ -1,6 +1,6 @@
 """A worker process: drain its request ring → batch → run → encode → reply.
 
-It is forked by the template process (``zygote.py``) with its fds already open: the
+It is forked by the template process (``template.py``) with its fds already open: the
 request and response rings, one eventfd doorbell per direction and its end of the
 control socketpair. It sleeps in ``poll`` on the request doorbell and the control
 channel, takes every pending request at each wake-up, and rings the response doorbell
@@ -17,15 +17,16 @@ import select
 import signal
 import socket
 import time
-from typing import Any
 
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.channel import Channel
+from inferpool.engine.ipc.messages import Op, Reply, RequestHeader
 from inferpool.engine.ipc.ring import Ring
-from inferpool.engine.worker.batching import Batcher, Job, run_group
-from inferpool.engine.worker.handler import Reply
+from inferpool.engine.worker.batching import Batcher
 from inferpool.engine.worker.model import LoadedModel, failure_reason, load_model
+from inferpool.engine.worker.path import Job, run_group
 from inferpool.engine.worker.preload import preloaded
+from inferpool.errors import ClientGone, NotReady
 from inferpool.protocol import limits
 from inferpool.settings import ModelSettings
 
@@ -46,24 +47,34 @@ def limit_native_threads(threads: int) -> None:
 
 
 class Worker:
-    def __init__(self, spec: dict[str, Any], fds: list[int]) -> None:
+    def __init__(self, spec: messages.Spawn, fds: list[int]) -> None:
         request_fd, reply_fd, self.request_bell, self.reply_bell, control_fd = fds
-        self.worker_id: int = spec["worker"]
-        limits.configure(limits.DecodeLimits(**spec["limits"]))
-        self.threads: int = spec["threads"]
-        self.requests = Ring(request_fd, spec["slots"], spec["slot_size"])
-        self.replies = Ring(reply_fd, spec["slots"], spec["slot_size"])
+        self.worker_id = spec.worker
+        limits.configure(limits.DecodeLimits(**spec.limits))
+        self.threads = spec.threads
+        self.requests = Ring(request_fd, spec.slots, spec.slot_size)
+        self.replies = Ring(reply_fd, spec.slots, spec.slot_size)
         os.close(request_fd)
         os.close(reply_fd)
         self.channel = Channel(socket.socket(fileno=control_fd))
         self.models: dict[int, LoadedModel] = {}
         self.batcher = Batcher()
         self.stopping = False
+        self.dispatch = messages.Dispatch(
+            {
+                Op.REQUEST: self._on_request,
+                Op.LOAD: self._load,
+                Op.UNLOAD: self._on_unload,
+                Op.CANCEL: self._on_cancel,
+                Op.PING: self._on_ping,
+                Op.STOP: self._on_stop,
+            }
+        )
 
     # -- main loop -------------------------------------------------------------------------
     def run(self) -> None:
         limit_native_threads(self.threads)
-        self.channel.send(messages.HELLO, messages.encode_control({"pid": os.getpid()}))
+        self.channel.send_control(messages.Hello(pid=os.getpid()))
         poller = select.poll()
         poller.register(self.request_bell, select.POLLIN)
         poller.register(self.channel.fileno(), select.POLLIN)
@@ -98,18 +109,14 @@ class Worker:
 
     def _take_requests(self) -> None:
         for fields, body in self.requests.pop_all():
-            self._enqueue(fields, body)
+            self._enqueue(RequestHeader.of(fields), body)
 
-    def _enqueue(self, fields: tuple, body: bytes) -> None:
-        request_id, model_index, kind, _, _, json_length, deadline, enqueued = fields[:8]
-        job = Job(
-            request_id, model_index, kind, body,
-            None if json_length < 0 else json_length, deadline, enqueued,
-        )  # fmt: skip
-        model = self.models.get(model_index)
+    def _enqueue(self, header: RequestHeader, body: bytes) -> None:
+        job = Job(header, body)
+        model = self.models.get(header.model_index)
         if model is None:
             message = f"worker {self.worker_id} does not hold that model (was it unloaded?)"
-            self._answer([job], [Reply(503, message.encode())])
+            self._answer([job], [Reply.from_error(NotReady(message))])
             return
         self.batcher.add(model, job)
 
@@ -124,69 +131,58 @@ class Worker:
                 return False
             for fd in fds:
                 os.close(fd)
-            if op == messages.REQUEST:
-                header = messages.HEADER.unpack_from(payload)
-                self._enqueue(header, payload[messages.HEADER_SIZE :])
-            elif op == messages.LOAD:
-                self._load(messages.decode_control(payload))
-            elif op == messages.UNLOAD:
-                # Requests pushed to the ring before the unload was sent are queued first
-                # (the ring was read before this message, but more may have come since).
-                self._take_requests()
-                self.models.pop(messages.decode_control(payload)["index"], None)
-            elif op == messages.CANCEL:
-                job = self.batcher.cancel(messages.decode_control(payload)["id"])
-                if job is not None:  # the frontend still counts it until it is answered
-                    self._answer([job], [Reply(499, b"the client went away")])
-            elif op == messages.PING:
-                self.channel.send(messages.PONG)
-            elif op == messages.STOP:
-                self.stopping = True
+            self.dispatch(op, payload)
+
+    def _on_request(self, payload: bytes) -> None:
+        self._enqueue(RequestHeader.unpack_from(payload), payload[messages.HEADER_SIZE :])
+
+    def _on_unload(self, message: messages.Unload) -> None:
+        # Requests pushed to the ring before the unload was sent are queued first (the
+        # ring was read before this message, but more may have come since).
+        self._take_requests()
+        self.models.pop(message.index, None)
+
+    def _on_cancel(self, message: messages.Cancel) -> None:
+        job = self.batcher.cancel(message.request_id)
+        if job is not None:  # the frontend still counts it until it is answered
+            self._answer([job], [Reply.from_error(ClientGone("the client went away"))])
+
+    def _on_ping(self, message: messages.Ping) -> None:
+        self.channel.send_control(messages.Pong())
+
+    def _on_stop(self, message: messages.Stop) -> None:
+        self.stopping = True
 
     # -- replies ---------------------------------------------------------------------------
     def _answer(self, jobs: list[Job], replies: list[Reply]) -> None:
         rang = False
         for job, reply in zip(jobs, replies, strict=True):
-            times = reply.times
-            stage_times = (
-                (times.queue, times.compute_input, times.compute_infer, times.compute_output)
-                if times is not None
-                else (0, 0, 0, 0)
-            )
-            header = messages.reply_header(
-                job.request_id, reply.status, reply.json_length, stage_times, len(reply.body)
-            )
+            header = messages.reply_header(job.request_id, reply)
             if self.replies.push(header, reply.body):
                 rang = True
             else:  # too big for a slot: its own memfd over the control channel
-                self.channel.send(messages.REPLY, header, reply.body)
+                self.channel.send(Op.REPLY, header, reply.body)
         if rang:
             os.eventfd_write(self.reply_bell, 1)
 
     # -- control ---------------------------------------------------------------------------
-    def _load(self, document: dict[str, Any]) -> None:
-        index = document["index"]
-        answer: dict[str, Any] = {"index": index, "ok": False}
+    def _load(self, message: messages.Load) -> None:
         before = resident_bytes()
         try:
-            model = preloaded(document["settings"]) or load_model(
-                ModelSettings(**document["settings"])
-            )
+            model = preloaded(message.settings) or load_model(ModelSettings(**message.settings))
             model.runtime.limit_threads(self.threads)
         except Exception as exc:
-            answer["error"] = failure_reason(exc)
+            answer = messages.Loaded(index=message.index, ok=False, error=failure_reason(exc))
         else:
-            self.models[index] = model
-            answer.update(
-                ok=True,
-                metadata=model.metadata,
-                size=max(0, resident_bytes() - before),
-                predictor=model.runtime.predictor(),
-            )
-        self.channel.send(messages.LOADED, messages.encode_control(answer))
+            self.models[message.index] = model
+            answer = messages.Loaded(
+                index=message.index, ok=True, metadata=model.metadata,
+                size=max(0, resident_bytes() - before), predictor=model.runtime.predictor(),
+            )  # fmt: skip
+        self.channel.send_control(answer)
 
 
-def main(spec: dict[str, Any], fds: list[int]) -> None:
+def main(spec: messages.Spawn, fds: list[int]) -> None:
     """Run a worker in this (freshly forked) process until it is told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the group; the frontend acts
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

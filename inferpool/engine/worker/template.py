@@ -24,8 +24,11 @@ import sys
 
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.channel import Channel
+from inferpool.engine.ipc.messages import Op
+from inferpool.runtimes.registry import preload_modules
 
-# Imported before any fork so every worker shares them; a missing library is skipped.
+# What every worker uses, whatever its models: imported before any fork so that workers
+# share it. The runtimes' modules come from the runtime registry (``preload_modules``).
 PRELOAD = (
     "numpy",
     "pandas",
@@ -34,52 +37,61 @@ PRELOAD = (
     "inferpool.engine.worker.preload",
     "inferpool.protocol.rest_wire",
     "inferpool.protocol.grpc_wire",
-    "inferpool.runtimes.sklearn",
-    "sklearn.ensemble",
-    "sklearn.linear_model",
-    "sklearn.pipeline",
-    "sklearn.preprocessing",
-    "inferpool.runtimes.lightgbm",
-    "inferpool.runtimes.xgboost",
 )
 
 
 def preload() -> None:
-    for name in PRELOAD:
+    """Import the engine's modules and every runtime's preload modules; a module whose
+    library is not installed is skipped (its models then fail to load, in the worker)."""
+    for name in (*PRELOAD, *preload_modules()):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
 
 
-def serve(channel: Channel, wakeup: int) -> None:
-    """Act on the frontend's messages; report every worker that exits (SIGCHLD wakes us)."""
-    poller = select.poll()
-    poller.register(channel.fileno(), select.POLLIN)
-    poller.register(wakeup, select.POLLIN)
-    while True:
-        ready = {fd for fd, _ in poller.poll()}
-        if wakeup in ready:
-            with contextlib.suppress(BlockingIOError):
-                while os.read(wakeup, 512):
-                    pass
-            if not report_exits(channel):
-                return
-        if channel.fileno() not in ready:
-            continue
-        try:
-            op, payload, fds = channel.receive(block=False)
-        except BlockingIOError:
-            continue
-        except (EOFError, ConnectionError):
-            return
-        for fd in fds if op != messages.SPAWN else ():
-            os.close(fd)
-        if op == messages.PRELOAD:
-            from inferpool.engine.worker.preload import preload
+class Template:
+    """The template's loop: the frontend's messages in, forked workers and exit reports out."""
 
-            preload(messages.decode_control(payload)["models"])
-        if op != messages.SPAWN:
-            continue
-        spec = messages.decode_control(payload)
+    def __init__(self, channel: Channel, wakeup: int) -> None:
+        self.channel = channel
+        self.wakeup = wakeup  # readable when SIGCHLD arrived
+        self._fds: list[int] = []  # those that came with the message being handled
+        self.dispatch = messages.Dispatch({Op.PRELOAD: self._preload, Op.SPAWN: self._spawn})
+
+    def serve(self) -> None:
+        """Act on the frontend's messages; report every worker that exits."""
+        poller = select.poll()
+        poller.register(self.channel.fileno(), select.POLLIN)
+        poller.register(self.wakeup, select.POLLIN)
+        while True:
+            ready = {fd for fd, _ in poller.poll()}
+            if self.wakeup in ready:
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(self.wakeup, 512):
+                        pass
+                if not self.report_exits():
+                    return
+            if self.channel.fileno() not in ready:
+                continue
+            try:
+                op, payload, self._fds = self.channel.receive(block=False)
+            except BlockingIOError:
+                continue
+            except (EOFError, ConnectionError):
+                return
+            try:
+                self.dispatch(op, payload)
+            finally:
+                for fd in self._fds:  # a handler takes the fds it keeps
+                    os.close(fd)
+                self._fds = []
+
+    def _preload(self, message: messages.Preload) -> None:
+        from inferpool.engine.worker.preload import preload as load_before_fork
+
+        load_before_fork(message.models)
+
+    def _spawn(self, spec: messages.Spawn) -> None:
+        fds, self._fds = self._fds, []
         gc.freeze()
         pid = os.fork()
         if pid == 0:
@@ -87,11 +99,11 @@ def serve(channel: Channel, wakeup: int) -> None:
             try:
                 os.close(signal.set_wakeup_fd(-1))  # the pipe's writer
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                os.close(wakeup)
-                channel.close()
-                from inferpool.engine.worker import process as worker
+                os.close(self.wakeup)
+                self.channel.close()
+                from inferpool.engine.worker import process
 
-                worker.main(spec, fds)
+                process.main(spec, fds)
             except BaseException:
                 import traceback
 
@@ -102,21 +114,19 @@ def serve(channel: Channel, wakeup: int) -> None:
         for fd in fds:
             os.close(fd)
 
-
-def report_exits(channel: Channel) -> bool:
-    """Reap every exited worker and send its wait status; False if the frontend is gone."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return True
-        if pid == 0:
-            return True
-        try:
-            document = messages.encode_control({"pid": pid, "status": status})
-            channel.send(messages.EXITED, document)
-        except OSError:
-            return False
+    def report_exits(self) -> bool:
+        """Reap every exited worker and send its wait status; False if the frontend is gone."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return True
+            if pid == 0:
+                return True
+            try:
+                self.channel.send_control(messages.Exited(pid=pid, status=status))
+            except OSError:
+                return False
 
 
 def main() -> None:
@@ -127,7 +137,7 @@ def main() -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     channel = Channel(socket.socket(fileno=int(sys.argv[1])))
     preload()
-    serve(channel, wakeup)
+    Template(channel, wakeup).serve()
 
 
 if __name__ == "__main__":

@@ -8,9 +8,10 @@ import numpy as np
 import orjson
 
 from inferpool import Runtime
-from inferpool.engine.worker.batching import Batcher, Job, run_group
-from inferpool.engine.worker.handler import KIND_REST
+from inferpool.engine.ipc.messages import Kind, RequestHeader
+from inferpool.engine.worker.batching import Batcher
 from inferpool.engine.worker.model import LoadedModel
+from inferpool.engine.worker.path import Job, run_group
 from inferpool.settings import ModelSettings
 
 
@@ -48,7 +49,10 @@ def job(request_id: int, rows, deadline_ns: int = 0, body: bytes | None = None) 
             {"name": "x", "shape": list(array.shape), "datatype": "FP64",
              "data": array.ravel().tolist()}]}  # fmt: skip
         body = orjson.dumps(document)
-    return Job(request_id, 1, KIND_REST, body, None, deadline_ns, time.monotonic_ns())
+    header = RequestHeader(
+        request_id, 1, Kind.REST, None, deadline_ns, time.monotonic_ns(), len(body)
+    )
+    return Job(header, body)
 
 
 def outputs(reply) -> list[float]:

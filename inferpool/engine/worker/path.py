@@ -1,0 +1,170 @@
+"""The one worker path: raw request bodies in, a reply for each out. A single request is a
+group of one; a worker (and ``workers=0``) runs every request through ``run_group``.
+
+For each job of a group, in order: refuse it if its deadline has passed, decode its body,
+prepare the runtime's payload; then predict once per set of payloads that can be joined
+(a failing joined predict falls back to one predict per request, so that a bad request does
+not fail the others); then encode each result in its request's wire format. A custom
+endpoint (``Kind.CUSTOM``) is called on its own. Every stage is timed on one clock
+(``time.monotonic_ns``, the clock of the header's ``enqueued_ns``) into the reply's
+``StageTimes``, the same way for one request as for a batch. Whatever a job raises
+becomes its reply through ``Reply.from_error``; ``run_group`` never raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import orjson
+
+from inferpool.engine.ipc.messages import Kind, Reply, RequestHeader, StageTimes
+from inferpool.engine.worker import batching, inference
+from inferpool.engine.worker.model import LoadedModel
+from inferpool.engine.worker.wire_formats import wire_format
+from inferpool.errors import DeadlineExceeded, InferpoolError, ModelNotFound
+from inferpool.protocol.types import InferenceRequest
+
+logger = logging.getLogger(__name__)
+
+_EXPIRED = "the request's deadline passed while it was queued"
+
+
+class Job:
+    """One request for a model: what the path reads of its header, and its body."""
+
+    __slots__ = (
+        "body", "deadline_ns", "enqueued_ns", "json_length", "kind", "model_index", "request_id",
+    )  # fmt: skip
+
+    def __init__(self, header: RequestHeader, body: bytes) -> None:
+        # Plain attributes: the path reads them several times per request.
+        (
+            self.request_id, self.model_index, self.kind, self.json_length,
+            self.deadline_ns, self.enqueued_ns, _,
+        ) = header  # fmt: skip
+        self.body = body
+
+
+@dataclass(slots=True)
+class _Decoded:
+    """A job between decoding and encoding; ``times`` gets each stage as it ends."""
+
+    position: int  # in the group
+    kind: int
+    request: InferenceRequest
+    payload: Any
+    outputs: list[str]
+    times: StageTimes
+
+
+def run_group(model: LoadedModel, jobs: Sequence[Job]) -> list[Reply]:
+    """The reply for each job, in order; never raises.
+
+    Payloads are joined only when the model batches (``max_batch_size`` > 1); otherwise
+    each job is predicted alone.
+    """
+    replies: list[Reply | None] = [None] * len(jobs)
+    sets: dict[Hashable, list[_Decoded]] = {}
+    joins = len(jobs) > 1 and model.settings.max_batch_size > 1
+    for position, job in enumerate(jobs):
+        started = time.monotonic_ns()
+        try:
+            if job.deadline_ns and started > job.deadline_ns:
+                raise DeadlineExceeded(_EXPIRED)
+            if job.kind == Kind.CUSTOM:
+                replies[position] = _call_custom(model, job, started)
+                continue
+            decoded = _decode(model, job, position, started)
+        except Exception as exc:
+            replies[position] = Reply.from_error(exc, model.name)
+            continue
+        key = batching.join_key(decoded.payload, decoded.outputs, position) if joins else position
+        sets.setdefault(key, []).append(decoded)
+    for members in sets.values():
+        _predict(model, members, replies)
+    return cast(list[Reply], replies)  # every position is answered by now
+
+
+def _decode(model: LoadedModel, job: Job, position: int, started: int) -> _Decoded:
+    decode, _ = wire_format(job.kind)
+    request = decode(job.body, job.json_length)
+    payload, outputs = inference.prepare(model, request)
+    times = StageTimes(started - job.enqueued_ns, time.monotonic_ns() - started)
+    return _Decoded(position, job.kind, request, payload, outputs, times)
+
+
+def _predict(model: LoadedModel, members: list[_Decoded], replies: list[Reply | None]) -> None:
+    """Predict a set of joinable payloads: once for all of them, else one by one."""
+    if len(members) > 1:
+        parts = _predict_joined(model, members)
+        if parts is not None:
+            for member, part in zip(members, parts, strict=True):
+                replies[member.position] = _encode(model, member, part)
+            return
+    for member in members:
+        started = time.monotonic_ns()
+        try:
+            result = inference.predict(model, member.payload, member.outputs, member.request)
+        except Exception as exc:
+            replies[member.position] = Reply.from_error(exc, model.name)
+            continue
+        member.times.compute_infer = time.monotonic_ns() - started
+        replies[member.position] = _encode(model, member, result)
+
+
+def _predict_joined(model: LoadedModel, members: list[_Decoded]) -> list[dict[str, Any]] | None:
+    """Each member's part of one predict on the joined payloads; None when that fails or
+    the result cannot be split by rows (the caller then predicts each alone)."""
+    rows = [len(member.payload) for member in members]
+    try:
+        joined = batching.concatenate([member.payload for member in members])
+        started = time.monotonic_ns()
+        result = inference.predict(model, joined, members[0].outputs)
+        infer_ns = time.monotonic_ns() - started
+        parts = batching.split(result, rows)
+    except Exception:
+        return None  # one bad request must not fail the others: they run one by one
+    if parts is not None:
+        for member in members:
+            member.times.compute_infer = infer_ns
+    return parts
+
+
+def _encode(model: LoadedModel, member: _Decoded, result: Any) -> Reply:
+    started = time.monotonic_ns()
+    try:
+        _, encode = wire_format(member.kind)
+        response = inference.respond(model, member.request, result)
+        body, json_length = encode(response, member.request)
+    except Exception as exc:
+        return Reply.from_error(exc, model.name)
+    member.times.compute_output = time.monotonic_ns() - started
+    return Reply(200, body, json_length, member.times)
+
+
+def _call_custom(model: LoadedModel, job: Job, started: int) -> Reply:
+    """A runtime's custom endpoint: raw body in; bytes, or a result sent as JSON, out."""
+    endpoint, _, payload = job.body.partition(b"\0")
+    name = endpoint.decode("utf-8", "replace")
+    function = model.runtime.custom_endpoints().get(name)
+    if function is None:
+        raise ModelNotFound(f"model '{model.name}' has no endpoint '{name}'")
+    called = time.monotonic_ns()
+    try:
+        result = function(payload)
+    except Exception as exc:
+        if not isinstance(exc, InferpoolError):  # a bug of the endpoint: keep its traceback
+            logger.exception("custom endpoint %r of model %r raised", name, model.name)
+        raise inference.model_failure(model, exc) from None
+    returned = time.monotonic_ns()
+    if not isinstance(result, bytes):
+        result = orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY)
+    times = StageTimes(
+        started - job.enqueued_ns, called - started, returned - called,
+        time.monotonic_ns() - returned,
+    )  # fmt: skip
+    return Reply(200, result, None, times)
