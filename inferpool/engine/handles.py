@@ -1,9 +1,10 @@
 """The frontend's side of the worker processes: the template process and worker handles.
 
-``start_template`` launches the template (``zygote.py``) as a fresh interpreter;
-``WorkerHandle`` creates one worker's rings, doorbells and control channel, asks the
-template to fork a worker with them, sends to it without blocking, completes the
-requests it answers, and keeps what the pool tracks per worker.
+``TemplateProcess`` launches the template (``worker/template.py``) as a fresh interpreter
+and reads what it reports (the exit statuses of the workers it reaped; its EOF says it
+has gone). ``WorkerHandle`` creates one worker's rings, doorbells and control channel,
+asks the template to fork a worker with them, sends to it without blocking, completes
+the requests it answers, and keeps what the pool tracks per worker.
 """
 
 from __future__ import annotations
@@ -15,20 +16,21 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.channel import Channel, Outgoing, socket_pair
+from inferpool.engine.ipc.messages import Op, Reply, ReplyHeader
 from inferpool.engine.ipc.ring import Ring, create_ring_fd
-from inferpool.engine.stats import StageTimes
-from inferpool.engine.worker.handler import Reply
-from inferpool.errors import InferpoolError
+from inferpool.errors import WorkerLost
 from inferpool.protocol.limits import DecodeLimits
 
 SLOT_SIZE = 64 * 1024  # a bigger body travels in its own memfd
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def start_template(threads: int) -> tuple[subprocess.Popen, Channel]:
+def start_template(threads: int) -> tuple[subprocess.Popen[bytes], Channel]:
     """The template process, with each future worker capped at ``threads`` native threads."""
     ours, theirs = socket_pair()
     env = dict(os.environ)
@@ -47,6 +49,76 @@ def start_template(threads: int) -> tuple[subprocess.Popen, Channel]:
     finally:
         theirs.close()
     return process, Channel(ours)
+
+
+class TemplateProcess:
+    """One template process and its control channel, watched from this loop.
+
+    ``exited(pid, status)`` gets each reaped worker's wait status; ``gone(self)`` is
+    called once when its channel reaches EOF (it has exited).
+    """
+
+    def __init__(
+        self,
+        threads: int,
+        exited: Callable[[int, int], None],
+        gone: Callable[[TemplateProcess], None],
+    ) -> None:
+        self.process, self.channel = start_template(threads)
+        self._gone = gone
+        self._open = True
+        self._dispatch = messages.Dispatch(
+            {Op.EXITED: lambda message: exited(message.pid, message.status)}
+        )
+        asyncio.get_running_loop().add_reader(self.channel.fileno(), self.receive)
+
+    def preload(self, models: list[dict[str, Any]]) -> None:
+        """Models to load before the first fork, shared by every worker."""
+        if models:
+            with contextlib.suppress(OSError):  # it died at once: its EOF says so
+                self.channel.send_control(messages.Preload(models=models))
+
+    def receive(self) -> None:
+        """Take what it reported; EOF means the template itself has gone."""
+        while self._open:
+            try:
+                op, payload, fds = self.channel.receive(block=False)
+            except BlockingIOError:
+                return
+            except (EOFError, OSError):
+                self._close()
+                self._gone(self)
+                return
+            for fd in fds:
+                os.close(fd)
+            self._dispatch(op, payload)
+
+    def _close(self) -> None:
+        if self._open:
+            self._open = False
+            with contextlib.suppress(ValueError):
+                asyncio.get_running_loop().remove_reader(self.channel.fileno())
+            self.channel.close()
+
+    async def reap(self) -> int | None:
+        """Wait for it to have exited (no zombie); its waitpid status, or None."""
+        for _ in range(100):  # its channel closes a moment before it can be reaped
+            code = self.process.poll()
+            if code is not None:
+                return -code if code < 0 else code << 8
+            await asyncio.sleep(0.05)
+        self.process.kill()
+        await asyncio.to_thread(self.process.wait)
+        return None
+
+    async def stop(self, wait: float) -> None:
+        """Close its channel (its EOF makes it exit); killed if not gone within ``wait``."""
+        self._close()
+        try:
+            await asyncio.to_thread(self.process.wait, wait)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            await asyncio.to_thread(self.process.wait)
 
 
 class WorkerHandle:
@@ -69,27 +141,57 @@ class WorkerHandle:
         self.channel = Channel(ours)
         self.child_socket = theirs
         loop = asyncio.get_running_loop()
-        self.hello: asyncio.Future = loop.create_future()
-        self.exited: asyncio.Future = loop.create_future()
-        self.inflight: dict[int, asyncio.Future] = {}
-        self.loads: dict[int, asyncio.Future] = {}
+        self.hello: asyncio.Future[None] = loop.create_future()
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.inflight: dict[int, asyncio.Future[Reply]] = {}
+        self.loads: dict[int, asyncio.Future[messages.Loaded]] = {}
         self.outbox: collections.deque[Outgoing] = collections.deque()
         self.models: dict[str, tuple[int, int]] = {}  # name → (model index, bytes)
-        self.template: subprocess.Popen | None = None  # the template that forked it
+        self.template: TemplateProcess | None = None  # the template that forked it
+        self.dispatch = messages.Dispatch(
+            {
+                Op.HELLO: self._on_hello,
+                Op.LOADED: self._on_loaded,
+                Op.REPLY: self._on_reply,
+                Op.PONG: self._on_pong,
+            }
+        )
 
     def ask_template(self, template: Channel, threads: int, limits: DecodeLimits) -> None:
         """Have the template fork this worker with its fds; ours of theirs close after."""
-        spec = {"worker": self.slot, "threads": threads, "slots": self.requests.slots}
-        spec["slot_size"] = SLOT_SIZE
-        spec["limits"] = limits.to_dict()
+        spec = messages.Spawn(
+            worker=self.slot, threads=threads, slots=self.requests.slots, slot_size=SLOT_SIZE,
+            limits=limits.to_dict(),
+        )  # fmt: skip
         fds = [*self.fds, self.request_bell, self.reply_bell, self.child_socket.fileno()]
         try:
-            template.send(messages.SPAWN, messages.encode_control(spec), fds=fds)
+            template.send_control(spec, fds=fds)
         finally:
             for fd in self.fds:
                 os.close(fd)
             self.fds = []
             self.child_socket.close()
+
+    def watch(self, died: Callable[[WorkerHandle], None]) -> None:
+        """Forked: read its channel and reply doorbell from this loop; ``died(self)`` at EOF."""
+        loop = asyncio.get_running_loop()
+        loop.add_reader(self.channel.fileno(), self._receive, died)
+        loop.add_reader(self.reply_bell, self.drain_replies)
+        self.alive = True
+
+    def _receive(self, died: Callable[[WorkerHandle], None]) -> None:
+        self.last_seen = time.monotonic()
+        while self.alive:
+            try:
+                op, payload, fds = self.channel.receive(block=False)
+            except BlockingIOError:
+                return
+            except (EOFError, OSError):
+                died(self)
+                return
+            for fd in fds:
+                os.close(fd)
+            self.dispatch(op, payload)
 
     # -- to the worker ---------------------------------------------------------------------
     def post(self, op: int, *parts: bytes) -> None:
@@ -109,6 +211,10 @@ class WorkerHandle:
                 raise
         self.outbox.append(message)
 
+    def post_control(self, message: messages.Control) -> None:
+        """``post`` a typed control message."""
+        self.post(message.op, messages.encode(message))
+
     def _flush(self) -> None:
         while self.outbox:
             try:
@@ -127,15 +233,29 @@ class WorkerHandle:
         with contextlib.suppress(BlockingIOError):
             os.eventfd_read(self.reply_bell)
         for fields, body in self.replies.pop_all():
-            self.complete(fields, body)
+            self.complete(ReplyHeader.of(fields), body)
 
-    def complete(self, fields: tuple, body: bytes) -> None:
-        future = self.inflight.pop(fields[0], None)
+    def complete(self, header: ReplyHeader, body: bytes) -> None:
+        future = self.inflight.pop(header.request_id, None)
         if future is None or future.done():
             return  # its caller went away
-        json_length = fields[5]
-        times = StageTimes(*fields[8:12])
-        future.set_result(Reply(fields[4], body, None if json_length < 0 else json_length, times))
+        future.set_result(Reply.from_header(header, body))
+
+    def _on_reply(self, payload: bytes) -> None:
+        self.complete(ReplyHeader.unpack_from(payload), payload[messages.HEADER_SIZE :])
+
+    def _on_loaded(self, message: messages.Loaded) -> None:
+        future = self.loads.pop(message.index, None)
+        if future is not None and not future.done():
+            future.set_result(message)
+
+    def _on_hello(self, message: messages.Hello) -> None:
+        self.pid = message.pid
+        if not self.hello.done():
+            self.hello.set_result(None)
+
+    def _on_pong(self, message: messages.Pong) -> None:
+        """Nothing to do: any message counts as a sign of life (``last_seen``)."""
 
     def close(self, reason: str) -> None:
         """It is gone: fail what it held (503), release its rings, doorbells and channel.
@@ -153,15 +273,16 @@ class WorkerHandle:
         for message in self.outbox:
             message.release()
         self.outbox.clear()
-        failed = Reply(503, f"{reason} while running the request; retry it".encode())
+        failed = Reply.from_error(WorkerLost(f"{reason} while running the request; retry it"))
         for future in self.inflight.values():
             if not future.done():
                 future.set_result(failed)
         self.inflight.clear()
-        for future in [*self.loads.values(), self.hello]:
-            if not future.done():
-                future.set_exception(InferpoolError(reason))
-                future.exception()  # retrieved here: a waiter may be gone
+        waiting: list[asyncio.Future[Any]] = [*self.loads.values(), self.hello]
+        for waiter in waiting:
+            if not waiter.done():
+                waiter.set_exception(WorkerLost(reason))
+                waiter.exception()  # retrieved here: a waiter may be gone
         self.loads.clear()
         if not self.exited.done():
             self.exited.set_result(None)

@@ -13,9 +13,12 @@ import time
 
 import pytest
 
+from inferpool.engine import crashes
+from inferpool.engine.crashes import CrashBook, describe_exit
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.ring import RUNNING_IDS, Ring, create_ring_fd
-from inferpool.engine.pool import WEDGED_AFTER, PoolClient, describe_exit
+from inferpool.engine.outages import WEDGED_AFTER
+from inferpool.engine.pool import PoolClient
 from inferpool.settings import ServerSettings
 
 
@@ -39,13 +42,14 @@ def test_a_header_it_cannot_carry_is_a_value_error(json_length, deadline) -> Non
 
 def test_a_deadline_centuries_away_is_no_deadline() -> None:
     far = time.monotonic() + 2562047 * 3600  # grpc-timeout 2562047H, grpc-go's largest
-    fields = messages.HEADER.unpack(messages.request_header(7, 2, 1, None, far, 10))
-    assert fields[6] in (0, int(far * 1e9))  # packs (just fits in int64 on a young clock)
-    fields = messages.HEADER.unpack(messages.request_header(7, 2, 1, None, 1e10, 10))
-    assert fields[6] == 0  # beyond int64 nanoseconds
+    unpack = messages.RequestHeader.unpack_from
+    header = unpack(messages.request_header(7, 2, 1, None, far, 10))
+    assert header.deadline_ns in (0, int(far * 1e9))  # packs (fits in int64 on a young clock)
+    header = unpack(messages.request_header(7, 2, 1, None, 1e10, 10))
+    assert header.deadline_ns == 0  # beyond int64 nanoseconds
     near = time.monotonic() + 5
-    fields = messages.HEADER.unpack(messages.request_header(7, 2, 1, 10, near, 10))
-    assert fields[5] == 10 and fields[6] == int(near * 1e9)
+    header = unpack(messages.request_header(7, 2, 1, 10, near, 10))
+    assert header.json_length == 10 and header.deadline_ns == int(near * 1e9)
 
 
 def test_the_running_record_crosses_mappings() -> None:
@@ -79,31 +83,35 @@ def test_exit_statuses_in_words() -> None:
 def test_live_while_draining_not_live_only_when_wedged() -> None:
     client = PoolClient(ServerSettings(workers=2))
     assert client.live and client.live_reason() is None
-    client.stopping = True  # no running loop here: nothing to schedule
+    client.begin_shutdown()  # no running loop here: nothing to schedule
     assert client.live  # draining is not dead: Kubernetes must not restart it
     now = time.monotonic()
-    client._down_since[1] = now - WEDGED_AFTER - 5
-    client._start_errors[1] = "worker 1 exited while starting"
-    client._check_wedged(now)
-    assert not client.live
+    outages = client.supervisor.outages
+    outages.worker_died(1, quick=False, now=now - WEDGED_AFTER - 5)
+    outages.worker_failed(1, "worker 1 exited while starting")
+    client.supervisor.check_wedged(now)
+    assert not client.live and client.wedged == client.live_reason()
     reason = client.live_reason()
     assert reason is not None
     assert reason.startswith("worker 1 could not be started for 6") and "exited while" in reason
-    client._down_since[1] = None
-    client._check_wedged(now)
+    outages.worker_up(1)
+    client.supervisor.check_wedged(now)
     assert client.live
 
 
 def test_a_restarted_template_that_stays_up_is_live() -> None:
     client = PoolClient(ServerSettings(workers=2))
     now = time.monotonic()
-    client._template_down_since = now - WEDGED_AFTER - 1
-    client._check_wedged(now)  # still down: not live
+    outages = client.supervisor.outages
+    outages.template_gone(now - WEDGED_AFTER - 1)
+    client.supervisor.check_wedged(now)  # still down: not live
     assert not client.live
     assert "template process could not be restarted" in (client.live_reason() or "")
-    client._zygote_channel = object()  # restarted long enough ago, no worker needed since
-    client._template_started = now - 11
-    client._check_wedged(now)
+    outages.template_up(now - 5)  # restarted, not long enough ago to trust it
+    assert outages.wedged(now, template_running=True) is not None
+    outages.template_up(now - 11)  # restarted long enough ago, no worker needed since
+    assert outages.wedged(now, template_running=True) is None
+    client.supervisor.check_wedged(now)
     assert client.live
 
 
@@ -117,36 +125,31 @@ def _exited(code: int) -> int:
 
 
 def test_only_deaths_the_model_caused_count_against_it(monkeypatch) -> None:
-    import inferpool.engine.pool as pool_module
-
     kills = [4]
-    monkeypatch.setattr(pool_module, "oom_kills", lambda: kills[0])
-    client = PoolClient(ServerSettings(workers=2))
-    client._oom_kills_seen = 4
-    assert client._model_caused(_signalled(signal.SIGSEGV))
-    assert client._model_caused(_signalled(signal.SIGABRT))
-    assert client._model_caused(_exited(1))
-    assert not client._model_caused(_exited(0))
-    assert not client._model_caused(_signalled(signal.SIGTERM))
+    monkeypatch.setattr(crashes, "oom_kills", lambda: kills[0])
+    book = CrashBook()
+    assert book.model_caused(_signalled(signal.SIGSEGV))
+    assert book.model_caused(_signalled(signal.SIGABRT))
+    assert book.model_caused(_exited(1))
+    assert not book.model_caused(_exited(0))
+    assert not book.model_caused(_signalled(signal.SIGTERM))
     # SIGKILL from outside (an operator, a test): the cgroup's OOM kills did not move.
-    assert not client._model_caused(_signalled(signal.SIGKILL))
+    assert not book.model_caused(_signalled(signal.SIGKILL))
     # SIGKILL by the out-of-memory killer: the count rose.
     kills[0] = 5
-    assert client._model_caused(_signalled(signal.SIGKILL))
-    assert not client._model_caused(_signalled(signal.SIGKILL))  # that one is counted once
+    assert book.model_caused(_signalled(signal.SIGKILL))
+    assert not book.model_caused(_signalled(signal.SIGKILL))  # that one is counted once
     # Where the counter cannot be read, a SIGKILL is never blamed on the model.
-    monkeypatch.setattr(pool_module, "oom_kills", lambda: None)
-    assert not client._model_caused(_signalled(signal.SIGKILL))
+    monkeypatch.setattr(crashes, "oom_kills", lambda: None)
+    assert not book.model_caused(_signalled(signal.SIGKILL))
 
 
 def test_the_oom_counter_is_read_from_this_machines_cgroup() -> None:
-    import inferpool.engine.pool as pool_module
-
     if not os.path.exists("/sys/fs/cgroup/memory") and not os.path.exists(
         "/sys/fs/cgroup/cgroup.controllers"
     ):
         pytest.skip("no memory cgroup mounted here")
-    kills = pool_module.oom_kills()
+    kills = crashes.oom_kills()
     # The project's machines (and CI's) have one: cgroup v1's memory.oom_control or v2's
     # memory.events; the count is a number.
     assert isinstance(kills, int) and kills >= 0

@@ -1,0 +1,221 @@
+"""Dispatch: which worker runs a request, and the way there and back.
+
+``Dispatcher`` owns the routes (per model: its index in the workers and its READY
+replicas), picks the least-loaded replica (ties go round-robin, so an idle pool still
+spreads its work), answers ``Overloaded`` when every replica's queue is full, puts the
+request in the worker's ring (or its control channel when bigger than a slot) and
+registers it in the worker's in-flight map, and cancels it when its caller goes away.
+
+While the workers holding a model's replicas are replaced, its requests wait (bounded
+by ``REPLICA_WAIT`` and their deadline) for a replica to come back, then fail with
+``NotReady``. The supervisor tells the pool when a worker is lost (``worker_lost``),
+placement publishes routes and their replicas (``publish``, ``replica_ready``, ``drop``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import struct
+import time
+from collections.abc import Callable
+
+from inferpool.engine.handles import WorkerHandle
+from inferpool.engine.ipc import messages
+from inferpool.engine.ipc.messages import Op, Reply
+from inferpool.engine.states import ModelState, ModelTable
+from inferpool.errors import BadRequest, InferpoolError, NotReady, Overloaded, WorkerLost
+from inferpool.settings import ModelSettings
+
+# A model whose every replica is being replaced stays READY this long, its requests
+# waiting for a replica (a recycle takes about a second); then it turns LOADING.
+REPLICA_WAIT = 10.0
+
+
+class Route:
+    """Where one model's requests go: its index in the workers and its READY replicas."""
+
+    def __init__(self, settings: ModelSettings, index: int, default_timeout: float) -> None:
+        self.settings = settings
+        self.index = index
+        self.ready: list[WorkerHandle] = []
+        self.slots: set[int] = set()  # the worker slots meant to hold a replica
+        self.turn = 0
+        self.empty_since: float | None = None  # since when no replica is ready
+        self.back: asyncio.Event | None = None  # set when a replica is ready again
+        self.waiting = 0  # requests waiting for it
+        timeout = settings.timeout if settings.timeout is not None else default_timeout
+        self.timeout = timeout if timeout and timeout > 0 else 0.0
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    def replica_back(self) -> None:
+        """A replica is ready again, or never will be: wake the waiting requests."""
+        self.empty_since = None
+        if self.back is not None:
+            self.back.set()
+            self.back = None
+
+
+class Dispatcher:
+    """The routes, and every request's way to a replica."""
+
+    def __init__(
+        self, table: ModelTable, max_queue: int, workers: int, stopping: Callable[[], bool]
+    ) -> None:
+        self.table = table
+        self.max_queue = max_queue  # requests per worker
+        self.worker_count = workers
+        self.stopping = stopping
+        self.routes: dict[str, Route] = {}
+        self._by_index: dict[int, Route] = {}
+        self._ids = itertools.count(1)
+
+    # -- routes (placement and supervision tell) ---------------------------------------------
+    def route_of(self, model_index: int) -> Route | None:
+        """The published route with this index (None once unloaded or replaced)."""
+        return self._by_index.get(model_index)
+
+    def publish(self, route: Route) -> Route | None:
+        """``route`` serves its model from now on; the route it replaces, if any."""
+        old = self.routes.get(route.name)
+        self.routes[route.name] = route
+        self._by_index[route.index] = route
+        if old is not None:
+            self._by_index.pop(old.index, None)
+            old.replica_back()  # requests waiting for the old version take the new one
+        return old
+
+    def drop(self, route: Route) -> None:
+        """The model is unloaded or quarantined: no request goes to ``route`` any more."""
+        if self.routes.get(route.name) is route:
+            del self.routes[route.name]
+        self._by_index.pop(route.index, None)
+        route.replica_back()
+
+    def current(self, route: Route) -> bool:
+        """Whether ``route`` still serves its model."""
+        return self.routes.get(route.name) is route
+
+    def replica_ready(self, route: Route, worker: WorkerHandle) -> bool:
+        """A replacement worker holds ``route``'s model again; False if that is moot now."""
+        if not self.current(route) or not worker.alive:
+            return False
+        route.ready.append(worker)
+        route.replica_back()
+        return True
+
+    def worker_lost(self, worker: WorkerHandle) -> None:
+        """``worker`` is gone: its replicas take no more requests."""
+        for name in worker.models:
+            route = self.routes.get(name)
+            if route is None or worker not in route.ready:
+                continue
+            route.ready.remove(worker)
+            if not route.ready and route.empty_since is None:
+                # It stays READY a moment: its requests wait for the replacement's replica.
+                route.empty_since = time.monotonic()
+
+    def waited_too_long(self, now: float) -> list[str]:
+        """Models without a replica for longer than ``REPLICA_WAIT``."""
+        return [
+            name
+            for name, route in self.routes.items()
+            if route.empty_since is not None and now - route.empty_since > REPLICA_WAIT
+        ]
+
+    def wake_all(self) -> None:
+        """Shutdown: no replica comes back now, the waiting requests fail."""
+        for route in self.routes.values():
+            route.replica_back()
+
+    # -- requests ----------------------------------------------------------------------------
+    def pick(self, route: Route) -> WorkerHandle | None:
+        """The least-loaded replica with room in its queue; ties go round-robin."""
+        ready = route.ready
+        route.turn += 1
+        start = route.turn % len(ready)
+        worker = None
+        for candidate in ready[start:] + ready[:start]:
+            if len(candidate.inflight) < self.max_queue and (
+                worker is None or len(candidate.inflight) < len(worker.inflight)
+            ):
+                worker = candidate
+        return worker
+
+    async def infer(
+        self, name: str, kind: int, body: bytes, json_length: int | None, deadline: float | None
+    ) -> Reply:
+        route = self.routes.get(name)
+        if route is None:
+            raise NotReady(f"model '{name}' has no ready replica")
+        if not route.ready:
+            route = await self._wait_for_replica(name, route, deadline)
+        worker = self.pick(route)
+        if worker is None:
+            raise Overloaded(
+                f"model '{name}' is overloaded: every replica's queue is full "
+                f"({self.max_queue} requests per worker); retry later"
+            )
+        request_id = next(self._ids)
+        # Packed before anything is registered: a value it cannot carry is the client's
+        # error (400) and leaves nothing behind.
+        try:
+            header = messages.request_header(
+                request_id, route.index, kind, json_length, deadline, len(body)
+            )
+        except (ValueError, OverflowError, TypeError, struct.error) as exc:
+            raise BadRequest(str(exc)) from None
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        worker.inflight[request_id] = future
+        try:
+            if worker.requests.push(header, body):
+                os.eventfd_write(worker.request_bell, 1)
+            else:  # bigger than a slot: its own memfd over the control channel
+                worker.post(Op.REQUEST, header, body)
+        except OSError:  # it died and its EOF is not handled yet, or no fd for the memfd
+            worker.inflight.pop(request_id, None)
+            lost = WorkerLost(f"{worker.describe()} could not take the request; retry it")
+            return Reply.from_error(lost)
+        except BaseException:
+            worker.inflight.pop(request_id, None)
+            raise
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if worker.alive and request_id in worker.inflight:
+                # Its caller went away: the worker drops it if it has not started.
+                with contextlib.suppress(OSError):
+                    worker.post_control(messages.Cancel(request_id=request_id))
+            raise
+
+    async def _wait_for_replica(self, name: str, route: Route, deadline: float | None) -> Route:
+        """Wait (bounded) while the workers holding the model's replicas are replaced."""
+        if self.stopping():
+            raise NotReady(f"model '{name}' has no ready replica: the server is shutting down")
+        if route.waiting >= self.max_queue * self.worker_count:
+            raise Overloaded(f"model '{name}' is overloaded: its workers are restarting")
+        if route.back is None:
+            route.back = asyncio.Event()
+        wait = REPLICA_WAIT if deadline is None else min(REPLICA_WAIT, deadline - time.monotonic())
+        route.waiting += 1
+        try:
+            await asyncio.wait_for(route.back.wait(), max(0.0, wait))
+        except TimeoutError:
+            pass
+        finally:
+            route.waiting -= 1
+        current = self.routes.get(name)
+        if current is not None and current.ready:
+            return current
+        try:
+            status = self.table.find(name)
+        except InferpoolError:
+            status = None
+        if status is not None and status.state is not ModelState.READY:
+            raise NotReady(status.describe())  # e.g. quarantined meanwhile
+        raise NotReady(f"model '{name}' has no ready replica: its workers are restarting")

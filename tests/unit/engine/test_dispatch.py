@@ -1,0 +1,212 @@
+"""Dispatch without processes: fake worker handles stand in for the workers.
+
+The least-loaded replica takes a request (ties round-robin), a full pool answers
+Overloaded, a model whose replicas are being replaced makes its requests wait for one
+(bounded), then NotReady; a caller that goes away cancels its request in the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+import pytest
+
+from inferpool.engine.dispatch import REPLICA_WAIT, Dispatcher, Route
+from inferpool.engine.ipc import messages
+from inferpool.engine.ipc.messages import Kind, Reply, RequestHeader
+from inferpool.engine.states import ModelState, ModelStatus, ModelTable
+from inferpool.errors import NotReady, Overloaded
+from inferpool.settings import ModelSettings
+
+
+class FakeRing:
+    def __init__(self) -> None:
+        self.pushed: list[RequestHeader] = []
+
+    def push(self, header: bytes, body: bytes) -> bool:
+        self.pushed.append(RequestHeader.unpack_from(header))
+        return True
+
+
+class FakeWorker:
+    """What dispatch uses of a WorkerHandle."""
+
+    def __init__(self, slot: int, busy: int = 0) -> None:
+        self.slot = slot
+        self.alive = True
+        self.inflight: dict[int, Any] = {-i: None for i in range(1, busy + 1)}
+        self.models: dict[str, tuple[int, int]] = {}
+        self.requests = FakeRing()
+        self.request_bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.controls: list[messages.Control] = []
+
+    def post_control(self, message: messages.Control) -> None:
+        self.controls.append(message)
+
+    def describe(self) -> str:
+        return f"worker {self.slot} (pid 0)"
+
+    def close(self) -> None:
+        os.close(self.request_bell)
+
+
+def make(
+    workers: list[FakeWorker], max_queue: int = 4, stopping: bool = False
+) -> tuple[Dispatcher, Route]:
+    table = ModelTable()
+    table.set(ModelStatus("m", None, ModelState.READY))
+    dispatcher = Dispatcher(table, max_queue, max(1, len(workers)), lambda: stopping)
+    route = Route(ModelSettings(name="m"), 7, 0.0)
+    route.ready = list(workers)  # type: ignore[arg-type]
+    for worker in workers:
+        worker.models["m"] = (7, 0)
+    dispatcher.publish(route)
+    return dispatcher, route
+
+
+def test_the_least_loaded_replica_is_picked() -> None:
+    workers = [FakeWorker(0, busy=3), FakeWorker(1, busy=1), FakeWorker(2, busy=2)]
+    dispatcher, route = make(workers)
+    for _ in range(3):  # whatever the round-robin turn
+        assert dispatcher.pick(route) is workers[1]
+
+
+def test_ties_go_round_robin() -> None:
+    workers = [FakeWorker(0), FakeWorker(1), FakeWorker(2)]
+    dispatcher, route = make(workers)
+    picked = [dispatcher.pick(route) for _ in range(6)]
+    assert {id(w) for w in picked[:3]} == {id(w) for w in workers}
+    assert picked[:3] == picked[3:]
+
+
+def test_a_full_queue_is_skipped_and_every_queue_full_is_overloaded() -> None:
+    workers = [FakeWorker(0, busy=2), FakeWorker(1, busy=2)]
+    dispatcher, route = make(workers, max_queue=2)
+    assert dispatcher.pick(route) is None
+
+    async def infer() -> Reply:
+        return await dispatcher.infer("m", Kind.REST, b"{}", None, None)
+
+    with pytest.raises(Overloaded, match="every replica's queue is full"):
+        asyncio.run(infer())
+    del workers[1].inflight[-1]
+    assert dispatcher.pick(route) is workers[1]
+
+
+def test_a_request_goes_to_the_ring_and_comes_back() -> None:
+    worker = FakeWorker(0)
+    dispatcher, _ = make([worker])
+
+    async def run() -> Reply:
+        call = asyncio.ensure_future(dispatcher.infer("m", Kind.GRPC, b"body", None, None))
+        await asyncio.sleep(0)
+        [header] = worker.requests.pushed
+        assert (header.model_index, header.kind, header.length) == (7, Kind.GRPC, 4)
+        assert os.eventfd_read(worker.request_bell) == 1  # the doorbell rang
+        worker.inflight.pop(header.request_id).set_result(Reply(200, b"ok"))
+        return await call
+
+    assert asyncio.run(run()).body == b"ok"
+    assert not worker.inflight
+
+
+def test_a_caller_gone_cancels_its_request_in_the_worker() -> None:
+    worker = FakeWorker(0)
+    dispatcher, _ = make([worker])
+
+    async def run() -> None:
+        call = asyncio.ensure_future(dispatcher.infer("m", Kind.REST, b"{}", None, None))
+        await asyncio.sleep(0)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+
+    asyncio.run(run())
+    [header] = worker.requests.pushed
+    assert worker.controls == [messages.Cancel(request_id=header.request_id)]
+
+
+def test_a_request_waits_for_a_replica_then_is_not_ready() -> None:
+    dispatcher, route = make([])
+    route.empty_since = time.monotonic()
+
+    async def run() -> None:
+        started = time.monotonic()
+        deadline = started + 0.2
+        with pytest.raises(NotReady, match="its workers are restarting"):
+            await dispatcher.infer("m", Kind.REST, b"{}", None, deadline)
+        assert 0.15 < time.monotonic() - started < 1.0  # it waited, bounded by its deadline
+
+    asyncio.run(run())
+    assert route.waiting == 0
+
+
+def test_a_waiting_request_takes_the_replica_that_comes_back() -> None:
+    worker = FakeWorker(0)
+    dispatcher, route = make([])
+
+    async def run() -> Reply:
+        call = asyncio.ensure_future(dispatcher.infer("m", Kind.REST, b"{}", None, None))
+        await asyncio.sleep(0.05)
+        assert route.waiting == 1 and not worker.requests.pushed
+        assert dispatcher.replica_ready(route, worker)  # type: ignore[arg-type]
+        for _ in range(100):
+            if worker.requests.pushed:
+                break
+            await asyncio.sleep(0.01)
+        [header] = worker.requests.pushed
+        worker.inflight.pop(header.request_id).set_result(Reply(200, b"back"))
+        return await call
+
+    assert asyncio.run(run()).body == b"back"
+
+
+def test_a_model_quarantined_while_waiting_says_so() -> None:
+    dispatcher, route = make([])
+
+    async def run() -> None:
+        call = asyncio.ensure_future(dispatcher.infer("m", Kind.REST, b"{}", None, None))
+        await asyncio.sleep(0.05)
+        status = dispatcher.table.find("m")
+        status.state, status.reason = ModelState.FAILED, "quarantined: it crashed"
+        dispatcher.drop(route)  # wakes the waiting request
+        with pytest.raises(NotReady, match="failed to load: quarantined"):
+            await call
+
+    asyncio.run(run())
+
+
+def test_no_waiting_while_stopping_or_beyond_the_pool_queue() -> None:
+    dispatcher, route = make([], stopping=True)
+    with pytest.raises(NotReady, match="shutting down"):
+        asyncio.run(dispatcher.infer("m", Kind.REST, b"{}", None, None))
+    dispatcher, route = make([], max_queue=2)
+    route.waiting = 2  # max_queue per worker, one worker
+    with pytest.raises(Overloaded, match="its workers are restarting"):
+        asyncio.run(dispatcher.infer("m", Kind.REST, b"{}", None, None))
+    with pytest.raises(NotReady, match="no ready replica"):
+        asyncio.run(dispatcher.infer("other", Kind.REST, b"{}", None, None))
+
+
+def test_a_lost_worker_leaves_the_routes_and_an_empty_route_turns_stale() -> None:
+    workers = [FakeWorker(0), FakeWorker(1)]
+    dispatcher, route = make(workers)
+    dispatcher.worker_lost(workers[0])  # type: ignore[arg-type]
+    assert route.ready == [workers[1]] and route.empty_since is None
+    dispatcher.worker_lost(workers[1])  # type: ignore[arg-type]
+    assert route.ready == [] and route.empty_since is not None
+    now = time.monotonic()
+    assert dispatcher.waited_too_long(now) == []
+    assert dispatcher.waited_too_long(now + REPLICA_WAIT + 1) == ["m"]
+
+
+def test_a_new_version_replaces_the_route() -> None:
+    dispatcher, old = make([FakeWorker(0)])
+    new = Route(ModelSettings(name="m"), 8, 0.0)
+    assert dispatcher.publish(new) is old
+    assert dispatcher.route_of(7) is None and dispatcher.route_of(8) is new
+    assert dispatcher.current(new) and not dispatcher.current(old)
+    assert not dispatcher.replica_ready(old, FakeWorker(1))  # type: ignore[arg-type]
