@@ -1,1 +1,2 @@
-"""Frontends: REST (Starlette) and gRPC, both thin, both routing raw bytes to the engine."""
+"""Frontends: REST (Starlette) and gRPC, both thin, both formatting one data plane's
+answers (``dataplane.py``) and routing raw inference bytes to the engine."""

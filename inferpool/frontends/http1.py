@@ -83,8 +83,8 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._header_count = 0
         self._head_raw = 0  # bytes received while in _HEAD, beyond the first chunk
         self._content_length: bytes | None = None
-        self._running_scope: dict | None = None
-        self._running_task: asyncio.Task | None = None
+        self._running_scope: dict[str, Any] | None = None
+        self._running_task: asyncio.Task[None] | None = None
         self._after_drain = False  # a finished answer waits for the peer to read
         self._admitted = False
 
@@ -191,7 +191,8 @@ class GuardedHttpTools(HttpToolsProtocol):
             if len(length) > 18 or int(length) > limit:
                 raise _Rejected(413, too_large_message(length.decode("latin-1"), limit))
         self._phase = _BODY
-        self.scope[WATCH] = 0  # this server cancels a watched engine call on disconnect
+        # Not a key of Uvicorn's HTTPScope TypedDict: an extension key of ours.
+        self.scope[WATCH] = 0  # type: ignore[literal-required]  # this server cancels a watched engine call on disconnect
         super().on_headers_complete()
         if self.pipeline:
             # Queued behind a running request with reading paused: no body deadline

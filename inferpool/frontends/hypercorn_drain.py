@@ -23,20 +23,20 @@ class DrainBodyFirst:
         self.app = app
         self.max_drain = max_drain + DRAIN_EXTRA
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("http_version") != "2":
             await self.app(scope, receive, send)
             return
         ended = False
 
-        async def receive_noting_end() -> dict:
+        async def receive_noting_end() -> dict[str, Any]:
             nonlocal ended
-            message = await receive()
+            message: dict[str, Any] = await receive()
             if message["type"] != "http.request" or not message.get("more_body", False):
                 ended = True
             return message
 
-        async def send_after_body(message: dict) -> None:
+        async def send_after_body(message: dict[str, Any]) -> None:
             if (
                 not ended
                 and message["type"] == "http.response.body"

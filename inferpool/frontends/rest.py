@@ -1,7 +1,9 @@
-"""The V2 REST frontend: routes by model name and hands the raw body to the engine.
+"""The V2 REST frontend: formats the data plane's answers as JSON over Starlette.
 
-It never parses tensors: the infer route reads the URL and one header, passes the body
-on, and writes the engine's reply bytes out as they are.
+Every answer but inference comes from ``dataplane.DataPlane``; this module maps it to a
+response (the document as JSON, 503 for a false health flag, the error tree's status for
+what it raises). It never parses tensors: the infer route reads the URL and one header,
+passes the body on, and writes the engine's reply bytes out as they are.
 """
 
 from __future__ import annotations
@@ -17,17 +19,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-import inferpool
 from inferpool.engine.client import EngineClient
-from inferpool.engine.states import ModelState
-from inferpool.engine.worker.handler import KIND_CUSTOM, KIND_REST, Reply, custom_body
-from inferpool.errors import InferpoolError, Overloaded
+from inferpool.engine.ipc.messages import Kind, Reply, custom_body
+from inferpool.errors import BadRequest, InferpoolError, Overloaded
 from inferpool.frontends import rest_input
 from inferpool.frontends.access_log import RestAccessLog
+from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.rest_input import await_reply, read_body, request_timeout, scan_headers
 
 JSON = "application/json"
-EXTENSIONS = ["model_repository", "statistics", "binary_tensor_data"]
+# A repository index request is a small JSON object; anything longer is refused (413).
+INDEX_BODY_LIMIT = 64 * 1024
 
 
 def json_response(document: Any, status: int = 200) -> Response:
@@ -36,6 +38,11 @@ def json_response(document: Any, status: int = 200) -> Response:
 
 def error_response(status: int, message: str) -> Response:
     return json_response({"error": message}, status)
+
+
+def health_response(document: dict[str, Any], flag: str) -> Response:
+    """A health document: 200 when its ``flag`` is true, else 503 (not 400, as Triton)."""
+    return json_response(document, 200 if document[flag] else 503)
 
 
 def reply_response(reply: Reply) -> Response:
@@ -51,45 +58,25 @@ def reply_response(reply: Reply) -> Response:
 
 
 def build_app(client: EngineClient) -> Starlette:
-    """The Starlette app for one engine client."""
+    """The Starlette app for one engine client: the data plane's answers as JSON."""
+    plane = DataPlane(client)
 
     async def live(request: Request) -> Response:
-        if client.live:
-            return json_response({"live": True})
-        return json_response({"live": False, "error": client.live_reason()}, 503)
+        return health_response(plane.live(), "live")
 
     async def ready(request: Request) -> Response:
-        reason = client.not_ready_reason()
-        if reason is None:
-            return json_response({"ready": True})
-        return json_response({"ready": False, "error": reason}, 503)
+        return health_response(plane.ready(), "ready")
 
     async def server_metadata(request: Request) -> Response:
-        return json_response(
-            {"name": "inferpool", "version": inferpool.__version__, "extensions": EXTENSIONS}
-        )
+        return json_response(plane.server_metadata())
 
     async def model_metadata(request: Request) -> Response:
         params = request.path_params
-        status = client.table.find(params["name"], params.get("version"))
-        document = dict(status.metadata) or {
-            "name": status.name,
-            "versions": [status.version] if status.version else [],
-            "platform": "",
-            "inputs": [],
-            "outputs": [],
-        }
-        document["state"] = status.state.value
-        if status.reason:
-            document["reason"] = status.reason
-        return json_response(document)
+        return json_response(plane.model_metadata(params["name"], params.get("version")))
 
     async def model_ready(request: Request) -> Response:
         params = request.path_params
-        status = client.table.find(params["name"], params.get("version"))
-        if status.state is ModelState.READY:
-            return json_response({"name": status.name, "ready": True})
-        return json_response({"name": status.name, "ready": False, "error": status.describe()}, 503)
+        return health_response(plane.model_ready(params["name"], params.get("version")), "ready")
 
     max_body = client.settings.max_body_bytes
     default_timeout = client.settings.request_timeout
@@ -102,8 +89,8 @@ def build_app(client: EngineClient) -> Starlette:
         json_length = rest_input.json_length(binary, len(body))
         params = scope["path_params"]
         deadline = None if timeout is None else time.monotonic() + timeout
-        call = client.infer(
-            params["name"], params.get("version"), KIND_REST, body, json_length, deadline
+        call = plane.infer(
+            params["name"], params.get("version"), Kind.REST, body, json_length, deadline
         )
         return reply_response(await await_reply(scope, request.receive, call, timeout))
 
@@ -115,27 +102,24 @@ def build_app(client: EngineClient) -> Starlette:
         params = scope["path_params"]
         body = custom_body(params["endpoint"], body)
         deadline = None if timeout is None else time.monotonic() + timeout
-        call = client.infer(
-            params["name"], params.get("version"), KIND_CUSTOM, body, None, deadline
-        )
+        call = plane.infer(params["name"], params.get("version"), Kind.CUSTOM, body, None, deadline)
         return reply_response(await await_reply(scope, request.receive, call, timeout))
 
     async def repository_index(request: Request) -> Response:
-        return json_response([s.index_entry() for s in client.table.all()])
+        ready_only = await index_ready_flag(request)
+        return json_response(plane.repository_index(ready_only))
 
     async def repository_load(request: Request) -> Response:
-        require_admin(client, request)
-        await client.load_model(request.path_params["name"])
+        await plane.load(request.path_params["name"], request.headers.get("authorization"))
         return json_response({})
 
     async def repository_unload(request: Request) -> Response:
-        require_admin(client, request)
-        await client.unload_model(request.path_params["name"])
+        await plane.unload(request.path_params["name"], request.headers.get("authorization"))
         return json_response({})
 
     async def statistics(request: Request) -> Response:
         params = request.path_params
-        return json_response(client.statistics(params.get("name"), params.get("version")))
+        return json_response(plane.statistics(params.get("name"), params.get("version")))
 
     model = "/v2/models/{name}"
     versioned = "/v2/models/{name}/versions/{version}"
@@ -167,9 +151,25 @@ def build_app(client: EngineClient) -> Starlette:
     )
 
 
-def require_admin(client: EngineClient, request: Request) -> None:
-    """An admin route's guard: 401 without the admin token, 403 if the API is disabled."""
-    client.admin.require(request.headers.get("authorization"))
+async def index_ready_flag(request: Request) -> bool:
+    """The repository index request's ``ready`` flag (V2 repository extension:
+    ``{"ready": true}`` lists READY models only). A GET, or a POST with an empty body as
+    tritonclient sends it, asks for every model; other members are ignored, as Triton does.
+    """
+    content_length, _, _ = scan_headers(request.scope["headers"])
+    body = await read_body(request.receive, content_length, INDEX_BODY_LIMIT)
+    if not body.strip():
+        return False
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise BadRequest("the repository index request is not valid JSON") from None
+    if not isinstance(document, dict):
+        raise BadRequest("the repository index request must be a JSON object")
+    flag = document.get("ready", False)
+    if not isinstance(flag, bool):
+        raise BadRequest("'ready' in the repository index request must be true or false")
+    return flag
 
 
 async def _inferpool_error(request: Request, exc: Exception) -> Response:

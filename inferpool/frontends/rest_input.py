@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
-from inferpool.errors import BadRequest, DeadlineExceeded, InferpoolError, TooLarge
+from starlette.types import Receive, Scope
+
+from inferpool.errors import BadRequest, ClientGone, DeadlineExceeded, TooLarge
 
 logger = logging.getLogger("inferpool.http")
 
@@ -30,14 +32,6 @@ GONE = 2
 # Request-Timeout values beyond this many seconds (about 3 years) mean no deadline; the
 # worker's slot header holds a deadline in int64 nanoseconds.
 MAX_TIMEOUT = 1e8
-
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-
-
-class ClientGone(InferpoolError):
-    """The client closed its connection: whatever is answered is never sent."""
-
-    status = 499
 
 
 def too_large_message(size: int | str, limit: int) -> str:
@@ -69,7 +63,7 @@ async def read_body(receive: Receive, content_length: bytes | None, limit: int) 
     message = await receive()
     if message["type"] != "http.request":
         raise _gone("while its body was arriving")
-    body = message.get("body", b"")
+    body: bytes = message.get("body", b"")
     if not message.get("more_body", False):
         if len(body) > limit:
             raise TooLarge(too_large_message(len(body), limit))
@@ -123,7 +117,7 @@ def request_timeout(raw: bytes | None, default: float) -> float | None:
 
 
 async def await_reply(
-    scope: dict[str, Any], receive: Receive, call: Coroutine[Any, Any, Any], timeout: float | None
+    scope: Scope, receive: Receive, call: Coroutine[Any, Any, Any], timeout: float | None
 ) -> Any:
     """``call``'s result, unless the deadline passes (504) or the client goes away first."""
     if WATCH not in scope:

@@ -1,8 +1,9 @@
 """Runs the whole server on one uvloop loop: REST (Uvicorn or Hypercorn), gRPC and the engine.
 
-Start-up order: bind and serve (so liveness answers at once), load every model, then
-turn ready. Signal handlers only record; this loop acts: ready turns false, servers stop
-accepting and drain in-flight requests, the engine closes, and the process exits 0.
+Start-up order: bind and serve (so liveness answers at once), then the engine's one
+start-up (``EngineClient.start``: workers, every model, then ready). Signal handlers only
+record; this loop acts: ready turns false, servers stop accepting and drain in-flight
+requests, the engine closes, and the process exits 0.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from inferpool.engine.admin import SettingsError
-from inferpool.engine.client import EngineClient, make_client
-from inferpool.engine.states import ModelState
+from inferpool.engine.client import EngineClient, StartupFailed, make_client
 from inferpool.frontends.connections import Connections, raise_fd_limit
-from inferpool.frontends.grpc import GrpcServer
-from inferpool.frontends.grpc_h2 import GrpcH2Server
+from inferpool.frontends.grpc.aio import GrpcServer
+from inferpool.frontends.grpc.h2 import GrpcH2Server
 from inferpool.frontends.http1 import protocol_class
 from inferpool.frontends.hypercorn_drain import DrainBodyFirst
 from inferpool.frontends.listen import bind_socket
@@ -50,7 +51,7 @@ class RestServer:
 
     def __init__(
         self,
-        app,
+        app: ASGIApp,
         settings: ServerSettings,
         port: int,
         http2: bool = False,
@@ -61,7 +62,7 @@ class RestServer:
         self.http2 = http2
         self.connections = connections or Connections(settings.max_connections)
         self.socket = bind_socket(settings.host, port)
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._uvicorn: _Uvicorn | None = None
         self._hypercorn_stop = asyncio.Event()
 
@@ -76,7 +77,8 @@ class RestServer:
             lifespan="off",
             access_log=False,
             log_level=self.settings.log_level.lower(),
-            timeout_graceful_shutdown=self.settings.shutdown_timeout,
+            # Annotated int, but only handed to asyncio.wait_for: a float is exact.
+            timeout_graceful_shutdown=self.settings.shutdown_timeout,  # type: ignore[arg-type]
         )
         self._uvicorn = _Uvicorn(config)
         self._task = asyncio.create_task(self._uvicorn.serve(sockets=[self.socket]))
@@ -93,7 +95,8 @@ class RestServer:
         # Hypercorn binds by name; it re-creates the socket from the fd we already hold.
         config.bind = [f"fd://{self.socket.fileno()}"]
         app = DrainBodyFirst(self.app, self.settings.max_body_bytes)
-        await serve(app, config, shutdown_trigger=self._hypercorn_stop.wait)
+        # Hypercorn's annotation wants its own scope TypedDicts; any ASGI app serves.
+        await serve(app, config, shutdown_trigger=self._hypercorn_stop.wait)  # type: ignore[arg-type]
 
     async def stop(self) -> None:
         if self._uvicorn is not None:
@@ -158,41 +161,44 @@ async def serve(settings: ServerSettings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await client.start()
     for server in servers:
         await server.start()
     logger.info("REST on http://%s:%d", settings.host, settings.http_port)
     if settings.grpc_port > 0:
         logger.info("gRPC on %s:%d", settings.host, settings.grpc_port)
-    code = await _load_then_wait(client, settings, stop)
-    client.stopping = True
-    # Every frontend drains at once, each within the shutdown grace period.
-    await asyncio.gather(*(server.stop() for server in servers))
-    await client.close()
-    return code
-
-
-async def _load_then_wait(client: EngineClient, settings: ServerSettings, stop) -> int:
-    loading = asyncio.ensure_future(client.load_repository())
-    stopping = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({loading, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    if not loading.done():
-        loading.cancel()
-        return 0
     try:
-        statuses = loading.result()
-    except FileNotFoundError as exc:
-        print(f"inferpool: {exc}", file=sys.stderr)
-        return 1
-    failed = [s for s in statuses if s.state is ModelState.FAILED]
-    if failed and settings.exit_on_error:
-        for status in failed:
-            print(f"inferpool: {status.describe()}", file=sys.stderr)
+        return await _start_then_wait(client, stop)
+    finally:
+        client.begin_shutdown()
+        # Every frontend drains at once, each within the shutdown grace period.
+        await asyncio.gather(*(server.stop() for server in servers))
+        await client.close()
+
+
+async def _start_then_wait(client: EngineClient, stop: asyncio.Event) -> int:
+    """Start the engine (workers, then every model) unless a signal comes first, then
+    wait for one; the exit code."""
+    starting = asyncio.ensure_future(client.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            starting.cancel()
+            await asyncio.wait({starting})
+            return 0
+        try:
+            statuses = starting.result()
+        except FileNotFoundError as exc:
+            print(f"inferpool: {exc}", file=sys.stderr)
+            return 1
+        except StartupFailed as exc:
+            for reason in exc.reasons:
+                print(f"inferpool: {reason}", file=sys.stderr)
+            return 1
+        not_ready = client.not_ready_reason()
+        logger.info("started with %d model(s); %s", len(statuses), not_ready or "ready")
+        await stopping
+        logger.info("shutting down")
+        return 0
+    finally:
         stopping.cancel()
-        return 1
-    client.started = True
-    reason = client.not_ready_reason()
-    logger.info("started with %d model(s); %s", len(statuses), reason or "ready")
-    await stopping
-    logger.info("shutting down")
-    return 0

@@ -12,10 +12,12 @@ import pytest
 from inferpool.engine.inprocess import InProcessClient
 from inferpool.errors import BadRequest, DeadlineExceeded, Overloaded
 from inferpool.frontends.access_log import model_in_path
-from inferpool.frontends.grpc import InferenceService, guarded, model_of, read_route
+from inferpool.frontends.dataplane import DataPlane
+from inferpool.frontends.grpc.aio import guarded
+from inferpool.frontends.grpc.service import InferenceService, model_of, read_route
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.settings import ServerSettings
-from tests.e2e.grpc_helpers import build_grpc_repository
+from tests.support.grpc import build_grpc_repository
 
 
 def request_bytes(**fields) -> bytes:
@@ -82,8 +84,7 @@ class Context:
 
 async def loaded_client(repository: Path) -> InProcessClient:
     client = InProcessClient(ServerSettings(model_repository=repository))
-    await client.load_repository()
-    client.started = True
+    await client.start()
     return client
 
 
@@ -99,7 +100,7 @@ def test_a_passed_deadline_is_not_run_and_is_deadline_exceeded(tmp_path):
     mark = tmp_path / "ran"
 
     async def scenario() -> Context:
-        service = InferenceService(await loaded_client(repository))
+        service = InferenceService(DataPlane(await loaded_client(repository)))
         context = Context(remaining=-0.01)
         with pytest.raises(grpc.aio.AbortError):
             await guarded("ModelInfer", service.model_infer, False)(mark_request(mark), context)
@@ -119,7 +120,7 @@ def test_the_deadline_reaches_the_engine():
             seen.append(deadline)
             raise DeadlineExceeded("late")
 
-    service = InferenceService(Recorder())  # type: ignore[arg-type]
+    service = InferenceService(DataPlane(Recorder()))  # type: ignore[arg-type]
     body = request_bytes(model_name="m")
     for remaining in (2.0, None):
         with pytest.raises(DeadlineExceeded):

@@ -7,12 +7,11 @@ import asyncio
 
 import pytest
 
-from inferpool.errors import BadRequest, DeadlineExceeded, TooLarge
+from inferpool.errors import BadRequest, ClientGone, DeadlineExceeded, TooLarge
 from inferpool.frontends.rest_input import (
     GONE,
     WATCH,
     WATCHING,
-    ClientGone,
     await_reply,
     json_length,
     read_body,

@@ -1,11 +1,12 @@
-"""gRPC over inferpool's own HTTP/2 (``http2.py``): the default gRPC implementation.
+"""gRPC over inferpool's own HTTP/2 (``inferpool.transport.http2``): the default.
 
-It serves the same ``InferenceService`` as the grpc.aio implementation (``grpc.py``):
+It serves the same ``InferenceService`` as the grpc.aio implementation (``aio.py``):
 ModelInfer's request stays raw bytes and goes to the engine, the other RPCs parse and
-serialize the generated messages. What gRPC adds to HTTP/2 lives here: the path names
-the method, ``content-type: application/grpc``, 5-byte length-prefixed messages,
-``grpc-timeout`` deadlines, and the status in trailers (``grpc-status``,
-``grpc-message``, and ``grpc-retry-pushback-ms`` when overloaded). A client that resets
+serialize the generated messages. What gRPC adds to HTTP/2 lives here, the transport
+knowing none of it: the path names the method (the route table, ``GrpcH2Server.methods``),
+``content-type: application/grpc``, 5-byte length-prefixed messages, ``grpc-timeout``
+deadlines, and the status in trailers (``grpc-status``, ``grpc-message``, and
+``grpc-retry-pushback-ms`` when overloaded). A client that resets
 its stream or goes away cancels its call, and a call past its deadline is cancelled and
 answered DEADLINE_EXCEEDED.
 """
@@ -19,19 +20,20 @@ from urllib.parse import quote
 
 from inferpool.engine.client import EngineClient
 from inferpool.frontends.access_log import log_request
-from inferpool.frontends.grpc import (
+from inferpool.frontends.dataplane import DataPlane
+from inferpool.frontends.grpc.service import (
     RETRY_AFTER_MS,
     SERVICE,
-    HeadersContext,
     InferenceService,
     call_status,
     model_of,
     typed_methods,
 )
-from inferpool.frontends.http2 import Http2Connection, Stream
-from inferpool.frontends.http2_wire import Limits, literal, literal_indexed_name
 from inferpool.frontends.listen import bind_socket
 from inferpool.settings import ServerSettings
+from inferpool.transport.http2 import Http2Connection
+from inferpool.transport.http2_streams import Stream
+from inferpool.transport.http2_wire import Limits, literal, literal_indexed_name
 
 # gRPC status codes (grpc/doc/statuscodes.md).
 STATUS = {
@@ -111,6 +113,24 @@ def framed(message: bytes) -> bytes:
     return b"\x00" + len(message).to_bytes(4, "big") + message
 
 
+class HeadersContext:
+    """The part of grpc.aio's ServicerContext that typed handlers use, over a call's
+    HTTP/2 headers (the builtin implementation): ``invocation_metadata()``."""
+
+    __slots__ = ("_headers",)
+
+    def __init__(self, headers: list[tuple[bytes, bytes]]) -> None:
+        self._headers = headers
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        """Every header but the pseudo-headers, as (key, value) strings."""
+        return tuple(
+            (key.decode("latin-1"), value.decode("latin-1"))
+            for key, value in self._headers
+            if not key.startswith(b":")
+        )
+
+
 class GrpcH2Server:
     """GRPCInferenceService on inferpool's HTTP/2 server, on the running loop."""
 
@@ -125,7 +145,7 @@ class GrpcH2Server:
         body_limit = {"max_body_bytes": settings.max_body_bytes + 5}
         self.limits = Limits.from_settings(settings.model_copy(update=body_limit))
         self.access_log = settings.access_log
-        self.service = InferenceService(client)
+        self.service = InferenceService(DataPlane(client))
         prefix = f"/{SERVICE}/".encode()
         self.methods: dict[bytes, tuple[str, Any, Any]] = {
             prefix + name.encode(): (name, handler, message)
@@ -133,7 +153,7 @@ class GrpcH2Server:
         }
         self.methods[prefix + b"ModelInfer"] = ("ModelInfer", None, None)
         self.open: set[Http2Connection] = set()
-        self.calls: set[asyncio.Task] = set()
+        self.calls: set[asyncio.Task[None]] = set()
         self._server: asyncio.AbstractServer | None = None
         self.socket = bind_socket(settings.host, settings.grpc_port, "gRPC")
 
@@ -227,6 +247,7 @@ class GrpcH2Server:
         timer = None
         if expires is not None:
             task = asyncio.current_task()
+            assert task is not None  # a coroutine run as a task (_on_request)
 
             def expire() -> None:
                 # Remembered, not read off the clock later: the loop's timers may fire a

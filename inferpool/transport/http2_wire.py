@@ -1,4 +1,4 @@
-"""The HTTP/2 wire vocabulary (RFC 9113, RFC 7541) shared by ``http2.py`` and ``grpc_h2.py``.
+"""The HTTP/2 wire vocabulary (RFC 9113, RFC 7541): the connection's and its users'.
 
 It owns what the bytes on the wire mean, and nothing of a connection's state: the
 connection preface; frame types, flags, error codes and SETTINGS identifiers; the windows
@@ -7,7 +7,8 @@ GOAWAY ENHANCE_YOUR_CALM; the frame-header and SETTINGS structs; ``Limits``, wha
 connection may cost; ``ProtocolFailure``, a connection-level error; framing (``frame``),
 padding (``unpad``); request header validation (``validate_headers``); and the HPACK
 encoding of responses (``hpack_int``, ``literal``, ``literal_indexed_name``: no dynamic
-table, so header blocks can be precomputed). The connection itself is ``http2.py``.
+table, so header blocks can be precomputed, as ``frontends/grpc/h2.py`` does). The
+connection itself is ``http2.py``.
 """
 
 from __future__ import annotations

@@ -17,9 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferpool.frontends import http2, http2_wire
-from inferpool.frontends.http2 import CACHE_BYTES, CACHE_ENTRIES, Http2Connection
-from inferpool.frontends.http2_wire import (
+from inferpool.transport import http2, http2_wire
+from inferpool.transport.http2 import Http2Connection
+from inferpool.transport.http2_headers import CACHE_BYTES, CACHE_ENTRIES
+from inferpool.transport.http2_wire import (
     CONNECTION_WINDOW,
     DATA,
     END_HEADERS,
@@ -131,8 +132,8 @@ def goaways(transport: FakeTransport) -> list[int]:
 def check_bounded(connection: Http2Connection) -> None:
     assert len(connection.streams) <= LIMITS.max_streams
     assert 0 <= connection._buffered <= connection._body_budget + CONNECTION_WINDOW
-    assert len(connection._decoded) <= CACHE_ENTRIES
-    assert connection._cache_bytes <= CACHE_BYTES
+    assert len(connection._header_decoder.cache) <= CACHE_ENTRIES
+    assert connection._header_decoder.cache_bytes <= CACHE_BYTES
     assert connection._partial_bytes <= RECEIVE_FRAME + 9 + len(PREFACE)
     assert connection._block_bytes <= 2 * LIMITS.max_header_bytes + RECEIVE_FRAME
     for stream in connection.streams.values():
@@ -214,8 +215,8 @@ def test_the_decoded_header_cache_is_bounded_in_bytes():
             data.append(frame(HEADERS, END_HEADERS | END_STREAM, 2 * i + 1, block))
         connection.data_received(b"".join(data))
         assert len(requests) > 0
-        assert connection._cache_bytes <= CACHE_BYTES
-        assert len(connection._decoded) <= CACHE_ENTRIES
+        assert connection._header_decoder.cache_bytes <= CACHE_BYTES
+        assert len(connection._header_decoder.cache) <= CACHE_ENTRIES
 
     run(scenario)
 

@@ -1,106 +1,37 @@
-"""The wire helpers of the builtin HTTP/2 gRPC server: HPACK encoding and gRPC framing.
+"""gRPC over the builtin HTTP/2 layer (``frontends/grpc/h2.py``): its precomputed header
+blocks, status trailers, grpc-timeout, message framing and the deadline of a call.
 
-HPACK output is checked by decoding it with ``hpack.Decoder`` (an independent
+Header blocks are checked by decoding them with ``hpack.Decoder`` (an independent
 implementation), not by comparing with bytes computed the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from urllib.parse import unquote
 
-import hpack
 import pytest
-from hpack.table import HeaderTable
 
-from inferpool.frontends import grpc_h2, http2
-from inferpool.frontends.grpc_h2 import CallError, parse_timeout, status_trailers, unframe
-from inferpool.frontends.http2_wire import hpack_int, literal, literal_indexed_name
-
-
-def decode(block: bytes) -> list[tuple[bytes, bytes]]:
-    decoder = hpack.Decoder()
-    decoder.max_header_list_size = 2**20
-    headers = decoder.decode(block, raw=True)
-    # Every helper encodes "without indexing": nothing may enter the dynamic table.
-    assert len(decoder.header_table.dynamic_entries) == 0
-    return headers
-
-
-# -- hpack_int ---------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("value", "prefix_bits", "encoded"),
-    [
-        (10, 5, b"\x0a"),  # RFC 7541 C.1.1
-        (1337, 5, b"\x1f\x9a\x0a"),  # RFC 7541 C.1.2
-        (42, 8, b"\x2a"),  # RFC 7541 C.1.3
-        (30, 5, b"\x1e"),  # the largest value that fits the prefix
-        (31, 5, b"\x1f\x00"),  # exactly the prefix limit: a zero continuation byte
-        (126, 7, b"\x7e"),
-        (127, 7, b"\x7f\x00"),
-        (128, 7, b"\x7f\x01"),
-        (127 + 128, 7, b"\x7f\x80\x01"),
-        (0, 4, b"\x00"),
-        (15, 4, b"\x0f\x00"),
-    ],
-)
-def test_hpack_int_matches_rfc_7541(value, prefix_bits, encoded):
-    assert hpack_int(value, prefix_bits) == encoded
-
-
-@pytest.mark.parametrize("prefix_bits", [4, 5, 6, 7, 8])
-@pytest.mark.parametrize(
-    "value", [0, 1, 14, 15, 16, 62, 63, 64, 126, 127, 128, 255, 256, 2**14, 2**21 + 3, 2**31 - 1]
-)
-def test_hpack_int_round_trips_through_hpacks_decoder(value, prefix_bits):
-    encoded = hpack_int(value, prefix_bits)
-    assert hpack.hpack.decode_integer(encoded, prefix_bits) == (value, len(encoded))
-
-
-def test_hpack_int_keeps_the_first_bytes_high_bits():
-    assert hpack_int(5, 4, first=0x10) == b"\x15"
-    assert hpack_int(20, 4, first=0x10) == b"\x1f\x05"  # 20 - 15 = 5
-    assert hpack_int(3, 7, first=0x80) == b"\x83"
-
-
-# -- literal / literal_indexed_name ------------------------------------------------------
-@pytest.mark.parametrize("name_length", [1, 11, 126, 127, 128, 300])
-@pytest.mark.parametrize("value_length", [0, 1, 126, 127, 128, 1000, 70_000])
-def test_literal_decodes_to_its_name_and_value(name_length, value_length):
-    name = (b"x-name-" * 60)[:name_length]
-    value = bytes(32 + i % 95 for i in range(value_length))  # printable ASCII
-    block = literal(name, value)
-    assert block[0] == 0x00  # without indexing, new name
-    assert decode(block) == [(name, value)]
-
-
-def test_literals_concatenate_into_one_block():
-    block = literal(b"grpc-status", b"0") + literal(b"grpc-message", b"m" * 200)
-    assert decode(block) == [(b"grpc-status", b"0"), (b"grpc-message", b"m" * 200)]
-
-
-@pytest.mark.parametrize("index", range(1, len(HeaderTable.STATIC_TABLE) + 1))
-def test_literal_indexed_name_uses_the_static_tables_name(index):
-    # Indexes 15 and up do not fit the 4-bit prefix: they need continuation bytes.
-    value = b"v" * 130
-    block = literal_indexed_name(index, value)
-    assert block[0] & 0xF0 == 0x00  # without indexing, indexed name
-    assert decode(block) == [(HeaderTable.STATIC_TABLE[index - 1][0], value)]
+from inferpool.frontends.grpc import h2 as grpc_h2
+from inferpool.frontends.grpc.h2 import CallError, parse_timeout, status_trailers, unframe
+from inferpool.transport.http2_streams import Stream
+from tests.support.h2frames import hpack_decode
 
 
 def test_the_response_header_blocks_decode():
-    assert decode(grpc_h2.RESPONSE_HEADERS) == [
+    assert hpack_decode(grpc_h2.RESPONSE_HEADERS) == [
         (b":status", b"200"),
         (b"content-type", b"application/grpc"),
     ]
-    assert decode(grpc_h2.NOT_GRPC_HEADERS) == [(b":status", b"415")]
-    assert decode(grpc_h2.OK_TRAILERS) == [(b"grpc-status", b"0")]
+    assert hpack_decode(grpc_h2.NOT_GRPC_HEADERS) == [(b":status", b"415")]
+    assert hpack_decode(grpc_h2.OK_TRAILERS) == [(b"grpc-status", b"0")]
 
 
 # -- status_trailers ---------------------------------------------------------------------
 def test_status_trailers_carry_the_numeric_code():
     for name, number in grpc_h2.STATUS.items():
-        assert decode(status_trailers(name)) == [(b"grpc-status", str(number).encode())]
+        assert hpack_decode(status_trailers(name)) == [(b"grpc-status", str(number).encode())]
 
 
 @pytest.mark.parametrize(
@@ -116,7 +47,7 @@ def test_status_trailers_carry_the_numeric_code():
     ],
 )
 def test_status_trailers_percent_encode_the_message(message):
-    headers = decode(status_trailers("NOT_FOUND", message))
+    headers = hpack_decode(status_trailers("NOT_FOUND", message))
     assert headers[0] == (b"grpc-status", b"5")
     assert headers[1][0] == b"grpc-message"
     encoded = headers[1][1]
@@ -127,19 +58,19 @@ def test_status_trailers_percent_encode_the_message(message):
 
 def test_status_trailers_leave_printable_ascii_other_than_percent_alone():
     message = "model 'x' has no version '7' (see: /v2/models?ready=true) #1 & more"
-    (_, (_, encoded)) = decode(status_trailers("NOT_FOUND", message))
+    (_, (_, encoded)) = hpack_decode(status_trailers("NOT_FOUND", message))
     assert encoded == message.encode()
-    (_, (_, encoded)) = decode(status_trailers("INTERNAL", "50% é"))
+    (_, (_, encoded)) = hpack_decode(status_trailers("INTERNAL", "50% é"))
     assert encoded == b"50%25 %C3%A9"
 
 
 def test_status_trailers_pushback_and_empty_message():
-    assert decode(status_trailers("UNAVAILABLE", "overloaded", pushback=True)) == [
+    assert hpack_decode(status_trailers("UNAVAILABLE", "overloaded", pushback=True)) == [
         (b"grpc-status", b"14"),
         (b"grpc-message", b"overloaded"),
         (b"grpc-retry-pushback-ms", b"1000"),
     ]
-    assert decode(status_trailers("CANCELLED", "")) == [(b"grpc-status", b"1")]
+    assert hpack_decode(status_trailers("CANCELLED", "")) == [(b"grpc-status", b"1")]
 
 
 # -- parse_timeout -----------------------------------------------------------------------
@@ -243,41 +174,6 @@ def test_unframe_refuses_a_length_beyond_the_limit():
     assert unframe([message_frame(b"x" * 100)], limit=100) == b"x" * 100
 
 
-class _Transport:
-    """Just enough of an asyncio transport to watch reading being paused."""
-
-    def __init__(self) -> None:
-        self.reading = True
-        self.written: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.written.append(data)
-
-    def is_closing(self) -> bool:
-        return False
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
-
-
-def test_a_peer_that_stops_reading_replies_stops_being_read():
-    async def scenario() -> list[bool]:
-        connection = http2.Http2Connection(lambda connection, stream: None)
-        transport = _Transport()
-        connection.connection_made(transport)
-        states = [transport.reading]
-        connection.pause_writing()  # asyncio: the write buffer passed its high-water mark
-        states.append(transport.reading)
-        connection.resume_writing()
-        states.append(transport.reading)
-        return states
-
-    assert asyncio.run(scenario()) == [True, False, True]
-
-
 # -- deadlines -----------------------------------------------------------------------------
 class FrozenClock:
     """``time`` for grpc_h2 whose monotonic clock never moves: the loop's timer still fires
@@ -317,10 +213,12 @@ def test_a_call_cut_by_its_deadline_timer_is_deadline_exceeded_even_if_the_clock
 
     clock = FrozenClock()
     monkeypatch.setattr(grpc_h2, "time", clock)
-    server = grpc_h2.GrpcH2Server(None, ServerSettings(host="127.0.0.1", grpc_port=0))
+    # No engine: the service is replaced below; the data plane only binds ``infer``.
+    no_engine = SimpleNamespace(infer=None)
+    server = grpc_h2.GrpcH2Server(no_engine, ServerSettings(host="127.0.0.1", grpc_port=0))
     server.socket.close()
     server.service = NeverAnswers()
-    connection, stream = RecordingConnection(), http2.Stream(1, 65535)
+    connection, stream = RecordingConnection(), Stream(1, 65535)
     entry = ("ModelInfer", None, None)
 
     async def run() -> None:
@@ -331,5 +229,5 @@ def test_a_call_cut_by_its_deadline_timer_is_deadline_exceeded_even_if_the_clock
     asyncio.run(run())
     ((headers, body, trailers),) = connection.replies
     assert (body, trailers) == (b"", b"")  # Trailers-Only: the status is in the headers
-    status = dict(decode(headers))
+    status = dict(hpack_decode(headers))
     assert status[b"grpc-status"] == b"4", status  # DEADLINE_EXCEEDED

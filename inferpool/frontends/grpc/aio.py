@@ -1,0 +1,130 @@
+"""GRPCInferenceService on grpc.aio (``--grpc-implementation grpcio``).
+
+The service's typed RPCs get grpc.aio's (de)serializers; ModelInfer a generic handler
+with none, so its request and reply stay bytes. Errors become statuses in ``guarded``,
+and the builtin HTTP/2 layer's limits and timeouts map to grpc.aio's options.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import grpc
+
+from inferpool.engine.client import EngineClient
+from inferpool.frontends.access_log import log_request
+from inferpool.frontends.dataplane import DataPlane
+from inferpool.frontends.grpc.service import (
+    RETRY_AFTER_MS,
+    SERVICE,
+    Handler,
+    InferenceService,
+    call_status,
+    model_of,
+    typed_methods,
+)
+from inferpool.settings import ServerSettings
+
+# Triton's default: messages as large as gRPC allows, so big raw batches fit.
+MAX_MESSAGE_BYTES = 2**31 - 1
+
+
+def guarded(method: str, handler: Handler, access_log: bool) -> Handler:
+    """``handler`` with errors turned into gRPC statuses, and the access log if asked."""
+
+    async def run(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        started = time.perf_counter()
+        code = grpc.StatusCode.OK
+        try:
+            return await handler(request, context)
+        except asyncio.CancelledError:
+            code = grpc.StatusCode.CANCELLED  # the client went away or its deadline passed
+            raise
+        except Exception as exc:
+            if isinstance(exc, grpc.aio.AbortError):
+                raise
+            name, message, pushback = call_status(exc, method)
+            code = grpc.StatusCode[name]
+            if pushback:
+                context.set_trailing_metadata((("grpc-retry-pushback-ms", RETRY_AFTER_MS),))
+            await context.abort(code, message)
+        finally:
+            if access_log:
+                log_request("gRPC", method, model_of(request), code.name, started)
+
+    return run
+
+
+def build_handler(client: EngineClient, access_log: bool = False) -> grpc.GenericRpcHandler:
+    """The generic handler serving GRPCInferenceService for one engine client."""
+    service = InferenceService(DataPlane(client))
+    methods = {
+        name: grpc.unary_unary_rpc_method_handler(
+            guarded(name, handler, access_log),
+            request_deserializer=message.FromString,
+            response_serializer=_serialize,
+        )
+        for name, (handler, message) in typed_methods(service).items()
+    }
+    # No (de)serializers: the request and the reply stay bytes.
+    methods["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
+        guarded("ModelInfer", service.model_infer, access_log)
+    )
+    return grpc.method_handlers_generic_handler(SERVICE, methods)
+
+
+def _serialize(message: Any) -> bytes:
+    data: bytes = message.SerializeToString()
+    return data
+
+
+class GrpcServer:
+    """grpc.aio on the server's loop; stopping lets in-flight calls finish first."""
+
+    def __init__(
+        self, client: EngineClient, settings: ServerSettings, connections: Any = None
+    ) -> None:
+        # ``connections`` (the shared registry) cannot see grpc.aio's connections: C-core
+        # accepts them itself. Its own options bound them instead (grpc_options).
+        self.settings = settings
+        self.server = grpc.aio.server(options=grpc_options(settings))
+        self.server.add_generic_rpc_handlers((build_handler(client, settings.access_log),))
+        host = f"[{settings.host}]" if ":" in settings.host else settings.host
+        address = f"{host}:{settings.grpc_port}"
+        try:
+            bound = self.server.add_insecure_port(address)
+        except RuntimeError:
+            bound = 0
+        if bound == 0:
+            raise OSError(f"cannot listen on {address} for gRPC")
+
+    async def start(self) -> None:
+        await self.server.start()
+
+    async def stop(self) -> None:
+        """Refuse new calls; in-flight calls get the shutdown grace period to finish."""
+        await self.server.stop(self.settings.shutdown_timeout)
+
+
+def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
+    """grpc.aio's equivalents of the builtin HTTP/2 layer's limits and timeouts."""
+    options = [
+        ("grpc.max_receive_message_length", settings.max_body_bytes),
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_concurrent_streams", settings.max_concurrent_streams),
+        ("grpc.max_metadata_size", settings.max_header_bytes),
+        ("grpc.absolute_max_metadata_size", settings.max_header_bytes),
+        # Pings without data in between: at most one per 10 s, the third strike ends the
+        # connection with GOAWAY ENHANCE_YOUR_CALM (grpc's ping-flood defence).
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ("grpc.http2.max_ping_strikes", 2),
+        # A port that is taken must fail to bind, not be shared with its owner.
+        ("grpc.so_reuseport", 0),
+    ]
+    if settings.idle_timeout > 0:
+        options.append(("grpc.max_connection_idle_ms", int(settings.idle_timeout * 1000)))
+    if settings.handshake_timeout > 0:
+        options.append(("grpc.server_handshake_timeout_ms", int(settings.handshake_timeout * 1000)))
+    return options

@@ -1,0 +1,225 @@
+"""The V2 gRPC servicer: the data plane's answers as protobuf messages, and what both
+gRPC servers share (routing from raw bytes, the status a failed call ends with).
+
+ModelInfer keeps the request as raw bytes: the frontend reads only ``model_name`` (field
+1) and ``model_version`` (field 2) with a tiny protobuf field scanner and hands the bytes
+to wherever the model runs, which answers with serialized ModelInferResponse bytes. The
+other RPCs are small and use the generated messages. Errors carry the same messages as
+REST, with the matching gRPC status code.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from google.protobuf import json_format
+
+from inferpool.engine.admin import authorization_of
+from inferpool.engine.ipc.messages import Kind
+from inferpool.errors import BadRequest, InferpoolError, Overloaded, from_status, grpc_code_for
+from inferpool.frontends.dataplane import DataPlane
+from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
+from inferpool.protocol.grpc_wire import set_parameters
+
+logger = logging.getLogger(__name__)
+
+SERVICE = "inference.GRPCInferenceService"
+# How long an overloaded server asks clients to wait, as REST's Retry-After: 1.
+RETRY_AFTER_MS = "1000"
+
+# A typed RPC: (request message, context) → response message.
+Handler = Callable[[Any, Any], Awaitable[Any]]
+
+
+# -- routing: the model name and version, read straight from the request bytes ------------
+def read_route(body: bytes) -> tuple[str, str | None]:
+    """``model_name`` and ``model_version`` of a serialized ModelInferRequest.
+
+    Walks the top-level fields only, skipping each by its length; as protobuf parsing
+    does, the last occurrence of a field wins. An empty version means "any version".
+    """
+    fields: dict[int, bytes] = {}
+    pos, end = 0, len(body)
+    while pos < end:
+        key, pos = _varint(body, pos)
+        number, wire_type = key >> 3, key & 7
+        if number == 0:
+            raise _malformed()
+        if wire_type == 0:
+            _, pos = _varint(body, pos)
+        elif wire_type == 1:
+            pos += 8
+        elif wire_type == 2:
+            length, pos = _varint(body, pos)
+            if number in (1, 2):
+                fields[number] = body[pos : pos + length]
+            pos += length
+        elif wire_type == 5:
+            pos += 4
+        else:
+            raise _malformed()
+    if pos != end:
+        raise _malformed()
+    try:
+        name = fields.get(1, b"").decode()
+        version = fields.get(2, b"").decode()
+    except UnicodeDecodeError:
+        raise _malformed() from None
+    if not name:
+        raise BadRequest("ModelInferRequest has no model_name")
+    return name, version or None
+
+
+def _varint(body: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while pos < len(body) and shift < 64:
+        byte = body[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+    raise _malformed()
+
+
+def _malformed() -> BadRequest:
+    return BadRequest("request body is not a valid inference.ModelInferRequest")
+
+
+# -- the service ------------------------------------------------------------------------
+class InferenceService:
+    """The RPCs of GRPCInferenceService over one data plane. ``context`` is grpc.aio's
+    ServicerContext or anything with its ``invocation_metadata()`` (the admin RPCs read
+    the ``authorization`` metadata there)."""
+
+    def __init__(self, plane: DataPlane) -> None:
+        self.plane = plane
+
+    async def model_infer(self, body: bytes, context: Any) -> bytes:
+        """ModelInfer under grpc.aio: the deadline from the context."""
+        remaining = context.time_remaining()
+        deadline = time.monotonic() + remaining if remaining is not None else None
+        return await self.infer(body, deadline)
+
+    async def infer(self, body: bytes, deadline: float | None) -> bytes:
+        """ModelInfer on raw bytes: serialized ModelInferResponse, or raises with the status.
+
+        ``deadline`` is a ``time.monotonic()`` instant, or None.
+        """
+        name, version = read_route(body)
+        reply = await self.plane.infer(name, version, Kind.GRPC, body, None, deadline)
+        if reply.status != 200:
+            raise from_status(reply.status, reply.body.decode("utf-8", "replace"))
+        return reply.body
+
+    async def server_live(self, request: Any, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self.plane.live()["live"])
+
+    async def server_ready(self, request: Any, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.plane.ready()["ready"])
+
+    async def model_ready(self, request: Any, context: Any) -> pb.ModelReadyResponse:
+        document = self.plane.model_ready(request.name, request.version or None)
+        return pb.ModelReadyResponse(ready=document["ready"])
+
+    async def server_metadata(self, request: Any, context: Any) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(**self.plane.server_metadata())
+
+    async def model_metadata(self, request: Any, context: Any) -> pb.ModelMetadataResponse:
+        document = self.plane.model_metadata(request.name, request.version or None)
+        response = pb.ModelMetadataResponse(
+            name=document["name"], versions=document["versions"], platform=document["platform"]
+        )
+        set_parameters(response.parameters, document.get("parameters") or {})
+        for specs, target in (
+            (document["inputs"], response.inputs),
+            (document["outputs"], response.outputs),
+        ):
+            for spec in specs:
+                tensor = target.add(
+                    name=spec["name"], datatype=spec["datatype"], shape=spec["shape"]
+                )
+                set_parameters(tensor.parameters, spec.get("parameters") or {})
+        return response
+
+    async def model_statistics(self, request: Any, context: Any) -> pb.ModelStatisticsResponse:
+        document = self.plane.statistics(request.name or None, request.version or None)
+        response = pb.ModelStatisticsResponse()
+        json_format.ParseDict(document, response)
+        return response
+
+    async def repository_index(self, request: Any, context: Any) -> pb.RepositoryIndexResponse:
+        response = pb.RepositoryIndexResponse()
+        for entry in self.plane.repository_index(request.ready):
+            response.models.add(
+                name=entry["name"],
+                version=entry.get("version", ""),
+                state=entry["state"],
+                reason=entry["reason"],
+            )
+        return response
+
+    async def repository_model_load(
+        self, request: Any, context: Any
+    ) -> pb.RepositoryModelLoadResponse:
+        await self.plane.load(request.model_name, _authorization(context))
+        return pb.RepositoryModelLoadResponse()
+
+    async def repository_model_unload(
+        self, request: Any, context: Any
+    ) -> pb.RepositoryModelUnloadResponse:
+        await self.plane.unload(request.model_name, _authorization(context))
+        return pb.RepositoryModelUnloadResponse()
+
+
+def _authorization(context: Any) -> str | None:
+    """The admin token's carrier: ``authorization: Bearer TOKEN`` metadata."""
+    return authorization_of(context.invocation_metadata() if context is not None else None)
+
+
+def typed_methods(service: InferenceService) -> dict[str, tuple[Handler, Any]]:
+    """Every RPC but ModelInfer: name → (handler(request, context), request message)."""
+    return {
+        "ServerLive": (service.server_live, pb.ServerLiveRequest),
+        "ServerReady": (service.server_ready, pb.ServerReadyRequest),
+        "ModelReady": (service.model_ready, pb.ModelReadyRequest),
+        "ServerMetadata": (service.server_metadata, pb.ServerMetadataRequest),
+        "ModelMetadata": (service.model_metadata, pb.ModelMetadataRequest),
+        "ModelStatistics": (service.model_statistics, pb.ModelStatisticsRequest),
+        "RepositoryIndex": (service.repository_index, pb.RepositoryIndexRequest),
+        "RepositoryModelLoad": (service.repository_model_load, pb.RepositoryModelLoadRequest),
+        "RepositoryModelUnload": (
+            service.repository_model_unload,
+            pb.RepositoryModelUnloadRequest,
+        ),
+    }
+
+
+# -- what both servers report ------------------------------------------------------------
+def model_of(request: Any) -> str:
+    """The model a request names, for the access log."""
+    if isinstance(request, bytes):
+        try:
+            return read_route(request)[0]
+        except InferpoolError:
+            return "-"
+    for field in ("model_name", "name"):
+        value = getattr(request, field, "")
+        if value:
+            return str(value)
+    return "-"
+
+
+def call_status(exc: Exception, method: str) -> tuple[str, str, bool]:
+    """The status a call that raised ``exc`` ends with: (code name, message, pushback).
+
+    ``pushback`` asks for gRPC's form of Retry-After (``grpc-retry-pushback-ms``), which
+    clients with a retry policy honour. Anything but an InferpoolError is logged: a bug.
+    """
+    if isinstance(exc, InferpoolError):
+        return grpc_code_for(exc.status), exc.message, isinstance(exc, Overloaded)
+    logger.exception("gRPC %s failed", method)
+    return "INTERNAL", f"internal error: {type(exc).__name__}: {exc}", False

@@ -1,0 +1,220 @@
+"""A connection's streams and what goes out on them: answers under flow control, and
+stream errors (RFC 9113 §5.4.2).
+
+``Stream`` is one request/response exchange. ``Http2Streams`` is the base of the
+connection (``http2.py``): the open streams, the send windows, and ``respond``, which
+writes HEADERS, DATA as the peer's windows allow, then the trailers. Responses are
+encoded without the dynamic table (static-table indexes and literals), so header blocks
+can be precomputed. Frames read (``http2_frames.py``) reset, reject or answer streams
+through the methods here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from inferpool.transport.http2_wire import (
+    CONTINUATION,
+    DATA,
+    DEFAULT_MAX_FRAME,
+    DEFAULT_WINDOW,
+    END_HEADERS,
+    END_STREAM,
+    ENHANCE_YOUR_CALM,
+    HEADERS,
+    NO_ERROR,
+    REFUSED_STREAM,
+    RESET_BUDGET,
+    RST_STREAM,
+    STREAM_WINDOW,
+    U32,
+    ProtocolFailure,
+    frame,
+)
+
+if TYPE_CHECKING:
+    from inferpool.transport.http2 import Http2Connection
+
+
+class Stream:
+    """One request/response exchange on a connection."""
+
+    __slots__ = (
+        "body",
+        "closed",
+        "ended",
+        "headers",
+        "held",
+        "id",
+        "length",
+        "pending",
+        "received",
+        "recv_window",
+        "refused",
+        "seen",
+        "send_window",
+        "stalled_since",
+        "task",
+        "trailers",
+        "unacked",
+    )  # fmt: skip
+
+    def __init__(self, stream_id: int, send_window: int, now: float = 0.0) -> None:
+        self.id = stream_id
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body: list[bytes] = []
+        self.received = 0  # body bytes so far
+        self.held = 0  # of which counted in the connection's buffered bytes
+        self.length: int | None = None  # content-length, when the request declared one
+        self.unacked = 0  # flow-controlled bytes not yet returned with WINDOW_UPDATE
+        self.recv_window = STREAM_WINDOW  # what the peer may still send on this stream
+        self.ended = False  # the peer sent END_STREAM
+        self.refused = 0  # an error code: decode the header block, then reset the stream
+        self.send_window = send_window
+        self.pending: memoryview | None = None  # response DATA waiting for window
+        self.trailers = b""
+        self.task: asyncio.Future[None] | None = None  # whoever answers it; cancelled on reset
+        self.closed = False
+        self.seen = 0  # ``received`` at the timer's last look (body timeout)
+        self.stalled_since = now
+
+
+# Answers a stream the layer will not serve (a limit), e.g. with a gRPC status.
+OnReject = Callable[["Http2Connection", Stream, str], None]
+
+
+class Http2Streams(asyncio.Protocol):
+    """The open streams of a connection and the sending side; ``Http2Connection``'s base."""
+
+    def __init__(self, on_reject: OnReject | None) -> None:
+        self.on_reject = on_reject
+        self.transport: asyncio.Transport | None = None
+        self.streams: dict[int, Stream] = {}
+        self.going_away_sent = False  # we sent GOAWAY: no new streams, close after the last
+        self._closed_by_us = False  # close() called: read nothing more
+        self._send_window = DEFAULT_WINDOW
+        self._peer_max_frame = DEFAULT_MAX_FRAME
+        self._blocked: dict[int, Stream] = {}  # streams with DATA waiting for window
+        self._buffered = 0  # body bytes of unfinished requests held on this connection
+        # RST_STREAM received plus streams we reset: a per-second budget the timer refills.
+        self._resets = RESET_BUDGET
+
+    # -- stream errors ---------------------------------------------------------------------
+    def _reset(self, stream: Stream, code: int, out: list[bytes]) -> None:
+        """A stream error: RST_STREAM(code), the stream and its data dropped."""
+        self._count_reset()
+        if self.streams.get(stream.id) is stream:
+            del self.streams[stream.id]
+        self._blocked.pop(stream.id, None)
+        self._drop(stream)
+        out.append(frame(RST_STREAM, 0, stream.id, U32.pack(code)))
+
+    def _reset_id(self, stream_id: int, code: int, out: list[bytes]) -> None:
+        stream = self.streams.get(stream_id)
+        if stream is not None:
+            self._reset(stream, code, out)
+        else:
+            self._count_reset()
+            out.append(frame(RST_STREAM, 0, stream_id, U32.pack(code)))
+
+    def _count_reset(self) -> None:
+        self._resets -= 1
+        if self._resets < 0:
+            raise ProtocolFailure(ENHANCE_YOUR_CALM, "too many stream errors")
+
+    def _reject(self, stream: Stream, message: str, out: list[bytes]) -> None:
+        """A request over a limit: answered (``on_reject``) at once, its data dropped; if
+        the peer is still sending, RST_STREAM NO_ERROR stops it (RFC 9113 §8.1)."""
+        self._drop(stream)
+        stream.closed = False  # still to be answered
+        if self.on_reject is not None:
+            # ``self`` is always an Http2Connection, the one subclass of this base.
+            self.on_reject(self, stream, message)  # type: ignore[arg-type]
+            if not stream.ended:
+                out.append(frame(RST_STREAM, 0, stream.id, U32.pack(NO_ERROR)))
+        else:
+            out.append(frame(RST_STREAM, 0, stream.id, U32.pack(REFUSED_STREAM)))
+        self._finish(stream)
+        self._blocked.pop(stream.id, None)
+
+    def _drop(self, stream: Stream) -> None:
+        """Forget a stream's body (it counts no more against the connection) and cancel
+        whoever is answering it."""
+        self._buffered -= stream.held
+        stream.held = 0
+        stream.body = []
+        self._abandon(stream)
+
+    def _abandon(self, stream: Stream) -> None:
+        stream.closed = True
+        if stream.task is not None and not stream.task.done():
+            stream.task.cancel()
+
+    # -- responses -------------------------------------------------------------------------
+    def respond(self, stream: Stream, headers: bytes, body: bytes, trailers: bytes) -> None:
+        """Send a response: HEADERS, then ``body`` as DATA (as windows allow), then
+        ``trailers`` with END_STREAM. Empty ``body`` and ``trailers``: headers end it."""
+        if stream.closed or self.transport is None or self.transport.is_closing():
+            return
+        if not body and not trailers:
+            self._finish(stream)
+            self._write(self._header_frames(stream.id, END_STREAM, headers))
+            return
+        out = [self._header_frames(stream.id, 0, headers)]
+        stream.pending = memoryview(body)
+        stream.trailers = trailers
+        self._send_pending(stream, out)
+        self._write(b"".join(out))
+
+    def _send_pending(self, stream: Stream, out: list[bytes]) -> None:
+        pending = stream.pending
+        while pending:
+            size = min(len(pending), self._send_window, stream.send_window, self._peer_max_frame)
+            if size <= 0:
+                stream.pending = pending
+                self._blocked[stream.id] = stream
+                return
+            out.append(frame(DATA, 0, stream.id, pending[:size].tobytes()))
+            pending = pending[size:]
+            self._send_window -= size
+            stream.send_window -= size
+        stream.pending = None
+        self._blocked.pop(stream.id, None)
+        self._finish(stream)
+        out.append(self._header_frames(stream.id, END_STREAM, stream.trailers))
+
+    def _header_frames(self, stream_id: int, flags: int, block: bytes) -> bytes:
+        """HEADERS, plus CONTINUATIONs if ``block`` is over the peer's max frame size."""
+        limit = self._peer_max_frame
+        if len(block) <= limit:
+            return frame(HEADERS, flags | END_HEADERS, stream_id, block)
+        pieces = [block[i : i + limit] for i in range(0, len(block), limit)]
+        out = [frame(HEADERS, flags, stream_id, pieces[0])]
+        out += [frame(CONTINUATION, 0, stream_id, piece) for piece in pieces[1:-1]]
+        out.append(frame(CONTINUATION, END_HEADERS, stream_id, pieces[-1]))
+        return b"".join(out)
+
+    def _flush_blocked(self, out: list[bytes]) -> None:
+        for stream in list(self._blocked.values()):
+            if self._send_window <= 0:
+                return
+            self._send_pending(stream, out)
+
+    def _finish(self, stream: Stream) -> None:
+        stream.closed = True
+        self.streams.pop(stream.id, None)
+        if stream.held:
+            self._buffered -= stream.held
+            stream.held = 0
+
+    def _write(self, data: bytes) -> None:
+        """Write, then close if we are going away and this ended the last stream."""
+        transport = self.transport
+        if transport is None:
+            return
+        transport.write(data)
+        if self.going_away_sent and not self.streams:
+            self._closed_by_us = True
+            transport.close()
