@@ -2,6 +2,10 @@
 
 An input codec turns one tensor into a Python object and back; a request codec turns all
 the inputs of a request (or all the outputs of a response) into one object and back.
+
+The codec modules import this module, never the registry: a request codec is handed the
+registry's per-tensor functions as arguments (``TensorDecoder``, ``TensorEncoder``), so the
+registry can import every codec module and no codec module imports it back.
 """
 
 from __future__ import annotations
@@ -13,6 +17,13 @@ import numpy as np
 
 from inferpool.errors import BadRequest
 from inferpool.protocol.types import Tensor
+
+#: Decodes one tensor by its own content type, else the given default (the registry's
+#: ``decode_input``).
+TensorDecoder = Callable[[Tensor, str | None], Any]
+#: Encodes one named value as an output tensor with the codec that fits it (the registry's
+#: ``encode_output``).
+TensorEncoder = Callable[[str, Any], Tensor]
 
 
 class Codec:
@@ -45,14 +56,23 @@ class InputCodec(Codec):
 
 
 class RequestCodec(Codec):
-    """Converts every tensor of a request or response to one object, and back."""
+    """Converts every tensor of a request or response to one object, and back.
+
+    Each tensor is decoded, and each part of the object encoded, by the function passed in
+    (``decode_input``, ``encode_output``), which picks that tensor's own input codec.
+    """
 
     @classmethod
-    def decode(cls, tensors: Sequence[Tensor], default_content_types: dict[str, str]) -> Any:
+    def decode(
+        cls,
+        tensors: Sequence[Tensor],
+        default_content_types: dict[str, str],
+        decode_input: TensorDecoder,
+    ) -> Any:
         raise NotImplementedError
 
     @classmethod
-    def encode(cls, value: Any) -> list[Tensor]:
+    def encode(cls, value: Any, encode_output: TensorEncoder) -> list[Tensor]:
         raise NotImplementedError
 
 
@@ -65,7 +85,10 @@ def require_bytes(tensor: Tensor, content_type: str) -> None:
 
 
 def convert_elements(
-    tensor: Tensor, convert: Callable[[bytes], Any], problem: str, errors: tuple
+    tensor: Tensor,
+    convert: Callable[[bytes], Any],
+    problem: str,
+    errors: tuple[type[Exception], ...],
 ) -> list[Any]:
     """``convert`` applied to each BYTES element, row-major; a 400 names the first bad one."""
     out = []
@@ -101,7 +124,9 @@ def flat_elements(value: Any) -> tuple[list[Any], tuple[int, ...]]:
     return [value], ()
 
 
-def bytes_tensor(name: str, elements: list[bytes], shape: tuple[int, ...], content_type: str):
+def bytes_tensor(
+    name: str, elements: list[bytes], shape: tuple[int, ...], content_type: str
+) -> Tensor:
     """A BYTES tensor of already-encoded elements, shaped and labelled."""
     data = np.empty(len(elements), dtype=object)
     data[:] = elements

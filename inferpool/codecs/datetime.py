@@ -32,7 +32,7 @@ class DatetimeCodec(InputCodec):
     @classmethod
     def can_encode(cls, value: Any) -> bool:
         if isinstance(value, np.ndarray):
-            return value.dtype.kind == "M"
+            return bool(value.dtype.kind == "M")
         if isinstance(value, np.datetime64 | dt.datetime):
             return True
         return isinstance(value, list | tuple) and all_instances(value, dt.datetime)
@@ -81,7 +81,8 @@ def _parse_in_utc(texts: list[str], name: str) -> np.ndarray:
                     f"input '{name}': element {index} ({text[:40]!r}) is not an ISO-8601 datetime"
                 ) from None
         raise
-    return parsed.tz_convert(None).to_numpy()
+    utc: np.ndarray = parsed.tz_convert(None).to_numpy()
+    return utc
 
 
 def _as_datetime64(value: Any) -> np.ndarray:
@@ -94,4 +95,5 @@ def _as_datetime64(value: Any) -> np.ndarray:
     # Python datetimes, possibly with a time zone: UTC, as the decoder gives them back.
     items, shape = flat_elements(value)
     index = pd.to_datetime(items, utc=True).tz_convert(None)
-    return index.to_numpy().reshape(shape)
+    array: np.ndarray = index.to_numpy().reshape(shape)
+    return array

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from inferpool.codecs.base import RequestCodec
+from inferpool.codecs.base import RequestCodec, TensorDecoder, TensorEncoder
 from inferpool.protocol.types import Tensor
 
 
@@ -18,13 +18,14 @@ class DictCodec(RequestCodec):
         return isinstance(value, Mapping)
 
     @classmethod
-    def decode(cls, tensors: Sequence[Tensor], default_content_types: dict[str, str]) -> dict:
-        from inferpool.codecs.registry import decode_input
-
+    def decode(
+        cls,
+        tensors: Sequence[Tensor],
+        default_content_types: dict[str, str],
+        decode_input: TensorDecoder,
+    ) -> dict[str, Any]:
         return {t.name: decode_input(t, default_content_types.get(t.name)) for t in tensors}
 
     @classmethod
-    def encode(cls, value: Mapping[str, Any]) -> list[Tensor]:
-        from inferpool.codecs.registry import encode_output
-
+    def encode(cls, value: Mapping[str, Any], encode_output: TensorEncoder) -> list[Tensor]:
         return [encode_output(str(name), item) for name, item in value.items()]

@@ -42,7 +42,7 @@ class JsonCodec(InputCodec):
         if isinstance(value, dict):
             return True
         if isinstance(value, np.ndarray):
-            return value.dtype.kind == "O"
+            return bool(value.dtype.kind == "O")
         return isinstance(value, list | tuple) and all_instances(value, dict)
 
     @classmethod

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from inferpool.codecs.base import RequestCodec
+from inferpool.codecs.base import RequestCodec, TensorDecoder, TensorEncoder
 from inferpool.errors import BadRequest
 from inferpool.protocol.types import Tensor
 
@@ -31,9 +31,12 @@ class PandasCodec(RequestCodec):
         return is_pandas(value, "DataFrame")
 
     @classmethod
-    def decode(cls, tensors: Sequence[Tensor], default_content_types: dict[str, str]):
-        from inferpool.codecs.registry import decode_input
-
+    def decode(
+        cls,
+        tensors: Sequence[Tensor],
+        default_content_types: dict[str, str],
+        decode_input: TensorDecoder,
+    ) -> Any:
         columns: dict[str, Any] = {}
         lengths: dict[str, int] = {}
         for tensor in tensors:
@@ -47,14 +50,12 @@ class PandasCodec(RequestCodec):
         return frame(columns)
 
     @classmethod
-    def encode(cls, value: Any) -> list[Tensor]:
+    def encode(cls, value: Any, encode_output: TensorEncoder) -> list[Tensor]:
         """One output per column, named as the column, with its own content type."""
-        from inferpool.codecs.registry import encode_output
-
         return [encode_output(str(name), column_values(value[name])) for name in value.columns]
 
 
-def frame(columns: dict[str, Any]):
+def frame(columns: dict[str, Any]) -> Any:
     import pandas as pd
 
     return pd.DataFrame(columns)

@@ -49,8 +49,8 @@ def decode_payload(
         single = _single_matrix_frame(request, column_names, default_content_types)
         if single is not None:
             return single
-        return PandasCodec.decode(request.inputs, default_content_types)
-    decoded = DictCodec.decode(request.inputs, default_content_types)
+        return PandasCodec.decode(request.inputs, default_content_types, decode_input)
+    decoded = DictCodec.decode(request.inputs, default_content_types, decode_input)
     if accepts == "dict":
         return decoded
     return _array(decoded)
@@ -58,7 +58,7 @@ def decode_payload(
 
 def _single_matrix_frame(
     request: InferenceRequest, column_names: list[str] | None, defaults: dict[str, str]
-):
+) -> Any:
     """One [rows, k] input for a model whose k inputs are its feature names: the frame
     with those names (how clients send a whole table to a DataFrame model)."""
     if len(request.inputs) != 1 or not column_names:

@@ -1,5 +1,10 @@
 """Finds the codec for a content type (aliases included) or for a value to encode, and
-decodes and encodes single tensors and whole requests/responses with them."""
+decodes and encodes single tensors and whole requests/responses with them.
+
+The one place that assembles the codec tables: it imports every codec module, and no codec
+module imports it (a request codec is handed ``decode_input``/``encode_output`` instead),
+so the codecs' imports form no cycle (``tests/unit/codecs/test_imports.py``).
+"""
 
 from __future__ import annotations
 
@@ -86,7 +91,7 @@ def encode_outputs(result: Mapping[str, Any]) -> tuple[list[Tensor], str | None]
     content_type = None
     for name, value in result.items():
         if PandasCodec.can_encode(value):
-            tensors.extend(PandasCodec.encode(value))
+            tensors.extend(PandasCodec.encode(value, encode_output))
             if len(result) == 1:
                 content_type = PandasCodec.content_type()
         else:
@@ -104,4 +109,4 @@ def decode_response(outputs: list[Tensor], content_type: str | None = None) -> A
     a DataFrame for ``pd``, else a dict of output name to decoded value."""
     if content_type is None:
         return {tensor.name: decode_output(tensor) for tensor in outputs}
-    return find_request_codec(content_type, "response").decode(outputs, {})
+    return find_request_codec(content_type, "response").decode(outputs, {}, decode_input)

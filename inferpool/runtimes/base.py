@@ -3,6 +3,10 @@
 A runtime loads one model and predicts. The engine decodes each request into the
 payload the runtime ``accepts`` before calling ``predict``, and encodes what it returns,
 so a runtime never sees wire formats.
+
+A built-in runtime also has one entry in ``runtimes/registry.py`` (``RUNTIMES``): what the
+engine must know of it before importing it (its library may be missing), such as the
+modules the template preloads and whether its models may be loaded before forking.
 """
 
 from __future__ import annotations

@@ -50,6 +50,11 @@ class BoostedTreesRuntime(Runtime):
     input_errors = (ValueError, TypeError)
 
     @abstractmethod
+    def adopt(self, model: Any) -> None:
+        """Serve an in-memory model of the library: a Booster or a scikit-learn-API
+        estimator (raise TypeError for anything else)."""
+
+    @abstractmethod
     def _library_values(self, matrix: np.ndarray) -> np.ndarray:
         """The library's plain prediction: class probabilities (P(class 1) of a binary
         model) if ``has_probabilities``, class indices of another classifier, values of a
@@ -84,12 +89,14 @@ class BoostedTreesRuntime(Runtime):
 
     def _values(self, matrix: np.ndarray) -> np.ndarray:
         if self.compiled is not None:
-            return self.compiled.values(matrix)
+            values: np.ndarray = self.compiled.values(matrix)
+            return values
         return self._library_values(matrix)
 
     def _margin(self, matrix: np.ndarray) -> np.ndarray:
         if self.compiled is not None:
-            return self.compiled.margin(matrix)
+            margin: np.ndarray = self.compiled.margin(matrix)
+            return margin
         return self._library_margin(matrix)
 
     @property
@@ -116,7 +123,7 @@ class BoostedTreesRuntime(Runtime):
             specs.append(TensorSpec("predict", datatype_of(self.classes), [-1]))
         else:
             specs.append(TensorSpec("predict", self.float_datatype, score_shape))
-        if self.has_probabilities:
+        if self.has_probabilities and self.classes is not None:
             specs.append(TensorSpec("predict_proba", self.float_datatype, [-1, len(self.classes)]))
         specs.append(TensorSpec(self.margin_output, self.float_datatype, score_shape))
         specs.append(TensorSpec("contrib", self.float_datatype, self._contrib_shape()))
@@ -133,14 +140,16 @@ class BoostedTreesRuntime(Runtime):
         matrix = features_matrix(self.name, payload, self.feature_names)
         result: dict[str, Any] = {}
         probabilities = None
+        # The class labels of a model with probabilities (which has labels), else None.
+        classes = self.classes if self.has_probabilities else None
         for name in outputs:
-            if name in ("predict", "predict_proba") and self.has_probabilities:
+            if name in ("predict", "predict_proba") and classes is not None:
                 if probabilities is None:
                     probabilities = self._class_probabilities(matrix)
                 result[name] = (
                     probabilities
                     if name == "predict_proba"
-                    else labels_from_probabilities(probabilities, self.classes)
+                    else labels_from_probabilities(probabilities, classes)
                 )
             elif name == "predict":
                 result[name] = self._predict_values(matrix)

@@ -8,7 +8,7 @@ per feature plus the expected value, repeated per class for a multi-class model)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import lightgbm
 import numpy as np
@@ -62,14 +62,17 @@ class LightGBMRuntime(BoostedTreesRuntime):
     def limit_threads(self, threads: int) -> None:
         self.predict_params["num_threads"] = max(1, int(threads))
 
+    # The Booster's predict is typed for sparse input too; a dense matrix gives an ndarray.
     def _library_values(self, matrix: np.ndarray) -> np.ndarray:
-        return self.booster.predict(matrix, **self.predict_params)
+        return cast(np.ndarray, self.booster.predict(matrix, **self.predict_params))
 
     def _library_margin(self, matrix: np.ndarray) -> np.ndarray:
-        return self.booster.predict(matrix, raw_score=True, **self.predict_params)
+        margin = self.booster.predict(matrix, raw_score=True, **self.predict_params)
+        return cast(np.ndarray, margin)
 
     def _contrib(self, matrix: np.ndarray) -> np.ndarray:
-        return self.booster.predict(matrix, pred_contrib=True, **self.predict_params)
+        contrib = self.booster.predict(matrix, pred_contrib=True, **self.predict_params)
+        return cast(np.ndarray, contrib)
 
     def _contrib_shape(self) -> list[int]:
         return [-1, (self.n_features + 1) * self.n_scores]

@@ -131,7 +131,7 @@ class MLflowRuntime(Runtime):
             raise BadRequest(f"invocations: cannot read the input ({exc})") from None
         predictions = self._predict(parsed, params)
         out = io.StringIO()
-        scoring_server.predictions_to_json(predictions, out)
+        scoring_server.predictions_to_json(predictions, out)  # type: ignore[no-untyped-call]
         return out.getvalue().encode()
 
 

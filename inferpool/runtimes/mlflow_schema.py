@@ -46,6 +46,7 @@ def specs_of(schema: Any, prefix: str) -> list[TensorSpec]:
 
 def _spec(item: Any, default_name: str) -> TensorSpec:
     name = item.name if item.name is not None else default_name
+    parameters: dict[str, Any]
     if hasattr(item, "shape"):  # a TensorSpec: a numpy dtype and a shape
         datatype = datatype_of(np.empty(0, dtype=item.type))
         parameters = {"content_type": "str"} if datatype == "BYTES" else {}

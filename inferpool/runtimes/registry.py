@@ -1,4 +1,13 @@
-"""Chooses the runtime class for a model: from settings, MLServer names or the artefact."""
+"""The table of built-in runtimes, and the choice of a model's runtime class: from
+settings, MLServer names or the artefact.
+
+``RUNTIMES`` is the one place that lists the built-in runtimes: each entry says what the
+engine must know of a runtime without importing it or its library (which may be missing):
+its class, the pip extra that installs the library, the artefacts it recognises, what the
+template process imports before forking (``engine/worker/template.py``) and whether the
+template may load its models before forking (``engine/worker/preload.py``). A new
+runtime is one module with its ``Runtime`` subclass plus one entry here.
+"""
 
 from __future__ import annotations
 
@@ -6,46 +15,102 @@ import hashlib
 import importlib
 import importlib.util
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from inferpool.errors import RuntimeNotFound
 from inferpool.runtimes.artefacts import is_lightgbm_text
 from inferpool.runtimes.base import Runtime
 from inferpool.settings import ModelSettings
 
-# runtime name → (module, class, pip extra that provides the library)
-BUILTIN_RUNTIMES: dict[str, tuple[str, str, str]] = {
-    "sklearn": ("inferpool.runtimes.sklearn", "SKLearnRuntime", "sklearn"),
-    "lightgbm": ("inferpool.runtimes.lightgbm", "LightGBMRuntime", "lightgbm"),
-    "xgboost": ("inferpool.runtimes.xgboost", "XGBoostRuntime", "xgboost"),
-    "mlflow": ("inferpool.runtimes.mlflow", "MLflowRuntime", "mlflow"),
+
+@dataclass(frozen=True, slots=True)
+class RuntimeEntry:
+    """A built-in runtime, as the engine knows it before importing anything of it."""
+
+    #: the runtime's name in settings (``"runtime": "sklearn"``)
+    name: str
+    #: ``module.Class`` of its ``Runtime`` subclass, imported when a model needs it
+    implementation: str
+    #: the pip extra that installs its library: ``pip install inferpool[extra]``
+    extra: str
+    #: MLServer's implementation string for it, so an MLServer repository serves unchanged
+    mlserver: str = ""
+    #: artefact file names that choose this runtime for a model without settings
+    artefacts: tuple[str, ...] = ()
+    #: modules the template imports before forking, so that workers share them (a missing
+    #: one is skipped): the runtime's module and the library modules its models use
+    preload: tuple[str, ...] = ()
+    #: its load starts no OpenMP or BLAS thread pool, so the template may load its models
+    #: before forking (a parent that has run OpenMP code must not fork; DESIGN §3)
+    fork_safe: bool = False
+
+
+# In order of preference between artefacts: MLmodel comes first, since an MLflow folder
+# also holds its flavour's file (an sklearn flavour's model.pkl).
+RUNTIMES: dict[str, RuntimeEntry] = {
+    entry.name: entry
+    for entry in (
+        # MLflow pyfunc may run anything when it loads or is imported: never in the template.
+        RuntimeEntry(
+            "mlflow",
+            "inferpool.runtimes.mlflow.MLflowRuntime",
+            extra="mlflow",
+            mlserver="mlserver_mlflow.MLflowRuntime",
+            artefacts=("MLmodel",),
+        ),
+        # scikit-learn unpickles: no thread pool is started.
+        RuntimeEntry(
+            "sklearn",
+            "inferpool.runtimes.sklearn.SKLearnRuntime",
+            extra="sklearn",
+            mlserver="mlserver_sklearn.SKLearnModel",
+            artefacts=("model.joblib", "model.pkl", "model.pickle"),
+            preload=(
+                "inferpool.runtimes.sklearn",
+                "sklearn.ensemble",
+                "sklearn.linear_model",
+                "sklearn.pipeline",
+                "sklearn.preprocessing",
+            ),
+            fork_safe=True,
+        ),
+        # LightGBM and XGBoost parse their trees with OpenMP limited to the loading thread
+        # (``runtimes.artefacts.single_threaded``).
+        RuntimeEntry(
+            "lightgbm",
+            "inferpool.runtimes.lightgbm.LightGBMRuntime",
+            extra="lightgbm",
+            mlserver="mlserver_lightgbm.LightGBMModel",
+            artefacts=("model.txt",),
+            preload=("inferpool.runtimes.lightgbm",),
+            fork_safe=True,
+        ),
+        RuntimeEntry(
+            "xgboost",
+            "inferpool.runtimes.xgboost.XGBoostRuntime",
+            extra="xgboost",
+            mlserver="mlserver_xgboost.XGBoostModel",
+            # A .bst may also be a LightGBM text model: its first bytes decide (_by_content).
+            artefacts=("model.json", "model.ubj", "model.bst", "model.xgb"),
+            preload=("inferpool.runtimes.xgboost",),
+            fork_safe=True,
+        ),
+    )
 }
 
-# MLServer's implementation strings, so an MLServer repository serves unchanged.
-MLSERVER_IMPLEMENTATIONS = {
-    "mlserver_sklearn.SKLearnModel": "sklearn",
-    "mlserver_lightgbm.LightGBMModel": "lightgbm",
-    "mlserver_xgboost.XGBoostModel": "xgboost",
-    "mlserver_mlflow.MLflowRuntime": "mlflow",
-}
 
-# Artefact file names recognised without settings, in order of preference. MLmodel comes
-# first: an MLflow folder also holds its flavour's file (an sklearn flavour's model.pkl).
-ARTEFACTS: tuple[tuple[str, str], ...] = (
-    ("MLmodel", "mlflow"),
-    ("model.joblib", "sklearn"),
-    ("model.pkl", "sklearn"),
-    ("model.pickle", "sklearn"),
-    ("model.txt", "lightgbm"),
-    ("model.json", "xgboost"),
-    ("model.ubj", "xgboost"),
-    ("model.bst", "xgboost"),
-    ("model.xgb", "xgboost"),
-)
+def preload_modules() -> list[str]:
+    """The modules the template imports before forking, every runtime's, in table order."""
+    return [module for entry in RUNTIMES.values() for module in entry.preload]
 
 
-class RuntimeNotFound(Exception):
-    """No runtime could be chosen or imported; the message is the one-line reason."""
+def is_fork_safe(settings: ModelSettings) -> bool:
+    """The model's runtime loads without starting a thread pool, so the template may load
+    it before forking. A custom runtime never is: the template runs no user code."""
+    entry = RUNTIMES.get(runtime_name_for(settings))
+    return entry is not None and entry.fork_safe
 
 
 def runtime_name_for(settings: ModelSettings) -> str:
@@ -54,8 +119,16 @@ def runtime_name_for(settings: ModelSettings) -> str:
         return settings.runtime
     implementation = settings.implementation
     if implementation:
-        return MLSERVER_IMPLEMENTATIONS.get(implementation, implementation)
+        for entry in RUNTIMES.values():
+            if entry.mlserver == implementation:
+                return entry.name
+        return implementation
     return infer_runtime(settings)
+
+
+def _artefacts() -> list[tuple[str, str]]:
+    """(artefact file name, runtime name), in order of preference."""
+    return [(filename, entry.name) for entry in RUNTIMES.values() for filename in entry.artefacts]
 
 
 def infer_runtime(settings: ModelSettings) -> str:
@@ -64,7 +137,7 @@ def infer_runtime(settings: ModelSettings) -> str:
         uri = settings.resolve(settings.parameters.uri)
         if uri.is_dir():
             return _runtime_in_folder(uri)
-        for filename, runtime in ARTEFACTS:
+        for filename, runtime in _artefacts():
             suffix = Path(filename).suffix
             if uri.name == filename or (suffix and uri.suffix == suffix):
                 return _by_content(uri, runtime)
@@ -74,10 +147,11 @@ def infer_runtime(settings: ModelSettings) -> str:
 
 
 def _runtime_in_folder(folder: Path) -> str:
-    for filename, runtime in ARTEFACTS:
+    artefacts = _artefacts()
+    for filename, runtime in artefacts:
         if (folder / filename).exists():
             return _by_content(folder / filename, runtime)
-    expected = ", ".join(name for name, _ in ARTEFACTS)
+    expected = ", ".join(name for name, _ in artefacts)
     raise RuntimeNotFound(f"no model artefact in {folder} (expected one of: {expected})")
 
 
@@ -92,24 +166,26 @@ def _by_content(path: Path, runtime: str) -> str:
 def runtime_class(settings: ModelSettings) -> type[Runtime]:
     """Import the runtime class for a model, or raise RuntimeNotFound with what to do."""
     name = runtime_name_for(settings)
-    if name in BUILTIN_RUNTIMES:
-        module_name, class_name, extra = BUILTIN_RUNTIMES[name]
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("inferpool"):
-                raise RuntimeNotFound(f"runtime '{name}' is not available in this build") from None
-            raise RuntimeNotFound(
-                f"the '{name}' runtime needs {exc.name}: install inferpool[{extra}]"
-            ) from None
-        return getattr(module, class_name)
-    return _custom_class(name, settings)
+    entry = RUNTIMES.get(name)
+    if entry is None:
+        return _custom_class(name, settings)
+    module_name, _, class_name = entry.implementation.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("inferpool"):
+            raise RuntimeNotFound(f"runtime '{name}' is not available in this build") from None
+        raise RuntimeNotFound(
+            f"the '{name}' runtime needs {exc.name}: install inferpool[{entry.extra}]"
+        ) from None
+    cls: type[Runtime] = getattr(module, class_name)
+    return cls
 
 
 def _custom_class(implementation: str, settings: ModelSettings) -> type[Runtime]:
     module_name, _, class_name = implementation.rpartition(".")
     if not module_name:
-        known = ", ".join(BUILTIN_RUNTIMES)
+        known = ", ".join(RUNTIMES)
         raise RuntimeNotFound(
             f"unknown runtime '{implementation}': use one of {known} or module.Class"
         )
@@ -135,7 +211,7 @@ def _import_model_module(module_name: str, folder: Path | None) -> ModuleType:
     """
     top, _, rest = module_name.partition(".")
     location = _module_file(folder, top) if folder is not None else None
-    if location is None:
+    if folder is None or location is None:
         return importlib.import_module(module_name)
     if str(folder) not in sys.path:
         sys.path.append(str(folder))

@@ -17,6 +17,7 @@ from inferpool.protocol.datatypes import datatype_of
 from inferpool.protocol.types import TensorSpec
 from inferpool.runtimes.artefacts import find_artefact, library_of, unpickle
 from inferpool.runtimes.base import Runtime
+from inferpool.runtimes.boosted import BoostedTreesRuntime
 from inferpool.runtimes.tabular import (
     check_finite,
     check_matrix,
@@ -25,6 +26,7 @@ from inferpool.runtimes.tabular import (
     is_dataframe,
 )
 from inferpool.runtimes.trees import compile_model, probe_rows
+from inferpool.runtimes.trees.choose import Outputs
 from inferpool.runtimes.trees.from_sklearn import CompiledSKLearnForest, is_forest
 
 ARTEFACT_NAMES = ("model.joblib", "model.pkl", "model.pickle")
@@ -63,22 +65,23 @@ class SKLearnRuntime(Runtime):
         self.feature_names = [str(n) for n in names] if names is not None else None
         if self.feature_names is not None:
             self.accepts = "dataframe"
-        self.compiled = None
+        self.compiled: CompiledSKLearnForest | None = None
         #: the methods the tree kernel computes, by name (none unless compiled)
         self.kernel_methods: dict[str, Any] = {}
         if is_forest(self.model):
             # Random forests and extra-trees: inferpool's tree kernel where it reproduces
             # scikit-learn (trees/from_sklearn.py).
-            self.compiled, self.predicted_by = compile_model(
-                self.settings, "scikit-learn", self._compile, self._checks
-            )
-            if self.compiled is not None:
-                self.kernel_methods = self.compiled.methods()
+            # Unpacked apart: as an unpacking target, mypy would read ``compiled`` as optional.
+            chosen = compile_model(self.settings, "scikit-learn", self._compile, self._checks)
+            compiled, self.predicted_by = chosen
+            if compiled is not None:
+                self.compiled = compiled
+                self.kernel_methods = compiled.methods()
 
     def _compile(self) -> CompiledSKLearnForest:
         return CompiledSKLearnForest(self.model)
 
-    def _checks(self, compiled: CompiledSKLearnForest) -> tuple[dict[str, Any], list[np.ndarray]]:
+    def _checks(self, compiled: CompiledSKLearnForest) -> tuple[Outputs, list[np.ndarray]]:
         def through_rows(method: Any) -> Any:
             return lambda payload: method(compiled.rows(payload))
 
@@ -88,7 +91,7 @@ class SKLearnRuntime(Runtime):
         }
         probes = [probe_rows(compiled.forest, np.float32, nonfinite=False)]
         if self.feature_names is not None:
-            probes = [self._frame(rows) for rows in probes]
+            probes = [self._frame(rows, self.feature_names) for rows in probes]
         return outputs, probes
 
     def _hand_over(self, library: str) -> None:
@@ -97,11 +100,15 @@ class SKLearnRuntime(Runtime):
         That runtime then is the model's runtime (outputs ``raw_score``/``margin`` and
         ``contrib``, thread limits, metadata), with no second copy of the model.
         """
+        successor: BoostedTreesRuntime
         if library == "lightgbm":
-            from inferpool.runtimes.lightgbm import LightGBMRuntime as runtime_class
+            from inferpool.runtimes.lightgbm import LightGBMRuntime
+
+            successor = LightGBMRuntime(self.settings)
         else:
-            from inferpool.runtimes.xgboost import XGBoostRuntime as runtime_class
-        successor = runtime_class(self.settings)
+            from inferpool.runtimes.xgboost import XGBoostRuntime
+
+            successor = XGBoostRuntime(self.settings)
         successor.adopt(self.model)
         del self.model
         self.successor = successor
@@ -151,7 +158,7 @@ class SKLearnRuntime(Runtime):
 
     def predict(self, payload: Any, outputs: Sequence[str]) -> Mapping[str, Any]:
         if self.feature_names is not None:
-            payload = self._frame(payload)
+            payload = self._frame(payload, self.feature_names)
         rows = self.compiled.rows(payload) if self.compiled is not None else None
         if rows is None:
             return {name: getattr(self.model, name)(payload) for name in outputs}
@@ -161,13 +168,13 @@ class SKLearnRuntime(Runtime):
             for name in outputs
         }
 
-    def _frame(self, payload: Any) -> Any:
+    def _frame(self, payload: Any, feature_names: list[str]) -> Any:
         """The payload as a DataFrame with the fitted columns, in the fitted order."""
         if is_dataframe(payload):
-            return columns_in_order(self.name, payload, self.feature_names)
+            return columns_in_order(self.name, payload, feature_names)
         import pandas as pd  # a model fitted on a DataFrame has pandas at hand
 
-        return pd.DataFrame(payload, columns=self.feature_names)
+        return pd.DataFrame(payload, columns=feature_names)
 
 
 def _allows_nan(model: Any) -> bool | None:

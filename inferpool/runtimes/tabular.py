@@ -90,13 +90,15 @@ def features_matrix(model: str, payload: Any, names: Sequence[str]) -> np.ndarra
                 f"model '{model}' expects numeric features; not numeric: {', '.join(non_numeric)}"
             )
         check_rows(model, len(frame))
-        return frame.to_numpy()
+        matrix: np.ndarray = frame.to_numpy()
+        return matrix
     return check_matrix(model, payload, len(names))
 
 
 def labels_from_probabilities(probabilities: np.ndarray, classes: np.ndarray) -> np.ndarray:
     """The most probable class of each row (the first one on a tie, as scikit-learn does)."""
-    return classes[np.argmax(probabilities, axis=1)]
+    labels: np.ndarray = classes[np.argmax(probabilities, axis=1)]
+    return labels
 
 
 def two_class_probabilities(positive: np.ndarray) -> np.ndarray:

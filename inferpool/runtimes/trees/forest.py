@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 try:
     from inferpool.runtimes.trees import _kernel
 except ImportError:  # installed without a C compiler: setup.py builds it as optional
-    _kernel = None
+    _kernel = None  # type: ignore[assignment]
 
 KERNEL_AVAILABLE = _kernel is not None
 # Why the kernel is missing: no compiler at install, or (the usual case) a source checkout
@@ -118,9 +119,9 @@ class ForestBuilder:
     def build(
         self,
         n_columns: int,
-        input_dtype: np.dtype | None = None,
+        input_dtype: DTypeLike | None = None,
         sum_dtype: type = np.float64,
-        start: Sequence[float] | None = None,
+        start: Sequence[float] | np.ndarray | None = None,
     ) -> Forest:
         if _kernel is None:
             raise Unsupported(KERNEL_MISSING)
@@ -152,11 +153,11 @@ class Forest:
     n_features: int
     n_columns: int
     start: np.ndarray  # the sums' first values, one per column, in the sums' dtype
-    input_dtype: np.dtype | None = None
+    input_dtype: DTypeLike | None = None
 
     def features(self, matrix: Any) -> np.ndarray:
         """The rows as the kernel reads them: C order, float32 or float64."""
-        dtype = self.input_dtype
+        dtype: DTypeLike | None = self.input_dtype
         if dtype is None:
             kind = getattr(matrix, "dtype", None)
             dtype = kind if kind in (np.float32, np.float64) else np.float32
@@ -193,4 +194,5 @@ def softmax(scores: np.ndarray) -> np.ndarray:
     """Row-wise softmax, as both boosting libraries compute it (max subtracted first), in
     the scores' precision."""
     shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
-    return shifted / shifted.sum(axis=1, keepdims=True)
+    probabilities: np.ndarray = shifted / shifted.sum(axis=1, keepdims=True)
+    return probabilities

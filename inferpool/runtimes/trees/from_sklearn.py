@@ -76,7 +76,8 @@ class CompiledSKLearnForest:
     def predict(self, rows: np.ndarray) -> np.ndarray:
         average = self._average(rows)
         if self.classes is not None:
-            return self.classes.take(np.argmax(average, axis=1), axis=0)
+            labels: np.ndarray = self.classes.take(np.argmax(average, axis=1), axis=0)
+            return labels
         return average[:, 0] if self.n_outputs == 1 else average
 
     def methods(self) -> dict[str, Any]:
@@ -101,7 +102,8 @@ def _add_tree(builder: ForestBuilder, tree: Any, classifier: bool, width: int) -
 
     def describe(node: int) -> Split | np.ndarray:
         if left[node] == -1:
-            return values[node]
+            leaf: np.ndarray = values[node]
+            return leaf
         return Split(
             feature=int(feature[node]),
             threshold=float(threshold[node]),

@@ -102,7 +102,8 @@ def _base_margin(objective: str, base_score: str, n_columns: int) -> np.ndarray:
     values = [F32(v) for v in base_score.strip("[]").split(",") if v.strip()]
     score = np.array(values if len(values) > 1 else values * n_columns, dtype=F32)
     if objective in LOGISTIC_OBJECTIVES:
-        return -np.log(F32(1.0) / score - F32(1.0))
+        margin: np.ndarray = -np.log(F32(1.0) / score - F32(1.0))
+        return margin
     if objective in EXP_OBJECTIVES:
         return np.log(score)
     return score

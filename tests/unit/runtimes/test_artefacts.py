@@ -4,10 +4,11 @@ import warnings
 
 import pytest
 
+from inferpool.errors import RuntimeNotFound
 from inferpool.runtimes.artefacts import is_lightgbm_text, library_of
-from inferpool.runtimes.registry import RuntimeNotFound, runtime_name_for
+from inferpool.runtimes.registry import runtime_name_for
 from inferpool.settings import ModelSettings
-from tests.support_runtimes import lightgbm_estimator, save_booster, xgboost_estimator
+from tests.support.runtimes import lightgbm_estimator, save_booster, xgboost_estimator
 
 
 def settings_for(folder, uri=None) -> ModelSettings:

@@ -1,25 +1,27 @@
 """Input a model rejects is the client's fault (400 naming the input); a fault of the model
-itself stays a 500 (issue 12). Requests go through the worker's handler, as REST bodies."""
+itself stays a 500 (issue 12). Requests go through the worker path, as REST bodies."""
 
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import orjson
 import pytest
 
-from inferpool.engine.worker.handler import KIND_REST, handle
+from inferpool.engine.ipc.messages import Kind, RequestHeader
 from inferpool.engine.worker.model import LoadedModel
+from inferpool.engine.worker.path import Job, run_group
 from tests.support import iris_data, write_custom_model, write_sklearn_model
-from tests.support_runtimes import (
+from tests.support.runtimes import (
     N_FEATURES,
     classification_data,
     lightgbm_estimator,
+    load,
     save_pickle,
     xgboost_estimator,
 )
-from tests.unit.runtimes.helpers import load
 
 
 def body(data, shape, datatype="FP64", name="x", **extra) -> bytes:
@@ -41,7 +43,8 @@ def nan_body(rows: np.ndarray) -> bytes:
 
 
 def answer(model: LoadedModel, request: bytes) -> tuple[int, str]:
-    reply = handle(model, KIND_REST, request)
+    header = RequestHeader(0, 0, Kind.REST, None, 0, time.monotonic_ns(), len(request))
+    (reply,) = run_group(model, [Job(header, request)])
     if reply.status == 200:
         return 200, ""
     return reply.status, reply.body.decode()

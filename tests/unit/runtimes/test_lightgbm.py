@@ -5,8 +5,14 @@ import pytest
 
 from inferpool.errors import BadRequest
 from inferpool.runtimes.lightgbm import LightGBMRuntime
-from tests.support_runtimes import N_FEATURES, lightgbm_estimator, save_booster, save_pickle
-from tests.unit.runtimes.helpers import infer, load
+from tests.support.runtimes import (
+    N_FEATURES,
+    infer,
+    lightgbm_estimator,
+    load,
+    save_booster,
+    save_pickle,
+)
 
 ALL_OUTPUTS = ["predict", "predict_proba", "raw_score", "contrib"]
 
@@ -60,7 +66,7 @@ def test_metadata_of_a_multiclass_booster(tmp_path):
 def test_pickled_classifier_keeps_its_string_labels(tmp_path):
     import lightgbm
 
-    from tests.support_runtimes import classification_data
+    from tests.support.runtimes import classification_data
 
     X, y = classification_data(2)
     labels = np.array(["no", "yes"])[y]

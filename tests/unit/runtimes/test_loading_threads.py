@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from tests.support_runtimes import lightgbm_estimator, save_booster, xgboost_estimator
+from tests.support.runtimes import lightgbm_estimator, save_booster, xgboost_estimator
 
 # Runs in a fresh interpreter: counts the process's threads around load_model.
 CHILD = """

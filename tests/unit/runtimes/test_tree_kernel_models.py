@@ -14,8 +14,7 @@ import pytest
 
 from inferpool.runtimes.trees import forest as forest_module
 from inferpool.runtimes.trees import probe_rows
-from tests.support_runtimes import N_FEATURES, save_booster, save_pickle
-from tests.unit.runtimes.helpers import infer, load
+from tests.support.runtimes import N_FEATURES, infer, load, save_booster, save_pickle
 
 
 def awkward_rows(rng, forest, n: int = 300, nonfinite: bool = True) -> np.ndarray:

@@ -7,8 +7,14 @@ import pytest
 
 from inferpool.errors import BadRequest
 from inferpool.runtimes.xgboost import XGBoostRuntime
-from tests.support_runtimes import N_FEATURES, save_booster, save_pickle, xgboost_estimator
-from tests.unit.runtimes.helpers import infer, load
+from tests.support.runtimes import (
+    N_FEATURES,
+    infer,
+    load,
+    save_booster,
+    save_pickle,
+    xgboost_estimator,
+)
 
 ALL_OUTPUTS = ["predict", "predict_proba", "margin", "contrib"]
 ARTEFACTS = ["model.json", "model.ubj", "model.bst", "model.xgb", "model.joblib"]
@@ -65,7 +71,7 @@ def test_softmax_objective_predicts_labels_without_probabilities(tmp_path):
 def test_early_stopped_estimator_predicts_with_its_best_iteration(tmp_path):
     import xgboost
 
-    from tests.support_runtimes import classification_data
+    from tests.support.runtimes import classification_data
 
     X, y = classification_data(2)
     estimator = xgboost.XGBClassifier(n_estimators=200, early_stopping_rounds=2, n_jobs=1)

@@ -1,0 +1,178 @@
+"""One runtime registry: a runtime's facts live in its entry, and the template and the
+preloader read them from there (issue 15, point 8)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inferpool.engine.worker import preload as preloader
+from inferpool.engine.worker import template
+from inferpool.errors import RuntimeNotFound
+from inferpool.runtimes import registry
+from inferpool.runtimes.base import Runtime
+from inferpool.runtimes.registry import RuntimeEntry
+from inferpool.settings import ModelSettings
+
+# A runtime that is no part of inferpool, in a module written for each test.
+FAKE_RUNTIME = """
+from inferpool.runtimes.base import Runtime
+
+LOADS = []
+
+
+class FakeRuntime(Runtime):
+    platform = "fake"
+
+    def load(self):
+        LOADS.append(self.name)
+
+    def predict(self, payload, outputs):
+        return payload
+"""
+FAKE_MODULES = ("fake_runtime", "fake_library", "fake_library_missing", "fake_needs_library")
+
+
+@pytest.fixture
+def fake_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """``fake_runtime`` (the runtime), ``fake_library`` (a module worth preloading) and
+    ``fake_needs_library`` (a runtime module whose library is not installed)."""
+    (tmp_path / "fake_runtime.py").write_text(FAKE_RUNTIME)
+    (tmp_path / "fake_library.py").write_text("")
+    (tmp_path / "fake_needs_library.py").write_text("import fake_library_missing\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    for name in FAKE_MODULES:
+        sys.modules.pop(name, None)
+
+
+def fake_entry(**facts: object) -> RuntimeEntry:
+    fields: dict[str, Any] = {
+        "name": "fake",
+        "implementation": "fake_runtime.FakeRuntime",
+        "extra": "fake-extra",
+        "mlserver": "mlserver_fake.FakeModel",
+        "artefacts": ("model.fake",),
+        "preload": ("fake_runtime", "fake_library", "fake_library_missing"),
+    }
+    return RuntimeEntry(**{**fields, **facts})
+
+
+def only(entry: RuntimeEntry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry holds ``entry`` and nothing else."""
+    monkeypatch.setattr(registry, "RUNTIMES", {entry.name: entry})
+
+
+# -- the built-in entries -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(registry.RUNTIMES))
+def test_each_entry_names_its_runtime_class(name: str) -> None:
+    settings = ModelSettings(name="m", runtime=name)
+    cls = registry.runtime_class(settings)
+    assert issubclass(cls, Runtime)
+    assert cls.platform == name
+
+
+@pytest.mark.parametrize("name", list(registry.RUNTIMES))
+def test_mlserver_implementation_strings_choose_the_runtime(name: str) -> None:
+    entry = registry.RUNTIMES[name]
+    settings = ModelSettings(name="m", implementation=entry.mlserver)
+    assert registry.runtime_name_for(settings) == name
+
+
+def test_tree_runtimes_are_fork_safe_and_mlflow_is_not() -> None:
+    safe = {name for name, entry in registry.RUNTIMES.items() if entry.fork_safe}
+    assert safe == {"sklearn", "lightgbm", "xgboost"}
+
+
+def test_mlflow_is_never_imported_by_the_template() -> None:
+    assert not [m for m in registry.preload_modules() if "mlflow" in m]
+    assert "inferpool.runtimes.sklearn" in registry.preload_modules()
+
+
+# -- a new runtime is one entry ---------------------------------------------------------------
+
+
+def test_the_template_preloads_the_modules_of_the_registry(
+    fake_modules: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    only(fake_entry(), monkeypatch)
+    monkeypatch.setattr(template, "PRELOAD", ())
+    assert registry.preload_modules() == ["fake_runtime", "fake_library", "fake_library_missing"]
+    assert "fake_library" not in sys.modules
+    template.preload()  # the missing library is skipped
+    assert "fake_runtime" in sys.modules
+    assert "fake_library" in sys.modules
+    assert "fake_library_missing" not in sys.modules
+
+
+def test_an_entry_with_no_preload_modules_adds_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    only(fake_entry(preload=()), monkeypatch)
+    assert registry.preload_modules() == []
+
+
+@pytest.mark.parametrize("fork_safe", [True, False])
+def test_the_template_preloads_a_model_only_if_its_entry_is_fork_safe(
+    fake_modules: Path, monkeypatch: pytest.MonkeyPatch, fork_safe: bool
+) -> None:
+    only(fake_entry(fork_safe=fork_safe), monkeypatch)
+    monkeypatch.setattr(preloader, "_PRELOADED", {})
+    document = {"name": "m", "runtime": "fake"}
+    assert registry.is_fork_safe(ModelSettings(**document)) is fork_safe
+    preloader.preload([document])
+    copy = preloader.preloaded(document)
+    if fork_safe:
+        assert copy is not None
+        assert copy.runtime.platform == "fake"
+        assert sys.modules["fake_runtime"].LOADS == ["m"]
+    else:
+        assert copy is None
+        assert "fake_runtime" not in sys.modules  # not even imported
+
+
+def test_a_custom_runtime_is_not_fork_safe_and_not_imported(fake_modules: Path) -> None:
+    settings = ModelSettings(name="m", implementation="fake_runtime.FakeRuntime")
+    assert not registry.is_fork_safe(settings)
+    assert "fake_runtime" not in sys.modules
+
+
+def test_the_entry_chooses_the_runtime_from_its_names(
+    fake_modules: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    only(fake_entry(), monkeypatch)
+    (fake_modules / "model.fake").write_text("")
+    by_artefact = ModelSettings(name="m", folder=fake_modules)
+    by_mlserver = ModelSettings(name="m", implementation="mlserver_fake.FakeModel")
+    assert registry.runtime_name_for(by_artefact) == "fake"
+    assert registry.runtime_name_for(by_mlserver) == "fake"
+    assert registry.runtime_class(by_artefact).__name__ == "FakeRuntime"
+
+
+def test_no_artefact_lists_the_entries_artefacts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    only(fake_entry(artefacts=("model.fake", "weights.fake")), monkeypatch)
+    with pytest.raises(RuntimeNotFound, match=r"expected one of: model\.fake, weights\.fake"):
+        registry.runtime_name_for(ModelSettings(name="m", folder=tmp_path))
+
+
+def test_a_missing_library_names_the_entry_s_extra(
+    fake_modules: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    only(fake_entry(implementation="fake_needs_library.FakeRuntime"), monkeypatch)
+    with pytest.raises(RuntimeNotFound) as caught:
+        registry.runtime_class(ModelSettings(name="m", runtime="fake"))
+    assert str(caught.value) == (
+        "the 'fake' runtime needs fake_library_missing: install inferpool[fake-extra]"
+    )
+
+
+def test_an_unknown_name_lists_the_entries(monkeypatch: pytest.MonkeyPatch) -> None:
+    only(fake_entry(), monkeypatch)
+    with pytest.raises(RuntimeNotFound, match=r"use one of fake or module\.Class"):
+        registry.runtime_class(ModelSettings(name="m", runtime="nothing"))
