@@ -16,11 +16,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from inferpool.engine.admin import AdminPolicy
+from inferpool.engine.ipc.messages import Reply
 from inferpool.engine.repository import Discovered, discover, find_model
 from inferpool.engine.states import ModelState, ModelStatus, ModelTable
 from inferpool.engine.stats import ModelStats
 from inferpool.engine.watcher import RepositoryWatcher
-from inferpool.engine.worker.handler import Reply
 from inferpool.errors import (
     BadRequest,
     DeadlineExceeded,
@@ -38,8 +38,8 @@ class EngineClient(ABC):
         self.settings = settings
         self.table = ModelTable()
         self.stats: dict[str, ModelStats] = {}
-        self.started = False  # start-up (repository load) has finished
-        self.stopping = False
+        self._started = False  # start-up (the repository's first load) has finished
+        self._stopping = False  # shutdown has begun: never ready again
         # Read once here (the token file too): a bad admin setting stops the start-up.
         self.admin = AdminPolicy.from_settings(settings)
         # One load or unload of a model at a time. Only names found in the repository or
@@ -48,6 +48,16 @@ class EngineClient(ABC):
         self._watcher: RepositoryWatcher | None = None  # --model-control-mode poll
 
     # -- health ---------------------------------------------------------------------------
+    @property
+    def started(self) -> bool:
+        """``start()`` has loaded the repository (failed models or not)."""
+        return self._started
+
+    @property
+    def stopping(self) -> bool:
+        """``begin_shutdown()`` was called: readiness is false from then on."""
+        return self._stopping
+
     @property
     def live(self) -> bool:
         return self.live_reason() is None
@@ -65,11 +75,38 @@ class EngineClient(ABC):
         return self.table.not_ready_reason(self.settings.allow_empty)
 
     # -- lifecycle ------------------------------------------------------------------------
-    async def start(self) -> None:  # noqa: B027 - nothing to start in-process
-        """Start what runs models (workers); loads nothing."""
+    async def start(self) -> list[ModelStatus]:
+        """The one start-up: start what runs models, load the repository, turn started.
+
+        Returns every model's status. With ``exit_on_error`` a model that failed raises
+        ``StartupFailed`` (naming each) and the client stays not started; the caller
+        closes it. A missing repository raises ``FileNotFoundError``.
+        """
+        await self._start_workers()
+        statuses = await self.load_repository()
+        failed = [status.describe() for status in statuses if status.state is ModelState.FAILED]
+        if failed and self.settings.exit_on_error:
+            raise StartupFailed(failed)
+        self._started = True
+        return statuses
+
+    async def _start_workers(self) -> None:  # noqa: B027 - nothing to start in-process
+        """Start what runs models (the pool's workers); loads nothing."""
+
+    def begin_shutdown(self) -> None:
+        """Shutdown begins: readiness turns false now, for good. Idempotent; ``close``
+        comes after the frontends have drained."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._on_shutdown()
+
+    def _on_shutdown(self) -> None:  # noqa: B027 - nothing to arm in-process
+        """Called once, when shutdown begins (the pool arms its drain deadline here)."""
 
     async def close(self) -> None:
         """Stop what runs models; in-flight requests must have drained."""
+        self.begin_shutdown()
         await self.stop_watching()
 
     async def stop_watching(self) -> None:
@@ -220,6 +257,14 @@ class EngineClient(ABC):
                 self.stats.get(s.name, ModelStats()).to_triton(s.name, s.version) for s in statuses
             ]
         }
+
+
+class StartupFailed(RuntimeError):
+    """Models failed to load at start-up and ``exit_on_error`` is set: one reason each."""
+
+    def __init__(self, reasons: list[str]) -> None:
+        super().__init__("; ".join(reasons))
+        self.reasons = reasons
 
 
 class _NamedLocks:

@@ -1,29 +1,50 @@
-"""``inferpool.Engine``: the same engine inside a Python program, async or synchronous."""
+"""``inferpool.Engine``: the same engine inside a Python program, async or synchronous.
+
+The engine starts as the server's does (``EngineClient.start``: workers, every model of
+the repository, ``exit_on_error`` honoured) and stops as it does. Requests go in as
+numpy arrays, DataFrames, mappings of arrays or V2 requests (``embedded_io``) and come
+back as an ``InferenceResult``: with ``workers=0`` the typed request runs the worker
+path in this process, with workers it crosses to them as raw tensor bytes, never JSON.
+
+The embedding program is the operator: ``load``/``unload`` are its to call, so the
+repository API is on (``model_control_mode="explicit"``) unless the settings say
+otherwise.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-import orjson
+from typing import Any, TypeVar
 
 from inferpool.engine.client import EngineClient, make_client
-from inferpool.engine.states import ModelState
-from inferpool.engine.worker.handler import KIND_REST
+from inferpool.engine.embedded_io import (
+    DEFAULT_INPUT,
+    InferenceResult,
+    build_request,
+    from_wire,
+    to_wire,
+)
+from inferpool.engine.inprocess import InProcessClient
+from inferpool.engine.ipc.messages import Kind
 from inferpool.errors import from_status
 from inferpool.settings import ServerSettings
+
+T = TypeVar("T")
 
 
 class Engine:
     """Serve a model repository inside this process, with or without worker processes.
 
-    ``async with Engine(repo) as engine: await engine.infer("iris", request)``, or
-    ``with Engine(repo) as engine: engine.infer_sync("iris", request)``.
+    ``async with Engine(repo) as engine: await engine.infer("iris", X)``, or
+    ``with Engine(repo) as engine: engine.infer_sync("iris", X)``. ``settings`` are
+    ``ServerSettings`` fields (``exit_on_error``, ``model_control_mode``, ...).
     """
 
     def __init__(self, repository: str | Path, workers: int = 0, **settings: Any) -> None:
+        settings.setdefault("model_control_mode", "explicit")
         self.settings = ServerSettings(
             model_repository=Path(repository), workers=workers, **settings
         )
@@ -32,39 +53,89 @@ class Engine:
         self._thread: threading.Thread | None = None
 
     async def start(self) -> None:
+        """Start the workers (if any) and load every model of the repository.
+
+        A model that fails raises ``StartupFailed`` (a ``RuntimeError`` naming each
+        one) unless ``exit_on_error=False``; the engine is closed again then.
+        """
         self.client = make_client(self.settings)
-        await self.client.start()
-        statuses = await self.client.load_repository()
-        self.client.started = True
-        failed = [s for s in statuses if s.state is ModelState.FAILED]
-        if failed and self.settings.exit_on_error:
+        try:
+            await self.client.start()
+        except BaseException:
             await self.close()
-            raise RuntimeError("; ".join(s.describe() for s in failed))
+            raise
 
     async def close(self) -> None:
-        if self.client is not None:
-            self.client.stopping = True
-            await self.client.close()
-            self.client = None
+        client, self.client = self.client, None
+        if client is not None:
+            await client.close()
 
-    async def infer(self, model: str, request: dict[str, Any], version: str | None = None):
-        """A V2 request as a dict in, the V2 response as a dict out; errors raise."""
+    def _client(self) -> EngineClient:
         if self.client is None:
             raise RuntimeError("the engine is not started")
-        reply = await self.client.infer(model, version, KIND_REST, orjson.dumps(request), None)
+        return self.client
+
+    # -- inference --------------------------------------------------------------------------
+    async def infer(
+        self,
+        model: str,
+        inputs: Any,
+        outputs: Sequence[str] | None = None,
+        *,
+        version: str | None = None,
+        parameters: Mapping[str, Any] | None = None,
+    ) -> InferenceResult:
+        """Run ``model`` on ``inputs``; errors raise (``ModelNotFound``, ``BadRequest``, ...).
+
+        ``inputs``: a numpy array (the model's one declared input, else ``input-0``), a
+        pandas DataFrame (one input per column; the model gets a DataFrame), a mapping of
+        input name to array, or a V2 request (an ``InferenceRequest`` or its JSON shape as
+        a dict). ``outputs``: the outputs to compute (the model's default when None).
+        """
+        client = self._client()
+        request = build_request(inputs, outputs, parameters, _input_name(client, model, version))
+        if isinstance(client, InProcessClient):
+            return InferenceResult(await client.infer_request(model, version, request))
+        reply = await client.infer(model, version, Kind.GRPC, to_wire(request), None)
         if reply.status != 200:
             raise from_status(reply.status, reply.body.decode())
-        return orjson.loads(reply.body)
+        return InferenceResult(from_wire(reply.body))
+
+    # -- the model repository ---------------------------------------------------------------
+    async def load(self, name: str) -> None:
+        """(Re)load a model from the repository; the reason raises if it fails (a model
+        that was serving keeps serving then)."""
+        await self._client().load_model(name)
+
+    async def unload(self, name: str) -> None:
+        """Unload a model (in any state); ``ModelNotFound`` for a name not listed."""
+        await self._client().unload_model(name)
 
     def models(self) -> list[dict[str, Any]]:
+        """Every model listed: name, state, reason (and version), as the repository index."""
         return [s.index_entry() for s in self.client.table.all()] if self.client else []
 
     # -- synchronous use: the engine runs on its own loop in a background thread ------------
-    def infer_sync(self, model: str, request: dict[str, Any], version: str | None = None):
-        return self._run(self.infer(model, request, version))
+    def infer_sync(
+        self,
+        model: str,
+        inputs: Any,
+        outputs: Sequence[str] | None = None,
+        *,
+        version: str | None = None,
+        parameters: Mapping[str, Any] | None = None,
+    ) -> InferenceResult:
+        return self._run(self.infer(model, inputs, outputs, version=version, parameters=parameters))
 
-    def _run(self, coroutine):
+    def load_sync(self, name: str) -> None:
+        self._run(self.load(name))
+
+    def unload_sync(self, name: str) -> None:
+        self._run(self.unload(name))
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         if self._loop is None:
+            coroutine.close()
             raise RuntimeError("use 'with Engine(...)' for synchronous calls")
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
@@ -80,13 +151,14 @@ class Engine:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._loop is None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
             return
         self._run(self.close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
-        self._loop = None
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+        self._loop = self._thread = None
 
     async def __aenter__(self) -> Engine:
         await self.start()
@@ -94,3 +166,9 @@ class Engine:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+def _input_name(client: EngineClient, model: str, version: str | None) -> str:
+    """The name a lone array takes: the model's input when it declares exactly one."""
+    declared = client.table.find(model, version).metadata.get("inputs") or []
+    return str(declared[0]["name"]) if len(declared) == 1 else DEFAULT_INPUT
