@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
                 help=help_text,
             )
         else:
-            kind = field.annotation if field.annotation in (int, float) else str
+            numbers: dict[Any, Callable[[str], Any]] = {int: int, float: float}
+            kind = numbers.get(field.annotation, str)
             parser.add_argument(
                 flag, dest=name, type=kind, default=argparse.SUPPRESS, help=help_text
             )

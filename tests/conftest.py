@@ -1,4 +1,5 @@
-"""Shared fixtures: a trained iris repository and a running server on it."""
+"""Shared fixtures (a trained iris repository and a running server on it), and which test
+files are slow."""
 
 from __future__ import annotations
 
@@ -8,6 +9,24 @@ from pathlib import Path
 import pytest
 
 from tests.support import Server, build_iris_repository
+
+# Files that wait by design (floods, timeouts, a soak, millions of ring messages): marked
+# ``slow`` and run by tox's ``slow`` environment, so the default one stays short. The
+# README's test command (``python -m tox``) runs both.
+SLOW_FILES = frozenset(
+    {
+        "tests/e2e/test_http2_hostile.py",
+        "tests/fuzz/test_soak.py",
+        "tests/unit/engine/test_ring_stress.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = Path(config.rootpath)
+    for item in items:
+        if item.path.relative_to(root).as_posix() in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

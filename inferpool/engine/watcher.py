@@ -94,7 +94,7 @@ class RepositoryWatcher:
         self._wake = asyncio.Event()
         # watchfiles' thread checks this every step: setting it ends the watch promptly.
         self._stop = asyncio.Event()
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def start(self, found: Iterable[Discovered]) -> None:
         """Start watching; ``found`` is what the start-up load is loading."""

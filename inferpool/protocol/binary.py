@@ -48,7 +48,9 @@ def attach_binary_tensors(tensors: list[Tensor], tail: memoryview, what: str = "
         raise BadRequest(f"{len(tail) - offset} bytes after the last binary {what}")
 
 
-def tensor_from_bytes(chunk: memoryview, datatype: str, shape: tuple[int, ...], name: str):
+def tensor_from_bytes(
+    chunk: bytes | memoryview, datatype: str, shape: tuple[int, ...], name: str
+) -> np.ndarray:
     """Little-endian row-major bytes (BYTES: 4-byte length-prefixed elements) as an ndarray."""
     count = element_count(shape)
     if datatype == "BYTES":
@@ -59,7 +61,7 @@ def tensor_from_bytes(chunk: memoryview, datatype: str, shape: tuple[int, ...], 
                 f"input '{name}': shape {list(shape)} declares {count} BYTES elements, but "
                 f"{len(chunk)} bytes hold at most {len(chunk) // 4}"
             )
-        return _bytes_elements(chunk, count, name).reshape(shape)
+        return _bytes_elements(memoryview(chunk), count, name).reshape(shape)
     dtype = NUMPY_BY_DATATYPE[datatype].newbyteorder("<")
     if len(chunk) != count * dtype.itemsize:
         raise BadRequest(
@@ -99,7 +101,7 @@ def tensor_to_bytes(tensor: Tensor) -> bytes | memoryview:
         return bytes_elements_to_wire(tensor.data)
     dtype = NUMPY_BY_DATATYPE[tensor.datatype].newbyteorder("<")
     array = np.ascontiguousarray(tensor.data, dtype=dtype).reshape(-1)
-    return memoryview(array).cast("B") if array.size else b""
+    return memoryview(array.data).cast("B") if array.size else b""
 
 
 def bytes_elements_to_wire(data: np.ndarray) -> bytes:
@@ -147,5 +149,6 @@ def split_binary_outputs(
         raw = tensor_to_bytes(output)
         parts.append(raw)
         parameters = {**output.parameters, "binary_data_size": len(raw)}
-        header.append(Tensor(output.name, output.datatype, output.shape, None, parameters))
+        # Its data travels in the binary tail; the JSON header carries none.
+        header.append(Tensor(output.name, output.datatype, output.shape, np.empty(0), parameters))
     return header, parts

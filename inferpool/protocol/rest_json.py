@@ -164,6 +164,7 @@ def tensor_from_document(raw: object, index: int, what: str = "input") -> Tensor
     """One tensor of a request (or response) document; a 400 names it and the problem."""
     name, datatype, shape, parameters = tensor_header(raw, index, what)
     admit(name, datatype, shape, 0, limits.current())
+    assert isinstance(raw, dict)  # tensor_header checked it
     return _tensor(raw, name, datatype, shape, parameters, what)
 
 
@@ -176,8 +177,8 @@ def tensor_header(
     name = raw.get("name")
     if not isinstance(name, str) or not name:
         raise BadRequest(f"{what} {index} must have a 'name'")
-    datatype = raw.get("datatype")
-    numpy_dtype(datatype, name)
+    datatype: Any = raw.get("datatype")
+    numpy_dtype(datatype, name)  # a 400 unless it is a known datatype name
     shape = check_shape(raw.get("shape"), name)
     return name, datatype, shape, _parameters(raw.get("parameters"), f"{what} '{name}'")
 
@@ -200,7 +201,9 @@ def _tensor(
     return Tensor(name, datatype, shape, data, parameters)
 
 
-def tensor_data_from_json(data: object, datatype: str, shape: tuple[int, ...], name: str):
+def tensor_data_from_json(
+    data: object, datatype: str, shape: tuple[int, ...], name: str
+) -> np.ndarray:
     """Flat or nested JSON data as an ndarray of the datatype, shaped as declared."""
     expected = element_count(shape)
     if datatype == "BYTES":
@@ -306,7 +309,7 @@ def output_document(output: Tensor) -> dict[str, Any]:
         "shape": list(output.shape),
         "datatype": output.datatype,
     }
-    if output.data is not None:  # None: the data follows the JSON, in binary
+    if "binary_data_size" not in output.parameters:  # else it follows the JSON, in binary
         document["data"] = json_data(output)
     if output.parameters:
         document["parameters"] = output.parameters
@@ -328,7 +331,7 @@ def json_data(output: Tensor) -> Any:
 
 
 def _bytes_to_json(output: Tensor, data: np.ndarray) -> list[str]:
-    items = data.tolist()
+    items: list[Any] = data.tolist()
     if data.dtype.kind == "U" or all(isinstance(item, str) for item in items):
         return items
     try:

@@ -15,8 +15,8 @@ import pytest
 import tritonclient.http as triton
 
 from inferpool.protocol.datatypes import NUMPY_BY_DATATYPE
-from tests.e2e.content_models import write_echo_model
 from tests.support import Server
+from tests.support.runtimes import write_echo_model
 
 DATATYPES = list(NUMPY_BY_DATATYPE)
 
@@ -53,7 +53,7 @@ def same(got: np.ndarray, expected: np.ndarray) -> bool:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("binary-repo")
     outputs = [{"name": dt.lower(), "datatype": dt, "shape": [-1, 3]} for dt in DATATYPES]
-    write_echo_model(root, "identity", outputs, accepts="dict", mode="mirror")
+    write_echo_model(root, "identity", outputs)
     with Server(root, "--workers", "0") as running:
         running.wait_ready()
         yield running

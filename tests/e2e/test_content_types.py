@@ -1,6 +1,6 @@
 """Each content type reaches a model as the right Python type, and comes back symmetric.
 
-A custom runtime (tests/e2e/echo_model.py) describes what it received, or mirrors it.
+A custom runtime (tests/support/echo_model.py) describes what it received, or mirrors it.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 from inferpool.codecs.registry import decode_response
 from inferpool.protocol import rest_json
 from inferpool.protocol.binary import bytes_elements_to_wire
-from tests.e2e.content_models import write_echo_model
 from tests.support import Server
+from tests.support.runtimes import write_echo_model
 
 ECHO_OUTPUT = [{"name": "echo", "datatype": "BYTES", "shape": []}]
 
@@ -26,15 +26,15 @@ ECHO_OUTPUT = [{"name": "echo", "datatype": "BYTES", "shape": []}]
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("content-repo")
-    write_echo_model(root, "echo-dict", ECHO_OUTPUT, accepts="dict")
-    write_echo_model(root, "echo-request", ECHO_OUTPUT, accepts="request")
-    write_echo_model(root, "echo-frame", ECHO_OUTPUT, accepts="dataframe")
+    write_echo_model(root, "echo-dict", ECHO_OUTPUT, accepts="dict", mode="describe")
+    write_echo_model(root, "echo-request", ECHO_OUTPUT, accepts="request", mode="describe")
+    write_echo_model(root, "echo-frame", ECHO_OUTPUT, accepts="dataframe", mode="describe")
     write_echo_model(root, "mirror", None, accepts="dict", mode="mirror")
     declared = [
         {"name": "text", "datatype": "BYTES", "shape": [-1], "parameters": {"content_type": "str"}},
         {"name": "doc", "datatype": "BYTES", "shape": [-1], "parameters": {"content_type": "json"}},
     ]
-    write_echo_model(root, "echo-declared", ECHO_OUTPUT, declared, accepts="dict")
+    write_echo_model(root, "echo-declared", ECHO_OUTPUT, declared, accepts="dict", mode="describe")
     with Server(root, "--workers", "0") as running:
         running.wait_ready()
         yield running

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
-from tests.e2e.grpc_helpers import IMPLEMENTATIONS, infer_request, running_server, stub_for
 from tests.support import Server, iris_data
+from tests.support.grpc import IMPLEMENTATIONS, infer_request, running_server, stub_for
 
 LATENCY = r"\d+\.\d\dms"
 

@@ -28,8 +28,10 @@ import pytest
 from h2.settings import SettingCodes
 
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
-from tests.e2e.grpc_helpers import build_grpc_repository
-from tests.e2e.h2_support import (
+from tests.support import Server
+from tests.support.grpc import build_grpc_repository
+from tests.support.h2client import Client, RawConnection, assert_serving
+from tests.support.h2frames import (
     ACK,
     CANCEL,
     COMPRESSION_ERROR,
@@ -58,9 +60,6 @@ from tests.e2e.h2_support import (
     TIMEOUT,
     UNIMPLEMENTED,
     WINDOW_UPDATE,
-    Client,
-    RawConnection,
-    assert_serving,
     echo_raw,
     echo_typed,
     frame,
@@ -71,7 +70,6 @@ from tests.e2e.h2_support import (
     typed_output,
     window_update,
 )
-from tests.support import Server
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ import tritonclient.grpc as triton
 from tritonclient.grpc import service_pb2 as triton_pb
 
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
-from tests.e2e.grpc_helpers import (
+from tests.support import iris_data
+from tests.support.grpc import (
     SAMPLES,
     SETUPS,
     TYPED_FIELD,
@@ -18,7 +19,6 @@ from tests.e2e.grpc_helpers import (
     setup_server,
     stub_for,
 )
-from tests.support import iris_data
 
 
 @pytest.fixture(scope="module", params=SETUPS)

@@ -17,7 +17,8 @@ import pytest
 
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.generated.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
-from tests.e2e.grpc_helpers import (
+from tests.support import Server, iris_data
+from tests.support.grpc import (
     IMPLEMENTATIONS,
     SETUPS,
     build_grpc_repository,
@@ -27,7 +28,6 @@ from tests.e2e.grpc_helpers import (
     setup_server,
     stub_for,
 )
-from tests.support import Server, iris_data
 
 
 @pytest.fixture(scope="module", params=SETUPS)

@@ -1,6 +1,6 @@
 """Hostile HTTP/2 peers against both gRPC implementations (issue 12, points 2, 3 and 7).
 
-Hand-made frames (``tests/e2e/h2_support.py``) break each rule of RFC 9113, flood the
+Hand-made frames (``tests/support/h2frames.py``) break each rule of RFC 9113, flood the
 server with the frames of CVE-2019-9512/9514/9515/9518, CVE-2023-44487 and the 2024
 CONTINUATION flood, ignore flow control, hold calls open, and stall. Each test asserts
 the GOAWAY or RST_STREAM code (or the close), and that a legitimate client on another
@@ -27,15 +27,17 @@ import numpy as np
 import psutil
 import pytest
 
-from inferpool.frontends.http2_wire import (
+from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
+from inferpool.transport.http2_wire import (
     CONTINUATION_LIMIT,
     PING_BUDGET,
     RESET_BUDGET,
     SETTINGS_BUDGET,
 )
-from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
-from tests.e2e.grpc_helpers import build_grpc_repository, needs_pool
-from tests.e2e.h2_support import (
+from tests.support import Server
+from tests.support.grpc import build_grpc_repository, needs_pool
+from tests.support.h2client import Client, RawConnection
+from tests.support.h2frames import (
     CONTINUATION,
     DATA,
     END_HEADERS,
@@ -55,8 +57,6 @@ from tests.e2e.h2_support import (
     RST_STREAM,
     SETTINGS,
     WINDOW_UPDATE,
-    Client,
-    RawConnection,
     echo_raw,
     echo_typed,
     frame,
@@ -66,7 +66,6 @@ from tests.e2e.h2_support import (
     typed_output,
     window_update,
 )
-from tests.support import Server
 
 NO_ERROR, STREAM_CLOSED, REFUSED_STREAM, CANCEL = 0x0, 0x5, 0x7, 0x8
 COMPRESSION_ERROR, ENHANCE_YOUR_CALM = 0x9, 0xB
@@ -165,7 +164,7 @@ def without(name: bytes) -> list:
 
 
 def table_size_update(size: int) -> bytes:
-    from inferpool.frontends.http2_wire import hpack_int
+    from inferpool.transport.http2_wire import hpack_int
 
     return hpack_int(size, 5, 0x20)
 

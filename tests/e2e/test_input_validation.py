@@ -17,9 +17,9 @@ import psutil
 import pytest
 
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
-from tests.e2e.grpc_helpers import stub_for
-from tests.e2e.pool_support import worker_pids
 from tests.support import Server, build_iris_repository, iris_data
+from tests.support.grpc import stub_for
+from tests.support.pool import worker_pids
 
 LIE = 300_000_000
 MODEL = "iris-logreg"

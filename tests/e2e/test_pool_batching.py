@@ -9,8 +9,8 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.e2e.pool_support import calls, sum_request, write_counting_model
 from tests.support import Server
+from tests.support.pool import calls, sum_request, write_counting_model
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.pool_support import (
+from tests.support import Server
+from tests.support.pool import (
     calls,
     process_exists,
     sum_request,
@@ -20,7 +21,6 @@ from tests.e2e.pool_support import (
     worker_pids,
     write_counting_model,
 )
-from tests.support import Server
 
 pytestmark = pytest.mark.timeout(300)
 

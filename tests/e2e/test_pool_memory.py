@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from sklearn.neighbors import KNeighborsClassifier
 
-from tests.e2e.pool_support import wait_for
 from tests.support import Server, write_sklearn_model
+from tests.support.pool import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.pool_support import (
+from tests.support import Server
+from tests.support.pool import (
     children,
     live_workers,
     process_exists,
@@ -29,7 +30,6 @@ from tests.e2e.pool_support import (
     write_counting_model,
     write_crashing_model,
 )
-from tests.support import Server
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -17,9 +17,9 @@ from collections import Counter
 import httpx
 import psutil
 
-from tests.e2e.grpc_helpers import needs_pool
-from tests.e2e.pool_support import wait_for, write_counting_model
 from tests.support import Server
+from tests.support.grpc import needs_pool
+from tests.support.pool import wait_for, write_counting_model
 
 BALLAST_MB = 40
 

@@ -12,8 +12,8 @@ import numpy as np
 import orjson
 import pytest
 
-from tests.e2e.pool_support import shm_listing, worker_pids
 from tests.support import Server, build_iris_repository, iris_data
+from tests.support.pool import shm_listing, worker_pids
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -18,11 +18,11 @@ from pathlib import Path
 import orjson
 import pytest
 
+from inferpool.engine.ipc.messages import Kind
 from inferpool.engine.pool import PoolClient
-from inferpool.engine.worker.handler import KIND_REST
 from inferpool.errors import BadRequest
 from inferpool.settings import ServerSettings
-from tests.e2e.pool_support import sum_request, write_counting_model
+from tests.support.pool import sum_request, write_counting_model
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -35,7 +35,7 @@ def open_fds() -> int:
 
 
 def assert_drained(client: PoolClient) -> None:
-    for worker in client._alive():
+    for worker in client.supervisor.alive():
         assert worker.inflight == {}, worker.describe()
         assert worker.requests.pending() == 0, worker.describe()
         assert worker.replies.pending() == 0, worker.describe()
@@ -45,7 +45,7 @@ def assert_drained(client: PoolClient) -> None:
 async def settle(client: PoolClient) -> None:
     """Wait (bounded) until the workers have answered or dropped what they were sent."""
     for _ in range(300):
-        if not any(w.inflight or w.requests.pending() for w in client._alive()):
+        if not any(w.inflight or w.requests.pending() for w in client.supervisor.alive()):
             return
         await asyncio.sleep(0.01)
 
@@ -61,11 +61,9 @@ def test_every_path_frees_its_slot(tmp_path: Path) -> None:
     async def run() -> None:
         settings = ServerSettings(model_repository=tmp_path, workers=2, max_queue=QUEUE)
         client = PoolClient(settings)
-        await client.start()
         try:
-            statuses = await client.load_repository()
+            statuses = await client.start()
             assert {s.state.value for s in statuses} == {"READY"}
-            client.started = True
             baseline = open_fds()
             far = time.monotonic() + 2562047 * 3600  # grpc-go's largest deadline
             bad = [
@@ -81,20 +79,20 @@ def test_every_path_frees_its_slot(tmp_path: Path) -> None:
                 for body in (small, big):
                     for json_length, deadline in bad:
                         with pytest.raises(BadRequest) as caught:
-                            await client.infer("sum", None, KIND_REST, body, json_length, deadline)
+                            await client.infer("sum", None, Kind.REST, body, json_length, deadline)
                         message = caught.value.message
                         assert "out of range" in message, message
                         what = "Content-Length" if json_length is not None else "deadline"
                         assert what in message, message
                     # A deadline centuries away is no deadline: served.
-                    reply = await client.infer("sum", None, KIND_REST, body, None, far)
+                    reply = await client.infer("sum", None, Kind.REST, body, None, far)
                     assert reply.status == 200, reply.body
-                    reply = await client.infer("sum", None, KIND_REST, body, len(body))
+                    reply = await client.infer("sum", None, Kind.REST, body, len(body))
                     assert reply.status == 200, reply.body
             # Cancelled callers (queued behind a slow predict) free their slots too.
             for _ in range(3):
                 slow = [
-                    asyncio.ensure_future(client.infer("slow", None, KIND_REST, body, None))
+                    asyncio.ensure_future(client.infer("slow", None, Kind.REST, body, None))
                     for body in (small, big, small, big)
                 ]
                 await asyncio.sleep(0.05)
@@ -105,7 +103,7 @@ def test_every_path_frees_its_slot(tmp_path: Path) -> None:
             await settle(client)
             assert_drained(client)
             assert open_fds() <= baseline  # no memfd or doorbell left behind
-            reply = await client.infer("sum", None, KIND_REST, small, None)
+            reply = await client.infer("sum", None, Kind.REST, small, None)
             assert reply.status == 200
             assert orjson.loads(reply.body)["outputs"][0]["data"] == [6.0]
         finally:
@@ -122,13 +120,11 @@ def test_a_dead_workers_slots_are_freed(tmp_path: Path) -> None:
     async def run() -> None:
         settings = ServerSettings(model_repository=tmp_path, workers=2, max_queue=QUEUE)
         client = PoolClient(settings)
-        await client.start()
         try:
-            await client.load_repository()
-            client.started = True
+            await client.start()
             for _ in range(2):  # a third crash in 60 s would quarantine the model
                 tasks = [
-                    asyncio.ensure_future(client.infer("slow", None, KIND_REST, body, None))
+                    asyncio.ensure_future(client.infer("slow", None, Kind.REST, body, None))
                     for _ in range(2 * QUEUE)
                 ]
                 await asyncio.sleep(0.1)
@@ -145,7 +141,7 @@ def test_a_dead_workers_slots_are_freed(tmp_path: Path) -> None:
             await settle(client)
             assert_drained(client)
             assert client.live
-            reply = await client.infer("slow", None, KIND_REST, body, None)
+            reply = await client.infer("slow", None, Kind.REST, body, None)
             assert reply.status == 200
         finally:
             await client.close()

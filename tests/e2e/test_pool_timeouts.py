@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.pool_support import (
+from tests.support import Server
+from tests.support.pool import (
     calls,
     live_workers,
     sum_request,
@@ -23,7 +24,6 @@ from tests.e2e.pool_support import (
     worker_pids,
     write_counting_model,
 )
-from tests.support import Server
 
 pytestmark = pytest.mark.timeout(300)
 

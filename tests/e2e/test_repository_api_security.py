@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
-from tests.e2e.grpc_helpers import stub_for
 from tests.support import Server
+from tests.support.grpc import stub_for
 
 TOKEN = "t0ken-0f-the-admin"
 ROWS = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]

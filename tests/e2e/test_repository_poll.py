@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.pool_support import wait_for as wait_until
 from tests.support import Server, iris_data, write_sklearn_model
+from tests.support.pool import wait_for as wait_until
 
 ROWS = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]
 BODY = {"inputs": [{"name": "x", "shape": [2, 4], "datatype": "FP32", "data": ROWS}]}
@@ -66,7 +66,7 @@ def index(server: Server) -> dict[str, dict]:
 
 
 def wait_for(condition: Callable[[], object], server: Server, timeout: float = 30) -> None:
-    """``pool_support.wait_for``, failing with the index and the server's log."""
+    """``tests.support.pool.wait_for``, failing with the index and the server's log."""
     try:
         wait_until(condition, timeout)
     except TimeoutError:
@@ -199,7 +199,7 @@ def test_grpc_repository_api_in_poll_mode(tmp_path: Path, implementation: str) -
     import grpc
 
     from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
-    from tests.e2e.grpc_helpers import stub_for
+    from tests.support.grpc import stub_for
 
     repository = tmp_path / "models"
     write_sklearn_model(repository / "iris", logreg())

@@ -5,7 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.support import ECHO_RUNTIME, Server, build_iris_repository, write_custom_model
+from tests.support import Server, build_iris_repository, write_custom_model
+from tests.support.runtimes import write_echo_model
 
 RAISING_RUNTIME = """
     from inferpool import Runtime
@@ -41,7 +42,7 @@ def server(tmp_path_factory):
     root = build_iris_repository(tmp_path_factory.mktemp("errors-repo"))
     write_custom_model(root / "raiser", RAISING_RUNTIME, "Raising")
     specs = [{"name": dt.lower(), "datatype": dt, "shape": [-1, 2]} for dt in DATATYPE_SAMPLES]
-    write_custom_model(root / "echo", ECHO_RUNTIME, "EchoRuntime", inputs=specs)
+    write_echo_model(root, "echo", inputs=specs)
     with Server(root, "--workers", "0") as running:
         running.wait_ready()
         yield running

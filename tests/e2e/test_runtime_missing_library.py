@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.support import Server
-from tests.support_runtimes import (
+from tests.support.runtimes import (
     lightgbm_estimator,
     save_booster,
     save_pickle,

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from tests.support import Server, iris_data
-from tests.support_runtimes import output_array
+from tests.support.runtimes import output_array
 
 # Models from code: MLflow copies the file into the model folder and runs it at load.
 PRICE_MODEL = """

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from tests.support import Server
-from tests.support_runtimes import output_array, rows_request, save_pickle
+from tests.support.runtimes import output_array, rows_request, save_pickle
 
 
 @pytest.fixture(scope="module")

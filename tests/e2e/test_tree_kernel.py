@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.e2e.grpc_helpers import WORKER_COUNTS
 from tests.support import Server
-from tests.support_runtimes import N_FEATURES, save_booster, save_pickle
+from tests.support.grpc import WORKER_COUNTS
+from tests.support.runtimes import N_FEATURES, save_booster, save_pickle
 
 LABELS = np.array(["low", "middle", "high"])
 

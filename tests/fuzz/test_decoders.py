@@ -4,14 +4,15 @@ sizes, lengths, nesting, raw bytes).
 
 Whatever the body, a decoder returns a request or raises an InferpoolError of status 400
 or 413, and never allocates much more than the limits allow (tracemalloc's peak; numpy
-reports its buffers to it). The same bodies through the worker's ``handle`` with a real
-model answer 200/400/413, never a 500.
+reports its buffers to it). The same bodies through the worker path (``run_group``) with a
+real model answer 200/400/413, never a 500.
 """
 
 from __future__ import annotations
 
 import json
 import struct
+import time
 import tracemalloc
 from collections.abc import Callable, Iterator
 
@@ -20,8 +21,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from inferpool.engine.worker.handler import KIND_GRPC, KIND_REST, handle
+from inferpool.engine.ipc.messages import Kind, RequestHeader
 from inferpool.engine.worker.model import LoadedModel
+from inferpool.engine.worker.path import Job, run_group
 from inferpool.errors import InferpoolError
 from inferpool.protocol import grpc_wire, limits, rest_wire
 from inferpool.protocol.datatypes import DATATYPES
@@ -301,15 +303,15 @@ def sums_model() -> LoadedModel:
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     st.one_of(
-        rest_bodies().map(lambda b: (KIND_REST, b, None)),
-        binary_requests().map(lambda r: (KIND_REST, *r)),
-        grpc_bodies().map(lambda b: (KIND_GRPC, b, None)),
+        rest_bodies().map(lambda b: (Kind.REST, b, None)),
+        binary_requests().map(lambda r: (Kind.REST, *r)),
+        grpc_bodies().map(lambda b: (Kind.GRPC, b, None)),
     )
 )
 # Found by this test: two inputs of zero rows each (shape [0]) were a 500 from numpy.
 @example(
     (
-        KIND_GRPC,
+        Kind.GRPC,
         b"\n\x01m*\x0f\n\x02i0\x12\x04BOOL\x1a\x01\x00*\x00*\x0f\n\x02i1\x12\x04BOOL"
         b"\x1a\x01\x00*\x002\x03\n\x01y",
         None,
@@ -317,7 +319,8 @@ def sums_model() -> LoadedModel:
 )
 def test_the_worker_answers_hostile_bodies_without_a_server_error(sums_model, case):
     kind, body, json_length = case
-    reply = handle(sums_model, kind, body, json_length)
+    header = RequestHeader(0, 0, kind, json_length, 0, time.monotonic_ns(), len(body))
+    (reply,) = run_group(sums_model, [Job(header, body)])
     # 500 would be a fault of the server; this model only fails (as a model, 500
     # "raised") on payloads it cannot sum, which the message says.
     assert reply.status in (200, 400, 413) or reply.body.startswith(b"model 'sums' raised"), (

@@ -25,8 +25,8 @@ import psutil
 import pytest
 
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
-from tests.e2e.pool_support import wait_for
 from tests.support import Server, build_iris_repository
+from tests.support.pool import wait_for
 
 SOAK_SECONDS = float(os.environ.get("INFERPOOL_SOAK_SECONDS", "60"))
 ROWS = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]

@@ -161,8 +161,7 @@ def test_a_new_model_that_fails_through_the_api_keeps_the_server_ready(tmp_path:
 
     async def scenario() -> None:
         client = FakeClient(tmp_path)
-        await client.load_repository()
-        client.started = True
+        await client.start()
         assert client.not_ready_reason() is None
         model_folder(tmp_path, "new", implementation="m.Runtime")
         client.fail["new"] = "ZeroDivisionError: boom"
@@ -192,10 +191,9 @@ def test_a_start_up_failure_stays_strict_until_unloaded(tmp_path: Path) -> None:
     model_folder(tmp_path, "broken", implementation="m.Runtime")
 
     async def scenario() -> None:
-        client = FakeClient(tmp_path)
+        client = FakeClient(tmp_path, exit_on_error=False)
         client.fail["broken"] = "boom"
-        await client.load_repository()
-        client.started = True
+        await client.start()
         assert "broken" in (client.not_ready_reason() or "")
         with pytest.raises(InferpoolError):
             await client.load_model("broken")
@@ -215,8 +213,7 @@ def test_a_failed_reload_keeps_the_serving_version(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         client = FakeClient(tmp_path)
-        await client.load_repository()
-        client.started = True
+        await client.start()
         (folder / "model-settings.json").write_text(
             json.dumps({"implementation": "m.Runtime", "parameters": {"version": "2"}})
         )

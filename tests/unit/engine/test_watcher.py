@@ -119,8 +119,7 @@ def test_the_watcher_follows_the_repository(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         client = FakeClient(tmp_path)
-        await client.load_repository()
-        client.started = True
+        await client.start()
         with pytest.raises(Forbidden, match="model-control-mode poll"):
             await client.load_model("a")
         with pytest.raises(Forbidden, match="model-control-mode poll"):

@@ -8,13 +8,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from inferpool.engine.worker.handler import KIND_GRPC, wire_format
+from inferpool.engine.ipc.messages import Kind
+from inferpool.engine.worker.wire_formats import wire_format
 from inferpool.errors import BadRequest
 from inferpool.protocol import grpc_wire
 from inferpool.protocol.datatypes import NUMPY_BY_DATATYPE
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.types import InferenceResponse, Tensor
-from tests.e2e.grpc_helpers import SAMPLES, TYPED_FIELD
+from tests.support.grpc import SAMPLES, TYPED_FIELD
 
 
 def typed_request(datatype: str, values: np.ndarray, name: str = "x") -> pb.ModelInferRequest:
@@ -40,7 +41,7 @@ def decode(request: pb.ModelInferRequest):
 
 
 def test_registers_itself_as_the_grpc_wire_format():
-    assert wire_format(KIND_GRPC) == (grpc_wire.decode, grpc_wire.encode)
+    assert wire_format(Kind.GRPC) == (grpc_wire.decode, grpc_wire.encode)
 
 
 @pytest.mark.parametrize("datatype", list(SAMPLES))

@@ -1,12 +1,26 @@
-"""A custom runtime for the content-type tests, copied into each test model's folder.
+"""The echo runtime of the tests: a model folder gets a copy of this file (see
+``tests.support.runtimes.write_echo_model``), so it imports nothing from ``tests``.
 
-``mode: describe`` answers with a JSON description of the Python types it received;
-``mode: mirror`` returns its payload unchanged (so the response encodes what it got).
+``parameters.extra`` chooses its behaviour:
+
+- ``mode``: ``echo`` (the default) answers each requested output with the input of the
+  same name, if one came; ``mirror`` returns the payload unchanged (so the response
+  encodes what it got); ``describe`` answers ``echo`` with a JSON description of the
+  Python types it received.
+- ``accepts``: the payload type asked of the codecs (``dict`` by default).
+
+Its outputs are the declared outputs, else the declared inputs, else ``output-0``; all of
+them are computed by default. In ``echo`` mode, inputs named ``mark``, ``sleep`` and
+``fail`` are test hooks: the model writes its pid into the file ``mark`` names, sleeps,
+or raises.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,10 +56,23 @@ def describe(payload: Any) -> dict[str, Any]:
     return {"payload": type(payload).__name__, "value": describe_value(payload)}
 
 
+def run_hooks(payload: Mapping[str, Any]) -> None:
+    if "mark" in payload:
+        Path(payload["mark"].reshape(-1)[0].decode()).write_text(str(os.getpid()))
+    if "sleep" in payload:
+        time.sleep(float(payload["sleep"].reshape(-1)[0]))
+    if "fail" in payload:
+        raise ValueError("asked to fail")
+
+
 class EchoRuntime(inferpool.Runtime):
     def load(self) -> None:
-        self.accepts = self.settings.parameters.extra.get("accepts", "dict")
-        self.mode = self.settings.parameters.extra.get("mode", "describe")
+        extra = self.settings.parameters.extra
+        self.accepts = extra.get("accepts", "dict")
+        self.mode = extra.get("mode", "echo")
+
+    def outputs(self) -> list[inferpool.TensorSpec]:
+        return self.settings.output_specs() or self.inputs() or super().outputs()
 
     def default_outputs(self) -> list[str]:
         return [spec.name for spec in self.outputs()]
@@ -53,6 +80,7 @@ class EchoRuntime(inferpool.Runtime):
     def predict(self, payload: Any, outputs: Sequence[str]) -> Any:
         if self.mode == "describe":
             return {"echo": describe(payload)}
-        if self.settings.outputs:
-            return {name: payload[name] for name in outputs if name in payload}
-        return payload
+        if self.mode == "mirror":
+            return payload
+        run_hooks(payload)
+        return {name: payload[name] for name in outputs if name in payload}

@@ -1,4 +1,9 @@
-"""Test helpers: free ports, generated model repositories, and real server processes."""
+"""Test helpers: free ports, generated model repositories, and real server processes.
+
+The modules of this package hold the rest: ``runtimes`` (trained models, artefacts, the
+echo runtime's model folders), ``pool`` (worker-pool tests), ``grpc`` (gRPC setups and
+stubs), ``h2frames`` and ``h2client`` (hand-made HTTP/2 for the gRPC wire tests).
+"""
 
 from __future__ import annotations
 
@@ -131,26 +136,3 @@ def write_custom_model(
     document = {"name": folder.name, "implementation": f"{module}.{class_name}", **settings}
     (folder / "model-settings.json").write_text(json.dumps(document))
     return folder
-
-
-ECHO_RUNTIME = """
-    from inferpool import Runtime
-
-
-    class EchoRuntime(Runtime):
-        '''Returns every input unchanged, as an output of the same name.'''
-
-        accepts = "dict"
-
-        def load(self):
-            pass
-
-        def outputs(self):
-            return self.inputs()
-
-        def default_outputs(self):
-            return []  # no outputs named: echo every input received
-
-        def predict(self, payload, outputs):
-            return {name: payload[name] for name in outputs or payload}
-"""

@@ -1,11 +1,22 @@
 """Test helpers for the runtimes: small models trained here (fixed seeds) and saved in
-every artefact format a runtime recognises."""
+every artefact format a runtime recognises, a model folder loaded and run through the
+engine's inference path in-process, and model folders of the echo runtime."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from inferpool.codecs.registry import decode_output
+from inferpool.engine.worker import inference
+from inferpool.engine.worker.model import LoadedModel, load_model
+from inferpool.protocol.datatypes import datatype_of
+from inferpool.protocol.types import InferenceRequest, RequestedOutput, Tensor
+from inferpool.settings import read_model_settings
 
 N_FEATURES = 8
 
@@ -83,3 +94,47 @@ def output_array(response: dict, name: str) -> np.ndarray:
         if output["name"] == name:
             return np.asarray(output["data"]).reshape(output["shape"])
     raise KeyError(f"no output {name!r} in {[o['name'] for o in response['outputs']]}")
+
+
+def load(folder: Path) -> LoadedModel:
+    return load_model(read_model_settings(folder, folder.name))
+
+
+def infer(model: LoadedModel, X: np.ndarray, outputs: list[str] | None = None) -> dict:
+    """The outputs (name → array of the response's shape) for rows X as one input."""
+    X = np.asarray(X)
+    request = InferenceRequest(
+        [Tensor("input-0", datatype_of(X), X.shape, X)],
+        outputs=[RequestedOutput(name) for name in outputs or []],
+    )
+    response = inference.infer(model, request)
+    # Decoded as a client would: by each output's content type (BYTES labels → str).
+    return {t.name: np.asarray(decode_output(t)).reshape(t.shape) for t in response.outputs}
+
+
+ECHO_SOURCE = Path(__file__).with_name("echo_model.py")
+
+
+def write_echo_model(
+    root: Path,
+    name: str,
+    outputs: list[dict] | None = None,
+    inputs: list[dict] | None = None,
+    **extra: Any,
+) -> Path:
+    """A model folder ``root/name`` running ``echo_model.EchoRuntime`` (a copy of
+    tests/support/echo_model.py) with ``extra`` as its ``parameters.extra``."""
+    folder = root / name
+    folder.mkdir(parents=True)
+    shutil.copy(ECHO_SOURCE, folder / "echo_model.py")
+    settings: dict[str, Any] = {
+        "name": name,
+        "implementation": "echo_model.EchoRuntime",
+        "parameters": {"extra": extra},
+    }
+    if outputs is not None:
+        settings["outputs"] = outputs
+    if inputs is not None:
+        settings["inputs"] = inputs
+    (folder / "model-settings.json").write_text(json.dumps(settings))
+    return folder

@@ -1,9 +1,8 @@
-"""Helpers for the gRPC end-to-end tests: worker counts, a test repository, stubs."""
+"""Helpers for the gRPC tests: worker counts, datatype samples, a test repository, stubs."""
 
 from __future__ import annotations
 
 import importlib.util
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.generated.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 from tests.support import Server, build_iris_repository
+from tests.support.runtimes import write_echo_model
 
 needs_pool = pytest.mark.skipif(
     importlib.util.find_spec("inferpool.engine.pool") is None,
@@ -66,48 +66,12 @@ TYPED_FIELD = {
 }
 
 
-# A runtime that answers each requested output with the input of the same name, so
-# every datatype can travel both ways. Inputs named sleep/mark/fail are test hooks
-# (mark: a file the model writes its pid into as it starts).
-ECHO_RUNTIME = """
-import os
-import time
-from pathlib import Path
-
-from inferpool import Runtime, TensorSpec
-
-
-class EchoRuntime(Runtime):
-    accepts = "dict"
-
-    def load(self):
-        pass
-
-    def outputs(self):
-        return [TensorSpec("a", "BYTES", [-1]), TensorSpec("b", "BYTES", [-1])]
-
-    def default_outputs(self):
-        return ["a", "b"]
-
-    def predict(self, payload, outputs):
-        if "mark" in payload:
-            Path(payload["mark"].reshape(-1)[0].decode()).write_text(str(os.getpid()))
-        if "sleep" in payload:
-            time.sleep(float(payload["sleep"].reshape(-1)[0]))
-        if "fail" in payload:
-            raise ValueError("asked to fail")
-        return {name: payload[name] for name in outputs if name in payload}
-"""
-
-
 def build_grpc_repository(root: Path) -> Path:
-    """The iris models plus ``echo`` (EchoRuntime)."""
+    """The iris models plus ``echo``: the echo runtime with outputs ``a`` and ``b``, so
+    every datatype can travel both ways (and the hook inputs mark, sleep and fail)."""
     build_iris_repository(root)
-    echo = root / "echo"
-    echo.mkdir()
-    (echo / "echo_runtime.py").write_text(ECHO_RUNTIME)
-    settings = {"name": "echo", "implementation": "echo_runtime.EchoRuntime"}
-    (echo / "model-settings.json").write_text(json.dumps(settings))
+    outputs = [{"name": name, "datatype": "BYTES", "shape": [-1]} for name in ("a", "b")]
+    write_echo_model(root, "echo", outputs)
     return root
 
 
