@@ -6,8 +6,11 @@ returns), ``Runtime`` (custom models), the typed V2 structs (``InferenceRequest`
 ``inferpool.errors``.
 """
 
-from inferpool.engine.embedded import Engine
-from inferpool.engine.embedded_io import InferenceResult
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from inferpool.protocol.types import (
     InferenceRequest,
     InferenceResponse,
@@ -16,6 +19,27 @@ from inferpool.protocol.types import (
     TensorSpec,
 )
 from inferpool.runtimes.base import Runtime
+
+if TYPE_CHECKING:
+    from inferpool.engine.embedded import Engine
+    from inferpool.engine.embedded_io import InferenceResult
+
+# Imported on first use: every process that imports any inferpool module runs this file,
+# and the server's frontend must not load the codecs and the inference path with it.
+_LAZY = {
+    "Engine": "inferpool.engine.embedded",
+    "InferenceResult": "inferpool.engine.embedded_io",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'inferpool' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __version__ = "0.1.0"
 
