@@ -16,7 +16,8 @@ from inferpool.engine.worker import inference
 from inferpool.engine.worker.model import LoadedModel, load_model
 from inferpool.protocol.datatypes import datatype_of
 from inferpool.protocol.types import InferenceRequest, RequestedOutput, Tensor
-from inferpool.settings import read_model_settings
+from inferpool.runtimes.base import Runtime
+from inferpool.settings import ModelSettings, read_model_settings
 
 N_FEATURES = 8
 
@@ -94,6 +95,23 @@ def output_array(response: dict, name: str) -> np.ndarray:
         if output["name"] == name:
             return np.asarray(output["data"]).reshape(output["shape"])
     raise KeyError(f"no output {name!r} in {[o['name'] for o in response['outputs']]}")
+
+
+def loaded_sums_model(
+    runtime_class: type[Runtime], max_batch_size: int = 8, max_batch_time: float = 0.05
+) -> LoadedModel:
+    """Model 'sums' (input x: FP64 [-1, 2], output sum: FP64 [-1]) on ``runtime_class``,
+    loaded in this process (for tests of the worker path and of batching)."""
+    settings = ModelSettings(
+        name="sums",
+        max_batch_size=max_batch_size,
+        max_batch_time=max_batch_time,
+        inputs=[{"name": "x", "datatype": "FP64", "shape": [-1, 2]}],
+        outputs=[{"name": "sum", "datatype": "FP64", "shape": [-1]}],
+    )
+    runtime = runtime_class(settings)
+    runtime.load()
+    return LoadedModel(settings, runtime)
 
 
 def load(folder: Path) -> LoadedModel:

@@ -12,7 +12,7 @@ from inferpool.engine.ipc.messages import Kind, RequestHeader
 from inferpool.engine.worker.batching import Batcher
 from inferpool.engine.worker.model import LoadedModel
 from inferpool.engine.worker.path import Job, run_group
-from inferpool.settings import ModelSettings
+from tests.support.runtimes import loaded_sums_model
 
 
 class RowSums(Runtime):
@@ -30,16 +30,7 @@ class RowSums(Runtime):
 
 
 def make_model(max_batch_size: int = 8, max_batch_time: float = 0.05) -> LoadedModel:
-    settings = ModelSettings(
-        name="sums",
-        max_batch_size=max_batch_size,
-        max_batch_time=max_batch_time,
-        inputs=[{"name": "x", "datatype": "FP64", "shape": [-1, 2]}],
-        outputs=[{"name": "sum", "datatype": "FP64", "shape": [-1]}],
-    )
-    runtime = RowSums(settings)
-    runtime.load()
-    return LoadedModel(settings, runtime)
+    return loaded_sums_model(RowSums, max_batch_size, max_batch_time)
 
 
 def job(request_id: int, rows, deadline_ns: int = 0, body: bytes | None = None) -> Job:

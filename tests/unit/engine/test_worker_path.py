@@ -19,7 +19,8 @@ from inferpool.engine.worker.model import LoadedModel, failure_reason
 from inferpool.engine.worker.path import Job, run_group
 from inferpool.errors import BadRequest, ModelLoadError, RuntimeNotFound
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
-from inferpool.settings import ModelSettings, ServerSettings
+from inferpool.settings import ServerSettings
+from tests.support.runtimes import loaded_sums_model
 
 
 class Sums(Runtime):
@@ -50,15 +51,7 @@ class Sums(Runtime):
 
 
 def make_model(max_batch_size: int = 8) -> LoadedModel:
-    settings = ModelSettings(
-        name="sums",
-        max_batch_size=max_batch_size,
-        inputs=[{"name": "x", "datatype": "FP64", "shape": [-1, 2]}],
-        outputs=[{"name": "sum", "datatype": "FP64", "shape": [-1]}],
-    )
-    runtime = Sums(settings)
-    runtime.load()
-    return LoadedModel(settings, runtime)
+    return loaded_sums_model(Sums, max_batch_size)
 
 
 def rest(request_id: str, rows) -> bytes:
