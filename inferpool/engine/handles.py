@@ -232,17 +232,18 @@ class WorkerHandle:
         self.last_seen = time.monotonic()
         with contextlib.suppress(BlockingIOError):
             os.eventfd_read(self.reply_bell)
+        inflight = self.inflight
         for fields, body in self.replies.pop_all():
-            self.complete(ReplyHeader.of(fields), body)
-
-    def complete(self, header: ReplyHeader, body: bytes) -> None:
-        future = self.inflight.pop(header.request_id, None)
-        if future is None or future.done():
-            return  # its caller went away
-        future.set_result(Reply.from_header(header, body))
+            future = inflight.pop(fields[0], None)
+            if future is not None and not future.done():  # else its caller went away
+                future.set_result(Reply.from_fields(fields, body))
 
     def _on_reply(self, payload: bytes) -> None:
-        self.complete(ReplyHeader.unpack_from(payload), payload[messages.HEADER_SIZE :])
+        """A reply too big for a slot (its own memfd, over the control channel)."""
+        header = ReplyHeader.unpack_from(payload)
+        future = self.inflight.pop(header.request_id, None)
+        if future is not None and not future.done():
+            future.set_result(Reply.from_header(header, payload[messages.HEADER_SIZE :]))
 
     def _on_loaded(self, message: messages.Loaded) -> None:
         future = self.loads.pop(message.index, None)

