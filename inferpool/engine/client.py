@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from inferpool.engine.admin import AdminPolicy
-from inferpool.engine.ipc.messages import Reply
+from inferpool.engine.ipc.messages import Reply, StageTimes
 from inferpool.engine.repository import Discovered, discover, find_model
 from inferpool.engine.states import ModelState, ModelStatus, ModelTable
 from inferpool.engine.stats import ModelStats
@@ -28,6 +28,7 @@ from inferpool.errors import (
     ModelLoadError,
     ModelNotFound,
 )
+from inferpool.protocol import limits
 from inferpool.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,9 @@ logger = logging.getLogger(__name__)
 class EngineClient(ABC):
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
+        # This process's decode limits (workers get theirs when they are forked): the
+        # in-process path and what the frontends parse themselves both read them.
+        limits.configure(limits.DecodeLimits.from_settings(settings))
         self.table = ModelTable()
         self.stats: dict[str, ModelStats] = {}
         self._started = False  # start-up (the repository's first load) has finished
@@ -239,10 +243,15 @@ class EngineClient(ABC):
         check_deadline(deadline)
         started = time.perf_counter_ns()
         reply = await self._infer(name, kind, body, json_length, deadline)
+        self._record(name, reply.status == 200, started, reply.times)
+        return reply
+
+    def _record(self, name: str, ok: bool, started: int, times: StageTimes | None) -> None:
+        """Count a request that began at ``started`` (perf_counter_ns) in its model's
+        statistics (none once the model is unloaded)."""
         stats = self.stats.get(name)
         if stats is not None:
-            stats.record(reply.status == 200, time.perf_counter_ns() - started, reply.times)
-        return reply
+            stats.record(ok, time.perf_counter_ns() - started, times)
 
     @abstractmethod
     async def _infer(

@@ -80,18 +80,9 @@ class TemplateProcess:
 
     def receive(self) -> None:
         """Take what it reported; EOF means the template itself has gone."""
-        while self._open:
-            try:
-                op, payload, fds = self.channel.receive(block=False)
-            except BlockingIOError:
-                return
-            except (EOFError, OSError):
-                self._close()
-                self._gone(self)
-                return
-            for fd in fds:
-                os.close(fd)
-            self._dispatch(op, payload)
+        if self._open and not self.channel.dispatch_pending(self._dispatch):
+            self._close()
+            self._gone(self)
 
     def _close(self) -> None:
         if self._open:
@@ -181,17 +172,8 @@ class WorkerHandle:
 
     def _receive(self, died: Callable[[WorkerHandle], None]) -> None:
         self.last_seen = time.monotonic()
-        while self.alive:
-            try:
-                op, payload, fds = self.channel.receive(block=False)
-            except BlockingIOError:
-                return
-            except (EOFError, OSError):
-                died(self)
-                return
-            for fd in fds:
-                os.close(fd)
-            self.dispatch(op, payload)
+        if self.alive and not self.channel.dispatch_pending(self.dispatch):
+            died(self)
 
     # -- to the worker ---------------------------------------------------------------------
     def post(self, op: int, *parts: bytes) -> None:

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from inferpool.engine.client import EngineClient
 from inferpool.engine.ipc.messages import Reply, RequestHeader
 from inferpool.errors import InferpoolError, from_status
-from inferpool.protocol import limits
 from inferpool.protocol.types import InferenceRequest, InferenceResponse
 from inferpool.settings import ModelSettings, ServerSettings
 
@@ -31,7 +30,6 @@ class InProcessClient(EngineClient):
 
     def __init__(self, settings: ServerSettings) -> None:
         super().__init__(settings)
-        limits.configure(limits.DecodeLimits.from_settings(settings))
         self.models: dict[str, LoadedModel] = {}
 
     async def _load(self, settings: ModelSettings) -> dict[str, Any]:
@@ -77,18 +75,13 @@ class InProcessClient(EngineClient):
         try:
             response = infer(self.models[name], request)
         except Exception as exc:
-            self._record(name, False, started)
+            self._record(name, False, started, None)
             if isinstance(exc, InferpoolError):
                 raise
             reply = Reply.from_error(exc, name)
             raise from_status(reply.status, reply.body.decode()) from exc
-        self._record(name, True, started)
+        self._record(name, True, started, None)
         return response
-
-    def _record(self, name: str, ok: bool, started: int) -> None:
-        stats = self.stats.get(name)
-        if stats is not None:
-            stats.record(ok, time.perf_counter_ns() - started, None)
 
 
 # Loads run in a thread (the loop keeps answering health checks), one at a time: a

@@ -26,6 +26,7 @@ from inferpool.frontends import rest_input
 from inferpool.frontends.access_log import RestAccessLog
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.rest_input import await_reply, read_body, request_timeout, scan_headers
+from inferpool.protocol.rest_json import parse_json_object
 
 JSON = "application/json"
 # A repository index request is a small JSON object; anything longer is refused (413).
@@ -160,12 +161,7 @@ async def index_ready_flag(request: Request) -> bool:
     body = await read_body(request.receive, content_length, INDEX_BODY_LIMIT)
     if not body.strip():
         return False
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise BadRequest("the repository index request is not valid JSON") from None
-    if not isinstance(document, dict):
-        raise BadRequest("the repository index request must be a JSON object")
+    document = parse_json_object(body, "the repository index request")
     flag = document.get("ready", False)
     if not isinstance(flag, bool):
         raise BadRequest("'ready' in the repository index request must be true or false")

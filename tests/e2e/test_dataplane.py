@@ -68,12 +68,15 @@ def test_the_rest_index_lists_a_failed_model_unless_only_ready_ones_are_asked_fo
         (b"{", "not valid JSON"),
         (b"[true]", "must be a JSON object"),
         (b'{"ready": "yes"}', "'ready'"),
+        # Parsed with the inference bodies' own checks: the depth limit holds here too.
+        (b'{"ready": true, "x": ' + b"[" * 200 + b"]" * 200 + b"}", "max_json_depth"),
     ],
 )
 def test_a_malformed_rest_index_request_is_a_bad_request(server, body, message):
     response = httpx.post(f"{server.url}/v2/repository/index", content=body)
     assert response.status_code == 400
     assert message in response.json()["error"]
+    assert httpx.post(f"{server.url}/v2/repository/index").status_code == 200
 
 
 def test_tritonclients_repository_index_gets_every_model(server):

@@ -11,7 +11,7 @@ import array
 import mmap
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from inferpool.engine.ipc import messages
 
@@ -125,6 +125,20 @@ class Channel:
         if op & _SPILLED:
             return op & ~_SPILLED, read_memfd(fds[-1]), fds[:-1]
         return op, data[1:], fds
+
+    def dispatch_pending(self, dispatch: Callable[[int, bytes], object]) -> bool:
+        """Hand every message waiting to ``dispatch(op, payload)`` without blocking, and
+        close the fds that came with each; False once the other side has gone."""
+        while True:
+            try:
+                op, payload, fds = self.receive(block=False)
+            except BlockingIOError:
+                return True
+            except (EOFError, OSError):
+                return False
+            for fd in fds:
+                os.close(fd)
+            dispatch(op, payload)
 
     def close(self) -> None:
         self.sock.close()

@@ -122,16 +122,7 @@ class Worker:
 
     def _take_control(self) -> bool:
         """Act on every pending control message; False when the frontend has gone."""
-        while True:
-            try:
-                op, payload, fds = self.channel.receive(block=False)
-            except BlockingIOError:
-                return True
-            except (EOFError, ConnectionError):
-                return False
-            for fd in fds:
-                os.close(fd)
-            self.dispatch(op, payload)
+        return self.channel.dispatch_pending(self.dispatch)
 
     def _on_request(self, payload: bytes) -> None:
         self._enqueue(RequestHeader.unpack_from(payload), payload[messages.HEADER_SIZE :])
