@@ -1,5 +1,5 @@
 """Shared fixtures (a trained iris repository and a running server on it), and which test
-files are slow."""
+files are slow or need a tox environment of their own."""
 
 from __future__ import annotations
 
@@ -22,11 +22,24 @@ SLOW_FILES = frozenset(
 )
 
 
+# Folders whose tests need packages the default environment cannot hold beside inferpool's
+# own dependencies (each pins protobuf, pandas or starlette to other majors): marked with the
+# folder's name and run by the tox environment of that name.
+ENVIRONMENT_FOLDERS = {
+    "tests/clients": "clients",  # the newest tritonclient[all], kserve's clients, perf_analyzer
+    "tests/mlserver": "mlserver",  # MLServer 1.7.1 installed: its custom runtimes unchanged
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     root = Path(config.rootpath)
     for item in items:
-        if item.path.relative_to(root).as_posix() in SLOW_FILES:
+        path = item.path.relative_to(root).as_posix()
+        if path in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
+        for folder, marker in ENVIRONMENT_FOLDERS.items():
+            if path.startswith(folder + "/"):
+                item.add_marker(getattr(pytest.mark, marker))
 
 
 @pytest.fixture(scope="session")
