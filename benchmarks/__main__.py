@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from benchmarks import loadgen, mlserver_env
+from benchmarks.loadgen import perf_analyzer
 from benchmarks.models import MODELS, build_repository
 from benchmarks.runner import Config
 from benchmarks.scenarios import PROFILES, select
@@ -53,9 +54,10 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--repetitions", type=int, help="measurements per scenario and server")
     run.add_argument(
         "--generator",
-        choices=("auto", "external", "builtin"),
+        choices=("auto", "external", "builtin", "perf_analyzer"),
         default="auto",
-        help="auto: wrk/h2load when installed, else built-in",
+        help="auto: wrk/h2load when installed, else built-in; perf_analyzer: Triton's "
+        "(scripts/install_perf_analyzer.sh; the models need a numbered version)",
     )
     run.add_argument("--target", help="REST base URL of a running server (not managed)")
     run.add_argument("--grpc", help="host:port of the running server's gRPC endpoint")
@@ -133,6 +135,9 @@ def command_run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     config = config_from(args)
     missing = loadgen.missing_tools()
+    if config.generator == "perf_analyzer" and perf_analyzer.find_binary() is None:
+        console.print(f"[red]perf_analyzer is not installed: {perf_analyzer.INSTALL_HINT}[/]")
+        return 2
     if missing and config.generator == "external":
         console.print(f"[red]{', '.join(missing)} not installed: {loadgen.INSTALL_HINT}[/]")
         return 2

@@ -7,15 +7,30 @@ only flags given on the command line override ``settings.json`` and the environm
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from inferpool.mlserver_env import SettingsRefused
 from inferpool.settings import ServerSettings, load_server_settings
+
+
+def _is_structured(annotation: Any) -> bool:
+    kinds = typing.get_args(annotation) or (annotation,)
+    return any(isinstance(k, type) and issubclass(k, BaseModel) for k in kinds)
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {text!r}") from None
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +51,8 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
         else:
             numbers: dict[Any, Callable[[str], Any]] = {int: int, float: float}
             kind = numbers.get(field.annotation, str)
+            if _is_structured(field.annotation):
+                kind = _json_value  # e.g. cors_settings: JSON, as in the environment
             parser.add_argument(
                 flag, dest=name, type=kind, default=argparse.SUPPRESS, help=help_text
             )
@@ -54,7 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="?",
         type=Path,
         default=None,
-        help="folder of model folders (default: INFERPOOL_MODEL_REPOSITORY)",
+        help="folder of model folders (default: INFERPOOL_MODEL_REPOSITORY, "
+        "MLSERVER_MODELS_DIR, MLSERVER_MODEL_REPOSITORY_ROOT, or the folder of "
+        "MLSERVER_MODEL_URI)",
     )
     serve.add_argument(
         "--demo",
@@ -76,18 +95,20 @@ def serve_command(args: argparse.Namespace) -> int:
         repository = build_demo_repository()
         overrides.setdefault("host", "127.0.0.1")
         print(f"inferpool: demo models in {repository}", file=sys.stderr)
+    # Configured first, so that the settings' own warnings (unknown keys...) are seen.
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = load_server_settings(repository, overrides)
     except ValidationError as exc:
         print(f"inferpool: invalid settings: {exc}", file=sys.stderr)
         return 2
+    except SettingsRefused as exc:
+        print(f"inferpool: setting refused: {exc}", file=sys.stderr)
+        return 2
     if settings.model_repository is None:
         print("inferpool: name a model repository (or use --demo)", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logging.getLogger().setLevel(settings.log_level.upper())
     import uvloop
 
     from inferpool.frontends.server import serve

@@ -1,8 +1,11 @@
 """Server and model settings, with every default in one place.
 
-Precedence, lowest first: defaults < ``settings.json`` (in the model repository, as
-MLServer reads it) < ``INFERPOOL_*`` environment variables < command-line flags.
-MLServer's ``settings.json`` and ``model-settings.json`` are read as they are.
+Precedence, lowest first: defaults < MLServer's ``MLSERVER_*`` environment variables <
+``settings.json`` (in the model repository, as MLServer reads it: its keys win over its
+variables) < ``INFERPOOL_*`` environment variables < command-line flags. MLServer's
+``settings.json`` and ``model-settings.json`` are read as they are: inferpool.mlserver_env
+(server) and inferpool.mlserver_models (models) map or refuse each of MLServer's keys and
+warn about unknown ones.
 """
 
 from __future__ import annotations
@@ -13,7 +16,14 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     JsonConfigSettingsSource,
@@ -21,18 +31,52 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from inferpool.mlserver_env import (
+    cors_with_environment,
+    environment_values,
+    server_values,
+    warn_idle_cors_variables,
+)
+from inferpool.mlserver_models import (
+    check_model_keys,
+    single_model_repository,
+    with_model_environment,
+)
 from inferpool.protocol.types import TensorSpec
 
 SETTINGS_FILE = "settings.json"
 MIB = 1024 * 1024
 MODEL_SETTINGS_FILE = "model-settings.json"
 
-# MLServer's names for server settings that we call differently.
-_MLSERVER_SERVER_KEYS = {"parallel_workers": "workers", "debug": None, "server_name": None}
-
 _settings_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
     "inferpool_settings_file", default=None
 )
+
+
+class CORSSettings(BaseModel):
+    """MLServer's ``cors_settings``: the same keys and defaults (Starlette's CORSMiddleware)."""
+
+    # Unknown keys are ignored as MLServer does, after a warning (see mlserver_env).
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    allow_origins: list[str] = Field(
+        default_factory=list, description="origins allowed to make cross-origin requests"
+    )
+    allow_origin_regex: str | None = Field(None, description="regex of allowed origins")
+    allow_credentials: bool = Field(False, description="support cookies on CORS requests")
+    allow_methods: list[str] = Field(default_factory=lambda: ["GET"])
+    allow_headers: list[str] = Field(default_factory=list)
+    expose_headers: list[str] = Field(default_factory=list)
+    max_age: int = Field(600, description="seconds browsers may cache a CORS answer")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _null_is_default(cls, value: Any, info: Any) -> Any:
+        # MLServer's fields are Optional: an explicit null there means "the default".
+        if value is None:
+            field = cls.model_fields[info.field_name]
+            return field.get_default(call_default_factory=True)
+        return value
 
 
 class ServerSettings(BaseSettings):
@@ -64,10 +108,20 @@ class ServerSettings(BaseSettings):
     )
     http2: bool = Field(False, description="serve REST with Hypercorn (HTTP/1.1 and h2c)")
     exit_on_error: bool = Field(True, description="exit non-zero when a model fails at start-up")
+    load_models_at_startup: bool = Field(
+        True,
+        description="load the repository's models at start-up; false: only the repository "
+        "API loads them",
+    )
     allow_empty: bool = Field(False, description="report ready with no model loaded")
     log_level: str = Field("info", description="debug, info, warning or error")
     access_log: bool = Field(False, description="log every request (method, model, status, ms)")
     shutdown_timeout: float = Field(30.0, description="seconds to drain requests on shutdown")
+    cors_settings: CORSSettings | None = Field(
+        None,
+        description='MLServer\'s CORS keys as JSON, e.g. \'{"allow_origins": ["*"]}\'; '
+        "unset: no CORS headers",
+    )
 
     # -- limits: each checked before anything is allocated (README, "Limits and security")
     max_body_bytes: int = Field(
@@ -143,6 +197,20 @@ class ServerSettings(BaseSettings):
         None, description="file holding the admin token (read at start-up)"
     )
 
+    @field_validator("cors_settings", mode="before")
+    @classmethod
+    def _cors_keys_from_environment(cls, value: Any) -> Any:
+        return cors_with_environment(value, os.environ) if isinstance(value, dict) else value
+
+    @model_validator(mode="after")
+    def _mlserver_rules(self) -> ServerSettings:
+        # Nothing is loaded at start-up: ready with no model (as MLServer), unless told.
+        if not self.load_models_at_startup and "allow_empty" not in self.model_fields_set:
+            self.allow_empty = True
+        if self.cors_settings is None:
+            warn_idle_cors_variables(os.environ)
+        return self
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -152,30 +220,43 @@ class ServerSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Highest first. As in MLServer, a key of settings.json wins over its MLSERVER_*
+        # variable (MLServer passes the file's keys to its Settings, over its environment).
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         path = _settings_file.get()
         if path is not None:
             sources.append(_MLServerJsonSource(settings_cls, json_file=path))
+        sources.append(_MLServerEnvSource(settings_cls))
         return tuple(sources)
 
 
-class _MLServerJsonSource(JsonConfigSettingsSource):
-    """``settings.json``, with MLServer's key names mapped to ours."""
+class _MLServerEnvSource(PydanticBaseSettingsSource):
+    """MLServer's ``MLSERVER_*`` variables, mapped to our settings (or refused)."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        raise NotImplementedError  # __call__ reads every variable at once
 
     def __call__(self) -> dict[str, Any]:
-        values = super().__call__()
-        for theirs, ours in _MLSERVER_SERVER_KEYS.items():
-            if theirs in values:
-                value = values.pop(theirs)
-                if ours is not None:
-                    values.setdefault(ours, value)
-        return values
+        return environment_values(os.environ, self.settings_cls.model_fields)
+
+
+class _MLServerJsonSource(JsonConfigSettingsSource):
+    """``settings.json``, with MLServer's key names mapped to ours (or refused)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], json_file: Path) -> None:
+        super().__init__(settings_cls, json_file=json_file)
+        self.path = json_file
+
+    def __call__(self) -> dict[str, Any]:
+        raw = super().__call__()
+        return server_values(raw, self.settings_cls.model_fields, str(self.path))
 
 
 def load_server_settings(repository: Path | None, overrides: dict[str, Any]) -> ServerSettings:
     """Settings for a server of ``repository``; ``overrides`` are the CLI flags given."""
-    env_repo = ServerSettings().model_repository if repository is None else None
-    repository = repository or env_repo
+    if repository is None:
+        # The environment's (or, in single-model mode, the folder of its model's URI).
+        repository = ServerSettings().model_repository or single_model_repository(os.environ)
     path = repository / SETTINGS_FILE if repository is not None else None
     token = _settings_file.set(path if path is not None and path.is_file() else None)
     try:
@@ -244,6 +325,8 @@ def read_model_settings(folder: Path, default_name: str) -> ModelSettings:
             raise ValueError(f"{path}: not valid JSON ({exc})") from None
         if not isinstance(raw, dict):
             raise ValueError(f"{path}: must hold a JSON object")
+        check_model_keys(raw, str(path))
+        raw = with_model_environment(raw, os.environ)
     raw.setdefault("name", default_name)
     raw["folder"] = folder
     try:

@@ -1,12 +1,18 @@
 """Regenerate inferpool/protocol/generated/ from inferpool/protocol/grpc_predict_v2.proto.
 
-Run from the repository root: ``python scripts/generate_proto.py``. Needs grpcio-tools.
-The generated modules are checked in; their protobuf/grpcio runtime checks set the lower
-bounds of ``protobuf`` and ``grpcio`` in pyproject.toml, so bump those after regenerating.
+Run from the repository root: ``python scripts/generate_proto.py``. Needs grpcio-tools
+(``pip install inferpool[proto]``). The generated modules are checked in. protoc makes them
+refuse, at import, a protobuf or grpcio runtime older than the generator; the post-edit below
+removes both checks, so that inferpool shares one environment with clients that pin older
+majors (tritonclient and MLServer want protobuf<7). The code that remains (``_builder``,
+``_loaded_options``, our own descriptor pool) works from protobuf 5.29 and grpcio 1.63 on: the
+``lowest`` tox environment (tests/constraints/lowest.txt) holds pyproject.toml's lower bounds
+to that.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -22,12 +28,32 @@ HEADER = '"""Generated from grpc_predict_v2.proto by scripts/generate_proto.py; 
 POOL_LINE = "POOL = _descriptor_pool.DescriptorPool()\n"
 
 
+# protoc's runtime version checks, each removed whole by the post-edit (see the docstring).
+PROTOBUF_CHECK = (
+    r"from google\.protobuf import runtime_version as _runtime_version\n",
+    r"_runtime_version\.ValidateProtobufRuntimeVersion\(\n(?:    .*\n)*?\)\n",
+)
+GRPC_CHECK = (
+    r"\nGRPC_GENERATED_VERSION = .*\n(?:.*\n)*?if _version_not_supported:\n"
+    r"    raise RuntimeError\(\n(?:        .*\n)*?    \)\n",
+)
+
+
 def _edit(path: Path, *replacements: tuple[str, str]) -> None:
     text = path.read_text()
     for old, new in replacements:
         if text.count(old) != 1:
             sys.exit(f"{path.name}: expected {old!r} once; has protoc's output changed?")
         text = text.replace(old, new)
+    path.write_text(text)
+
+
+def _strip(path: Path, *patterns: str) -> None:
+    text = path.read_text()
+    for pattern in patterns:
+        text, count = re.subn(pattern, "", text)
+        if count != 1:
+            sys.exit(f"{path.name}: expected {pattern!r} once; has protoc's output changed?")
     path.write_text(text)
 
 
@@ -53,15 +79,17 @@ def generate() -> None:
         # ``inference.*`` names in the default pool, and both must import in one process.
         ("_descriptor_pool.Default().AddSerializedFile(", "POOL.AddSerializedFile("),
         (
-            "_runtime_version.ValidateProtobufRuntimeVersion(",
-            POOL_LINE + "_runtime_version.ValidateProtobufRuntimeVersion(",
+            "# @@protoc_insertion_point(imports)",
+            POOL_LINE + "# @@protoc_insertion_point(imports)",
         ),
     )
+    _strip(OUT / "grpc_predict_v2_pb2.py", *PROTOBUF_CHECK)
     # protoc writes a top-level import; the package needs a relative one.
     _edit(
         OUT / "grpc_predict_v2_pb2_grpc.py",
         ("\nimport grpc_predict_v2_pb2 as", "\nfrom . import grpc_predict_v2_pb2 as"),
     )
+    _strip(OUT / "grpc_predict_v2_pb2_grpc.py", *GRPC_CHECK)
     (OUT / "__init__.py").write_text(HEADER)
 
 

@@ -1,4 +1,5 @@
-"""Load generators: wrk (REST), h2load (gRPC) and a built-in asyncio fallback.
+"""Load generators: wrk (REST), h2load (gRPC), a built-in asyncio fallback, and Triton's
+perf_analyzer (both transports, on request: ``--generator perf_analyzer``).
 
 Every generator runs as a child process so its CPU time is measured the same way
 (``wait4`` rusage) and reported next to the server's.
@@ -27,9 +28,14 @@ def missing_tools() -> list[str]:
 
 
 def pick(transport: str, mode: str) -> tuple[str, Generator]:
-    """The generator for ``transport`` under ``mode`` (auto | external | builtin)."""
-    from benchmarks.loadgen import builtin, h2load, wrk
+    """The generator for ``transport`` under ``mode`` (auto | external | builtin |
+    perf_analyzer)."""
+    from benchmarks.loadgen import builtin, h2load, perf_analyzer, wrk
 
+    if mode == "perf_analyzer":
+        if perf_analyzer.find_binary() is None:
+            raise RuntimeError(f"perf_analyzer is not installed: {perf_analyzer.INSTALL_HINT}")
+        return "perf_analyzer", perf_analyzer.run
     tool = external_tool(transport)
     if mode == "builtin" or (mode == "auto" and shutil.which(tool) is None):
         return "builtin", builtin.run

@@ -82,6 +82,12 @@ def _parse_in_utc(texts: list[str], name: str) -> np.ndarray:
                 ) from None
         raise
     utc: np.ndarray = parsed.tz_convert(None).to_numpy()
+    # pandas 2 parses to nanoseconds, pandas 3 to microseconds when the texts need no finer
+    # unit: one request must decode to the same dtype on both (.tolist() gives datetimes
+    # for microseconds, integers for nanoseconds).
+    micro = utc.astype("M8[us]")
+    if np.array_equal(micro.astype(utc.dtype).view("i8"), utc.view("i8")):
+        return micro
     return utc
 
 

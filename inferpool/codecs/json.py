@@ -1,4 +1,9 @@
-"""The ``json`` codec: BYTES elements each holding one JSON document, as Python objects."""
+"""The ``json`` and ``pd_json`` codecs: BYTES elements each holding one JSON document, as
+Python objects.
+
+``pd_json`` is MLServer's label for a DataFrame column of JSON documents: one document per
+element, whatever the tensor's shape, as a flat list (a column).
+"""
 
 from __future__ import annotations
 
@@ -57,3 +62,23 @@ class JsonCodec(InputCodec):
         items, shape = flat_elements(value)
         documents = [orjson.dumps(item, option=_DUMP_OPTIONS) for item in items]
         return bytes_tensor(name, documents, shape, "json")
+
+
+class PandasJsonCodec(InputCodec):
+    content_types = ("pd_json",)
+
+    @classmethod
+    def can_encode(cls, value: Any) -> bool:
+        return False  # a value of documents is encoded by JsonCodec, the general one
+
+    @classmethod
+    def decode(cls, tensor: Tensor) -> list[Any]:
+        """Every element's document, flat: one column value per element."""
+        require_bytes(tensor, "pd_json")
+        return convert_elements(tensor, _load, "valid JSON", (ValueError,))
+
+    @classmethod
+    def encode(cls, name: str, value: Any) -> Tensor:
+        items, _ = flat_elements(value)
+        documents = [orjson.dumps(item, option=_DUMP_OPTIONS) for item in items]
+        return bytes_tensor(name, documents, (len(documents),), "pd_json")

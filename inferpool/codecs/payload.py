@@ -1,7 +1,10 @@
 """Request-level decoding: a whole request to the payload a runtime ``accepts``.
 
 The engine converts once, here: the request's own ``content_type`` (a request codec)
-wins over what the runtime accepts.
+wins over what the runtime accepts. A model-wide ``parameters.content_type`` from
+model-settings.json stands in for a request that carries none (MLServer's rule); when it
+names an input codec (``str``, ``base64`` ...) it is the default of every input that has no
+content type of its own, neither in the request nor in the model's metadata.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ import numpy as np
 
 from inferpool.codecs.dict_codec import DictCodec
 from inferpool.codecs.pandas import PandasCodec, frame
-from inferpool.codecs.registry import decode_input, find_request_codec
-from inferpool.errors import BadRequest
+from inferpool.codecs.registry import decode_input, find_request_codec, is_input_content_type
+from inferpool.errors import BadRequest, ModelLoadError
 from inferpool.protocol.types import InferenceRequest
 
 # Request-level content types that ask for a plain array (besides the request codecs).
@@ -33,18 +36,41 @@ def payload_kind(content_type: str) -> str:
         raise BadRequest(f"{exc.message}, {', '.join(ARRAY_CONTENT_TYPES)}") from None
 
 
+def check_model_content_type(content_type: str | None) -> None:
+    """A model-wide content type must be a request or an input content type we know."""
+    if content_type is None or is_input_content_type(content_type):
+        return
+    try:
+        payload_kind(content_type)
+    except BadRequest as exc:
+        message = exc.message.replace("request: unknown", "unknown", 1)
+        raise ModelLoadError(f"parameters.content_type in model-settings.json: {message}") from None
+
+
 def decode_payload(
     request: InferenceRequest,
     accepts: str,
     default_content_types: dict[str, str],
     column_names: list[str] | None = None,
+    model_content_type: str | None = None,
 ) -> Any:
-    """Decode ``request`` into the runtime's payload kind; the request may override it."""
-    content_type = request.content_type
-    if content_type is not None:
-        accepts = payload_kind(content_type)
+    """Decode ``request`` into the runtime's payload kind; the request may override it,
+    except for a runtime that takes the request itself (its content type is then the
+    runtime's to read, as an MLServer custom runtime's ``decode_request`` does).
+    ``model_content_type`` is the model-wide default (checked at load)."""
     if accepts == "request":
         return request
+    content_type = request.content_type
+    if content_type is None and model_content_type is not None:
+        if is_input_content_type(model_content_type):
+            default_content_types = {
+                **{tensor.name: model_content_type for tensor in request.inputs},
+                **default_content_types,
+            }
+        else:
+            content_type = model_content_type
+    if content_type is not None:
+        accepts = payload_kind(content_type)
     if accepts == "dataframe":
         single = _single_matrix_frame(request, column_names, default_content_types)
         if single is not None:

@@ -15,7 +15,7 @@ from inferpool.codecs.base import InputCodec, RequestCodec
 from inferpool.codecs.base64 import Base64Codec
 from inferpool.codecs.datetime import DatetimeCodec
 from inferpool.codecs.dict_codec import DictCodec
-from inferpool.codecs.json import JsonCodec
+from inferpool.codecs.json import JsonCodec, PandasJsonCodec
 from inferpool.codecs.numpy import NumpyCodec
 from inferpool.codecs.pandas import PandasCodec, column_values, is_pandas
 from inferpool.codecs.string import StringCodec
@@ -29,6 +29,7 @@ INPUT_CODECS: list[type[InputCodec]] = [
     StringCodec,
     Base64Codec,
     JsonCodec,
+    PandasJsonCodec,  # never encodes by value (JsonCodec does): decodes MLServer's pd_json
 ]
 REQUEST_CODECS: list[type[RequestCodec]] = [PandasCodec, DictCodec]
 _BY_CONTENT_TYPE = {ct: codec for codec in INPUT_CODECS for ct in codec.content_types}
@@ -46,6 +47,11 @@ def find_input_codec(content_type: str, where: str) -> type[InputCodec]:
         return _BY_CONTENT_TYPE[content_type]
     except (KeyError, TypeError):
         raise _unknown(where, content_type, _BY_CONTENT_TYPE) from None
+
+
+def is_input_content_type(content_type: str) -> bool:
+    """``content_type`` names an input codec (one tensor), not a request codec."""
+    return content_type in _BY_CONTENT_TYPE
 
 
 def find_request_codec(content_type: str, where: str = "request") -> type[RequestCodec]:

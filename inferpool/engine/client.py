@@ -17,8 +17,8 @@ from typing import Any
 
 from inferpool.engine.admin import AdminPolicy
 from inferpool.engine.ipc.messages import Reply, StageTimes
-from inferpool.engine.repository import Discovered, discover, find_model
-from inferpool.engine.states import ModelState, ModelStatus, ModelTable
+from inferpool.engine.repository import Discovered, discover, find_models
+from inferpool.engine.states import ModelKey, ModelState, ModelStatus, ModelTable, describe_key
 from inferpool.engine.stats import ModelStats
 from inferpool.engine.watcher import RepositoryWatcher
 from inferpool.errors import (
@@ -29,6 +29,7 @@ from inferpool.errors import (
     ModelNotFound,
 )
 from inferpool.protocol import limits
+from inferpool.runtimes.registry import RUNTIMES, runtime_name_for
 from inferpool.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -41,13 +42,14 @@ class EngineClient(ABC):
         # in-process path and what the frontends parse themselves both read them.
         limits.configure(limits.DecodeLimits.from_settings(settings))
         self.table = ModelTable()
-        self.stats: dict[str, ModelStats] = {}
+        self.stats: dict[ModelKey, ModelStats] = {}  # per version
         self._started = False  # start-up (the repository's first load) has finished
         self._stopping = False  # shutdown has begun: never ready again
         # Read once here (the token file too): a bad admin setting stops the start-up.
         self.admin = AdminPolicy.from_settings(settings)
-        # One load or unload of a model at a time. Only names found in the repository or
-        # listed in the table get a lock, so a hostile peer cannot grow this.
+        # One load or unload of a model (all its versions) at a time. Only names found in
+        # the repository or listed in the table get a lock, so a hostile peer cannot grow
+        # this.
         self._locks = _NamedLocks()
         self._watcher: RepositoryWatcher | None = None  # --model-control-mode poll
 
@@ -126,7 +128,9 @@ class EngineClient(ABC):
         ready until it loads or is unloaded.
         """
         repository = self.settings.model_repository
-        found = discover(repository) if repository is not None else []
+        found = []  # without loading at start-up, the repository API loads
+        if repository is not None and self.settings.load_models_at_startup:
+            found = discover(repository)
         poll = self.settings.model_control_mode == "poll"
         if poll and repository is not None and self._watcher is None:
             # Started first: what changes while these load is acted on after them.
@@ -134,59 +138,80 @@ class EngineClient(ABC):
             self._watcher.start(found)
         return list(await asyncio.gather(*(self._load_discovered(d, required=True) for d in found)))
 
-    async def load_model(self, name: str) -> ModelStatus:
-        """(Re)load a model from the repository by name (the repository API).
+    async def load_model(self, name: str) -> list[ModelStatus]:
+        """(Re)load every version of a model the repository holds, by name (the
+        repository API); listed versions the repository no longer holds are unloaded.
 
         The failure goes to the caller: 403 when the API is disabled, 400 for a name or
         settings the server cannot use, 404 for a name the repository does not hold, 500
-        (INTERNAL) with the reason when the model's load raised or could not be placed. A
+        (INTERNAL) with the reason when a version's load raised or could not be placed. A
         failed reload keeps the version that was serving (still READY, its ``reason`` says
         the reload failed); a new model that fails is listed FAILED but does not make the
         server not ready.
         """
         self.admin.require_enabled()
         repository = self.settings.model_repository
-        found = find_model(repository, name) if repository is not None else None
-        if found is None:
+        found = find_models(repository, name) if repository is not None else []
+        if not found:
             raise ModelNotFound(f"model '{name}' is not in the model repository")
-        status = await self._load_discovered(found)
-        if status.state is not ModelState.READY:
-            if found.settings is None:
-                raise BadRequest(status.describe())
-            raise ModelLoadError(status.describe())
-        return status
+        async with self._locks.hold(name):
+            statuses = [await self._load_locked(version, False) for version in found]
+            failed = [status for status in statuses if status.state is not ModelState.READY]
+            reasons = "; ".join(status.describe() for status in failed)
+            held = {version.key for version in found}
+            for gone in self.table.versions(name):
+                if gone.key in held:
+                    continue
+                if failed and gone.state is ModelState.READY:
+                    # Replaced by versions that failed: it keeps serving meanwhile.
+                    gone.reason = "reload failed: " + "; ".join(f.reason for f in failed)
+                else:
+                    await self._unload_version(gone)
+        if failed:
+            if all(version.settings is None for version in found):
+                raise BadRequest(reasons)
+            raise ModelLoadError(reasons)
+        return statuses
 
     async def unload_model(self, name: str) -> None:
-        """Unload a model in any state (a FAILED one too); 404 for a name not listed."""
+        """Unload every version of a model in any state (a FAILED one too); 404 for a
+        name not listed."""
         self.admin.require_enabled()
         await self._unload_named(name)
 
-    async def _unload_named(self, name: str) -> None:
-        """Unload a listed model (the API, or poll mode when its folder is removed)."""
+    async def _unload_named(self, name: str, key: ModelKey | None = None) -> None:
+        """Unload a listed model's versions, or the one under ``key`` (the API, or poll
+        mode when its folder is removed); 404 for a name not listed."""
         self.table.find(name)  # 404 before taking a lock for an unknown name
         async with self._locks.hold(name):
-            status = self.table.find(name)
-            status.state = ModelState.UNLOADING
-            try:
-                await self._unload(name)
-            finally:
-                self.table.remove(name)
-                self.stats.pop(name, None)
-        logger.info("model '%s' unloaded", name)
+            for status in self.table.versions(name):
+                if key is None or status.key == key:
+                    await self._unload_version(status)
+
+    async def _unload_version(self, status: ModelStatus) -> None:
+        status.state = ModelState.UNLOADING
+        try:
+            await self._unload(status.key)
+        finally:
+            self.table.remove(status.key)
+            self.stats.pop(status.key, None)
+        logger.info("%s unloaded", describe_key(status.key))
 
     async def _load_discovered(self, found: Discovered, required: bool = False) -> ModelStatus:
         async with self._locks.hold(found.name):
             return await self._load_locked(found, required)
 
     async def _load_locked(self, found: Discovered, required: bool) -> ModelStatus:
-        previous = self.table.get(found.name)
+        previous = self.table.get(found.key)
         serving = previous is not None and previous.state is ModelState.READY
         required = required or (previous is not None and previous.required)
         settings = found.settings
         if settings is None:
             status = ModelStatus(found.name, None, ModelState.FAILED, found.error)
         else:
-            status = ModelStatus(settings.name, settings.version, ModelState.LOADING)
+            status = ModelStatus(
+                settings.name, settings.version, ModelState.LOADING, settings=settings
+            )
             if not serving:  # a reload leaves the serving version listed until it succeeds
                 status.required = required
                 self.table.set(status)
@@ -196,25 +221,26 @@ class EngineClient(ABC):
                 status.state, status.reason = ModelState.FAILED, exc.message
             else:
                 status.state, status.reason = ModelState.READY, ""
-                self.stats.setdefault(settings.name, ModelStats())
+                status.custom = is_custom(settings)
+                self.stats.setdefault(status.key, ModelStats())
         if status.state is ModelState.READY:
             status.required = True  # it has served: from now on it counts for readiness
             self.table.set(status)
-            logger.info("model '%s' is %s", status.name, "reloaded" if serving else "ready")
+            logger.info("%s is %s", describe_key(status.key), "reloaded" if serving else "ready")
         elif serving:
             # The previous version keeps serving (the engine keeps its replicas until a
             # new version is placed); the index and metadata say that the reload failed.
             assert previous is not None
             previous.reason = f"reload failed: {status.reason}"
             logger.error(
-                "model '%s' failed to reload (the previous version keeps serving): %s",
-                status.name,
+                "%s failed to reload (the previous version keeps serving): %s",
+                describe_key(status.key),
                 status.reason,
             )
         else:
             status.required = required
             self.table.set(status)
-            logger.error("model '%s' failed to load: %s", status.name, status.reason)
+            logger.error("%s failed to load: %s", describe_key(status.key), status.reason)
         return status
 
     @abstractmethod
@@ -222,7 +248,8 @@ class EngineClient(ABC):
         """Load a model where models run; return its metadata or raise with the reason."""
 
     @abstractmethod
-    async def _unload(self, name: str) -> None: ...
+    async def _unload(self, key: ModelKey) -> None:
+        """Unload the version under ``key`` from where models run."""
 
     # -- inference ------------------------------------------------------------------------
     async def infer(
@@ -239,31 +266,45 @@ class EngineClient(ABC):
         ``deadline`` is a ``time.monotonic()`` instant (the same clock in every process on
         Linux): a request still waiting then is dropped before it reaches a model.
         """
-        self.table.ready_model(name, version)
+        key = self.table.ready_model(name, version).key
         check_deadline(deadline)
         started = time.perf_counter_ns()
-        reply = await self._infer(name, kind, body, json_length, deadline)
-        self._record(name, reply.status == 200, started, reply.times)
+        reply = await self._infer(key, kind, body, json_length, deadline)
+        self._record(key, reply.status == 200, started, reply.times, reply.rows, reply.execution)
         return reply
 
-    def _record(self, name: str, ok: bool, started: int, times: StageTimes | None) -> None:
-        """Count a request that began at ``started`` (perf_counter_ns) in its model's
+    def _record(
+        self,
+        name: str,
+        ok: bool,
+        started: int,
+        times: StageTimes | None,
+        rows: int = 1,
+        execution: int = 1,
+    ) -> None:
+        """Count a request of ``rows`` inferences that began at ``started`` (perf_counter_ns)
+        and ran in an execution of ``execution`` rows (``Reply.execution``) in its model's
         statistics (none once the model is unloaded)."""
         stats = self.stats.get(name)
         if stats is not None:
-            stats.record(ok, time.perf_counter_ns() - started, times)
+            stats.record(ok, time.perf_counter_ns() - started, times, rows, execution)
 
     @abstractmethod
     async def _infer(
-        self, name: str, kind: int, body: bytes, json_length: int | None, deadline: float | None
+        self, key: ModelKey, kind: int, body: bytes, json_length: int | None, deadline: float | None
     ) -> Reply: ...
 
     def statistics(self, name: str | None = None, version: str | None = None) -> dict[str, Any]:
-        """Triton's statistics extension: every model, or one."""
-        statuses = [self.table.find(name, version)] if name else self.table.all()
+        """Triton's statistics extension: every model, one model's versions (all of them
+        when ``version`` is None, as Triton), or one version."""
+        if name and version is None:
+            self.table.find(name)  # 404 for an unknown name
+            statuses = self.table.versions(name)
+        else:
+            statuses = [self.table.find(name, version)] if name else self.table.all()
         return {
             "model_stats": [
-                self.stats.get(s.name, ModelStats()).to_triton(s.name, s.version) for s in statuses
+                self.stats.get(s.key, ModelStats()).to_triton(s.name, s.version) for s in statuses
             ]
         }
 
@@ -296,6 +337,14 @@ class _NamedLocks:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def is_custom(settings: ModelSettings) -> bool:
+    """The model's runtime is not one of inferpool's own (a user's class)."""
+    try:
+        return runtime_name_for(settings) not in RUNTIMES
+    except InferpoolError:
+        return False
 
 
 def check_deadline(deadline: float | None) -> None:

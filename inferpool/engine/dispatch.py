@@ -1,10 +1,11 @@
 """Dispatch: which worker runs a request, and the way there and back.
 
-``Dispatcher`` owns the routes (per model: its index in the workers and its READY
-replicas), picks the least-loaded replica (ties go round-robin, so an idle pool still
-spreads its work), answers ``Overloaded`` when every replica's queue is full, puts the
-request in the worker's ring (or its control channel when bigger than a slot) and
-registers it in the worker's in-flight map, and cancels it when its caller goes away.
+``Dispatcher`` owns the routes (per model version, under its ``ModelKey``: its index in
+the workers and its READY replicas), picks the least-loaded replica (ties go round-robin,
+so an idle pool still spreads its work), answers ``Overloaded`` when every replica's
+queue is full, puts the request in the worker's ring (or its control channel when bigger
+than a slot) and registers it in the worker's in-flight map, and cancels it when its
+caller goes away.
 
 While the workers holding a model's replicas are replaced, its requests wait (bounded
 by ``REPLICA_WAIT`` and their deadline) for a replica to come back, then fail with
@@ -25,8 +26,15 @@ from collections.abc import Callable
 from inferpool.engine.handles import WorkerHandle
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.messages import Op, Reply
-from inferpool.engine.states import ModelState, ModelTable
-from inferpool.errors import BadRequest, InferpoolError, NotReady, Overloaded, WorkerLost
+from inferpool.engine.states import (
+    ModelKey,
+    ModelState,
+    ModelTable,
+    describe_key,
+    model_key,
+    model_label,
+)
+from inferpool.errors import BadRequest, NotReady, Overloaded, WorkerLost
 from inferpool.settings import ModelSettings
 
 # A model whose every replica is being replaced stays READY this long, its requests
@@ -35,10 +43,13 @@ REPLICA_WAIT = 10.0
 
 
 class Route:
-    """Where one model's requests go: its index in the workers and its READY replicas."""
+    """Where one model version's requests go: its index in the workers and its READY
+    replicas."""
 
     def __init__(self, settings: ModelSettings, index: int, default_timeout: float) -> None:
         self.settings = settings
+        self.key = model_key(settings.name, settings.version)
+        self.label = model_label(self.key)
         self.index = index
         self.ready: list[WorkerHandle] = []
         self.slots: set[int] = set()  # the worker slots meant to hold a replica
@@ -52,6 +63,10 @@ class Route:
     @property
     def name(self) -> str:
         return self.settings.name
+
+    def describe(self) -> str:
+        """``model 'name'`` (and its version, if it has one), for messages."""
+        return describe_key(self.key)
 
     def replica_back(self) -> None:
         """A replica is ready again, or never will be: wake the waiting requests."""
@@ -71,7 +86,7 @@ class Dispatcher:
         self.max_queue = max_queue  # requests per worker
         self.worker_count = workers
         self.stopping = stopping
-        self.routes: dict[str, Route] = {}
+        self.routes: dict[ModelKey, Route] = {}
         self._by_index: dict[int, Route] = {}
         self._ids = itertools.count(1)
 
@@ -82,8 +97,8 @@ class Dispatcher:
 
     def publish(self, route: Route) -> Route | None:
         """``route`` serves its model from now on; the route it replaces, if any."""
-        old = self.routes.get(route.name)
-        self.routes[route.name] = route
+        old = self.routes.get(route.key)
+        self.routes[route.key] = route
         self._by_index[route.index] = route
         if old is not None:
             self._by_index.pop(old.index, None)
@@ -92,14 +107,14 @@ class Dispatcher:
 
     def drop(self, route: Route) -> None:
         """The model is unloaded or quarantined: no request goes to ``route`` any more."""
-        if self.routes.get(route.name) is route:
-            del self.routes[route.name]
+        if self.routes.get(route.key) is route:
+            del self.routes[route.key]
         self._by_index.pop(route.index, None)
         route.replica_back()
 
     def current(self, route: Route) -> bool:
         """Whether ``route`` still serves its model."""
-        return self.routes.get(route.name) is route
+        return self.routes.get(route.key) is route
 
     def replica_ready(self, route: Route, worker: WorkerHandle) -> bool:
         """A replacement worker holds ``route``'s model again; False if that is moot now."""
@@ -111,8 +126,8 @@ class Dispatcher:
 
     def worker_lost(self, worker: WorkerHandle) -> None:
         """``worker`` is gone: its replicas take no more requests."""
-        for name in worker.models:
-            route = self.routes.get(name)
+        for key in worker.models:
+            route = self.routes.get(key)
             if route is None or worker not in route.ready:
                 continue
             route.ready.remove(worker)
@@ -120,11 +135,11 @@ class Dispatcher:
                 # It stays READY a moment: its requests wait for the replacement's replica.
                 route.empty_since = time.monotonic()
 
-    def waited_too_long(self, now: float) -> list[str]:
-        """Models without a replica for longer than ``REPLICA_WAIT``."""
+    def waited_too_long(self, now: float) -> list[ModelKey]:
+        """Model versions without a replica for longer than ``REPLICA_WAIT``."""
         return [
-            name
-            for name, route in self.routes.items()
+            key
+            for key, route in self.routes.items()
             if route.empty_since is not None and now - route.empty_since > REPLICA_WAIT
         ]
 
@@ -148,17 +163,17 @@ class Dispatcher:
         return worker
 
     async def infer(
-        self, name: str, kind: int, body: bytes, json_length: int | None, deadline: float | None
+        self, key: ModelKey, kind: int, body: bytes, json_length: int | None, deadline: float | None
     ) -> Reply:
-        route = self.routes.get(name)
+        route = self.routes.get(key)
         if route is None:
-            raise NotReady(f"model '{name}' has no ready replica")
+            raise NotReady(f"{describe_key(key)} has no ready replica")
         if not route.ready:
-            route = await self._wait_for_replica(name, route, deadline)
+            route = await self._wait_for_replica(key, route, deadline)
         worker = self.pick(route)
         if worker is None:
             raise Overloaded(
-                f"model '{name}' is overloaded: every replica's queue is full "
+                f"{route.describe()} is overloaded: every replica's queue is full "
                 f"({self.max_queue} requests per worker); retry later"
             )
         request_id = next(self._ids)
@@ -193,12 +208,12 @@ class Dispatcher:
                     worker.post_control(messages.Cancel(request_id=request_id))
             raise
 
-    async def _wait_for_replica(self, name: str, route: Route, deadline: float | None) -> Route:
+    async def _wait_for_replica(self, key: ModelKey, route: Route, deadline: float | None) -> Route:
         """Wait (bounded) while the workers holding the model's replicas are replaced."""
         if self.stopping():
-            raise NotReady(f"model '{name}' has no ready replica: the server is shutting down")
+            raise NotReady(f"{route.describe()} has no ready replica: the server is shutting down")
         if route.waiting >= self.max_queue * self.worker_count:
-            raise Overloaded(f"model '{name}' is overloaded: its workers are restarting")
+            raise Overloaded(f"{route.describe()} is overloaded: its workers are restarting")
         if route.back is None:
             route.back = asyncio.Event()
         wait = REPLICA_WAIT if deadline is None else min(REPLICA_WAIT, deadline - time.monotonic())
@@ -209,13 +224,10 @@ class Dispatcher:
             pass
         finally:
             route.waiting -= 1
-        current = self.routes.get(name)
+        current = self.routes.get(key)
         if current is not None and current.ready:
             return current
-        try:
-            status = self.table.find(name)
-        except InferpoolError:
-            status = None
+        status = self.table.get(key)
         if status is not None and status.state is not ModelState.READY:
             raise NotReady(status.describe())  # e.g. quarantined meanwhile
-        raise NotReady(f"model '{name}' has no ready replica: its workers are restarting")
+        raise NotReady(f"{route.describe()} has no ready replica: its workers are restarting")

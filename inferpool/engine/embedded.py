@@ -103,16 +103,18 @@ class Engine:
 
     # -- the model repository ---------------------------------------------------------------
     async def load(self, name: str) -> None:
-        """(Re)load a model from the repository; the reason raises if it fails (a model
-        that was serving keeps serving then)."""
+        """(Re)load every version of a model the repository holds; the reason raises if
+        one fails (a version that was serving keeps serving then)."""
         await self._client().load_model(name)
 
     async def unload(self, name: str) -> None:
-        """Unload a model (in any state); ``ModelNotFound`` for a name not listed."""
+        """Unload every version of a model (in any state); ``ModelNotFound`` for a name
+        not listed."""
         await self._client().unload_model(name)
 
     def models(self) -> list[dict[str, Any]]:
-        """Every model listed: name, state, reason (and version), as the repository index."""
+        """Every model version listed: name, state, reason (and version), as the
+        repository index."""
         return [s.index_entry() for s in self.client.table.all()] if self.client else []
 
     # -- synchronous use: the engine runs on its own loop in a background thread ------------

@@ -23,6 +23,7 @@ from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.channel import Channel, Outgoing, socket_pair
 from inferpool.engine.ipc.messages import Op, Reply, ReplyHeader
 from inferpool.engine.ipc.ring import Ring, create_ring_fd
+from inferpool.engine.states import ModelKey
 from inferpool.errors import WorkerLost
 from inferpool.protocol.limits import DecodeLimits
 
@@ -137,7 +138,7 @@ class WorkerHandle:
         self.inflight: dict[int, asyncio.Future[Reply]] = {}
         self.loads: dict[int, asyncio.Future[messages.Loaded]] = {}
         self.outbox: collections.deque[Outgoing] = collections.deque()
-        self.models: dict[str, tuple[int, int]] = {}  # name → (model index, bytes)
+        self.models: dict[ModelKey, tuple[int, int]] = {}  # version → (model index, bytes)
         self.template: TemplateProcess | None = None  # the template that forked it
         self.dispatch = messages.Dispatch(
             {

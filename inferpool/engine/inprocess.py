@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferpool.engine.client import EngineClient
 from inferpool.engine.ipc.messages import Reply, RequestHeader
+from inferpool.engine.states import ModelKey, describe_key, model_key
 from inferpool.errors import InferpoolError, from_status
 from inferpool.protocol.types import InferenceRequest, InferenceResponse
 from inferpool.settings import ModelSettings, ServerSettings
@@ -30,7 +31,7 @@ class InProcessClient(EngineClient):
 
     def __init__(self, settings: ServerSettings) -> None:
         super().__init__(settings)
-        self.models: dict[str, LoadedModel] = {}
+        self.models: dict[ModelKey, LoadedModel] = {}  # per version
 
     async def _load(self, settings: ModelSettings) -> dict[str, Any]:
         from inferpool.engine.worker.model import failure_reason
@@ -40,17 +41,18 @@ class InProcessClient(EngineClient):
             model = await asyncio.to_thread(_load_one_at_a_time, settings)
         except Exception as exc:
             raise InferpoolError(failure_reason(exc)) from None
-        self.models[settings.name] = model
+        key = model_key(settings.name, settings.version)
+        self.models[key] = model
         predictor = model.runtime.predictor()
         if predictor:
-            logger.info("model '%s': predicted by %s", settings.name, predictor)
+            logger.info("%s: predicted by %s", describe_key(key), predictor)
         return model.metadata
 
-    async def _unload(self, name: str) -> None:
-        self.models.pop(name, None)
+    async def _unload(self, key: ModelKey) -> None:
+        self.models.pop(key, None)
 
     async def _infer(
-        self, name: str, kind: int, body: bytes, json_length: int | None, deadline: float | None
+        self, key: ModelKey, kind: int, body: bytes, json_length: int | None, deadline: float | None
     ) -> Reply:
         from inferpool.engine.worker.path import Job, run_group
 
@@ -58,7 +60,7 @@ class InProcessClient(EngineClient):
         deadline_ns = 0 if deadline is None else int(deadline * 1e9)
         now = time.monotonic_ns()
         header = RequestHeader(0, 0, kind, json_length, deadline_ns, now, len(body))
-        return run_group(self.models[name], [Job(header, body)])[0]
+        return run_group(self.models[key], [Job(header, body)])[0]
 
     async def infer_request(
         self, name: str, version: str | None, request: InferenceRequest
@@ -70,17 +72,20 @@ class InProcessClient(EngineClient):
         """
         from inferpool.engine.worker.inference import infer
 
-        self.table.ready_model(name, version)
+        key = self.table.ready_model(name, version).key
         started = time.perf_counter_ns()
         try:
-            response = infer(self.models[name], request)
+            response = infer(self.models[key], request)
         except Exception as exc:
-            self._record(name, False, started, None)
+            self._record(key, False, started, None)
             if isinstance(exc, InferpoolError):
                 raise
             reply = Reply.from_error(exc, name)
             raise from_status(reply.status, reply.body.decode()) from exc
-        self._record(name, True, started, None)
+        # One execution of the request's rows: as many as each output has.
+        outputs = response.outputs
+        rows = outputs[0].shape[0] if outputs and outputs[0].shape else 1
+        self._record(key, True, started, None, rows, rows)
         return response
 
 

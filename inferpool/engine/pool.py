@@ -14,7 +14,6 @@ replica is being replaced stays READY for ``REPLICA_WAIT``, then turns LOADING).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from typing import Any
@@ -24,9 +23,8 @@ from inferpool.engine.dispatch import Dispatcher, Route
 from inferpool.engine.handles import WorkerHandle
 from inferpool.engine.ipc.messages import Reply
 from inferpool.engine.placement import Placement, set_state
-from inferpool.engine.states import ModelState
+from inferpool.engine.states import ModelKey, ModelState, model_key, model_label
 from inferpool.engine.supervisor import Supervisor
-from inferpool.errors import InferpoolError
 from inferpool.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -49,7 +47,7 @@ class PoolClient(EngineClient):
         return self.supervisor.workers
 
     @property
-    def routes(self) -> dict[str, Route]:
+    def routes(self) -> dict[ModelKey, Route]:
         return self.dispatcher.routes
 
     @property
@@ -89,19 +87,20 @@ class PoolClient(EngineClient):
     # -- models and requests ---------------------------------------------------------------
     async def _load(self, settings: ModelSettings) -> dict[str, Any]:
         metadata = await self.placement.load(settings)
-        self.supervisor.crashes.forget(settings.name)  # loaded again: a quarantine is lifted
+        # Loaded again: a quarantine is lifted.
+        self.supervisor.crashes.forget(model_label(model_key(settings.name, settings.version)))
         return metadata
 
-    async def _unload(self, name: str) -> None:
-        route = self.dispatcher.routes.get(name)
+    async def _unload(self, key: ModelKey) -> None:
+        route = self.dispatcher.routes.get(key)
         if route is not None:
             self.placement.remove(route)
-        self.supervisor.crashes.forget(name)
+        self.supervisor.crashes.forget(model_label(key))
 
     async def _infer(
-        self, name: str, kind: int, body: bytes, json_length: int | None, deadline: float | None
+        self, key: ModelKey, kind: int, body: bytes, json_length: int | None, deadline: float | None
     ) -> Reply:
-        return await self.dispatcher.infer(name, kind, body, json_length, deadline)
+        return await self.dispatcher.infer(key, kind, body, json_length, deadline)
 
     # -- what the supervisor reports (PoolEvents) --------------------------------------------
     def timeout_of(self, model_index: int) -> float:
@@ -112,7 +111,7 @@ class PoolClient(EngineClient):
 
     def model_name(self, model_index: int) -> str | None:
         route = self.dispatcher.route_of(model_index)
-        return route.name if route is not None else None
+        return route.label if route is not None else None
 
     def worker_lost(self, worker: WorkerHandle) -> None:
         self.dispatcher.worker_lost(worker)
@@ -124,10 +123,10 @@ class PoolClient(EngineClient):
         route = self.dispatcher.route_of(model_index)
         if route is None:
             return
-        logger.error("model '%s' is %s", route.name, reason)
+        logger.error("%s is %s", route.describe(), reason)
         self.placement.remove(route)
-        with contextlib.suppress(InferpoolError):
-            status = self.table.find(route.name)
+        status = self.table.get(route.key)
+        if status is not None:
             status.state, status.reason = ModelState.FAILED, reason
             # One client's poisonous input must not take the whole server out of its
             # Service: the other models keep the server ready. Loading the model again
@@ -135,5 +134,5 @@ class PoolClient(EngineClient):
             status.required = False
 
     def tick(self, now: float) -> None:
-        for name in self.dispatcher.waited_too_long(now):
-            set_state(self.table, name, ModelState.LOADING, "reloading: its workers restarted")
+        for key in self.dispatcher.waited_too_long(now):
+            set_state(self.table, key, ModelState.LOADING, "reloading: its workers restarted")

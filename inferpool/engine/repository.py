@@ -1,9 +1,26 @@
-"""Model repository discovery: each folder is a model, named after the folder.
+"""Model repository discovery: which folders are models, and which versions each holds.
+
+The layouts MLServer and Triton users bring, all at once:
+
+- every folder holding a ``model-settings.json``, at any depth (MLServer's recursive
+  glob), is a model; its name defaults to the folder's name;
+- a direct subfolder without one is a model too, named after it (its artefact chooses
+  the runtime), unless it only groups model folders below it;
+- a model folder whose subfolders are numbered (``iris/1``, ``iris/2``; Triton's rule:
+  digits, not starting with 0) holds one version per such folder: the model folder's
+  settings with the version named after the number and its files in the version folder;
+- several folders may name one model with different ``parameters.version`` (MLServer's
+  versions side by side); a second folder with the same name and version fails, naming
+  the first.
+
+A folder that cannot be read never hides the others: it is listed failed with its reason,
+under its folder's path in the repository (its settings' name is unknown or taken).
+Hidden folders and folders starting with ``_`` are never models.
 
 A model's name is one path segment that stays inside the repository: no ``/``, ``\\``,
 ``..`` or control characters. The repository API finds a model by name with
-``find_model``, which refuses any other name before it touches the filesystem, and never
-reads a folder that resolves (through a symlink) outside the repository's root.
+``find_models``, which refuses any other name before it touches the filesystem, and never
+returns a folder that resolves (through a symlink) outside the repository's root.
 """
 
 from __future__ import annotations
@@ -11,7 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from inferpool.engine.states import ModelKey, model_key
 from inferpool.errors import BadRequest
+from inferpool.mlserver_models import single_model
 from inferpool.settings import MODEL_SETTINGS_FILE, ModelSettings, read_model_settings
 
 MAX_NAME_BYTES = 255  # a folder name's limit on common file systems
@@ -19,11 +38,21 @@ MAX_NAME_BYTES = 255  # a folder name's limit on common file systems
 
 @dataclass(slots=True)
 class Discovered:
-    """A model found in the repository: its settings, or why they could not be read."""
+    """A model (one version of it) found in the repository: its settings, or why they
+    could not be read. ``folder`` is where it was read from."""
 
     name: str
     settings: ModelSettings | None
     error: str = ""
+    folder: Path | None = None
+
+    @property
+    def version(self) -> str | None:
+        return self.settings.version if self.settings is not None else None
+
+    @property
+    def key(self) -> ModelKey:
+        return model_key(self.name, self.version)
 
 
 def name_problem(name: str) -> str | None:
@@ -47,63 +76,151 @@ def check_name(name: str) -> None:
 
 
 def discover(repository: Path) -> list[Discovered]:
-    """Every model under ``repository``; a settings file at its root makes it one model."""
+    """Every model version under ``repository``, each model folder's in path order."""
+    if (single := single_model(repository)) is not None:  # MLSERVER_MODEL_*: one model
+        return [Discovered(*single)]
     if not repository.is_dir():
         raise FileNotFoundError(f"model repository {repository} is not a folder")
-    folders = []
-    if (repository / MODEL_SETTINGS_FILE).is_file():
-        folders.append(repository)
-    folders.extend(_model_folders(repository))
-    return [_read(folder) for folder in folders]
+    found: list[Discovered] = []
+    taken: set[Path] = set()  # version folders of the root's model: not models themselves
+    for folder in _model_folders(repository):
+        if folder in taken:
+            continue
+        versions = _version_folders(folder)
+        if folder == repository:
+            taken.update(versions)
+        found.extend(_read(folder, repository, versions))
+    return _first_of_each(found, repository)
 
 
-def find_model(repository: Path, name: str) -> Discovered | None:
-    """The model called ``name`` in the repository (by folder name or settings name).
+def find_models(repository: Path, name: str) -> list[Discovered]:
+    """Every version the repository holds of the model called ``name`` (by folder name
+    or settings name; a failed folder by the name it is listed under).
 
     400 for a name that is not a single path segment or whose folder resolves outside
-    the repository; None when no model has that name. Folders that resolve outside the
-    repository are not read.
+    the repository; an empty list when no model has that name. Models read from folders
+    that resolve outside the repository are left out.
     """
     check_name(name)
     if not repository.is_dir():
-        return None
+        return []
     root = repository.resolve()
     folder = repository / name
-    if folder.is_dir() or folder.is_symlink():
-        if not folder.resolve().is_relative_to(root):
-            raise BadRequest(f"model '{name}' resolves outside the model repository")
-        found = _read(folder)
-        if found.name == name:
-            return found
-    candidates = [repository] if (repository / MODEL_SETTINGS_FILE).is_file() else []
-    candidates += [f for f in _model_folders(repository) if f.resolve().is_relative_to(root)]
-    for candidate in candidates:
-        if candidate.name == name and candidate != repository:
-            continue  # read above: its settings name another model
-        found = _read(candidate)
-        if found.name == name:
-            return found
-    return None
+    if (folder.is_dir() or folder.is_symlink()) and not folder.resolve().is_relative_to(root):
+        raise BadRequest(f"model '{name}' resolves outside the model repository")
+    return [
+        found
+        for found in discover(repository)
+        if found.name == name
+        and (found.folder is None or found.folder.resolve().is_relative_to(root))
+    ]
 
 
 def _model_folders(repository: Path) -> list[Path]:
-    return sorted(
+    """The folders that are models, in path order (see the module's docstring)."""
+    root = repository.resolve()
+    folders = [repository] if _has_settings(repository) else []
+    seen = {root}
+    for child in _subfolders(repository):
+        below: list[Path] = []
+        real = child.resolve()
+        if real.is_relative_to(root) and real not in seen:
+            seen.add(real)
+            below = _settings_below(child, root, seen)
+        if _has_settings(child) or not below:
+            folders.append(child)
+        folders.extend(below)
+    return folders
+
+
+def _settings_below(folder: Path, root: Path, seen: set[Path]) -> list[Path]:
+    """Folders below ``folder`` holding a settings file (never outside the root, each
+    real folder once: a symlink loop ends)."""
+    found = []
+    for child in _subfolders(folder):
+        real = child.resolve()
+        if not real.is_relative_to(root) or real in seen:
+            continue
+        seen.add(real)
+        if _has_settings(child):
+            found.append(child)
+        found.extend(_settings_below(child, root, seen))
+    return found
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    try:
+        children = sorted(folder.iterdir())
+    except OSError:
+        return []
+    return [path for path in children if not path.name.startswith((".", "_")) and path.is_dir()]
+
+
+def _has_settings(folder: Path) -> bool:
+    return (folder / MODEL_SETTINGS_FILE).is_file()
+
+
+def _version_folders(folder: Path) -> list[Path]:
+    """Triton's numbered version folders of a model folder (without settings of their
+    own: those are models of their own), lowest number first."""
+    numbered = [
         path
-        for path in repository.iterdir()
-        if path.is_dir() and not path.name.startswith((".", "_"))
-    )
+        for path in _subfolders(folder)
+        if path.name.isascii() and path.name.isdigit() and not path.name.startswith("0")
+    ]
+    return sorted((p for p in numbered if not _has_settings(p)), key=lambda p: int(p.name))
 
 
-def _read(folder: Path) -> Discovered:
+def _read(folder: Path, repository: Path, versions: list[Path]) -> list[Discovered]:
+    """The model in ``folder``: one entry, or one per numbered version folder."""
+    listed = _listed_name(folder, repository)
     try:
         settings = read_model_settings(folder, default_name=folder.name)
     except ValueError as exc:
-        return Discovered(folder.name, None, str(exc))
+        return [Discovered(listed, None, str(exc), folder)]
     problem = name_problem(settings.name)
     if problem is not None:
-        # Listed under its folder's name, so it can still be seen and unloaded.
-        return Discovered(folder.name, None, f"{folder / MODEL_SETTINGS_FILE}: name: {problem}")
-    return Discovered(settings.name, settings)
+        # Listed under its folder, so it can still be seen and unloaded.
+        error = f"{folder / MODEL_SETTINGS_FILE}: name: {problem}"
+        return [Discovered(listed, None, error, folder)]
+    if not versions:
+        return [Discovered(settings.name, settings, "", folder)]
+    return [
+        Discovered(settings.name, _as_version(settings, version), "", version)
+        for version in versions
+    ]
+
+
+def _as_version(settings: ModelSettings, folder: Path) -> ModelSettings:
+    """The model folder's settings for one numbered version: its number, its files."""
+    parameters = settings.parameters.model_copy(update={"version": folder.name})
+    return settings.model_copy(update={"folder": folder, "parameters": parameters})
+
+
+def _first_of_each(found: list[Discovered], repository: Path) -> list[Discovered]:
+    """A second folder naming a model and version already found fails, naming the first."""
+    first: dict[ModelKey, Discovered] = {}
+    result = []
+    for entry in found:
+        if entry.settings is not None:
+            earlier = first.setdefault(entry.key, entry)
+            if earlier is not entry:
+                version = f" version '{entry.version}'" if entry.version else ""
+                entry = Discovered(
+                    _listed_name(entry.folder or repository, repository),
+                    None,
+                    f"{entry.folder}: model '{entry.name}'{version} is already served "
+                    f"from {earlier.folder}",
+                    entry.folder,
+                )
+        result.append(entry)
+    return result
+
+
+def _listed_name(folder: Path, repository: Path) -> str:
+    """The name a failed folder is listed under: its path in the repository."""
+    relative = folder.relative_to(repository).as_posix()
+    return folder.name if relative == "." else relative
 
 
 def _shown(name: str) -> str:

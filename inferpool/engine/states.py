@@ -3,6 +3,10 @@
 The table lives in the frontend process; whoever loads models (in-process or a worker
 pool) updates it. Health and metadata endpoints read it without touching a worker.
 
+A model may be served in several versions side by side; each (name, version) is one
+entry, under its ``ModelKey``. A request naming no version goes to the model's default:
+its latest READY version (``latest``: MLServer's and Triton's rule).
+
 Readiness is strict (as Triton's) for the models that count: those the repository asked
 for at start-up, and any model once it has served. A model that never served and failed
 when the repository API asked for it is listed FAILED with its reason, but does not turn
@@ -12,10 +16,37 @@ the whole server not ready: the caller of the API got the error.
 from __future__ import annotations
 
 import enum
+import functools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferpool.errors import ModelNotFound, NotReady
+
+if TYPE_CHECKING:
+    from inferpool.settings import ModelSettings
+
+# The engine's key of one version of a model: the bare name when it has no version (the
+# common case reads naturally in routes and logs), else name, NUL, version. No model name
+# holds a NUL (``repository.name_problem`` refuses control characters), so a key names
+# exactly one (name, version) pair; a string keeps the hot path's lookups cheap.
+ModelKey = str
+
+
+def model_key(name: str, version: str | None) -> ModelKey:
+    return name if version is None else f"{name}\x00{version}"
+
+
+def model_label(key: ModelKey) -> str:
+    """The model's name, with its version if it has one: what logs and crash records say."""
+    name, versioned, version = key.partition("\x00")
+    return f"{name} (version {version})" if versioned else name
+
+
+def describe_key(key: ModelKey) -> str:
+    """``model 'name'`` or ``model 'name' version 'v'``, for messages."""
+    name, versioned, version = key.partition("\x00")
+    return f"model '{name}'" + (f" version '{version}'" if versioned else "")
 
 
 class ModelState(enum.StrEnum):
@@ -35,14 +66,22 @@ class ModelStatus:
     metadata: dict[str, Any] = field(default_factory=dict)
     # Counts for the server's readiness: asked for at start-up, or has served once.
     required: bool = False
+    # Its runtime is not a built-in one (a user's class): computed once at load.
+    custom: bool = False
+    # What it was loaded with (None: its settings could not be read); the model
+    # configuration extension reads its batching here.
+    settings: ModelSettings | None = None
+    key: ModelKey = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.key = model_key(self.name, self.version)
 
     def describe(self) -> str:
         """One line saying why the model is not ready."""
+        model = describe_key(self.key)
         if self.state is ModelState.FAILED:
-            return f"model '{self.name}' failed to load: {self.reason}"
-        return f"model '{self.name}' is {self.state.value}" + (
-            f": {self.reason}" if self.reason else ""
-        )
+            return f"{model} failed to load: {self.reason}"
+        return f"{model} is {self.state.value}" + (f": {self.reason}" if self.reason else "")
 
     def index_entry(self) -> dict[str, Any]:
         entry = {"name": self.name, "state": self.state.value, "reason": self.reason}
@@ -51,32 +90,82 @@ class ModelStatus:
         return entry
 
 
+def _newer(a: ModelStatus, b: ModelStatus) -> int:
+    """MLServer's order of versions (``mlserver/registry.py``): a model without a version
+    comes first, two numbers compare as numbers (Triton's rule), other versions as
+    strings. Positive when ``a`` is the one to serve."""
+    if a.version is None or b.version is None:
+        return (a.version is None) - (b.version is None)
+    try:
+        return int(a.version) - int(b.version)
+    except ValueError:
+        return (a.version > b.version) - (a.version < b.version)
+
+
+def latest(statuses: Iterable[ModelStatus]) -> ModelStatus:
+    """The version that answers requests naming none (``statuses`` is not empty)."""
+    return max(statuses, key=functools.cmp_to_key(_newer))
+
+
 class ModelTable:
-    """Every model the repository or the API asked for, by name."""
+    """Every model the repository or the API asked for, one entry per version."""
 
     def __init__(self) -> None:
-        self._models: dict[str, ModelStatus] = {}
+        self._models: dict[ModelKey, ModelStatus] = {}
+        self._versions: dict[str, dict[str | None, ModelStatus]] = {}
+        # Models with one version (the common case): a request naming none finds it in
+        # one lookup.
+        self._only: dict[str, ModelStatus] = {}
 
     def set(self, status: ModelStatus) -> None:
-        self._models[status.name] = status
+        self._models[status.key] = status
+        versions = self._versions.setdefault(status.name, {})
+        versions[status.version] = status
+        self._index(status.name, versions)
 
-    def remove(self, name: str) -> None:
-        self._models.pop(name, None)
+    def remove(self, key: ModelKey) -> None:
+        status = self._models.pop(key, None)
+        if status is None:
+            return
+        versions = self._versions[status.name]
+        del versions[status.version]
+        if not versions:
+            del self._versions[status.name]
+        self._index(status.name, versions)
 
-    def get(self, name: str) -> ModelStatus | None:
-        return self._models.get(name)
+    def _index(self, name: str, versions: dict[str | None, ModelStatus]) -> None:
+        if len(versions) == 1:
+            self._only[name] = next(iter(versions.values()))
+        else:
+            self._only.pop(name, None)
+
+    def get(self, key: ModelKey) -> ModelStatus | None:
+        return self._models.get(key)
 
     def all(self) -> list[ModelStatus]:
         return list(self._models.values())
 
+    def versions(self, name: str) -> list[ModelStatus]:
+        """Every listed version of the model ``name`` (none: not listed)."""
+        return list(self._versions.get(name, {}).values())
+
     def find(self, name: str, version: str | None = None) -> ModelStatus:
-        """The model's status; 404 for an unknown name or a version it does not have."""
-        status = self._models.get(name)
-        if status is None:
+        """The version's status (the latest READY one, else the latest, when ``version``
+        is None); 404 for an unknown name or a version it does not have."""
+        if version is None:
+            status = self._only.get(name)
+            if status is not None:
+                return status
+        versions = self._versions.get(name)
+        if versions is None:
             raise ModelNotFound(f"model '{name}' not found")
-        if version is not None and version != status.version:
+        if version is None:
+            ready = [s for s in versions.values() if s.state is ModelState.READY]
+            return latest(ready or versions.values())
+        found = versions.get(version)
+        if found is None:
             raise ModelNotFound(f"model '{name}' has no version '{version}'")
-        return status
+        return found
 
     def ready_model(self, name: str, version: str | None = None) -> ModelStatus:
         """The model if it is READY; 404 if unknown, 503 with the reason otherwise."""

@@ -2,11 +2,13 @@
 
 As in Triton's poll mode, a model folder that appears is loaded, one that changes is
 reloaded (a reload that fails leaves the previous version serving) and one that is
-removed is unloaded (requests already queued are answered). A folder is acted on once
-nothing in it has changed for ``repository_debounce`` seconds, so a copy written file by
-file loads once it is complete. Folders are read as at start-up (``discover``: settings
-files, settings names); a folder whose name cannot name a model is ignored (logged
-once), as are hidden files and folders, ``__pycache__`` and editor temporary files.
+removed is unloaded (requests already queued are answered). The unit is a top-level
+folder of the repository and every model version ``discover`` finds in it (nested model
+folders, numbered versions): when it changes, each is (re)loaded and those no longer found
+are unloaded. A folder is acted on once nothing in it has changed for
+``repository_debounce`` seconds, so a copy written file by file loads once it is
+complete. A top-level folder whose name cannot name a model is ignored (logged once), as
+are hidden files and folders, ``__pycache__`` and editor temporary files.
 
 ``RepositoryWatcher`` runs two tasks: one takes ``watchfiles`` batches and notes which
 top-level folders were touched, the other acts on each folder once it is quiet. Errors
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inferpool.engine.repository import Discovered, discover, name_problem
+from inferpool.engine.states import ModelKey, ModelState
 from inferpool.errors import ModelNotFound
 
 if TYPE_CHECKING:
@@ -87,7 +90,8 @@ class RepositoryWatcher:
         self.repository = repository
         self.root = repository.absolute()
         self.debounce = max(0.0, debounce)
-        self.models: dict[str, str] = {}  # folder name -> the model it was loaded as
+        # top-level folder -> the model versions loaded from it (key -> model name)
+        self.models: dict[str, dict[ModelKey, str]] = {}
         self._pending: dict[str, float] = {}  # folder -> when it is acted on (monotonic)
         self._busy: set[str] = set()  # folders being acted on
         self._warned: set[str] = set()  # invalid folder names already logged
@@ -104,7 +108,7 @@ class RepositoryWatcher:
         for discovered in found:
             folder = self._folder_of(discovered)
             if folder is not None:
-                self.models[folder] = discovered.name
+                self.models.setdefault(folder, {})[discovered.key] = discovered.name
         for coroutine in (self._watch(), self._act()):
             task = asyncio.get_running_loop().create_task(coroutine)
             self._tasks.add(task)
@@ -213,51 +217,60 @@ class RepositoryWatcher:
             self._wake.set()  # it may have changed again meanwhile
 
     async def _sync_folder(self, folder: str) -> None:
-        previous = self.models.get(folder)
+        previous = self.models.get(folder, {})
         exists = (self.repository / folder).is_dir()
-        if exists and previous is None:
+        if exists and not previous:
             problem = name_problem(folder)
             if problem is not None:
                 if folder not in self._warned:
                     self._warned.add(folder)
                     logger.warning("ignoring the folder %r of the repository: %s", folder, problem)
                 return
-        found = self._read(folder) if exists else None
-        todo = action(found is not None, previous)
+        found = self._read(folder) if exists else []
+        todo = action(bool(found), next(iter(previous.values()), None))
         if todo is None:
             return
+        current = {discovered.key: discovered.name for discovered in found}
         if todo == "unload":
-            assert previous is not None
-            logger.info("model folder '%s' was removed: unloading '%s'", folder, previous)
+            logger.info("model folder '%s' was removed: unloading %s", folder, _names(previous))
             del self.models[folder]
-            await self._unload(previous)
-            return
-        assert found is not None
-        logger.info("model folder '%s' %s: loading '%s'", folder,
-                    "changed" if todo == "reload" else "appeared", found.name)  # fmt: skip
-        self.models[folder] = found.name
-        await self.client._load_discovered(found)
-        if previous is not None and previous != found.name:
-            await self._unload(previous)  # its settings now name another model
+        else:
+            how = "changed" if todo == "reload" else "appeared"
+            logger.info("model folder '%s' %s: loading %s", folder, how, _names(current))
+            self.models[folder] = current
+        statuses = [await self.client._load_discovered(discovered) for discovered in found]
+        failed = [status.reason for status in statuses if status.state is not ModelState.READY]
+        for key, name in previous.items():
+            if key in current:
+                continue
+            # Gone, or its settings now name another model or version: unloaded, unless
+            # what replaces it failed; then it keeps serving until the folder changes again.
+            kept = self.client.table.get(key)
+            if failed and kept is not None and kept.state is ModelState.READY:
+                kept.reason = "reload failed: " + "; ".join(failed)
+                current[key] = name
+            else:
+                await self._unload(name, key)
 
-    async def _unload(self, name: str) -> None:
-        if name in self.models.values():
-            return  # another folder holds a model of that name now
+    async def _unload(self, name: str, key: ModelKey) -> None:
+        if any(key in keys for keys in self.models.values()):
+            return  # another folder holds that model version now
         with contextlib.suppress(ModelNotFound):
-            await self.client._unload_named(name)
+            await self.client._unload_named(name, key)
 
-    def _read(self, folder: str) -> Discovered | None:
-        for discovered in discover(self.repository):
-            if self._folder_of(discovered) == folder:
-                return discovered
-        return None
+    def _read(self, folder: str) -> list[Discovered]:
+        return [d for d in discover(self.repository) if self._folder_of(d) == folder]
 
     def _folder_of(self, discovered: Discovered) -> str | None:
         """The top-level folder a discovered model was read from (None: the root)."""
-        settings = discovered.settings
-        if settings is None:  # unreadable settings: listed under its folder's name
-            folder = self.repository / discovered.name
-            return discovered.name if folder != self.repository and folder.is_dir() else None
-        if settings.folder is None or settings.folder == self.repository:
+        folder = discovered.folder
+        if folder is None or folder == self.repository:
             return None
-        return settings.folder.name
+        try:
+            return folder.relative_to(self.repository).parts[0]
+        except ValueError:
+            return None
+
+
+def _names(models: dict[ModelKey, str]) -> str:
+    return ", ".join(f"'{name}'" for name in sorted(set(models.values())))

@@ -62,14 +62,18 @@ class DataPlane:
         """The model's V2 metadata (name, versions, platform, inputs, outputs, and
         parameters when it has some) plus its ``state`` and, if any, ``reason``.
 
-        A model that never loaded has no metadata of its own: it is described by name
-        and version only, so the reason it failed can be read here too.
+        ``versions`` lists every version of the model listed, whichever one answers (the
+        one named, else the latest READY). A model that never loaded has no metadata of
+        its own: it is described by name and version only, so the reason it failed can be
+        read here too.
         """
-        status = self.client.table.find(name, version)
+        table = self.client.table
+        status = table.find(name, version)
         document = dict(status.metadata)
         document.setdefault("name", status.name)
-        if not document.get("versions"):
-            document["versions"] = [status.version] if status.version else []
+        versions = sorted(s.version for s in table.versions(status.name) if s.version)
+        if versions or not document.get("versions"):
+            document["versions"] = versions
         document.setdefault("platform", "")
         document.setdefault("inputs", [])
         document.setdefault("outputs", [])

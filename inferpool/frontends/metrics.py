@@ -59,7 +59,7 @@ class EngineCollector(Collector):
         for status in self.client.table.all():
             key = [status.name, status.version or ""]
             ready.add_metric(key, 1.0 if status.state is ModelState.READY else 0.0)
-            stats = self.client.stats.get(status.name)
+            stats = self.client.stats.get(status.key)
             if stats is None:
                 continue
             success.add_metric(key, stats.success)

@@ -2,8 +2,11 @@
 
 Every answer but inference comes from ``dataplane.DataPlane``; this module maps it to a
 response (the document as JSON, 503 for a false health flag, the error tree's status for
-what it raises). It never parses tensors: the infer route reads the URL and one header,
-passes the body on, and writes the engine's reply bytes out as they are.
+what it raises). It never parses tensors: the infer route reads the URL and a few headers,
+passes the body on (inflated if it came compressed; with the request's headers in front
+for a user's runtime, which reads them as ``parameters.headers``), and writes the engine's
+reply bytes out as they are. CORS (``cors_settings``) and MLflow's root scoring routes
+(``mlflow_scoring``) sit beside the V2 routes.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -25,8 +29,12 @@ from inferpool.errors import BadRequest, InferpoolError, Overloaded
 from inferpool.frontends import rest_input
 from inferpool.frontends.access_log import RestAccessLog
 from inferpool.frontends.dataplane import DataPlane
+from inferpool.frontends.mlflow_scoring import scoring_routes
+from inferpool.frontends.model_config import model_config
 from inferpool.frontends.rest_input import await_reply, read_body, request_timeout, scan_headers
+from inferpool.protocol.request_headers import http_headers, wrap
 from inferpool.protocol.rest_json import parse_json_object
+from inferpool.settings import ServerSettings
 
 JSON = "application/json"
 # A repository index request is a small JSON object; anything longer is refused (413).
@@ -80,31 +88,39 @@ def build_app(client: EngineClient) -> Starlette:
         return health_response(plane.model_ready(params["name"], params.get("version")), "ready")
 
     max_body = client.settings.max_body_bytes
+    find = client.table.find
     default_timeout = client.settings.request_timeout
 
     async def infer(request: Request) -> Response:
         scope = request.scope
-        content_length, binary, timeout_header = scan_headers(scope["headers"])
+        content_length, binary, timeout_header, encoding = scan_headers(scope["headers"])
         timeout = request_timeout(timeout_header, default_timeout)
-        body = await read_body(request.receive, content_length, max_body)
+        body = await read_body(request.receive, content_length, max_body, encoding)
         json_length = rest_input.json_length(binary, len(body))
         params = scope["path_params"]
+        name, version = params["name"], params.get("version")
+        kind = Kind.REST
+        if find(name, version).custom:  # a user's runtime: the headers go along
+            body = wrap(http_headers(scope["headers"]), body)
+            kind = Kind.REST_HEADERS
         deadline = None if timeout is None else time.monotonic() + timeout
-        call = plane.infer(
-            params["name"], params.get("version"), Kind.REST, body, json_length, deadline
-        )
+        call = plane.infer(name, version, kind, body, json_length, deadline)
         return reply_response(await await_reply(scope, request.receive, call, timeout))
 
     async def custom_endpoint(request: Request) -> Response:
         scope = request.scope
-        content_length, _, timeout_header = scan_headers(scope["headers"])
+        content_length, _, timeout_header, encoding = scan_headers(scope["headers"])
         timeout = request_timeout(timeout_header, default_timeout)
-        body = await read_body(request.receive, content_length, max_body)
+        body = await read_body(request.receive, content_length, max_body, encoding)
         params = scope["path_params"]
         body = custom_body(params["endpoint"], body)
         deadline = None if timeout is None else time.monotonic() + timeout
         call = plane.infer(params["name"], params.get("version"), Kind.CUSTOM, body, None, deadline)
         return reply_response(await await_reply(scope, request.receive, call, timeout))
+
+    async def config(request: Request) -> Response:
+        params = request.path_params
+        return json_response(model_config(client, params["name"], params.get("version")))
 
     async def repository_index(request: Request) -> Response:
         ready_only = await index_ready_flag(request)
@@ -139,7 +155,10 @@ def build_app(client: EngineClient) -> Starlette:
             Route(prefix + "/ready", model_ready),
             Route(prefix + "/infer", infer, methods=["POST"]),
             Route(prefix + "/stats", statistics),
+            Route(prefix + "/config", config),
         ]
+    # MLflow's scoring server at the root, for a server of one model.
+    routes += scoring_routes(plane)
     # Runtime-registered endpoints last, so they never shadow a protocol route.
     routes += [
         Route(model + "/{endpoint}", custom_endpoint, methods=["POST"]),
@@ -147,9 +166,21 @@ def build_app(client: EngineClient) -> Starlette:
     ]
     return Starlette(
         routes=routes,
-        middleware=[Middleware(RestAccessLog)] if client.settings.access_log else [],
+        middleware=middleware(client.settings),
         exception_handlers={InferpoolError: _inferpool_error, HTTPException: _http_error},
     )
+
+
+def middleware(settings: ServerSettings) -> list[Middleware]:
+    """CORS (outermost, so a preflight is answered before anything else) when
+    ``cors_settings`` is set, and the access log when asked for; neither costs when off."""
+    stack = []
+    cors = settings.cors_settings
+    if cors is not None:
+        stack.append(Middleware(CORSMiddleware, **cors.model_dump()))
+    if settings.access_log:
+        stack.append(Middleware(RestAccessLog))
+    return stack
 
 
 async def index_ready_flag(request: Request) -> bool:
@@ -157,8 +188,8 @@ async def index_ready_flag(request: Request) -> bool:
     ``{"ready": true}`` lists READY models only). A GET, or a POST with an empty body as
     tritonclient sends it, asks for every model; other members are ignored, as Triton does.
     """
-    content_length, _, _ = scan_headers(request.scope["headers"])
-    body = await read_body(request.receive, content_length, INDEX_BODY_LIMIT)
+    content_length, _, _, encoding = scan_headers(request.scope["headers"])
+    body = await read_body(request.receive, content_length, INDEX_BODY_LIMIT, encoding)
     if not body.strip():
         return False
     document = parse_json_object(body, "the repository index request")

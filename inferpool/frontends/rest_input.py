@@ -1,4 +1,5 @@
-"""What a REST request brings besides its URL: body (bounded), binary header length, timeout.
+"""What a REST request brings besides its URL: body (bounded, decompressed from gzip or
+deflate), binary header length, timeout.
 
 Also how the REST frontend awaits the engine: until the answer, the request's deadline, or
 its client's disconnect, whichever comes first. A deadline or a disconnect cancels the
@@ -13,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import zlib
 from collections.abc import Coroutine
 from typing import Any
 
 from starlette.types import Receive, Scope
 
-from inferpool.errors import BadRequest, ClientGone, DeadlineExceeded, TooLarge
+from inferpool.errors import BadRequest, ClientGone, DeadlineExceeded, InferpoolError, TooLarge
 
 logger = logging.getLogger("inferpool.http")
 
@@ -33,17 +35,31 @@ GONE = 2
 # worker's slot header holds a deadline in int64 nanoseconds.
 MAX_TIMEOUT = 1e8
 
+# Content-Encoding → zlib's wbits: gzip's header and trailer, or zlib's (HTTP's "deflate").
+ENCODINGS = {
+    b"gzip": 16 + zlib.MAX_WBITS,
+    b"x-gzip": 16 + zlib.MAX_WBITS,
+    b"deflate": zlib.MAX_WBITS,
+}
+
+
+class UnsupportedEncoding(InferpoolError):
+    """A request body in a Content-Encoding the server cannot decode."""
+
+    status = 415
+
 
 def too_large_message(size: int | str, limit: int) -> str:
     return f"request body of {size} bytes exceeds the limit of {limit} bytes (--max-body-bytes)"
 
 
 def scan_headers(headers: list[tuple[bytes, bytes]]) -> tuple[bytes | None, ...]:
-    """Content-Length, Inference-Header-Content-Length and Request-Timeout, in one pass.
+    """Content-Length, Inference-Header-Content-Length, Request-Timeout and
+    Content-Encoding, in one pass.
 
     Both servers hand header names over lower-cased.
     """
-    content_length = binary = timeout = None
+    content_length = binary = timeout = encoding = None
     for name, value in headers:
         if name == b"content-length":
             content_length = value
@@ -51,15 +67,23 @@ def scan_headers(headers: list[tuple[bytes, bytes]]) -> tuple[bytes | None, ...]
             binary = value
         elif name == b"request-timeout":
             timeout = value
-    return content_length, binary, timeout
+        elif name == b"content-encoding":
+            encoding = value
+    return content_length, binary, timeout, encoding
 
 
-async def read_body(receive: Receive, content_length: bytes | None, limit: int) -> bytes:
-    """The whole body, refused (413) from its Content-Length or once it grows past ``limit``."""
+async def read_body(
+    receive: Receive, content_length: bytes | None, limit: int, encoding: bytes | None = None
+) -> bytes:
+    """The whole body, refused (413) from its Content-Length or once it grows past ``limit``.
+
+    A body with a Content-Encoding is decompressed as it arrives; ``limit`` then bounds the
+    decompressed size as well, so a small bomb is refused after at most ``limit`` bytes.
+    """
+    if encoding is not None:
+        return await _read_encoded(receive, content_length, limit, encoding)
     if content_length is not None:
-        text = content_length.strip()
-        if len(text) > 18 or (text.isdigit() and int(text) > limit):
-            raise TooLarge(too_large_message(text.decode("latin-1")[:40], limit))
+        _check_length(content_length, limit)
     message = await receive()
     if message["type"] != "http.request":
         raise _gone("while its body was arriving")
@@ -81,6 +105,89 @@ async def read_body(receive: Receive, content_length: bytes | None, limit: int) 
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+async def _read_encoded(
+    receive: Receive, content_length: bytes | None, limit: int, encoding: bytes
+) -> bytes:
+    """The decompressed body; 415 for an encoding we lack, 400 for a corrupt stream."""
+    token = encoding.strip().lower()
+    if token == b"identity":
+        return await read_body(receive, content_length, limit)
+    wbits = ENCODINGS.get(token)
+    if wbits is None:
+        shown = encoding[:40].decode("latin-1")
+        raise UnsupportedEncoding(
+            f"Content-Encoding {shown!r} is not supported; use gzip, deflate or identity"
+        )
+    _check_length(content_length, limit)
+    inflater = _Inflater(token.decode(), wbits, limit)
+    received = 0
+    while True:  # each chunk inflated as it arrives: neither side is ever held past the limit
+        message = await receive()
+        if message["type"] != "http.request":
+            raise _gone("while its body was arriving")
+        chunk = message.get("body", b"")
+        received += len(chunk)
+        if received > limit:
+            raise TooLarge(too_large_message(f"more than {limit}", limit))
+        inflater.feed(chunk)
+        if not message.get("more_body", False):
+            return inflater.finish()
+
+
+class _Inflater:
+    """gzip (several members, as ``gzip.decompress`` reads them) or deflate, bounded."""
+
+    def __init__(self, name: str, wbits: int, limit: int) -> None:
+        self.name = name
+        self.wbits = wbits
+        self.limit = limit
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.stream = zlib.decompressobj(wbits)
+
+    def feed(self, data: bytes) -> None:
+        try:
+            while data:
+                room = self.limit - self.size + 1  # one byte over proves the limit passed
+                part = self.stream.decompress(data, room)
+                self._keep(part)
+                data = self.stream.unconsumed_tail
+                if self.stream.eof:
+                    data = self._next_member(data + self.stream.unused_data)
+        except zlib.error as exc:
+            raise BadRequest(f"request body is not valid {self.name} data ({exc})") from None
+
+    def _next_member(self, rest: bytes) -> bytes:
+        if not rest or self.wbits != ENCODINGS[b"gzip"]:
+            if rest:
+                raise BadRequest(f"request body has data after the end of its {self.name} stream")
+            return rest
+        self.stream = zlib.decompressobj(self.wbits)
+        return rest
+
+    def _keep(self, part: bytes) -> None:
+        self.size += len(part)
+        if self.size > self.limit:
+            raise TooLarge(
+                f"decompressed request body exceeds the limit of {self.limit} bytes "
+                "(--max-body-bytes)"
+            )
+        if part:
+            self.parts.append(part)
+
+    def finish(self) -> bytes:
+        if not self.stream.eof:
+            raise BadRequest(f"request body ends inside its {self.name} stream (truncated)")
+        return b"".join(self.parts)
+
+
+def _check_length(content_length: bytes | None, limit: int) -> None:
+    if content_length is not None:
+        text = content_length.strip()
+        if len(text) > 18 or (text.isdigit() and int(text) > limit):
+            raise TooLarge(too_large_message(text.decode("latin-1")[:40], limit))
 
 
 def json_length(raw: bytes | None, body_size: int) -> int | None:

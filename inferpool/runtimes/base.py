@@ -24,6 +24,17 @@ from inferpool.settings import ModelSettings
 PAYLOAD_KINDS = ("array", "dataframe", "dict", "request")
 
 
+class Answer(dict[str, Any]):
+    """What ``predict`` may return instead of a plain mapping to also set the response's
+    own parameters (an MLServer custom runtime's ``InferenceResponse.parameters``)."""
+
+    __slots__ = ("parameters",)
+
+    def __init__(self, outputs: Mapping[str, Any], parameters: dict[str, Any]) -> None:
+        super().__init__(outputs)
+        self.parameters = parameters
+
+
 class Runtime(ABC):
     """Serve one model. Subclass it, implement ``load`` and ``predict``."""
 
@@ -37,6 +48,9 @@ class Runtime(ABC):
     #: exceptions that ``predict`` raises for input the model's library refuses (answered
     #: 400 with the library's message); anything else it raises is the model's fault (500)
     input_errors: ClassVar[tuple[type[Exception], ...]] = ()
+    #: ``predict`` answers requested outputs by any name itself, from the request it
+    #: accepts (an MLServer custom runtime); else a name not in ``outputs()`` is a 400
+    open_outputs: ClassVar[bool] = False
 
     def __init__(self, settings: ModelSettings) -> None:
         self.settings = settings

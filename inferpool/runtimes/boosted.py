@@ -46,6 +46,8 @@ class BoostedTreesRuntime(Runtime):
     n_targets: int = 1
     #: the tree kernel's compiled model (``values`` and ``margin``), or None: the library
     compiled: Any = None
+    #: the output of a request that names none (``predict_fn`` of a pickled estimator)
+    default_output: str = "predict"
     # The libraries' input checks raise these for input they refuse (a client's fault).
     input_errors = (ValueError, TypeError)
 
@@ -130,7 +132,7 @@ class BoostedTreesRuntime(Runtime):
         return specs
 
     def default_outputs(self) -> list[str]:
-        return ["predict"]
+        return [self.default_output]
 
     def validate(self, payload: Any) -> None:
         # For an array this only reads its shape; a DataFrame is checked column by column.

@@ -4,22 +4,36 @@
 Outputs: ``predict`` (class labels of a classifier, values of a regressor),
 ``predict_proba``, ``raw_score`` and ``contrib`` (LightGBM's ``pred_contrib``: one column
 per feature plus the expected value, repeated per class for a multi-class model).
+
+Settings naming ``mlserver_lightgbm.LightGBMModel`` get MLServer's runtime instead
+(``MLServerLightGBMRuntime``): ``model.bst``, and the one output ``predict`` holding
+``Booster.predict`` (probabilities of a classifier) as ``[N, 1]`` or ``[N, classes]``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import lightgbm
 import numpy as np
 
+from inferpool.protocol.types import TensorSpec
 from inferpool.runtimes.artefacts import (
     PICKLE_SUFFIXES,
     find_artefact,
     single_threaded,
     unpickle,
 )
+from inferpool.runtimes.base import Runtime
 from inferpool.runtimes.boosted import BoostedTreesRuntime
+from inferpool.runtimes.mlserver_outputs import (
+    as_output,
+    find_mlserver_artefact,
+    mlserver_flavour,
+    refuse_pickle,
+)
+from inferpool.runtimes.tabular import features_matrix
 from inferpool.runtimes.trees.from_lightgbm import CompiledLightGBM
 
 ARTEFACT_NAMES = ("model.txt", "model.bst", "model.joblib", "model.pkl", "model.pickle")
@@ -34,6 +48,10 @@ class LightGBMRuntime(BoostedTreesRuntime):
     float_datatype = "FP64"
 
     def load(self) -> None:
+        if mlserver_flavour(self.settings, "lightgbm"):
+            self.successor = MLServerLightGBMRuntime(self.settings)
+            self.successor.load()
+            return
         path = find_artefact(self, ARTEFACT_NAMES)
         if path.suffix in PICKLE_SUFFIXES:
             self.adopt(unpickle(path))
@@ -59,6 +77,9 @@ class LightGBMRuntime(BoostedTreesRuntime):
         self.n_targets = 1
         self.use_tree_kernel("LightGBM", lambda: CompiledLightGBM(self.booster))
 
+    def serving(self) -> Runtime:
+        return getattr(self, "successor", self)
+
     def limit_threads(self, threads: int) -> None:
         self.predict_params["num_threads"] = max(1, int(threads))
 
@@ -76,6 +97,29 @@ class LightGBMRuntime(BoostedTreesRuntime):
 
     def _contrib_shape(self) -> list[int]:
         return [-1, (self.n_features + 1) * self.n_scores]
+
+
+class MLServerLightGBMRuntime(LightGBMRuntime):
+    """MLServer's LightGBM runtime: a Booster file, ``predict`` = ``Booster.predict``."""
+
+    # MLServer's runtime answers ``predict`` alone, whatever names the request asks for.
+    open_outputs = True
+
+    def load(self) -> None:
+        path = find_mlserver_artefact(self.settings, "lightgbm")
+        refuse_pickle(self.settings, path, "LightGBM")
+        with single_threaded():
+            self.adopt(lightgbm.Booster(model_file=str(path)))
+
+    def outputs(self) -> list[TensorSpec]:
+        declared = self.settings.output_specs()
+        if declared:
+            return declared
+        return [TensorSpec("predict", self.float_datatype, [-1, self.n_scores])]
+
+    def predict(self, payload: Any, outputs: Sequence[str]) -> Mapping[str, Any]:
+        matrix = features_matrix(self.name, payload, self.feature_names)
+        return {"predict": as_output(self._values(matrix))}
 
 
 def _booster_classes(booster: lightgbm.Booster) -> np.ndarray | None:

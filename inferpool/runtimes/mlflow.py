@@ -5,6 +5,13 @@ input) for a column-based signature or no signature, an array for a single tenso
 dict of tensors; the request parameter ``content_type`` (``pd``, ``dict``, ``np``)
 overrides the choice. MLflow's own scoring API is served as the custom endpoint
 ``POST /v2/models/{name}/invocations``, so existing MLflow clients work unchanged.
+
+A classifier of MLflow's sklearn flavour whose estimator has ``predict_proba`` offers it
+as the output ``predict_proba`` (asked for by name; the default outputs stay the
+model's). Settings naming ``mlserver_mlflow.MLflowRuntime`` get MLServer's answers
+(``MLServerMLflowRuntime``): whatever the request names, the whole pyfunc result, an
+array as ``output-1``, a DataFrame one output per column, a dict one per key; one value
+per row as ``[N, 1]``; the response's ``content_type`` ``np``, ``pd`` or ``dict``.
 """
 
 from __future__ import annotations
@@ -25,19 +32,32 @@ from inferpool.protocol import limits
 from inferpool.protocol.rest_json import check_depth
 from inferpool.protocol.types import TensorSpec
 from inferpool.runtimes.artefacts import single_threaded
-from inferpool.runtimes.base import Runtime
+from inferpool.runtimes.base import Answer, Runtime
 from inferpool.runtimes.mlflow_schema import check_payload, is_tensor_schema, specs_of
+from inferpool.runtimes.mlserver_outputs import (
+    MLFLOW_ARRAY_OUTPUT,
+    as_output,
+    frame_outputs,
+    mlserver_flavour,
+)
 from inferpool.runtimes.tabular import is_dataframe
 
 MLMODEL = "MLmodel"
 # MLflow error codes that mean the input, not the model, is wrong.
 CLIENT_ERRORS = ("INVALID_PARAMETER_VALUE", "BAD_REQUEST")
+PREDICT_PROBA = "predict_proba"
 
 
 class MLflowRuntime(Runtime):
     platform = "mlflow"
+    #: the sklearn-flavour estimator that computes ``predict_proba``, if it can
+    estimator: Any = None
 
     def load(self) -> None:
+        if mlserver_flavour(self.settings, "mlflow") and type(self) is MLflowRuntime:
+            self.successor = MLServerMLflowRuntime(self.settings)
+            self.successor.load()
+            return
         folder = self._model_folder()
         with single_threaded():  # a flavour's loader may start OpenMP
             self.model = mlflow.pyfunc.load_model(str(folder))
@@ -49,6 +69,11 @@ class MLflowRuntime(Runtime):
         else:
             self.accepts = "dataframe"
         self.output_names = [spec.name for spec in self.outputs()]
+        # After output_names: predict_proba is computed when asked for, never by default.
+        self.estimator = _probability_estimator(self.model)
+
+    def serving(self) -> Runtime:
+        return getattr(self, "successor", self)
 
     def _model_folder(self) -> Path:
         settings = self.settings
@@ -73,7 +98,11 @@ class MLflowRuntime(Runtime):
         declared = self.settings.output_specs()
         if declared:
             return declared
-        return specs_of(self.output_schema, "output") or [TensorSpec("output-0", "FP64", [-1])]
+        specs = specs_of(self.output_schema, "output") or [TensorSpec("output-0", "FP64", [-1])]
+        if self.estimator is not None:
+            classes = len(self.estimator.classes_)
+            specs.append(TensorSpec(PREDICT_PROBA, "FP64", [-1, classes]))
+        return specs
 
     def default_outputs(self) -> list[str]:
         # A pyfunc model computes all of its outputs in one call; return them all.
@@ -83,6 +112,34 @@ class MLflowRuntime(Runtime):
         check_payload(self.name, payload, self.input_schema)
 
     def predict(self, payload: Any, outputs: Sequence[str]) -> Mapping[str, Any]:
+        if self.estimator is None or PREDICT_PROBA not in outputs:
+            return self._pyfunc_outputs(payload, outputs)
+        others = [name for name in outputs if name != PREDICT_PROBA]
+        computed = self._pyfunc_outputs(payload, others) if others else {}
+        computed[PREDICT_PROBA] = self._probabilities(payload)
+        return {name: computed[name] for name in outputs}
+
+    def _probabilities(self, payload: Any) -> np.ndarray:
+        """The estimator's ``predict_proba`` on the rows the pyfunc would get: columns in
+        the order it was fitted on (by name, else the signature's), else as an array."""
+        estimator = self.estimator
+        data = payload
+        if is_dataframe(data):
+            fitted = getattr(estimator, "feature_names_in_", None)
+            if fitted is not None:
+                data = data[[str(name) for name in fitted]]
+            else:
+                schema = self.input_schema
+                if schema is not None and schema.has_input_names():
+                    data = data[schema.input_names()]
+                data = data.to_numpy()
+        try:
+            probabilities: np.ndarray = estimator.predict_proba(data)
+        except (ValueError, TypeError) as exc:  # scikit-learn refusing the input
+            raise BadRequest(f"model '{self.name}': {_first_line(str(exc))}") from None
+        return probabilities
+
+    def _pyfunc_outputs(self, payload: Any, outputs: Sequence[str]) -> dict[str, Any]:
         named = named_outputs(self._predict(payload, None), self.output_names)
         if list(outputs) == self.output_names:
             return named
@@ -133,6 +190,47 @@ class MLflowRuntime(Runtime):
         out = io.StringIO()
         scoring_server.predictions_to_json(predictions, out)  # type: ignore[no-untyped-call]
         return out.getvalue().encode()
+
+
+class MLServerMLflowRuntime(MLflowRuntime):
+    """MLServer's MLflow runtime: the pyfunc's whole result, encoded as MLServer does."""
+
+    # MLServer answers the whole result, whatever names the request asks for.
+    open_outputs = True
+
+    def outputs(self) -> list[TensorSpec]:
+        declared = self.settings.output_specs()
+        if declared:
+            return declared
+        specs = specs_of(self.output_schema, "output")
+        if self.output_schema is None or not self.output_schema.has_input_names():
+            # MLServer names an array result output-1, whatever the signature says.
+            first = specs[0] if specs else TensorSpec(MLFLOW_ARRAY_OUTPUT, "FP64", [-1])
+            specs = [TensorSpec(MLFLOW_ARRAY_OUTPUT, first.datatype, first.shape)]
+        return [
+            TensorSpec(spec.name, spec.datatype, [-1, 1]) if len(spec.shape) == 1 else spec
+            for spec in specs
+        ]
+
+    def predict(self, payload: Any, outputs: Sequence[str]) -> Mapping[str, Any]:
+        # The response's content type names MLServer's codec: pandas, dict or numpy.
+        result = self._predict(payload, None)
+        if is_dataframe(result):
+            return Answer(frame_outputs(result), {"content_type": "pd"})
+        if isinstance(result, dict):
+            tensors = {str(key): as_output(_values(value)) for key, value in result.items()}
+            return Answer(tensors, {"content_type": "dict"})
+        return Answer({MLFLOW_ARRAY_OUTPUT: as_output(_values(result))}, {"content_type": "np"})
+
+
+def _probability_estimator(model: Any) -> Any:
+    """The estimator of an sklearn-flavour model, if it gives class probabilities."""
+    if "sklearn" not in model.metadata.flavors:
+        return None
+    estimator = model.get_raw_model()
+    if hasattr(estimator, PREDICT_PROBA) and hasattr(estimator, "classes_"):
+        return estimator
+    return None
 
 
 def named_outputs(result: Any, names: Sequence[str]) -> dict[str, Any]:

@@ -194,9 +194,18 @@ def _custom_class(implementation: str, settings: ModelSettings) -> type[Runtime]
     except ImportError as exc:
         raise RuntimeNotFound(f"cannot import '{module_name}': {exc}") from None
     cls = getattr(module, class_name, None)
-    if not (isinstance(cls, type) and issubclass(cls, Runtime)):
-        raise RuntimeNotFound(f"'{implementation}' is not a subclass of inferpool.Runtime")
-    return cls
+    if isinstance(cls, type) and issubclass(cls, Runtime):
+        return cls
+    if isinstance(cls, type):
+        # An MLServer custom runtime (mlserver.MLModel or inferpool.mlserver.MLModel).
+        from inferpool.runtimes.mlmodel import adapter_for, flavour_of
+
+        flavour = flavour_of(cls)
+        if flavour is not None:
+            return adapter_for(cls, flavour)
+    raise RuntimeNotFound(
+        f"'{implementation}' is not a subclass of inferpool.Runtime or of MLServer's MLModel"
+    )
 
 
 def _import_model_module(module_name: str, folder: Path | None) -> ModuleType:

@@ -3,21 +3,34 @@
 An estimator fitted on a DataFrame (``feature_names_in_``) gets its rows as a DataFrame
 with those columns, from one input per feature or one 2-D input. A pickled LightGBM or
 XGBoost model is handed to that library's runtime, which offers more outputs.
+
+``parameters.extra.predict_fn`` names the method that answers a request which names no
+output (MLServer's setting); an unknown value fails the model at load. Settings naming
+``mlserver_sklearn.SKLearnModel`` get MLServer's runtime (``MLServerSKLearnRuntime``):
+its artefact names, its outputs (``predict``, ``predict_proba``, ``transform``) and its
+encoding (one value per row as ``[N, 1]``), with any pickled estimator served as one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from inferpool.errors import ModelLoadError
+from inferpool.errors import BadRequest, ModelLoadError
 from inferpool.protocol.datatypes import datatype_of
 from inferpool.protocol.types import TensorSpec
 from inferpool.runtimes.artefacts import find_artefact, library_of, unpickle
 from inferpool.runtimes.base import Runtime
 from inferpool.runtimes.boosted import BoostedTreesRuntime
+from inferpool.runtimes.mlserver_outputs import (
+    as_output,
+    find_mlserver_artefact,
+    frame_outputs,
+    mlserver_flavour,
+)
 from inferpool.runtimes.tabular import (
     check_finite,
     check_matrix,
@@ -28,10 +41,14 @@ from inferpool.runtimes.tabular import (
 from inferpool.runtimes.trees import compile_model, probe_rows
 from inferpool.runtimes.trees.choose import Outputs
 from inferpool.runtimes.trees.from_sklearn import CompiledSKLearnForest, is_forest
+from inferpool.settings import ModelSettings
 
 ARTEFACT_NAMES = ("model.joblib", "model.pkl", "model.pickle")
 # Estimator methods served as outputs, in the order they are offered.
 METHODS = ("predict", "predict_proba", "decision_function", "transform")
+# The outputs MLServer's runtime accepts by name.
+MLSERVER_METHODS = ("predict", "predict_proba", "transform")
+PREDICT_FN = "predict_fn"
 
 
 # Packages a pickled model may need, and the inferpool extra that installs each.
@@ -44,21 +61,25 @@ class SKLearnRuntime(Runtime):
     input_errors = (ValueError, TypeError)
 
     def load(self) -> None:
-        path = find_artefact(self, ARTEFACT_NAMES)
-        try:
-            self.model = unpickle(path)
-        except ModuleNotFoundError as exc:
-            package = (exc.name or "").partition(".")[0]
-            extra = EXTRAS.get(package)
-            fix = f"install inferpool[{extra}]" if extra else f"install {package}"
-            raise ModelLoadError(f"{path.name} needs {package}: {fix}") from None
+        if mlserver_flavour(self.settings, "sklearn"):
+            self.successor: Runtime = MLServerSKLearnRuntime(self.settings)
+            self.successor.load()
+            return
+        self.model = _unpickle(find_artefact(self, ARTEFACT_NAMES))
         library = library_of(self.model)
         if library is not None:
             self._hand_over(library)
             return
         if not hasattr(self.model, "predict") and not hasattr(self.model, "transform"):
             raise TypeError(f"{type(self.model).__name__} has neither predict nor transform")
-        self.methods = [m for m in METHODS if hasattr(self.model, m)]
+        self._serve([m for m in METHODS if hasattr(self.model, m)])
+
+    def _serve(self, methods: list[str]) -> None:
+        """Serve ``self.model`` with ``methods`` as its outputs."""
+        self.methods = methods
+        offered = [m for m in METHODS if hasattr(self.model, m)]
+        default = "predict" if "predict" in methods else methods[0]
+        self.default_output = _predict_fn(self.settings, self.model, offered, default)
         self.n_features = getattr(self.model, "n_features_in_", None)
         self.allow_nan = _allows_nan(self.model)
         names = getattr(self.model, "feature_names_in_", None)
@@ -110,6 +131,8 @@ class SKLearnRuntime(Runtime):
 
             successor = XGBoostRuntime(self.settings)
         successor.adopt(self.model)
+        offered = [spec.name for spec in successor.outputs()]
+        successor.default_output = _predict_fn(self.settings, self.model, offered, "predict")
         del self.model
         self.successor = successor
 
@@ -144,7 +167,7 @@ class SKLearnRuntime(Runtime):
         return TensorSpec(method, "FP64", [-1, -1])
 
     def default_outputs(self) -> list[str]:
-        return ["predict" if "predict" in self.methods else self.methods[0]]
+        return [self.default_output]
 
     def validate(self, payload: Any) -> None:
         if is_dataframe(payload):
@@ -175,6 +198,72 @@ class SKLearnRuntime(Runtime):
         import pandas as pd  # a model fitted on a DataFrame has pandas at hand
 
         return pd.DataFrame(payload, columns=feature_names)
+
+
+class MLServerSKLearnRuntime(SKLearnRuntime):
+    """MLServer's scikit-learn runtime: any pickled estimator (LightGBM's and XGBoost's
+    scikit-learn estimators too), its ``predict``, ``predict_proba`` and ``transform``."""
+
+    def load(self) -> None:
+        self.model = _unpickle(find_mlserver_artefact(self.settings, "sklearn"))
+        methods = [m for m in MLSERVER_METHODS if hasattr(self.model, m)]
+        if not methods:
+            raise TypeError(f"{type(self.model).__name__} has neither predict nor transform")
+        self._serve(methods)
+
+    def outputs(self) -> list[TensorSpec]:
+        declared = self.settings.output_specs()
+        if declared:
+            return declared
+        # One value per row is sent as [N, 1] (``as_output``).
+        return [
+            TensorSpec(spec.name, spec.datatype, [-1, 1]) if len(spec.shape) == 1 else spec
+            for spec in super().outputs()
+        ]
+
+    def predict(self, payload: Any, outputs: Sequence[str]) -> Mapping[str, Any]:
+        result: dict[str, Any] = {}
+        for name, value in super().predict(payload, outputs).items():
+            if not is_dataframe(value):
+                result[name] = as_output(value)
+            elif len(outputs) > 1:
+                raise BadRequest(
+                    f"{name} returned columnar data of type {type(value)} and "
+                    f"{list(outputs)} were requested. Cannot encode multiple columnar "
+                    "data responses into one response."
+                )
+            else:  # a transform's DataFrame (set_output): one output per column
+                return frame_outputs(value)
+        return result
+
+
+def _unpickle(path: Path) -> Any:
+    """The pickled model; a missing library says which inferpool extra installs it."""
+    try:
+        return unpickle(path)
+    except ModuleNotFoundError as exc:
+        package = (exc.name or "").partition(".")[0]
+        extra = EXTRAS.get(package)
+        fix = f"install inferpool[{extra}]" if extra else f"install {package}"
+        raise ModelLoadError(f"{path.name} needs {package}: {fix}") from None
+
+
+def _predict_fn(settings: ModelSettings, model: Any, offered: list[str], default: str) -> str:
+    """The output a request without outputs gets: ``parameters.extra.predict_fn``, which
+    must name a method inferpool serves and ``offered`` holds, else ``default``."""
+    value = settings.parameters.extra.get(PREDICT_FN)
+    if value is None:
+        return default
+    if value not in METHODS:
+        raise ModelLoadError(
+            f"parameters.extra.predict_fn {value!r} is not supported: use one of "
+            f"{', '.join(METHODS)}"
+        )
+    if value not in offered:
+        raise ModelLoadError(
+            f"parameters.extra.predict_fn {value!r}: {type(model).__name__} has no {value}"
+        )
+    return str(value)
 
 
 def _allows_nan(model: Any) -> bool | None:

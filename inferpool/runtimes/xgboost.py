@@ -6,23 +6,39 @@ Outputs: ``predict`` (class labels of a classifier, values of a regressor),
 ``predict_proba``, ``margin`` and ``contrib`` (XGBoost's ``pred_contribs``: one column per
 feature plus the bias, per class for a multi-class model). Everything but ``contrib``
 uses ``inplace_predict``, which reads the request's array without a DMatrix copy.
+
+Settings naming ``mlserver_xgboost.XGBoostModel`` get MLServer's runtime instead
+(``MLServerXGBoostRuntime``): ``model.bst``/``model.json``/``model.ubj`` read through
+XGBoost's scikit-learn interface, so a file saved by ``XGBClassifier`` answers class
+labels and ``predict_proba``, and any other file (a ``Booster``'s) answers as an
+``XGBRegressor``: ``predict`` is the Booster's output (probabilities of a classifier).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import xgboost
 
+from inferpool.protocol.types import TensorSpec
 from inferpool.runtimes.artefacts import (
     PICKLE_SUFFIXES,
     find_artefact,
     single_threaded,
     unpickle,
 )
+from inferpool.runtimes.base import Runtime
 from inferpool.runtimes.boosted import BoostedTreesRuntime
+from inferpool.runtimes.mlserver_outputs import (
+    as_output,
+    find_mlserver_artefact,
+    mlserver_flavour,
+    refuse_pickle,
+)
+from inferpool.runtimes.tabular import features_matrix, two_class_probabilities
 from inferpool.runtimes.trees.from_xgboost import CompiledXGBoost
 from inferpool.runtimes.trees.verify import FLOAT32_RTOL
 
@@ -47,6 +63,10 @@ class XGBoostRuntime(BoostedTreesRuntime):
     float_datatype = "FP32"
 
     def load(self) -> None:
+        if mlserver_flavour(self.settings, "xgboost"):
+            self.successor = MLServerXGBoostRuntime(self.settings)
+            self.successor.load()
+            return
         path = find_artefact(self, ARTEFACT_NAMES)
         if path.suffix in PICKLE_SUFFIXES:
             self.adopt(unpickle(path))
@@ -89,6 +109,9 @@ class XGBoostRuntime(BoostedTreesRuntime):
             rtol=FLOAT32_RTOL,
         )
 
+    def serving(self) -> Runtime:
+        return getattr(self, "successor", self)
+
     def limit_threads(self, threads: int) -> None:
         self.booster.set_param({"nthread": max(1, int(threads))})
 
@@ -109,6 +132,79 @@ class XGBoostRuntime(BoostedTreesRuntime):
         if self.n_scores > 1:
             return [-1, self.n_scores, self.n_features + 1]
         return [-1, self.n_features + 1]
+
+
+class MLServerXGBoostRuntime(XGBoostRuntime):
+    """MLServer's XGBoost runtime: ``predict`` and ``predict_proba`` of the model read
+    as an ``XGBRegressor``, or as an ``XGBClassifier`` when it was saved by one."""
+
+    def load(self) -> None:
+        path = find_mlserver_artefact(self.settings, "xgboost")
+        refuse_pickle(self.settings, path, "XGBoost")
+        with single_threaded():
+            self.adopt(_sklearn_interface(bytearray(path.read_bytes())))
+
+    def adopt(self, model: Any) -> None:
+        super().adopt(model)
+        self.classifier = isinstance(model, xgboost.XGBClassifier)
+
+    def outputs(self) -> list[TensorSpec]:
+        declared = self.settings.output_specs()
+        if declared:
+            return declared
+        if not self.classifier:
+            return [TensorSpec("predict", self.float_datatype, [-1, self.n_scores])]
+        assert self.classes is not None  # an XGBClassifier has classes
+        labels = "INT32" if self.objective == "multi:softmax" else "INT64"
+        return [
+            TensorSpec("predict", labels, [-1, 1]),
+            TensorSpec("predict_proba", self.float_datatype, [-1, len(self.classes)]),
+        ]
+
+    def predict(self, payload: Any, outputs: Sequence[str]) -> Mapping[str, Any]:
+        matrix = features_matrix(self.name, payload, self.feature_names)
+        result: dict[str, Any] = {}
+        for name in outputs:
+            if name == "predict_proba":
+                result[name] = self._probabilities(matrix)
+            elif self.classifier:
+                result[name] = as_output(self._labels(self._values(matrix)))
+            else:
+                result[name] = as_output(self._values(matrix))
+        return result
+
+    def _labels(self, values: np.ndarray) -> np.ndarray:
+        """``XGBClassifier.predict``: the class of each row from the Booster's output."""
+        assert self.classes is not None
+        if values.ndim > 1 and len(self.classes) != 2:
+            return np.asarray(np.argmax(values, axis=1))
+        if values.ndim > 1 and values.shape[1] != 1:  # multi-label: one 0/1 per label
+            return (values > 0.5).astype(np.float64)
+        if self.objective == "multi:softmax":  # the Booster gives class indices
+            return values.astype(np.int32)
+        return (values > 0.5).astype(np.int64)
+
+    def _probabilities(self, matrix: np.ndarray) -> np.ndarray:
+        """``XGBClassifier.predict_proba``: softmax of the margins for ``multi:softmax``."""
+        if self.objective == "multi:softmax":
+            from scipy.special import softmax  # XGBoost's own dependency
+
+            probabilities: np.ndarray = softmax(self._margin(matrix), axis=1)
+            return probabilities
+        values = self._values(matrix)
+        return two_class_probabilities(values) if values.ndim == 1 else values
+
+
+def _sklearn_interface(model: bytearray) -> xgboost.XGBModel:
+    """The model as MLServer reads it: an XGBRegressor, unless XGBoost refuses because a
+    classifier saved it (the file's ``scikit_learn`` attribute)."""
+    estimator: xgboost.XGBModel = xgboost.XGBRegressor()
+    try:
+        estimator.load_model(model)
+    except TypeError:
+        estimator = xgboost.XGBClassifier()
+        estimator.load_model(model)
+    return estimator
 
 
 def _classes(model: Any, objective: str, num_class: int) -> np.ndarray | None:

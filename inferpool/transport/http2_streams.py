@@ -3,10 +3,11 @@ stream errors (RFC 9113 §5.4.2).
 
 ``Stream`` is one request/response exchange. ``Http2Streams`` is the base of the
 connection (``http2.py``): the open streams, the send windows, and ``respond``, which
-writes HEADERS, DATA as the peer's windows allow, then the trailers. Responses are
-encoded without the dynamic table (static-table indexes and literals), so header blocks
-can be precomputed. Frames read (``http2_frames.py``) reset, reject or answer streams
-through the methods here.
+writes HEADERS, DATA as the peer's windows allow, then the trailers (or, for a response
+sent in pieces such as a gRPC server stream: ``open_stream``, ``send_data``,
+``end_stream``). Responses are encoded without the dynamic table (static-table indexes and
+literals), so header blocks can be precomputed. Frames read (``http2_frames.py``) reset,
+reject or answer streams through the methods here.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Stream:
         "seen",
         "send_window",
         "stalled_since",
+        "streaming",
         "task",
         "trailers",
         "unacked",
@@ -75,6 +77,7 @@ class Stream:
         self.send_window = send_window
         self.pending: memoryview | None = None  # response DATA waiting for window
         self.trailers = b""
+        self.streaming = False  # a response of several messages (open_stream) not yet ended
         self.task: asyncio.Future[None] | None = None  # whoever answers it; cancelled on reset
         self.closed = False
         self.seen = 0  # ``received`` at the timer's last look (body timeout)
@@ -182,8 +185,40 @@ class Http2Streams(asyncio.Protocol):
             stream.send_window -= size
         stream.pending = None
         self._blocked.pop(stream.id, None)
+        if stream.streaming:
+            return  # more DATA, or end_stream, follows
         self._finish(stream)
         out.append(self._header_frames(stream.id, END_STREAM, stream.trailers))
+
+    # -- responses sent piece by piece (gRPC server streaming) -----------------------------
+    def open_stream(self, stream: Stream, headers: bytes) -> None:
+        """Start a response sent in pieces: HEADERS now; ``send_data`` adds DATA as it
+        comes, ``end_stream`` ends it with the trailers."""
+        if stream.closed or self.transport is None or self.transport.is_closing():
+            return
+        stream.streaming = True
+        self._write(self._header_frames(stream.id, 0, headers))
+
+    def send_data(self, stream: Stream, data: bytes) -> None:
+        """More DATA on an open stream, after what still waits for window (``pending``)."""
+        if stream.closed or self.transport is None or self.transport.is_closing():
+            return
+        pending = stream.pending
+        stream.pending = memoryview(pending.tobytes() + data if pending else data)
+        out: list[bytes] = []
+        self._send_pending(stream, out)
+        if out:
+            self._write(b"".join(out))
+
+    def end_stream(self, stream: Stream, trailers: bytes) -> None:
+        """End an open stream: the trailers, with END_STREAM, after any pending DATA."""
+        if stream.closed or self.transport is None or self.transport.is_closing():
+            return
+        stream.streaming = False
+        stream.trailers = trailers
+        if stream.pending is None:
+            self._finish(stream)
+            self._write(self._header_frames(stream.id, END_STREAM, trailers))
 
     def _header_frames(self, stream_id: int, flags: int, block: bytes) -> bytes:
         """HEADERS, plus CONTINUATIONs if ``block`` is over the peer's max frame size."""

@@ -35,6 +35,10 @@ class Kind(IntEnum):
     REST = 0  # V2 JSON, optionally followed by Triton binary tensors (json_length set)
     GRPC = 1  # a serialized inference.ModelInferRequest
     CUSTOM = 2  # a runtime's custom endpoint: b"<endpoint>\0" + the raw request body
+    # REST / GRPC with the request's headers in front, for a custom runtime's
+    # parameters.headers (protocol/request_headers.py)
+    REST_HEADERS = 3
+    GRPC_HEADERS = 4
 
 
 class Op(IntEnum):
@@ -59,6 +63,9 @@ class Op(IntEnum):
 # request id, model index, kind, flags (unused), status, json_length (-1: none),
 # deadline (monotonic ns, 0: none), enqueued at (monotonic ns), then the four stage
 # times (queue, compute_input, compute_infer, compute_output, in ns), then body length.
+# A reply has no model index, kind, deadline or enqueued time: its deadline field carries
+# the request's rows and its enqueued field the rows of the execution it ran in (see
+# ``Reply.execution``), which the frontend's statistics count.
 HEADER = struct.Struct("<QIBBHqqqqqqqQ")
 HEADER_SIZE = HEADER.size
 
@@ -105,13 +112,15 @@ class ReplyHeader(NamedTuple):
     json_length: int | None
     times: StageTimes
     length: int  # of the body
+    rows: int
+    execution: int
 
     @classmethod
     def of(cls, fields: tuple[int, ...]) -> ReplyHeader:
         json_length = fields[5]
         times = StageTimes(fields[8], fields[9], fields[10], fields[11])
         json = None if json_length < 0 else json_length
-        return _tuple_new(cls, (fields[0], fields[4], json, times, fields[12]))
+        return _tuple_new(cls, (fields[0], fields[4], json, times, fields[12], *fields[6:8]))
 
     @classmethod
     def unpack_from(cls, buffer: bytes, offset: int = 0) -> ReplyHeader:
@@ -156,8 +165,8 @@ def reply_header(request_id: int, reply: Reply) -> bytes:
     times = reply.times or _NO_TIMES
     json_length = -1 if reply.json_length is None else reply.json_length
     return HEADER.pack(
-        request_id, 0, 0, 0, reply.status, json_length, 0, 0, times.queue, times.compute_input,
-        times.compute_infer, times.compute_output, len(reply.body),
+        request_id, 0, 0, 0, reply.status, json_length, reply.rows, reply.execution, times.queue,
+        times.compute_input, times.compute_infer, times.compute_output, len(reply.body),
     )  # fmt: skip
 
 
@@ -186,12 +195,17 @@ class Reply:
 
     For an error, ``body`` is the UTF-8 message; each frontend wraps it in its own format.
     ``json_length`` is the length of the JSON part of a REST reply that has binary tensors.
+    ``rows`` is how many inferences (rows) the request held; ``execution`` the rows of the
+    model execution (one predict) it ran in: positive in the one reply of that execution
+    that counts it, negative in the others, 0 when the request did not run.
     """
 
     status: int
     body: bytes
     json_length: int | None = None
     times: StageTimes | None = None
+    rows: int = 0
+    execution: int = 0
 
     @classmethod
     def from_error(cls, exc: BaseException, model: str = "") -> Reply:
@@ -204,7 +218,9 @@ class Reply:
 
     @classmethod
     def from_header(cls, header: ReplyHeader, body: bytes) -> Reply:
-        return cls(header.status, body, header.json_length, header.times)
+        return cls(
+            header.status, body, header.json_length, header.times, header.rows, header.execution
+        )
 
     @classmethod
     def from_fields(cls, fields: tuple[int, ...], body: bytes) -> Reply:
@@ -213,7 +229,8 @@ class Reply:
         (``WorkerHandle.drain_replies``), and this halves the cost (0.56 µs against 1.1)."""
         json_length = fields[5]
         times = StageTimes(fields[8], fields[9], fields[10], fields[11])
-        return cls(fields[4], body, None if json_length < 0 else json_length, times)
+        json = None if json_length < 0 else json_length
+        return cls(fields[4], body, json, times, fields[6], fields[7])
 
 
 # -- control messages ----------------------------------------------------------------------

@@ -15,9 +15,11 @@ from inferpool.engine.worker.model import LoadedModel
 from inferpool.errors import BadRequest, InferpoolError, ModelError
 from inferpool.protocol.rest_json import new_request_id
 from inferpool.protocol.types import InferenceRequest, InferenceResponse
+from inferpool.runtimes.base import Answer
 
-# Request parameters that describe the request's own encoding, not the response's.
-_REQUEST_ONLY = frozenset({"content_type", "binary_data_output"})
+# Request parameters that describe the request's own encoding, not the response's (and
+# its headers, which a custom runtime reads but the response never echoes).
+_REQUEST_ONLY = frozenset({"content_type", "binary_data_output", "headers"})
 
 
 def prepare(model: LoadedModel, request: InferenceRequest) -> tuple[Any, list[str]]:
@@ -27,7 +29,13 @@ def prepare(model: LoadedModel, request: InferenceRequest) -> tuple[Any, list[st
     if len(inputs) > 1 and len({tensor.name for tensor in inputs}) != len(inputs):
         raise BadRequest(f"input {_repeated(tensor.name for tensor in inputs)} appears twice")
     column_names = [spec["name"] for spec in model.metadata["inputs"]]
-    payload = decode_payload(request, runtime.accepts, model.input_content_types, column_names)
+    payload = decode_payload(
+        request,
+        runtime.accepts,
+        model.input_content_types,
+        column_names,
+        model.settings.parameters.content_type,
+    )
     try:
         runtime.validate(payload)
     except BadRequest as exc:
@@ -69,7 +77,7 @@ def requested_outputs(model: LoadedModel, request: InferenceRequest) -> list[str
     if len(names) > 1 and len(set(names)) != len(names):
         raise BadRequest(f"output {_repeated(names)} is requested twice")
     unknown = [name for name in names if name not in model.output_names]
-    if unknown:
+    if unknown and not model.runtime.open_outputs:
         raise BadRequest(
             f"model '{model.name}' has no output {', '.join(repr(n) for n in unknown)}; "
             f"available: {', '.join(model.output_names)}"
@@ -120,6 +128,8 @@ def respond(
     parameters = {k: v for k, v in request.parameters.items() if k not in _REQUEST_ONLY}
     if content_type is not None:
         parameters["content_type"] = content_type
+    if type(result) is Answer:
+        parameters.update(result.parameters)
     return InferenceResponse(
         model_name=model.name,
         model_version=model.settings.version,

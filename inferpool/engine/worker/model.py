@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from inferpool.codecs.payload import check_model_content_type
 from inferpool.errors import ModelLoadError
 from inferpool.runtimes.base import Runtime
 from inferpool.runtimes.registry import runtime_class
@@ -33,6 +34,7 @@ class LoadedModel:
 
 def load_model(settings: ModelSettings) -> LoadedModel:
     """Import the model's runtime and load it; raises with a one-line reason on failure."""
+    check_model_content_type(settings.parameters.content_type)
     runtime = runtime_class(settings)(settings)
     runtime.load()
     runtime = runtime.serving()

@@ -7,20 +7,26 @@ prepare the runtime's payload; then predict once per set of payloads that can be
 not fail the others); then encode each result in its request's wire format. A custom
 endpoint (``Kind.CUSTOM``) is called on its own. Every stage is timed on one clock
 (``time.monotonic_ns``, the clock of the header's ``enqueued_ns``) into the reply's
-``StageTimes``, the same way for one request as for a batch. Whatever a job raises
-becomes its reply through ``Reply.from_error``; ``run_group`` never raises.
+``StageTimes``, the same way for one request as for a batch, and each reply says how many
+rows its request held and the rows of the execution (one predict) it ran in, for Triton's
+statistics. Whatever a job raises becomes its reply through ``Reply.from_error``;
+``run_group`` never raises.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+import numpy as np
 import orjson
+import pandas as pd
 
+from inferpool.codecs.mlflow_scoring import scoring_endpoint
 from inferpool.engine.ipc.messages import Kind, Reply, RequestHeader, StageTimes
 from inferpool.engine.worker import batching, inference
 from inferpool.engine.worker.model import LoadedModel
@@ -100,10 +106,15 @@ def _decode(model: LoadedModel, job: Job, position: int, started: int) -> _Decod
 def _predict(model: LoadedModel, members: list[_Decoded], replies: list[Reply | None]) -> None:
     """Predict a set of joinable payloads: once for all of them, else one by one."""
     if len(members) > 1:
-        parts = _predict_joined(model, members)
+        rows = [rows_of(member.payload) for member in members]
+        parts = _predict_joined(model, members, rows)
         if parts is not None:
-            for member, part in zip(members, parts, strict=True):
-                replies[member.position] = _encode(model, member, part)
+            # One execution of all the rows: the first reply counts it, the others only
+            # add their own stages to it (the sign says which).
+            total = sum(rows)
+            for position, (member, part) in enumerate(zip(members, parts, strict=True)):
+                execution = total if position == 0 else -total
+                replies[member.position] = _encode(model, member, part, rows[position], execution)
             return
     for member in members:
         started = time.monotonic_ns()
@@ -113,13 +124,23 @@ def _predict(model: LoadedModel, members: list[_Decoded], replies: list[Reply | 
             replies[member.position] = Reply.from_error(exc, model.name)
             continue
         member.times.compute_infer = time.monotonic_ns() - started
-        replies[member.position] = _encode(model, member, result)
+        count = rows_of(member.payload)
+        replies[member.position] = _encode(model, member, result, count, count)
 
 
-def _predict_joined(model: LoadedModel, members: list[_Decoded]) -> list[dict[str, Any]] | None:
+def rows_of(payload: Any) -> int:
+    """The inferences a payload holds (Triton's inference count): its rows, or one for a
+    payload without a first dimension."""
+    if isinstance(payload, np.ndarray | pd.DataFrame) and payload.ndim >= 1:
+        return len(payload)
+    return 1
+
+
+def _predict_joined(
+    model: LoadedModel, members: list[_Decoded], rows: list[int]
+) -> list[dict[str, Any]] | None:
     """Each member's part of one predict on the joined payloads; None when that fails or
     the result cannot be split by rows (the caller then predicts each alone)."""
-    rows = [len(member.payload) for member in members]
     try:
         joined = batching.concatenate([member.payload for member in members])
         started = time.monotonic_ns()
@@ -134,7 +155,7 @@ def _predict_joined(model: LoadedModel, members: list[_Decoded]) -> list[dict[st
     return parts
 
 
-def _encode(model: LoadedModel, member: _Decoded, result: Any) -> Reply:
+def _encode(model: LoadedModel, member: _Decoded, result: Any, rows: int, execution: int) -> Reply:
     started = time.monotonic_ns()
     try:
         _, encode = wire_format(member.kind)
@@ -143,14 +164,17 @@ def _encode(model: LoadedModel, member: _Decoded, result: Any) -> Reply:
     except Exception as exc:
         return Reply.from_error(exc, model.name)
     member.times.compute_output = time.monotonic_ns() - started
-    return Reply(200, body, json_length, member.times)
+    return Reply(200, body, json_length, member.times, rows, execution)
 
 
 def _call_custom(model: LoadedModel, job: Job, started: int) -> Reply:
     """A runtime's custom endpoint: raw body in; bytes, or a result sent as JSON, out."""
     endpoint, _, payload = job.body.partition(b"\0")
     name = endpoint.decode("utf-8", "replace")
-    function = model.runtime.custom_endpoints().get(name)
+    endpoints = model.runtime.custom_endpoints()
+    function = endpoints.get(name) or scoring_endpoint(
+        name, endpoints, functools.partial(inference.infer, model)
+    )
     if function is None:
         raise ModelNotFound(f"model '{model.name}' has no endpoint '{name}'")
     called = time.monotonic_ns()
@@ -167,4 +191,4 @@ def _call_custom(model: LoadedModel, job: Job, started: int) -> Reply:
         started - job.enqueued_ns, called - started, returned - called,
         time.monotonic_ns() - returned,
     )  # fmt: skip
-    return Reply(200, result, None, times)
+    return Reply(200, result, None, times, 1, 1)

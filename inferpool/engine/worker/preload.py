@@ -21,7 +21,8 @@ from inferpool.settings import ModelSettings
 
 logger = logging.getLogger(__name__)
 
-_PRELOADED: dict[str, tuple[bytes, LoadedModel]] = {}
+# By (name, version): the versions of one model are preloaded side by side.
+_PRELOADED: dict[tuple[str, str | None], tuple[bytes, LoadedModel]] = {}
 
 
 def fingerprint(document: dict[str, Any]) -> bytes:
@@ -43,14 +44,20 @@ def preload(documents: list[dict[str, Any]]) -> None:
             settings = ModelSettings(**document)
             if not is_fork_safe(settings):
                 continue
-            _PRELOADED[settings.name] = (fingerprint(document), load_model(settings))
+            _PRELOADED[_key(document)] = (fingerprint(document), load_model(settings))
         except Exception as exc:  # the worker loads it itself and reports the reason
             logger.debug("not preloading %s: %s", document.get("name"), exc)
 
 
 def preloaded(document: dict[str, Any]) -> LoadedModel | None:
     """The template's copy of this model, if it is still what the settings describe."""
-    entry = _PRELOADED.get(document.get("name", ""))
+    entry = _PRELOADED.get(_key(document))
     if entry is None or entry[0] != fingerprint(document):
         return None
     return entry[1]
+
+
+def _key(document: dict[str, Any]) -> tuple[str, str | None]:
+    """(name, version) of a model's settings document, as ``preload`` keys its copies."""
+    parameters = document.get("parameters") or {}
+    return document.get("name", ""), parameters.get("version")

@@ -22,6 +22,8 @@ Encoder = Callable[[InferenceResponse, InferenceRequest], tuple[bytes, int | Non
 MODULES: dict[int, str] = {
     Kind.REST: "inferpool.protocol.rest_wire",
     Kind.GRPC: "inferpool.protocol.grpc_wire",
+    Kind.REST_HEADERS: "inferpool.codecs.rest_headers_wire",
+    Kind.GRPC_HEADERS: "inferpool.codecs.grpc_headers_wire",
 }
 _LOADED: dict[int, tuple[Decoder, Encoder]] = {}
 

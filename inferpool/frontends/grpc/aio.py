@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
 
 from inferpool.engine.client import EngineClient
+from inferpool.errors import InferpoolError
 from inferpool.frontends.access_log import log_request
 from inferpool.frontends.dataplane import DataPlane
+from inferpool.frontends.grpc.health import HEALTH_SERVICE, HealthService
 from inferpool.frontends.grpc.service import (
     RETRY_AFTER_MS,
     SERVICE,
@@ -25,6 +28,7 @@ from inferpool.frontends.grpc.service import (
     model_of,
     typed_methods,
 )
+from inferpool.protocol.health import HealthCheckRequest
 from inferpool.settings import ServerSettings
 
 # Triton's default: messages as large as gRPC allows, so big raw batches fit.
@@ -75,6 +79,73 @@ def build_handler(client: EngineClient, access_log: bool = False) -> grpc.Generi
     return grpc.method_handlers_generic_handler(SERVICE, methods)
 
 
+def build_health_handler(health: HealthService, access_log: bool) -> grpc.GenericRpcHandler:
+    """The generic handler serving grpc.health.v1.Health (Check, Watch)."""
+    check = grpc.unary_unary_rpc_method_handler(
+        guarded("Check", health.check, access_log),
+        request_deserializer=HealthCheckRequest.FromString,
+        response_serializer=_serialize,
+    )
+    # Watch yields encoded responses: no serializer.
+    watch = grpc.unary_stream_rpc_method_handler(
+        health_watch(health, access_log), request_deserializer=HealthCheckRequest.FromString
+    )
+    return grpc.method_handlers_generic_handler(HEALTH_SERVICE, {"Check": check, "Watch": watch})
+
+
+def health_watch(
+    health: HealthService, access_log: bool
+) -> Callable[[HealthCheckRequest, grpc.aio.ServicerContext], AsyncIterator[bytes]]:
+    """Watch on grpc.aio: a generator that writes one message at a time, and is offered
+    the newest status only once its last one is written (``HealthService``)."""
+
+    async def watch(
+        request: HealthCheckRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
+        started = time.perf_counter()
+        code = grpc.StatusCode.OK
+        loop = asyncio.get_running_loop()
+        waiting: asyncio.Future[bytes] = loop.create_future()
+
+        def send(data: bytes) -> bool:
+            if waiting.done():
+                return False  # one message is queued already: offered again next round
+            waiting.set_result(data)
+            return True
+
+        try:
+            try:
+                watcher = health.watch(request.service, send)
+            except InferpoolError as exc:
+                name, message, _ = call_status(exc, "Watch")
+                code = grpc.StatusCode[name]
+                await context.abort(code, message)
+            try:
+                while True:
+                    if not waiting.done():
+                        await asyncio.wait(
+                            (waiting, watcher.ended), return_when=asyncio.FIRST_COMPLETED
+                        )
+                    if not waiting.done():
+                        return  # the server stops: the call ends with OK
+                    data = waiting.result()
+                    waiting = loop.create_future()
+                    yield data
+            finally:
+                health.unwatch(watcher)
+        except (asyncio.CancelledError, GeneratorExit):
+            # The client went away or its deadline passed; grpc.aio closes a generator
+            # whose last message could not be written (GeneratorExit) instead of
+            # cancelling it.
+            code = grpc.StatusCode.CANCELLED
+            raise
+        finally:
+            if access_log:
+                log_request("gRPC", "Watch", "-", code.name, started)
+
+    return watch
+
+
 def _serialize(message: Any) -> bytes:
     data: bytes = message.SerializeToString()
     return data
@@ -90,7 +161,13 @@ class GrpcServer:
         # accepts them itself. Its own options bound them instead (grpc_options).
         self.settings = settings
         self.server = grpc.aio.server(options=grpc_options(settings))
-        self.server.add_generic_rpc_handlers((build_handler(client, settings.access_log),))
+        self.health = HealthService(DataPlane(client))
+        self.server.add_generic_rpc_handlers(
+            (
+                build_handler(client, settings.access_log),
+                build_health_handler(self.health, settings.access_log),
+            )
+        )
         host = f"[{settings.host}]" if ":" in settings.host else settings.host
         address = f"{host}:{settings.grpc_port}"
         try:
@@ -105,6 +182,7 @@ class GrpcServer:
 
     async def stop(self) -> None:
         """Refuse new calls; in-flight calls get the shutdown grace period to finish."""
+        self.health.close()  # the open Watches end (OK) instead of holding the drain up
         await self.server.stop(self.settings.shutdown_timeout)
 
 

@@ -8,7 +8,9 @@ knowing none of it: the path names the method (the route table, ``GrpcH2Server.m
 deadlines, and the status in trailers (``grpc-status``, ``grpc-message``, and
 ``grpc-retry-pushback-ms`` when overloaded). A client that resets
 its stream or goes away cancels its call, and a call past its deadline is cancelled and
-answered DEADLINE_EXCEEDED.
+answered DEADLINE_EXCEEDED. grpc.health.v1.Health (``health.py``) is served beside it:
+Check as one more typed RPC, Watch as the one server-streaming call (``_watch``: HEADERS,
+a DATA frame per message, then the trailers).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from urllib.parse import quote
 from inferpool.engine.client import EngineClient
 from inferpool.frontends.access_log import log_request
 from inferpool.frontends.dataplane import DataPlane
+from inferpool.frontends.grpc.health import CHECK_PATH, WATCH_PATH, HealthService
 from inferpool.frontends.grpc.service import (
     RETRY_AFTER_MS,
     SERVICE,
@@ -30,6 +33,7 @@ from inferpool.frontends.grpc.service import (
     typed_methods,
 )
 from inferpool.frontends.listen import bind_socket
+from inferpool.protocol.health import HealthCheckRequest, MalformedMessage
 from inferpool.settings import ServerSettings
 from inferpool.transport.http2 import Http2Connection
 from inferpool.transport.http2_streams import Stream
@@ -152,6 +156,9 @@ class GrpcH2Server:
             for name, (handler, message) in typed_methods(self.service).items()
         }
         self.methods[prefix + b"ModelInfer"] = ("ModelInfer", None, None)
+        # grpc.health.v1.Health: Check is one more typed RPC, Watch streams (_watch).
+        self.health = HealthService(self.service.plane)
+        self.methods[CHECK_PATH] = ("Check", self.health.check, HealthCheckRequest)
         self.open: set[Http2Connection] = set()
         self.calls: set[asyncio.Task[None]] = set()
         self._server: asyncio.AbstractServer | None = None
@@ -187,6 +194,7 @@ class GrpcH2Server:
         """Refuse new calls; in-flight calls get the shutdown grace period to finish."""
         if self._server is not None:
             self._server.close()
+        self.health.close()  # the open Watches end (OK) instead of holding the drain up
         for connection in list(self.open):
             connection.goaway()
         if self.calls:
@@ -215,7 +223,7 @@ class GrpcH2Server:
             return
         entry = self.methods.get(path)
         try:
-            if entry is None:
+            if entry is None and path != WATCH_PATH:
                 method = path.decode(errors="replace")
                 raise CallError("UNIMPLEMENTED", f"unknown method {method}")
             timeout = headers.get(b"grpc-timeout")
@@ -227,7 +235,10 @@ class GrpcH2Server:
             connection.respond(stream, RESPONSE_HEADERS + trailers, b"", b"")
             return
         stream.body = []
-        call = asyncio.ensure_future(self._call(connection, stream, entry, message, expires))
+        if entry is None:  # grpc.health.v1.Health/Watch
+            call = asyncio.ensure_future(self._watch(connection, stream, message, expires))
+        else:
+            call = asyncio.ensure_future(self._call(connection, stream, entry, message, expires))
         stream.task = call
         self.calls.add(call)
         call.add_done_callback(self.calls.discard)
@@ -259,7 +270,7 @@ class GrpcH2Server:
             timer = asyncio.get_running_loop().call_later(expires - time.monotonic(), expire)
         try:
             if handler is None:
-                reply = await self.service.infer(message, expires)
+                reply = await self.service.infer(message, expires, stream.headers)
             else:
                 try:
                     request = request_type.FromString(message)
@@ -291,4 +302,56 @@ class GrpcH2Server:
                 log_request("gRPC", name, model_of(request), code, started)
         if code != "OK":
             trailers = status_trailers(code, text, pushback)
+            connection.respond(stream, RESPONSE_HEADERS + trailers, b"", b"")
+
+    async def _watch(
+        self, connection: Http2Connection, stream: Stream, message: bytes, expires: float | None
+    ) -> None:
+        """grpc.health.v1.Health/Watch, a server-streaming call: the status now and at each
+        change (``HealthService``), until the client cancels, the deadline passes
+        (DEADLINE_EXCEEDED) or the server stops (OK)."""
+        started = time.perf_counter()
+        code, text, pushback = "OK", "", False
+        opened = False
+
+        def send(data: bytes) -> bool:
+            nonlocal opened
+            if stream.pending is not None:
+                return False  # the last message waits for window: send the newest later
+            if not opened:
+                connection.open_stream(stream, RESPONSE_HEADERS)
+                opened = True
+            connection.send_data(stream, framed(data))
+            return True
+
+        try:
+            try:
+                request = HealthCheckRequest.FromString(message)
+            except MalformedMessage:
+                raise CallError("INTERNAL", "cannot parse the Watch request") from None
+            watcher = self.health.watch(request.service, send)
+            try:
+                remaining = None if expires is None else max(0.0, expires - time.monotonic())
+                async with asyncio.timeout(remaining):
+                    await watcher.ended
+            finally:
+                self.health.unwatch(watcher)
+        except TimeoutError:
+            code, text = "DEADLINE_EXCEEDED", "Deadline Exceeded"
+        except asyncio.CancelledError:
+            if stream.closed:  # the client cancelled the call or went away
+                code = "CANCELLED"
+                raise
+            code, text = "UNAVAILABLE", "the server is shutting down; retry the call"
+        except CallError as exc:
+            code, text = exc.code, exc.message
+        except Exception as exc:
+            code, text, pushback = call_status(exc, "Watch")
+        finally:
+            if self.access_log:
+                log_request("gRPC", "Watch", "-", code, started)
+        trailers = status_trailers(code, text, pushback)
+        if opened:
+            connection.end_stream(stream, trailers)
+        else:
             connection.respond(stream, RESPONSE_HEADERS + trailers, b"", b"")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from google.protobuf import json_format
@@ -21,8 +21,10 @@ from inferpool.engine.admin import authorization_of
 from inferpool.engine.ipc.messages import Kind
 from inferpool.errors import BadRequest, InferpoolError, Overloaded, from_status, grpc_code_for
 from inferpool.frontends.dataplane import DataPlane
+from inferpool.frontends.model_config import model_config
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.grpc_wire import set_parameters
+from inferpool.protocol.request_headers import grpc_metadata, wrap
 
 logger = logging.getLogger(__name__)
 
@@ -99,18 +101,24 @@ class InferenceService:
         self.plane = plane
 
     async def model_infer(self, body: bytes, context: Any) -> bytes:
-        """ModelInfer under grpc.aio: the deadline from the context."""
+        """ModelInfer under grpc.aio: the deadline and the metadata from the context."""
         remaining = context.time_remaining()
         deadline = time.monotonic() + remaining if remaining is not None else None
-        return await self.infer(body, deadline)
+        return await self.infer(body, deadline, context)
 
-    async def infer(self, body: bytes, deadline: float | None) -> bytes:
+    async def infer(self, body: bytes, deadline: float | None, metadata: Any = None) -> bytes:
         """ModelInfer on raw bytes: serialized ModelInferResponse, or raises with the status.
 
-        ``deadline`` is a ``time.monotonic()`` instant, or None.
+        ``deadline`` is a ``time.monotonic()`` instant, or None. ``metadata`` is the call's:
+        grpc.aio's context or the HTTP/2 layer's header list; read only for a custom
+        runtime, which gets it as ``parameters.headers``.
         """
         name, version = read_route(body)
-        reply = await self.plane.infer(name, version, Kind.GRPC, body, None, deadline)
+        kind = Kind.GRPC
+        if self.plane.client.table.find(name, version).custom:
+            body = wrap(grpc_metadata(_call_metadata(metadata)), body)
+            kind = Kind.GRPC_HEADERS
+        reply = await self.plane.infer(name, version, kind, body, None, deadline)
         if reply.status != 200:
             raise from_status(reply.status, reply.body.decode("utf-8", "replace"))
         return reply.body
@@ -151,6 +159,12 @@ class InferenceService:
         json_format.ParseDict(document, response)
         return response
 
+    async def model_config(self, request: Any, context: Any) -> pb.ModelConfigResponse:
+        document = model_config(self.plane.client, request.name, request.version or None)
+        response = pb.ModelConfigResponse()
+        json_format.ParseDict(document, response.config)
+        return response
+
     async def repository_index(self, request: Any, context: Any) -> pb.RepositoryIndexResponse:
         response = pb.RepositoryIndexResponse()
         for entry in self.plane.repository_index(request.ready):
@@ -175,6 +189,15 @@ class InferenceService:
         return pb.RepositoryModelUnloadResponse()
 
 
+def _call_metadata(source: Any) -> Iterable[tuple[Any, Any]]:
+    """The call's key/value pairs: from grpc.aio's context, or the HTTP/2 layer's headers."""
+    if source is None:
+        return ()
+    if hasattr(source, "invocation_metadata"):
+        return source.invocation_metadata()  # type: ignore[no-any-return]
+    return source  # type: ignore[no-any-return]
+
+
 def _authorization(context: Any) -> str | None:
     """The admin token's carrier: ``authorization: Bearer TOKEN`` metadata."""
     return authorization_of(context.invocation_metadata() if context is not None else None)
@@ -189,6 +212,7 @@ def typed_methods(service: InferenceService) -> dict[str, tuple[Handler, Any]]:
         "ServerMetadata": (service.server_metadata, pb.ServerMetadataRequest),
         "ModelMetadata": (service.model_metadata, pb.ModelMetadataRequest),
         "ModelStatistics": (service.model_statistics, pb.ModelStatisticsRequest),
+        "ModelConfig": (service.model_config, pb.ModelConfigRequest),
         "RepositoryIndex": (service.repository_index, pb.RepositoryIndexRequest),
         "RepositoryModelLoad": (service.repository_model_load, pb.RepositoryModelLoadRequest),
         "RepositoryModelUnload": (

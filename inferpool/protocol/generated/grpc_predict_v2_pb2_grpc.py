@@ -5,25 +5,6 @@ import warnings
 
 from . import grpc_predict_v2_pb2 as grpc__predict__v2__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
-GRPC_VERSION = grpc.__version__
-_version_not_supported = False
-
-try:
-    from grpc._utilities import first_version_is_lower
-    _version_not_supported = first_version_is_lower(GRPC_VERSION, GRPC_GENERATED_VERSION)
-except ImportError:
-    _version_not_supported = True
-
-if _version_not_supported:
-    raise RuntimeError(
-        f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in grpc_predict_v2_pb2_grpc.py depends on'
-        + f' grpcio>={GRPC_GENERATED_VERSION}.'
-        + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
-        + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
-    )
-
 
 class GRPCInferenceServiceStub:
     """Missing associated documentation comment in .proto file."""
@@ -68,6 +49,11 @@ class GRPCInferenceServiceStub:
                 '/inference.GRPCInferenceService/ModelStatistics',
                 request_serializer=grpc__predict__v2__pb2.ModelStatisticsRequest.SerializeToString,
                 response_deserializer=grpc__predict__v2__pb2.ModelStatisticsResponse.FromString,
+                _registered_method=True)
+        self.ModelConfig = channel.unary_unary(
+                '/inference.GRPCInferenceService/ModelConfig',
+                request_serializer=grpc__predict__v2__pb2.ModelConfigRequest.SerializeToString,
+                response_deserializer=grpc__predict__v2__pb2.ModelConfigResponse.FromString,
                 _registered_method=True)
         self.RepositoryIndex = channel.unary_unary(
                 '/inference.GRPCInferenceService/RepositoryIndex',
@@ -135,6 +121,13 @@ class GRPCInferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ModelConfig(self, request, context):
+        """Model configuration extension (Triton).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RepositoryIndex(self, request, context):
         """Model repository extension (Triton).
         """
@@ -191,6 +184,11 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.ModelStatistics,
                     request_deserializer=grpc__predict__v2__pb2.ModelStatisticsRequest.FromString,
                     response_serializer=grpc__predict__v2__pb2.ModelStatisticsResponse.SerializeToString,
+            ),
+            'ModelConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelConfig,
+                    request_deserializer=grpc__predict__v2__pb2.ModelConfigRequest.FromString,
+                    response_serializer=grpc__predict__v2__pb2.ModelConfigResponse.SerializeToString,
             ),
             'RepositoryIndex': grpc.unary_unary_rpc_method_handler(
                     servicer.RepositoryIndex,
@@ -397,6 +395,33 @@ class GRPCInferenceService:
             '/inference.GRPCInferenceService/ModelStatistics',
             grpc__predict__v2__pb2.ModelStatisticsRequest.SerializeToString,
             grpc__predict__v2__pb2.ModelStatisticsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/ModelConfig',
+            grpc__predict__v2__pb2.ModelConfigRequest.SerializeToString,
+            grpc__predict__v2__pb2.ModelConfigResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -18,7 +18,12 @@ import inferpool.codecs
 PACKAGE = "inferpool.codecs"
 FOLDER = Path(inferpool.codecs.__file__).parent
 # The modules that sit above the codecs: they may import the registry, nothing imports them.
-ABOVE_THE_CODECS = {"inferpool.codecs", "inferpool.codecs.registry", "inferpool.codecs.payload"}
+ABOVE_THE_CODECS = {
+    "inferpool.codecs",
+    "inferpool.codecs.registry",
+    "inferpool.codecs.payload",
+    "inferpool.codecs.mlflow_scoring",
+}
 MODULES = sorted(
     PACKAGE if path.stem == "__init__" else f"{PACKAGE}.{path.stem}" for path in FOLDER.glob("*.py")
 )

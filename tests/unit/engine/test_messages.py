@@ -40,7 +40,7 @@ EXAMPLES: list[messages.Control] = [
 def test_kinds_and_opcodes_keep_their_wire_values() -> None:
     # Both sides of a pipe may come from different builds during an upgrade: these
     # numbers are the protocol, not an implementation detail.
-    assert [int(kind) for kind in Kind] == [0, 1, 2]
+    assert [int(kind) for kind in Kind] == [0, 1, 2, 3, 4]
     assert {op.name: int(op) for op in Op} == {
         "HELLO": 1, "LOAD": 2, "LOADED": 3, "UNLOAD": 4, "REQUEST": 5, "REPLY": 6, "STOP": 7,
         "SPAWN": 8, "PRELOAD": 9, "PING": 10, "PONG": 11, "CANCEL": 12, "EXITED": 13,
@@ -84,9 +84,9 @@ def test_request_header_round_trip() -> None:
 
 
 def test_reply_header_carries_status_json_length_and_stage_times() -> None:
-    reply = Reply(200, b"body!", 2, StageTimes(1, 2, 3, 4))
+    reply = Reply(200, b"body!", 2, StageTimes(1, 2, 3, 4), rows=3, execution=-7)
     header = ReplyHeader.unpack_from(messages.reply_header(5, reply))
-    assert header == ReplyHeader(5, 200, 2, StageTimes(1, 2, 3, 4), 5)
+    assert header == ReplyHeader(5, 200, 2, StageTimes(1, 2, 3, 4), 5, 3, -7)
     assert Reply.from_header(header, b"body!") == reply
     # The frontend's per-reply shortcut reads the same fields the same way.
     fields = messages.HEADER.unpack(messages.reply_header(5, reply))

@@ -14,7 +14,7 @@ import pytest
 
 from inferpool.engine.admin import AdminPolicy, SettingsError, authorization_of
 from inferpool.engine.client import EngineClient
-from inferpool.engine.repository import discover, find_model, name_problem
+from inferpool.engine.repository import discover, find_models, name_problem
 from inferpool.engine.states import ModelState
 from inferpool.errors import BadRequest, Forbidden, InferpoolError, ModelNotFound, Unauthorized
 from inferpool.runtimes.registry import runtime_class
@@ -35,7 +35,7 @@ def model_folder(root: Path, folder: str, **settings: Any) -> Path:
 def test_names_that_could_leave_the_repository_are_refused(tmp_path: Path, name: str) -> None:
     assert name_problem(name) is not None
     with pytest.raises(BadRequest, match="invalid model name"):
-        find_model(tmp_path, name)
+        find_models(tmp_path, name)
 
 
 @pytest.mark.parametrize("name", ["iris", "iris-rf", "model_1.v2", "Modèle"])
@@ -49,25 +49,25 @@ def test_a_symlink_out_of_the_repository_is_refused_unread(tmp_path: Path) -> No
     model_folder(outside, "secret", name="escape", implementation="nowhere.Runtime")
     (root / "escape").symlink_to(outside / "secret", target_is_directory=True)
     with pytest.raises(BadRequest, match="outside the model repository"):
-        find_model(root, "escape")
+        find_models(root, "escape")
     # Found by its settings name only through a folder inside the repository: never here.
     (root / "other").symlink_to(outside / "secret", target_is_directory=True)
-    assert find_model(root, "missing") is None
+    assert find_models(root, "missing") == []
 
 
 def test_a_symlink_inside_the_repository_is_followed(tmp_path: Path) -> None:
     model_folder(tmp_path, "real", implementation="m.Runtime")
     (tmp_path / "alias").symlink_to(tmp_path / "real", target_is_directory=True)
-    found = find_model(tmp_path, "alias")
+    (found,) = find_models(tmp_path, "alias")
     assert found is not None and found.settings is not None and found.name == "alias"
 
 
 def test_a_model_is_found_by_its_settings_name_or_its_folder(tmp_path: Path) -> None:
     model_folder(tmp_path, "folder-a", name="named-b", implementation="m.Runtime")
-    found = find_model(tmp_path, "named-b")
+    (found,) = find_models(tmp_path, "named-b")
     assert found is not None and found.settings is not None
     assert found.settings.folder == tmp_path / "folder-a"
-    assert find_model(tmp_path, "folder-a") is None  # its settings call it named-b
+    assert find_models(tmp_path, "folder-a") == []  # its settings call it named-b
 
 
 def test_a_settings_name_with_a_path_fails_under_its_folder_name(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import grpc
 import pytest
 
 from inferpool.engine.inprocess import InProcessClient
+from inferpool.engine.states import ModelStatus, ModelTable
 from inferpool.errors import BadRequest, DeadlineExceeded, Overloaded
 from inferpool.frontends.access_log import model_in_path
 from inferpool.frontends.dataplane import DataPlane
@@ -74,6 +75,9 @@ class Context:
     def time_remaining(self) -> float | None:
         return self.remaining
 
+    def invocation_metadata(self) -> tuple:
+        return ()
+
     def set_trailing_metadata(self, trailers: tuple) -> None:
         self.trailers = trailers
 
@@ -116,6 +120,9 @@ def test_the_deadline_reaches_the_engine():
     seen: list[float | None] = []
 
     class Recorder:
+        table = ModelTable()  # the service asks whether the model is a user's runtime
+        table.set(ModelStatus("m", None))
+
         async def infer(self, name, version, kind, body, json_length, deadline=None):
             seen.append(deadline)
             raise DeadlineExceeded("late")

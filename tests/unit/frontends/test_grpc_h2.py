@@ -198,7 +198,7 @@ class RecordingConnection:
 
 
 class NeverAnswers:
-    async def infer(self, message: bytes, deadline: float | None) -> bytes:
+    async def infer(self, message: bytes, deadline: float | None, metadata=None) -> bytes:
         await asyncio.Event().wait()
         return b""
 

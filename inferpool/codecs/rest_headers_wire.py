@@ -1,0 +1,10 @@
+"""The REST wire format with the request's headers in front (``Kind.REST_HEADERS``): a
+custom runtime's request gets them as ``parameters.headers`` (see ``request_headers``)."""
+
+from __future__ import annotations
+
+from inferpool.protocol import rest_wire
+from inferpool.protocol.request_headers import with_headers
+
+decode = with_headers(rest_wire.decode)
+encode = rest_wire.encode

@@ -1,0 +1,234 @@
+"""MLServer's model settings contract, mapped onto inferpool's ModelSettings.
+
+Owns the table of MLServer 1.7.1's ModelSettings and ModelParameters fields
+(``model-settings.json`` keys and their ``MLSERVER_MODEL_*`` variables): each is read as
+it is, or refused with a stated reason: a warning when its value changes nothing served,
+else that model fails with the reason. Unknown keys are warnings naming the key and file.
+
+The model variables (``MLSERVER_MODEL_*``, and ``INFERPOOL_MODEL_*`` which win) fill the
+keys a ``model-settings.json`` leaves out, as MLServer reads its files; in a repository
+with no such file they describe its one model (single-model mode, as KServe's MLServer
+runtime uses it), its artefact at the URI or at the repository's root.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from inferpool.mlserver_env import parse_env, warn_once
+
+if TYPE_CHECKING:
+    from inferpool.settings import ModelSettings
+
+MODEL_PREFIX = "MLSERVER_MODEL_"
+OUR_MODEL_PREFIX = "INFERPOOL_MODEL_"
+MODEL_SETTINGS_FILE = "model-settings.json"
+ENVIRONMENT_MODEL = "environment (MLSERVER_MODEL_* / INFERPOOL_MODEL_*)"
+
+# MLServer 1.7.1's ModelSettings and ModelParameters fields that inferpool reads as they are.
+MODEL_SUPPORTED = frozenset(
+    {
+        "name",
+        "implementation",
+        "inputs",
+        "outputs",
+        "max_batch_size",
+        "max_batch_time",
+        "parameters",
+    }
+)
+PARAMETERS_SUPPORTED = frozenset({"uri", "version", "content_type", "extra"})
+# inferpool's own model-settings keys.
+MODEL_OURS = frozenset({"runtime", "replicas", "timeout"})
+
+_ENVIRONMENTS = (
+    "per-model Python environments are not implemented; the model would run in "
+    "inferpool's environment"
+)
+_POOLS = "inferpool places models on its shared workers (set replicas instead)"
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A model setting inferpool does not implement. Its MLServer default is silent; any
+    other value is a warning, or fails the model when ``fails``."""
+
+    reason: str
+    default: Any = None
+    fails: bool = False
+
+
+MODEL_REFUSED: dict[str, Refused] = {
+    "platform": Refused("the model metadata gives the runtime's platform", ""),
+    "versions": Refused("the model metadata lists the served versions", []),
+    "parallel_workers": Refused("deprecated by MLServer; set the server's workers"),
+    "warm_workers": Refused("deprecated by MLServer; workers are always warm", False),
+    "cache_enabled": Refused("inferpool caches no responses: every request is predicted", False),
+}
+PARAMETERS_REFUSED: dict[str, Refused] = {
+    "environment_path": Refused(_ENVIRONMENTS, fails=True),
+    "environment_tarball": Refused(_ENVIRONMENTS, fails=True),
+    "inference_pool_gid": Refused(_POOLS),
+    "autogenerate_inference_pool_gid": Refused(_POOLS, False),
+    "format": Refused("read by MLServer's Spark MLlib runtime only"),
+}
+
+
+def check_model_keys(raw: Mapping[str, Any], where: str) -> None:
+    """Warn about unknown and harmless refused keys; ``ValueError`` for a fatal one."""
+    parameters = raw.get("parameters")
+    checks: list[tuple[str, Any, frozenset[str], dict[str, Refused]]] = [
+        (key, value, MODEL_SUPPORTED | MODEL_OURS, MODEL_REFUSED) for key, value in raw.items()
+    ]
+    if isinstance(parameters, Mapping):
+        checks += [
+            (f"parameters.{key}", value, PARAMETERS_SUPPORTED, PARAMETERS_REFUSED)
+            for key, value in parameters.items()
+        ]
+    for shown, value, supported, refused in checks:
+        key = shown.rpartition(".")[2]
+        if key in supported:
+            continue
+        if key in refused:
+            rule = refused[key]
+            if value == rule.default or (rule.fails and not value):
+                continue  # what MLServer does without it, and what inferpool does
+            if rule.fails:
+                raise ValueError(f"{where}: {shown}={value!r} is not implemented: {rule.reason}")
+            warn_once(f"{where}: {shown}={value!r} is not implemented ({rule.reason}); ignored")
+        else:
+            warn_once(f"{where}: unknown key '{shown}'")
+
+
+# Model variables: MLServer's ModelSettings and ModelParameters fields, and inferpool's own.
+_MODEL_FIELDS = {
+    "name": str,
+    "implementation": str,
+    "runtime": str,
+    "platform": str,
+    "versions": list,
+    "inputs": list,
+    "outputs": list,
+    "parallel_workers": int,
+    "warm_workers": bool,
+    "max_batch_size": int,
+    "max_batch_time": float,
+    "parameters": dict,
+    "cache_enabled": bool,
+    "replicas": int,
+}
+_PARAMETER_FIELDS = {
+    "uri": str,
+    "version": str,
+    "environment_path": str,
+    "environment_tarball": str,
+    "inference_pool_gid": str,
+    "autogenerate_inference_pool_gid": bool,
+    "format": str,
+    "content_type": str,
+    "extra": dict,
+}
+
+
+def is_model_variable(name: str) -> bool:
+    field = name[len(MODEL_PREFIX) :].lower() if name.startswith(MODEL_PREFIX) else ""
+    return field in _MODEL_FIELDS or field in _PARAMETER_FIELDS
+
+
+def model_environment(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The model described by ``MLSERVER_MODEL_*`` / ``INFERPOOL_MODEL_*`` (which win)."""
+    raw: dict[str, Any] = {}
+    parameters: dict[str, Any] = {}
+    for prefix in (MODEL_PREFIX, OUR_MODEL_PREFIX):  # the later one wins
+        for field, kind in (_MODEL_FIELDS | _PARAMETER_FIELDS).items():
+            text = environ.get(prefix + field.upper())
+            if text is None:
+                continue
+            value = parse_env(text, kind)
+            if field == "parameters" and isinstance(value, dict):
+                parameters.update(value)
+            elif field in _PARAMETER_FIELDS:
+                parameters[field] = value
+            else:
+                raw[field] = value
+    if parameters.get("uri"):
+        # MLServer reads a relative URI from where it runs, not from a model's folder.
+        parameters["uri"] = str(Path(parameters["uri"]).absolute())
+    if parameters:
+        raw["parameters"] = parameters
+    return raw
+
+
+def with_model_environment(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """A model-settings file's keys over the environment's model keys, as MLServer reads
+    every model-settings.json (e.g. KServe's MLSERVER_MODEL_NAME names a model whose file
+    gives no name; its MLSERVER_MODEL_IMPLEMENTATION never replaces the file's)."""
+    defaults = model_environment(environ)
+    if not defaults:
+        return raw
+    check_model_keys(defaults, ENVIRONMENT_MODEL)
+    parameters = raw.get("parameters")
+    merged = {**defaults, **raw}
+    if isinstance(parameters, dict) and "parameters" in defaults:
+        merged["parameters"] = {**defaults["parameters"], **parameters}
+    return merged
+
+
+def single_model_repository(environ: Mapping[str, str]) -> Path | None:
+    """The folder of the environment's model's URI: the repository when none is named."""
+    uri = model_environment(environ).get("parameters", {}).get("uri")
+    if not uri:
+        return None
+    path = Path(uri).absolute()
+    return path if path.is_dir() else path.parent
+
+
+def single_model(
+    repository: Path,
+) -> tuple[str, ModelSettings | None, str, Path] | None:
+    """Single-model mode's one model: (name, settings or None, error, folder); else None.
+
+    Active when model variables are set and the repository holds no model-settings.json
+    (MLServer reads the environment's model only then). The artefact is at the URI (a file,
+    or a folder), or else at the repository's root.
+    """
+    from inferpool.settings import ModelParameters, ModelSettings
+
+    raw = model_environment(os.environ)
+    if not raw or not repository.is_dir() or _has_settings_file(repository):
+        return None
+    where = ENVIRONMENT_MODEL
+    parameters = dict(raw.pop("parameters", {}))
+    folder = repository
+    uri = parameters.pop("uri", None)
+    if uri:
+        path = Path(uri)
+        if path.is_dir():
+            folder = path
+        else:
+            folder, parameters["uri"] = path.parent, str(path)
+    name = raw.pop("name", None) or folder.name
+    try:
+        check_model_keys({**raw, "parameters": parameters}, where)
+        settings = ModelSettings(
+            name=name, parameters=ModelParameters(**parameters), folder=folder, **raw
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(map(str, first["loc"]))
+        return name, None, f"{where}: {loc}: {first['msg']}", folder
+    except ValueError as exc:
+        return name, None, str(exc), folder
+    warn_once(f"single-model mode: model '{name}' from {folder}", logging.INFO)
+    return name, settings, "", folder
+
+
+def _has_settings_file(repository: Path) -> bool:
+    return any(True for _ in repository.glob(f"**/{MODEL_SETTINGS_FILE}"))

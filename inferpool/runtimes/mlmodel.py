@@ -1,0 +1,270 @@
+"""Serves an MLServer custom runtime: a subclass of ``mlserver.MLModel`` (MLServer installed)
+or of ``inferpool.mlserver.MLModel`` (the same API, without MLServer).
+
+The model's coroutines (``load``, ``predict``, ``metadata``) run on one event loop per
+process, in a thread of its own: a worker calls ``predict`` from plain code, and with
+``--workers 0`` from the server's running loop, which cannot run another coroutine to the
+end. One loop for every call also keeps what ``load`` creates (locks, sessions) usable in
+``predict``. Requests reach the model as its own ``InferenceRequest`` (MLServer's pydantic
+type for an ``mlserver`` subclass, ours otherwise), flat data and parameters kept; its
+``InferenceResponse`` comes back as output tensors with their names, datatypes, shapes and
+parameters. An ``MLServerError`` it raises is answered with its ``status_code`` and message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import sys
+import threading
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+
+from inferpool.errors import BadRequest, ModelError, ModelLoadError, from_status
+from inferpool.protocol.datatypes import NUMPY_BY_DATATYPE
+from inferpool.protocol.types import InferenceRequest, Tensor, TensorSpec
+from inferpool.runtimes.base import Answer, Runtime
+from inferpool.settings import MODEL_SETTINGS_FILE, ModelSettings
+
+T = TypeVar("T")
+
+# Where a codec keeps its decoded payload in a tensor's parameters: never sent back.
+_DECODED = "_decoded_payload"
+# The settings MLServer's ModelSettings takes from inferpool's (which may have resolved them
+# from the folder layout or the environment); the rest comes from the file as written.
+_SETTINGS_KEYS = {
+    "name",
+    "implementation",
+    "parameters",
+    "inputs",
+    "outputs",
+    "max_batch_size",
+    "max_batch_time",
+}
+
+
+class _ProcessLoop:
+    """The process's event loop for models' coroutines, running in a daemon thread.
+
+    Made on first use and again after a fork (a thread does not survive one)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the loop and wait for its result (or its exception)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._current()).result()
+
+    def _current(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._pid != os.getpid():
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=loop.run_forever, name="inferpool-mlmodel-loop", daemon=True
+                )
+                thread.start()
+                self._loop, self._pid = loop, os.getpid()
+            return self._loop
+
+
+_LOOP = _ProcessLoop()
+
+
+@dataclass(frozen=True, slots=True)
+class Flavour:
+    """The MLServer API a model class is written against: its types, settings and errors."""
+
+    types: ModuleType
+    settings_class: Any  # a pydantic model class: ModelSettings
+    error_class: type[Exception]
+
+
+def flavour_of(cls: type) -> Flavour | None:
+    """The API ``cls`` subclasses, or None when it is no MLModel. MLServer's own is only
+    looked for when ``mlserver`` is imported already (a subclass of it imported it)."""
+    mlserver = sys.modules.get("mlserver")
+    if mlserver is not None and issubclass(cls, mlserver.MLModel):
+        return _flavour("mlserver")
+    from inferpool.mlserver import MLModel
+
+    return _flavour("inferpool.mlserver") if issubclass(cls, MLModel) else None
+
+
+def _flavour(package: str) -> Flavour:
+    types = importlib.import_module(f"{package}.types")
+    settings = importlib.import_module(f"{package}.settings")
+    errors = importlib.import_module(f"{package}.errors")
+    return Flavour(types, settings.ModelSettings, errors.MLServerError)
+
+
+def adapter_for(cls: type, flavour: Flavour) -> type[Runtime]:
+    """The inferpool runtime class that serves models of the MLModel subclass ``cls``."""
+    attributes = {"model_class": cls, "flavour": flavour, "__module__": __name__}
+    return type(f"{cls.__name__}Runtime", (MLModelRuntime,), attributes)
+
+
+class MLModelRuntime(Runtime):
+    """An MLModel, driven through inferpool's Runtime interface (see the module's text)."""
+
+    platform: ClassVar[str] = "mlserver"
+    accepts = "request"
+    # MLServer hands the request's outputs to the model, whatever their names.
+    open_outputs: ClassVar[bool] = True
+    model_class: ClassVar[type]
+    flavour: ClassVar[Flavour]
+
+    def __init__(self, settings: ModelSettings) -> None:
+        super().__init__(settings)
+        self.model: Any = None
+
+    def load(self) -> None:
+        self.model = self.model_class(self._model_settings())
+        ready = _LOOP.run(self.model.load())
+        self.model.ready = ready
+        if not ready:
+            raise ModelLoadError(f"model '{self.name}': load() returned {ready!r}")
+
+    def _model_settings(self) -> Any:
+        """The model's settings as its MLServer API has them: the file's fields, with
+        what inferpool resolved (name, version, URI, ...) on top."""
+        raw: dict[str, Any] = {}
+        source = None
+        if self.settings.folder is not None:
+            path = self.settings.folder / MODEL_SETTINGS_FILE
+            if path.is_file():
+                raw = json.loads(path.read_text())
+                source = str(path)
+        raw.update(self.settings.model_dump(include=_SETTINGS_KEYS, exclude_defaults=True))
+        model_settings = self.flavour.settings_class.model_validate(raw)
+        # Relative URIs resolve against the settings file's folder (get_model_uri).
+        model_settings._source = source or (
+            str(self.settings.folder / MODEL_SETTINGS_FILE) if self.settings.folder else None
+        )
+        return model_settings
+
+    def predict(self, payload: InferenceRequest, outputs: Sequence[str]) -> dict[str, Tensor]:
+        request = self._model_request(payload)
+        try:
+            response = _LOOP.run(self.model.predict(request))
+        except self.flavour.error_class as exc:
+            raise from_status(getattr(exc, "status_code", 400), str(exc)) from None
+        tensors = {output.name: self._tensor(output) for output in response.outputs}
+        if response.parameters is None:
+            return tensors
+        return Answer(tensors, _dump(response.parameters))
+
+    def _model_request(self, request: InferenceRequest) -> Any:
+        types = self.flavour.types
+        return types.InferenceRequest(
+            id=request.id,
+            parameters=self._parameters(request.parameters, "the request"),
+            inputs=[
+                types.RequestInput(
+                    name=tensor.name,
+                    shape=list(tensor.shape),
+                    datatype=tensor.datatype,
+                    data=tensor.data.reshape(-1).tolist(),
+                    parameters=self._parameters(tensor.parameters, f"input '{tensor.name}'"),
+                )
+                for tensor in request.inputs
+            ],
+            outputs=[
+                types.RequestOutput(
+                    name=output.name,
+                    parameters=self._parameters(output.parameters, f"output '{output.name}'"),
+                )
+                for output in request.outputs
+            ]
+            or None,
+        )
+
+    def _parameters(self, parameters: dict[str, Any], where: str) -> Any:
+        """The model's ``Parameters``; a 400 for a value of the wrong type."""
+        if not parameters:
+            return None
+        try:
+            return self.flavour.types.Parameters(**parameters)
+        except ValueError as exc:  # pydantic's ValidationError
+            raise BadRequest(
+                f"model '{self.name}': parameters of {where}: {_first_error(exc)}"
+            ) from None
+
+    def _tensor(self, output: Any) -> Tensor:
+        """One output of the model's response as an inferpool tensor, as it was sent."""
+        datatype = getattr(output.datatype, "value", output.datatype)
+        shape = tuple(int(dim) for dim in output.shape)
+        values = getattr(output.data, "root", output.data)
+        where = f"model '{self.name}' output '{output.name}'"
+        if datatype not in NUMPY_BY_DATATYPE:
+            raise ModelError(f"{where}: unknown datatype {datatype!r}")
+        try:
+            if datatype == "BYTES":
+                # An object array flattens nested lists and keeps each element as it is
+                # (a bytes array would drop trailing NULs).
+                flat = np.asarray(values, dtype=object).reshape(-1)
+                elements = [_element_bytes(item) for item in flat]
+                data = np.empty(len(elements), dtype=object)
+                data[:] = elements
+            else:
+                data = np.asarray(values, dtype=NUMPY_BY_DATATYPE[datatype]).reshape(-1)
+            data = data.reshape(shape)
+        except (TypeError, ValueError, OverflowError) as exc:
+            detail = f"data does not fit {datatype} {list(shape)} ({exc})"
+            raise ModelError(f"{where}: {detail}") from None
+        parameters = _dump(output.parameters) if output.parameters is not None else {}
+        return Tensor(output.name, datatype, shape, data, parameters)
+
+    def inputs(self) -> list[TensorSpec]:
+        return _specs(self.model.inputs) if self.model is not None else super().inputs()
+
+    def outputs(self) -> list[TensorSpec]:
+        declared = _specs(self.model.outputs) if self.model is not None else []
+        return declared or super().outputs()
+
+    def metadata(self) -> dict[str, Any]:
+        """The model's own ``metadata()``, as MLServer answers it."""
+        document: dict[str, Any] = _LOOP.run(self.model.metadata()).model_dump()
+        document.setdefault("inputs", [])
+        document.setdefault("outputs", [])
+        return document
+
+
+def _first_error(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    if errors is None:
+        return str(exc).splitlines()[0]
+    first = errors()[0]
+    return f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
+
+
+def _dump(parameters: Any) -> dict[str, Any]:
+    """Parameters as sent: without the payload a codec decoded into them."""
+    dumped: dict[str, Any] = parameters.model_dump()
+    dumped.pop(_DECODED, None)
+    return dumped
+
+
+def _element_bytes(item: Any) -> bytes:
+    if isinstance(item, bytes):
+        return item
+    if isinstance(item, str):
+        return item.encode("utf-8")
+    raise TypeError(f"a BYTES element is a {type(item).__name__}, not str or bytes")
+
+
+def _specs(tensors: Any) -> list[TensorSpec]:
+    """MetadataTensors (either API's) as inferpool's TensorSpecs."""
+    specs = []
+    for tensor in tensors or []:
+        raw = tensor.model_dump()
+        raw["datatype"] = getattr(tensor.datatype, "value", tensor.datatype)
+        specs.append(TensorSpec.from_dict(raw))
+    return specs

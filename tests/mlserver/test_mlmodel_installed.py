@@ -1,0 +1,153 @@
+"""MLServer custom runtimes, unchanged (``from mlserver import MLModel``), served by inferpool
+with MLServer 1.7.1 installed, and answering as MLServer itself answers them.
+
+Run by tox's ``mlserver`` environment (marker ``mlserver``, tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+
+from tests.mlserver.runtimes import (
+    GREETER_OUTPUT,
+    GREETER_REQUEST,
+    SCALER_OUTPUT,
+    SCALER_REQUEST,
+    TOTALS_OUTPUTS,
+    TOTALS_REQUEST,
+    grpc_outputs,
+    grpc_request,
+    write_repository,
+)
+from tests.support import Server, free_port
+from tests.support.grpc import stub_for
+
+CASES = [
+    ("scaler", SCALER_REQUEST, [SCALER_OUTPUT]),
+    ("greeter", GREETER_REQUEST, [GREETER_OUTPUT]),
+    ("totals", TOTALS_REQUEST, TOTALS_OUTPUTS),
+]
+IDS = [case[0] for case in CASES]
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_repository(tmp_path_factory.mktemp("mlserver-runtimes"), rewrite=False)
+
+
+@pytest.fixture(scope="module", params=["1", "0"], ids=["workers", "in-process"])
+def server(request: pytest.FixtureRequest, repository: Path) -> Iterator[Server]:
+    with Server(repository, "--workers", request.param) as running:
+        running.wait_ready()
+        yield running
+
+
+@pytest.fixture(scope="module")
+def mlserver(repository: Path) -> Iterator[str]:
+    """MLServer 1.7.1 itself on the same repository: its REST address."""
+    http_port = free_port()
+    env = {
+        **os.environ,
+        "MLSERVER_HTTP_PORT": str(http_port),
+        "MLSERVER_GRPC_PORT": str(free_port()),
+        "MLSERVER_METRICS_PORT": str(free_port()),
+        "MLSERVER_PARALLEL_WORKERS": "0",
+        "MLSERVER_HOST": "127.0.0.1",
+    }
+    command = [sys.executable, "-m", "mlserver.cli.main", "start", str(repository)]
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            yield _wait_ready(f"http://127.0.0.1:{http_port}", process, log)
+        finally:
+            process.terminate()
+            process.wait(30)
+
+
+def _wait_ready(url: str, process: subprocess.Popen, log) -> str:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            log.seek(0)
+            raise RuntimeError(f"mlserver exited:\n{log.read().decode(errors='replace')}")
+        try:
+            if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                return url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError("MLServer not ready after 120 s")
+
+
+def test_the_runtimes_subclass_mlservers_own_mlmodel(repository: Path) -> None:
+    import mlserver
+
+    from inferpool.runtimes.mlmodel import MLModelRuntime
+    from inferpool.runtimes.registry import runtime_class
+    from inferpool.settings import read_model_settings
+
+    runtime = runtime_class(read_model_settings(repository / "scaler", "scaler"))
+    assert issubclass(runtime, MLModelRuntime)
+    assert issubclass(runtime.model_class, mlserver.MLModel)
+    assert runtime.flavour.types.__name__ == "mlserver.types"
+
+
+def test_an_inferpool_mlmodel_does_not_import_mlserver(tmp_path: Path) -> None:
+    write_repository(tmp_path, rewrite=True)
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from inferpool.runtimes.registry import runtime_class\n"
+        "from inferpool.settings import read_model_settings\n"
+        "runtime = runtime_class(read_model_settings(Path(sys.argv[1]), 'scaler'))\n"
+        "print(runtime.flavour.types.__name__, 'mlserver' in sys.modules)\n"
+    )
+    command = [sys.executable, "-c", code, str(tmp_path / "scaler")]
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["inferpool.mlserver.types", "False"]
+
+
+@pytest.mark.parametrize(("model", "body", "outputs"), CASES, ids=IDS)
+def test_rest_answer_is_the_runtimes_response(server: Server, model, body, outputs) -> None:
+    response = httpx.post(f"{server.url}/v2/models/{model}/infer", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    assert response.json()["outputs"] == outputs
+
+
+@pytest.mark.parametrize(("model", "body", "outputs"), CASES, ids=IDS)
+def test_grpc_answer_is_the_runtimes_response(server: Server, model, body, outputs) -> None:
+    with stub_for(server) as stub:
+        response = stub.ModelInfer(grpc_request(model, body), timeout=30)
+    assert grpc_outputs(response) == outputs
+
+
+@pytest.mark.parametrize(("model", "body", "outputs"), CASES, ids=IDS)
+def test_mlserver_itself_gives_the_same_answer(
+    server: Server, mlserver: str, model, body, outputs
+) -> None:
+    ours = httpx.post(f"{server.url}/v2/models/{model}/infer", json=body, timeout=30).json()
+    theirs = httpx.post(f"{mlserver}/v2/models/{model}/infer", json=body, timeout=30).json()
+    assert ours["outputs"] == theirs["outputs"] == outputs
+    assert ours.get("parameters", {}) == theirs.get("parameters", {})
+    assert ours.get("model_version") == theirs.get("model_version")
+
+
+def test_inference_error_answers_as_in_mlserver(server: Server, mlserver: str) -> None:
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [-1]}]}
+    ours = httpx.post(f"{server.url}/v2/models/scaler/infer", json=body)
+    theirs = httpx.post(f"{mlserver}/v2/models/scaler/infer", json=body)
+    assert ours.status_code == theirs.status_code == 400
+    assert ours.json() == theirs.json() == {"error": "negative values cannot be scaled"}
+    with stub_for(server) as stub, pytest.raises(grpc.RpcError) as raised:
+        stub.ModelInfer(grpc_request("scaler", body), timeout=30)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
