@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import zlib
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from starlette.types import Receive, Scope
@@ -93,18 +93,25 @@ async def read_body(
             raise TooLarge(too_large_message(len(body), limit))
         return body
     chunks = [body]
-    size = len(body)
+    async for chunk in _next_chunks(receive, len(body), limit):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _next_chunks(receive: Receive, received: int, limit: int) -> AsyncIterator[bytes]:
+    """The body's chunks as they arrive, to the last; 413 once more than ``limit`` bytes
+    came in all (``received`` of them before these)."""
     while True:
         message = await receive()
         if message["type"] != "http.request":
             raise _gone("while its body was arriving")
         chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
+        received += len(chunk)
+        if received > limit:
             raise TooLarge(too_large_message(f"more than {limit}", limit))
-        chunks.append(chunk)
+        yield chunk
         if not message.get("more_body", False):
-            return b"".join(chunks)
+            return
 
 
 async def _read_encoded(
@@ -122,18 +129,10 @@ async def _read_encoded(
         )
     _check_length(content_length, limit)
     inflater = _Inflater(token.decode(), wbits, limit)
-    received = 0
-    while True:  # each chunk inflated as it arrives: neither side is ever held past the limit
-        message = await receive()
-        if message["type"] != "http.request":
-            raise _gone("while its body was arriving")
-        chunk = message.get("body", b"")
-        received += len(chunk)
-        if received > limit:
-            raise TooLarge(too_large_message(f"more than {limit}", limit))
+    # Each chunk inflated as it arrives: neither side is ever held past the limit.
+    async for chunk in _next_chunks(receive, 0, limit):
         inflater.feed(chunk)
-        if not message.get("more_body", False):
-            return inflater.finish()
+    return inflater.finish()
 
 
 class _Inflater:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import enum
 
+from inferpool.protocol.protowire import scan_fields
+
 
 class ServingStatus(enum.IntEnum):
     """``HealthCheckResponse.ServingStatus``."""
@@ -35,28 +37,10 @@ class HealthCheckRequest:
     @classmethod
     def FromString(cls, data: bytes) -> HealthCheckRequest:
         """Parse as protobuf does: unknown fields skipped, the last ``service`` wins."""
-        service = b""
-        pos, end = 0, len(data)
-        while pos < end:
-            key, pos = _varint(data, pos)
-            number, wire_type = key >> 3, key & 7
-            if number == 0:
-                raise MalformedMessage("field number 0")
-            if wire_type == 0:
-                _, pos = _varint(data, pos)
-            elif wire_type == 1:
-                pos += 8
-            elif wire_type == 2:
-                length, pos = _varint(data, pos)
-                if number == 1:
-                    service = data[pos : pos + length]
-                pos += length
-            elif wire_type == 5:
-                pos += 4
-            else:  # groups (3, 4) are proto2's; 6 and 7 do not exist
-                raise MalformedMessage(f"unsupported wire type {wire_type}")
-        if pos != end:
-            raise MalformedMessage("truncated message")
+        try:
+            service = scan_fields(data, (1,)).get(1, b"")
+        except ValueError as exc:
+            raise MalformedMessage(str(exc)) from None
         try:
             return cls(service.decode())
         except UnicodeDecodeError:
@@ -77,15 +61,3 @@ class HealthCheckResponse:
 
 # Every response there can be, encoded once (proto3 leaves the default, 0, out).
 ENCODED = {status: b"\x08" + bytes([status]) if status else b"" for status in ServingStatus}
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while pos < len(data) and shift < 64:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-    raise MalformedMessage("truncated or overlong varint")

@@ -12,11 +12,9 @@ import pytest
 
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from tests.mlserver.runtimes import (
-    GREETER_OUTPUT,
-    GREETER_REQUEST,
+    CASES,
     SCALER_OUTPUT,
     SCALER_REQUEST,
-    TOTALS_OUTPUTS,
     TOTALS_REQUEST,
     grpc_outputs,
     grpc_request,
@@ -24,12 +22,6 @@ from tests.mlserver.runtimes import (
 )
 from tests.support import Server
 from tests.support.grpc import stub_for
-
-CASES = [
-    ("scaler", SCALER_REQUEST, [SCALER_OUTPUT]),
-    ("greeter", GREETER_REQUEST, [GREETER_OUTPUT]),
-    ("totals", TOTALS_REQUEST, TOTALS_OUTPUTS),
-]
 
 
 @pytest.fixture(scope="module", params=["1", "0"], ids=["workers", "in-process"])

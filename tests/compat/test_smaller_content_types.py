@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-import httpx
 import pandas as pd
 import pytest
 
-from inferpool.codecs.registry import decode_response
-from inferpool.protocol import rest_json
+from tests.e2e.test_content_types import decoded, infer
 from tests.support import Server
 from tests.support.runtimes import write_echo_model
 
@@ -44,19 +42,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with Server(root, "--workers", "1") as running:
         running.wait_ready()
         yield running
-
-
-def infer(server: Server, model: str, inputs: list[dict], **parameters) -> httpx.Response:
-    document: dict = {"inputs": inputs}
-    if parameters:
-        document["parameters"] = parameters
-    return httpx.post(f"{server.url}/v2/models/{model}/infer", json=document, timeout=30)
-
-
-def decoded(response: httpx.Response):
-    assert response.status_code == 200, response.text
-    reply = rest_json.decode_response(response.content)
-    return decode_response(reply.outputs, reply.parameters.get("content_type"))
 
 
 def texts(name: str, values: list[str], content_type: str | None = None) -> dict:

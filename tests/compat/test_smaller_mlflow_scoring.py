@@ -16,22 +16,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.e2e.test_runtime_mlflow import PRICE_MODEL
 from tests.support import Server, iris_data, write_sklearn_model
 
-PRICE_MODEL = """
-import mlflow
-import pandas as pd
-
-
-class Price(mlflow.pyfunc.PythonModel):
-    def predict(self, context, model_input, params=None):
-        discount = (params or {}).get("discount", 0.0)
-        total = model_input["price"] * model_input["quantity"] * (1 - discount)
-        return pd.DataFrame({"total": total, "label": model_input["city"].str.upper()})
-
-
-mlflow.models.set_model(Price())
-"""
 PRICES = pd.DataFrame(
     {"price": [2.5, 4.0, 10.0], "quantity": [2, 3, 1], "city": ["paris", "oslo", "rome"]}
 )

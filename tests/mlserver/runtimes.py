@@ -214,3 +214,11 @@ def grpc_outputs(response) -> list[dict]:
         document["data"] = data
         outputs.append(document)
     return outputs
+
+
+# (model, request, expected outputs): one request to each runtime.
+CASES = [
+    ("scaler", SCALER_REQUEST, [SCALER_OUTPUT]),
+    ("greeter", GREETER_REQUEST, [GREETER_OUTPUT]),
+    ("totals", TOTALS_REQUEST, TOTALS_OUTPUTS),
+]

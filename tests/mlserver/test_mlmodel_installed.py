@@ -19,12 +19,7 @@ import httpx
 import pytest
 
 from tests.mlserver.runtimes import (
-    GREETER_OUTPUT,
-    GREETER_REQUEST,
-    SCALER_OUTPUT,
-    SCALER_REQUEST,
-    TOTALS_OUTPUTS,
-    TOTALS_REQUEST,
+    CASES,
     grpc_outputs,
     grpc_request,
     write_repository,
@@ -32,11 +27,6 @@ from tests.mlserver.runtimes import (
 from tests.support import Server, free_port
 from tests.support.grpc import stub_for
 
-CASES = [
-    ("scaler", SCALER_REQUEST, [SCALER_OUTPUT]),
-    ("greeter", GREETER_REQUEST, [GREETER_OUTPUT]),
-    ("totals", TOTALS_REQUEST, TOTALS_OUTPUTS),
-]
 IDS = [case[0] for case in CASES]
 
 

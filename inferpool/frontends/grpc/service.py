@@ -24,6 +24,7 @@ from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.model_config import model_config
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.grpc_wire import set_parameters
+from inferpool.protocol.protowire import scan_fields
 from inferpool.protocol.request_headers import grpc_metadata, wrap
 
 logger = logging.getLogger(__name__)
@@ -37,34 +38,19 @@ Handler = Callable[[Any, Any], Awaitable[Any]]
 
 
 # -- routing: the model name and version, read straight from the request bytes ------------
+_ROUTE_FIELDS = frozenset((1, 2))  # model_name, model_version
+
+
 def read_route(body: bytes) -> tuple[str, str | None]:
     """``model_name`` and ``model_version`` of a serialized ModelInferRequest.
 
     Walks the top-level fields only, skipping each by its length; as protobuf parsing
     does, the last occurrence of a field wins. An empty version means "any version".
     """
-    fields: dict[int, bytes] = {}
-    pos, end = 0, len(body)
-    while pos < end:
-        key, pos = _varint(body, pos)
-        number, wire_type = key >> 3, key & 7
-        if number == 0:
-            raise _malformed()
-        if wire_type == 0:
-            _, pos = _varint(body, pos)
-        elif wire_type == 1:
-            pos += 8
-        elif wire_type == 2:
-            length, pos = _varint(body, pos)
-            if number in (1, 2):
-                fields[number] = body[pos : pos + length]
-            pos += length
-        elif wire_type == 5:
-            pos += 4
-        else:
-            raise _malformed()
-    if pos != end:
-        raise _malformed()
+    try:
+        fields = scan_fields(body, _ROUTE_FIELDS)
+    except ValueError:
+        raise _malformed() from None
     try:
         name = fields.get(1, b"").decode()
         version = fields.get(2, b"").decode()
@@ -73,18 +59,6 @@ def read_route(body: bytes) -> tuple[str, str | None]:
     if not name:
         raise BadRequest("ModelInferRequest has no model_name")
     return name, version or None
-
-
-def _varint(body: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while pos < len(body) and shift < 64:
-        byte = body[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-    raise _malformed()
 
 
 def _malformed() -> BadRequest:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferpool.mlserver.codecs.base import InputCodec, register_input_codec, register_request_codec
-from inferpool.mlserver.codecs.lists import as_list, is_list_of
-from inferpool.mlserver.codecs.utils import InputOrOutput, SingleInputRequestCodec
-from inferpool.mlserver.types import Parameters, RequestInput, ResponseOutput
+from inferpool.mlserver.codecs.base import register_input_codec, register_request_codec
+from inferpool.mlserver.codecs.elements import ElementCodec
+from inferpool.mlserver.codecs.utils import SingleInputRequestCodec
 
 
 def encode_str(elem: str) -> bytes:
@@ -23,48 +22,21 @@ def decode_str(encoded: Any, str_codec: str = "utf-8") -> Any:
     return ""
 
 
-def _decode(tensor: InputOrOutput) -> list[str]:
-    return [decode_str(item) for item in as_list(tensor.data.root)]
-
-
 @register_input_codec
-class StringCodec(InputCodec):
+class StringCodec(ElementCodec):
     """A list of strings as a ``[N, 1]`` BYTES tensor."""
 
     ContentType = "str"
     TypeHint = list[str]
+    ItemType = str
 
     @classmethod
-    def can_encode(cls, payload: Any) -> bool:
-        return is_list_of(payload, str)
+    def encode_item(cls, item: str, use_bytes: bool) -> bytes | str:
+        return encode_str(item) if use_bytes else item
 
     @classmethod
-    def encode_output(
-        cls, name: str, payload: list[str], use_bytes: bool = True, **kwargs: Any
-    ) -> ResponseOutput:
-        data = [encode_str(item) for item in payload] if use_bytes else list(payload)
-        return ResponseOutput(
-            name=name,
-            datatype="BYTES",
-            shape=[len(payload), 1],
-            data=data,
-            parameters=Parameters(content_type=cls.ContentType),
-        )
-
-    @classmethod
-    def decode_output(cls, response_output: ResponseOutput) -> list[str]:
-        return _decode(response_output)
-
-    @classmethod
-    def decode_input(cls, request_input: RequestInput) -> list[str]:
-        return _decode(request_input)
-
-    @classmethod
-    def encode_input(
-        cls, name: str, payload: list[str], use_bytes: bool = True, **kwargs: Any
-    ) -> RequestInput:
-        output = cls.encode_output(name, payload, use_bytes)
-        return RequestInput(**dict(output))
+    def decode_item(cls, element: Any) -> Any:
+        return decode_str(element)
 
 
 @register_request_codec
