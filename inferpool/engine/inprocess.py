@@ -8,10 +8,12 @@ in a thread, one at a time, so the loop keeps answering health checks. The embed
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from inferpool.engine.client import EngineClient
 from inferpool.engine.ipc.messages import Reply, RequestHeader
@@ -24,6 +26,9 @@ if TYPE_CHECKING:
     from inferpool.engine.worker.model import LoadedModel
 
 logger = logging.getLogger(__name__)
+
+_Arg = TypeVar("_Arg")
+_Result = TypeVar("_Result")
 
 
 class InProcessClient(EngineClient):
@@ -38,7 +43,7 @@ class InProcessClient(EngineClient):
 
         try:
             # A thread keeps the loop answering health checks while a model loads.
-            model = await asyncio.to_thread(_load_one_at_a_time, settings)
+            model = await _in_daemon_thread(_load_one_at_a_time, settings)
         except Exception as exc:
             raise InferpoolError(failure_reason(exc)) from None
         key = model_key(settings.name, settings.version)
@@ -102,3 +107,30 @@ def _load_one_at_a_time(settings: ModelSettings) -> LoadedModel:
 
     with _LOAD_LOCK:
         return load_model(settings)
+
+
+async def _in_daemon_thread(function: Callable[[_Arg], _Result], argument: _Arg) -> _Result:
+    """``function(argument)`` in a daemon thread. Not ``asyncio.to_thread``: the executor's
+    threads are joined when the interpreter exits, so a model whose load never returns
+    (a user's ``load()`` waiting forever) would keep the server from exiting on SIGTERM."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[_Result] = loop.create_future()
+
+    def settle(result: _Result | None, error: BaseException | None) -> None:
+        if done.done():  # the caller went away (shutdown cancelled it)
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(cast(_Result, result))
+
+    def run() -> None:
+        try:
+            result, error = function(argument), None
+        except BaseException as exc:  # handed to the awaiting coroutine
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits now
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="inferpool-load", daemon=True).start()
+    return await done
