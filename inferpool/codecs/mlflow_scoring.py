@@ -24,7 +24,7 @@ from inferpool.codecs.registry import decode_response, encode_output
 from inferpool.errors import BadRequest, InferpoolError
 from inferpool.protocol import limits
 from inferpool.protocol.mlflow_endpoints import INVOCATIONS, INVOCATIONS_CSV
-from inferpool.protocol.rest_json import nested_deeper
+from inferpool.protocol.rest_json import check_depth
 from inferpool.protocol.types import InferenceRequest, InferenceResponse, Tensor
 
 FORMATS = ("dataframe_split", "dataframe_records", "instances", "inputs")
@@ -60,11 +60,7 @@ def from_json(body: bytes) -> InferenceRequest:
         raise BadRequest(f"invocations: the body is not valid JSON ({exc})") from None
     if not isinstance(document, dict):
         raise BadRequest(f"invocations: expected a JSON object with one of {', '.join(FORMATS)}")
-    if nested_deeper(document, limits.current().max_json_depth):
-        raise BadRequest(
-            f"invocations: the body is nested deeper than {limits.current().max_json_depth} "
-            "(max_json_depth)"
-        )
+    check_depth(document, limits.current().max_json_depth, "invocations: the body")
     present = [key for key in FORMATS if key in document]
     if len(present) != 1:
         raise BadRequest(
