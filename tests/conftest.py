@@ -28,6 +28,10 @@ SLOW_FILES = frozenset(
 ENVIRONMENT_FOLDERS = {
     "tests/clients": "clients",  # the newest tritonclient[all], kserve's clients, perf_analyzer
     "tests/mlserver": "mlserver",  # MLServer 1.7.1 installed: its custom runtimes unchanged
+    "tests/image": "image",  # buildah and mmdebstrap: the container image built and run
+    "tests/deploy": "deploy",  # kserve's typed models and kubernetes-validate: the manifests
+    "tests/ray": "ray",  # Ray Serve: a local Ray instance on 127.0.0.1
+    "tests/package": "package",  # the wheel built and installed into a clean virtualenv
 }
 
 
