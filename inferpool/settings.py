@@ -117,6 +117,12 @@ class ServerSettings(BaseSettings):
     log_level: str = Field("info", description="debug, info, warning or error")
     access_log: bool = Field(False, description="log every request (method, model, status, ms)")
     shutdown_timeout: float = Field(30.0, description="seconds to drain requests on shutdown")
+    drain_delay: float = Field(
+        0.0,
+        ge=0,
+        description="seconds the listeners keep accepting after SIGTERM/SIGINT turned readiness "
+        "off (Kubernetes' endpoint removal window; a second signal ends it)",
+    )
     cors_settings: CORSSettings | None = Field(
         None,
         description='MLServer\'s CORS keys as JSON, e.g. \'{"allow_origins": ["*"]}\'; '

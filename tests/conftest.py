@@ -15,6 +15,7 @@ from tests.support import Server, build_iris_repository
 # README's test command (``python -m tox``) runs both.
 SLOW_FILES = frozenset(
     {
+        "tests/e2e/test_drain_signals.py",
         "tests/e2e/test_http2_hostile.py",
         "tests/fuzz/test_soak.py",
         "tests/unit/engine/test_ring_stress.py",

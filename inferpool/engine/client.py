@@ -44,7 +44,8 @@ class EngineClient(ABC):
         self.table = ModelTable()
         self.stats: dict[ModelKey, ModelStats] = {}  # per version
         self._started = False  # start-up (the repository's first load) has finished
-        self._stopping = False  # shutdown has begun: never ready again
+        self._draining = False  # a drain has begun: never ready again, still serving
+        self._stopping = False  # shutdown has begun: the engine stops once drained
         # Read once here (the token file too): a bad admin setting stops the start-up.
         self.admin = AdminPolicy.from_settings(settings)
         # One load or unload of a model (all its versions) at a time. Only names found in
@@ -60,8 +61,13 @@ class EngineClient(ABC):
         return self._started
 
     @property
+    def draining(self) -> bool:
+        """``begin_drain()`` (or ``begin_shutdown()``) was called: not ready from then on."""
+        return self._draining
+
+    @property
     def stopping(self) -> bool:
-        """``begin_shutdown()`` was called: readiness is false from then on."""
+        """``begin_shutdown()`` was called: no worker is replaced, no request waits for one."""
         return self._stopping
 
     @property
@@ -74,7 +80,7 @@ class EngineClient(ABC):
 
     def not_ready_reason(self) -> str | None:
         """Why the server is not ready, or None when it is (strict readiness)."""
-        if self.stopping:
+        if self._draining:
             return "server is shutting down"
         if not self.started:
             return "server is starting up"
@@ -99,12 +105,18 @@ class EngineClient(ABC):
     async def _start_workers(self) -> None:  # noqa: B027 - nothing to start in-process
         """Start what runs models (the pool's workers); loads nothing."""
 
+    def begin_drain(self) -> None:
+        """A drain begins (SIGTERM): readiness turns false now, for good, while requests
+        are still served as before; ``begin_shutdown`` follows once the listeners stop."""
+        self._draining = True
+
     def begin_shutdown(self) -> None:
-        """Shutdown begins: readiness turns false now, for good. Idempotent; ``close``
-        comes after the frontends have drained."""
+        """Shutdown begins (the listeners stop accepting): not ready, if no drain came
+        first; no worker is replaced any more, no request waits for one. Idempotent;
+        ``close`` comes after the frontends have drained."""
         if self._stopping:
             return
-        self._stopping = True
+        self._draining = self._stopping = True
         self._on_shutdown()
 
     def _on_shutdown(self) -> None:  # noqa: B027 - nothing to arm in-process
@@ -268,10 +280,26 @@ class EngineClient(ABC):
         """
         key = self.table.ready_model(name, version).key
         check_deadline(deadline)
+        stats = self.stats.get(key)
+        if stats is None:  # a READY version has its statistics; kept so if it ever had not
+            stats = self.stats[key] = ModelStats()
         started = time.perf_counter_ns()
-        reply = await self._infer(key, kind, body, json_length, deadline)
-        self._record(key, reply.status == 200, started, reply.times, reply.rows, reply.execution)
+        stats.in_flight += 1  # the in-flight gauge: in until answered, refused or cancelled
+        try:
+            reply = await self._infer(key, kind, body, json_length, deadline)
+        finally:
+            stats.in_flight -= 1
+        elapsed = time.perf_counter_ns() - started
+        stats.record(reply.status == 200, elapsed, reply.times, reply.rows, reply.execution)
         return reply
+
+    def running_requests(self) -> dict[ModelKey, int]:
+        """Per model version, its in-flight requests that are running now rather than
+        waiting (for a worker, a batch or a replica); the rest are queued. Read at scrape
+        time. In-process none waits: a request runs on the event loop from the moment it
+        is accepted until it is answered, without yielding the loop (so a scrape, served
+        by the same loop, finds none in flight at all)."""
+        return {key: stats.in_flight for key, stats in self.stats.items() if stats.in_flight}
 
     def _record(
         self,

@@ -11,6 +11,7 @@ While the workers holding a model's replicas are replaced, its requests wait (bo
 by ``REPLICA_WAIT`` and their deadline) for a replica to come back, then fail with
 ``NotReady``. The supervisor tells the pool when a worker is lost (``worker_lost``),
 placement publishes routes and their replicas (``publish``, ``replica_ready``, ``drop``).
+The metrics ask which requests the workers are running now (``running``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import itertools
 import os
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from inferpool.engine.handles import WorkerHandle
 from inferpool.engine.ipc import messages
@@ -142,6 +143,24 @@ class Dispatcher:
             for key, route in self.routes.items()
             if route.empty_since is not None and now - route.empty_since > REPLICA_WAIT
         ]
+
+    def running(self, workers: Iterable[WorkerHandle | None]) -> dict[ModelKey, int]:
+        """Per model version, its requests that a worker is running now (the metrics read
+        it at scrape time from each worker's running record). A group whose replies this
+        loop has taken already is over, whatever the record still says; a group of a
+        route replaced or dropped since counts for no version."""
+        counts: dict[ModelKey, int] = {}
+        for worker in workers:
+            if worker is None or worker.closed:
+                continue
+            group = worker.requests.running_group()
+            if group is None:
+                continue
+            model_index, count, first = group
+            route = self._by_index.get(model_index)
+            if route is not None and first in worker.inflight:
+                counts[route.key] = counts.get(route.key, 0) + count
+        return counts
 
     def wake_all(self) -> None:
         """Shutdown: no replica comes back now, the waiting requests fail."""

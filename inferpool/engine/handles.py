@@ -13,6 +13,7 @@ import asyncio
 import collections
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -28,6 +29,8 @@ from inferpool.errors import WorkerLost
 from inferpool.protocol.limits import DecodeLimits
 
 SLOT_SIZE = 64 * 1024  # a bigger body travels in its own memfd
+# What a terminal's Ctrl-C or a service manager sends the whole group; only the frontend acts.
+GROUP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -38,6 +41,10 @@ def start_template(threads: int) -> tuple[subprocess.Popen[bytes], Channel]:
     env.update(dict.fromkeys(THREAD_ENV, str(threads)))
     # The template imports this very package, whatever put it on sys.path.
     env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
+    # Started with SIGTERM and SIGINT blocked (the mask survives exec), so a signal to the
+    # whole process group cannot kill it before it ignores them (template.main): the
+    # frontend decides when the template and its workers stop.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS)
     try:
         process = subprocess.Popen(
             [sys.executable, "-m", "inferpool.engine.worker.template", str(theirs.fileno())],
@@ -48,6 +55,7 @@ def start_template(threads: int) -> tuple[subprocess.Popen[bytes], Channel]:
         ours.close()
         raise
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         theirs.close()
     return process, Channel(ours)
 

@@ -62,6 +62,9 @@ class PoolClient(EngineClient):
     def wedged(self) -> str | None:
         return self.supervisor.wedged
 
+    def running_requests(self) -> dict[ModelKey, int]:
+        return self.dispatcher.running(self.supervisor.workers)
+
     def live_reason(self) -> str | None:
         if self._closed:
             return "the worker pool is closed"

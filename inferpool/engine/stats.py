@@ -4,6 +4,7 @@ Triton's definitions: ``inference_count`` counts inferences (rows: a request of 
 3), ``execution_count`` counts model executions (requests predicted together are one),
 ``inference_stats.success.count`` counts requests, and ``batch_stats`` lists, per executed
 batch size (rows), how many executions had that size and the time their stages took.
+Beside them, ``in_flight``: the requests of the version in the engine right now.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ class BatchStats:
 
 @dataclass(slots=True)
 class ModelStats:
+    # A gauge, not a statistic: requests the engine has accepted for this version and not
+    # answered yet (``EngineClient.infer`` counts them in and out; /metrics reads it).
+    in_flight: int = 0
     success: int = 0
     fail: int = 0
     success_ns: int = 0

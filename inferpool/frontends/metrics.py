@@ -2,6 +2,11 @@
 
 Nothing is recorded per request for Prometheus: the collector turns the counters the
 engine keeps anyway (ModelStats, the model table) into metric families when scraped.
+The two gauges an autoscaler reads (docs/deploy/autoscaling.md) come from the same place:
+``inferpool_model_in_flight_requests`` (accepted by the engine, not yet answered) and
+``inferpool_model_queued_requests`` (those of them that no worker runs yet: waiting for a
+replica, in a worker's queue or its batcher); with ``--workers 0`` nothing waits, so
+queued is 0 by construction.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ _NS = 1e-9
 
 
 class EngineCollector(Collector):
-    """Per-model request counts, latency and stage times, and readiness."""
+    """Per-model request counts, latency and stage times, load gauges, and readiness."""
 
     def __init__(self, client: EngineClient) -> None:
         self.client = client
@@ -56,12 +61,27 @@ class EngineCollector(Collector):
         ready = GaugeMetricFamily(
             "inferpool_model_ready", "1 when the model is READY", labels=labels
         )
+        in_flight = GaugeMetricFamily(
+            "inferpool_model_in_flight_requests",
+            "Requests accepted by the engine and not yet answered, queued ones included",
+            labels=labels,
+        )
+        queued = GaugeMetricFamily(
+            "inferpool_model_queued_requests",
+            "In-flight requests not yet picked by a worker (waiting for a replica or queued)",
+            labels=labels,
+        )
+        running = self.client.running_requests()
         for status in self.client.table.all():
             key = [status.name, status.version or ""]
             ready.add_metric(key, 1.0 if status.state is ModelState.READY else 0.0)
             stats = self.client.stats.get(status.key)
             if stats is None:
                 continue
+            # A cancelled request is out of in_flight while a worker may still run it.
+            waiting = stats.in_flight - running.get(status.key, 0)
+            in_flight.add_metric(key, stats.in_flight)
+            queued.add_metric(key, max(0, waiting))
             success.add_metric(key, stats.success)
             failure.add_metric(key, stats.fail)
             duration.add_metric(key, stats.success, stats.success_ns * _NS)
@@ -71,7 +91,7 @@ class EngineCollector(Collector):
             "inferpool_server_ready", "1 when the server is ready (strict readiness)"
         )
         server_ready.add_metric([], 1.0 if self.client.not_ready_reason() is None else 0.0)
-        yield from (success, failure, duration, stages, ready, server_ready)
+        yield from (success, failure, duration, stages, ready, in_flight, queued, server_ready)
         # The worker pool's supervision (absent with --workers 0).
         for attribute, help_text in (
             ("template_restarts", "Times the worker template process was restarted"),

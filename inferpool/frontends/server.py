@@ -2,8 +2,17 @@
 
 Start-up order: bind and serve (so liveness answers at once), then the engine's one
 start-up (``EngineClient.start``: workers, every model, then ready). Signal handlers only
-record; this loop acts: ready turns false, servers stop accepting and drain in-flight
-requests, the engine closes, and the process exits 0.
+record; this loop acts. The drain, on SIGTERM or SIGINT (to this process or to its whole
+group: the workers and the template ignore both):
+
+1. readiness turns false at once (REST, ServerReady, grpc.health.v1), liveness stays true;
+2. the listeners keep accepting and the engine keeps serving for ``drain_delay`` seconds,
+   while the orchestrator takes the endpoint out (a second signal ends the delay; none
+   when the signal came before start-up ended: the server was never ready);
+3. the listeners stop accepting and every frontend drains what it holds (HTTP/1.1
+   answers with ``Connection: close``, HTTP/2 and gRPC send GOAWAY), each within
+   ``shutdown_timeout``; the pool kills a worker still hung near that deadline;
+4. the workers and the template stop, last, and the process exits 0.
 """
 
 from __future__ import annotations
@@ -32,6 +41,26 @@ from inferpool.frontends.rest import build_app
 from inferpool.settings import ServerSettings
 
 logger = logging.getLogger("inferpool")
+
+
+class _Signals:
+    """SIGTERM and SIGINT, counted: the first starts the drain, a second ends its delay."""
+
+    def __init__(self) -> None:
+        self.first = asyncio.Event()
+        self.again = asyncio.Event()
+        self.name = ""  # the first signal's
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._received, sig)
+
+    def _received(self, sig: signal.Signals) -> None:
+        if not self.first.is_set():
+            self.name = sig.name
+            self.first.set()
+        elif not self.again.is_set():
+            logger.info("%s again: the drain delay ends now", sig.name)
+            self.again.set()
 
 
 class _Uvicorn(uvicorn.Server):
@@ -76,7 +105,10 @@ class RestServer:
             loop="none",
             lifespan="off",
             access_log=False,
-            log_level=self.settings.log_level.lower(),
+            # No handler of its own: its lines go through the root logger, formatted as
+            # every other line.
+            log_config=None,
+            log_level=_server_log_level(self.settings.log_level),
             # Annotated int, but only handed to asyncio.wait_for: a float is exact.
             timeout_graceful_shutdown=self.settings.shutdown_timeout,  # type: ignore[arg-type]
         )
@@ -90,7 +122,10 @@ class RestServer:
         from hypercorn.config import Config
 
         config = _hypercorn_config(Config(), self.settings)
-        config.loglevel = self.settings.log_level.upper()
+        # Its logger without a handler of its own, as Uvicorn's (``_server_log_level``).
+        errors = logging.getLogger("hypercorn.error")
+        errors.setLevel(_server_log_level(self.settings.log_level))
+        config.errorlog = errors
         config.accesslog = None
         # Hypercorn binds by name; it re-creates the socket from the fd we already hold.
         config.bind = [f"fd://{self.socket.fileno()}"]
@@ -104,6 +139,20 @@ class RestServer:
         self._hypercorn_stop.set()
         if self._task is not None:
             await self._task
+
+
+def _server_log_level(level: str) -> int:
+    """Uvicorn's and Hypercorn's level: warnings and errors as ours, INFO only at debug.
+
+    Each Uvicorn server (REST and metrics) logs its own "Started server process", "Shutting
+    down", "Waiting for connections to close" and "Finished server process": the same
+    lines twice, all of them said once by the server's own lines (as Hypercorn's "Running
+    on"). Both log through the root logger's handler, formatted as every other line.
+    """
+    ours = logging.getLevelName(level.upper())
+    if not isinstance(ours, int):  # a level logging does not know: Uvicorn refuses it
+        return logging.INFO
+    return ours if ours <= logging.DEBUG else max(ours, logging.WARNING)
 
 
 def _hypercorn_config(config: Any, settings: ServerSettings) -> Any:
@@ -157,22 +206,40 @@ async def serve(settings: ServerSettings) -> int:
     except (OSError, SettingsError) as exc:  # SettingsError: e.g. an unreadable token file
         print(f"inferpool: {exc}", file=sys.stderr)
         return 1
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    signals = _Signals()
     for server in servers:
         await server.start()
     logger.info("REST on http://%s:%d", settings.host, settings.http_port)
     if settings.grpc_port > 0:
         logger.info("gRPC on %s:%d", settings.host, settings.grpc_port)
+    if settings.metrics_port > 0:
+        logger.info("metrics on http://%s:%d/metrics", settings.host, settings.metrics_port)
     try:
-        return await _start_then_wait(client, stop)
+        return await _start_then_wait(client, signals.first)
     finally:
-        client.begin_shutdown()
-        # Every frontend drains at once, each within the shutdown grace period.
-        await asyncio.gather(*(server.stop() for server in servers))
-        await client.close()
+        await _drain(client, servers, signals)
+
+
+async def _drain(
+    client: EngineClient, servers: list[RestServer | GrpcServer | GrpcH2Server], signals: _Signals
+) -> None:
+    """Not ready; accept for ``drain_delay``; stop accepting and drain; stop the workers."""
+    client.begin_drain()
+    # A server that never turned ready is in no endpoint list: nothing to wait for.
+    delay = client.settings.drain_delay if client.started else 0.0
+    if signals.first.is_set():
+        accepting = f"; accepting for {delay:g}s more (drain_delay)" if delay > 0 else ""
+        logger.info("%s: shutting down, not ready%s", signals.name, accepting)
+    if delay > 0:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(signals.again.wait(), delay)
+    client.begin_shutdown()
+    logger.info("no longer accepting; draining what is in flight")
+    # Every frontend drains at once, each within the shutdown grace period; the workers
+    # stop after them.
+    await asyncio.gather(*(server.stop() for server in servers))
+    await client.close()
+    logger.info("stopped")
 
 
 async def _start_then_wait(client: EngineClient, stop: asyncio.Event) -> int:
@@ -198,7 +265,6 @@ async def _start_then_wait(client: EngineClient, stop: asyncio.Event) -> int:
         not_ready = client.not_ready_reason()
         logger.info("started with %d model(s); %s", len(statuses), not_ready or "ready")
         await stopping
-        logger.info("shutting down")
         return 0
     finally:
         stopping.cancel()

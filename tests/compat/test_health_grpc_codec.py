@@ -64,7 +64,7 @@ def test_response_bytes_are_the_generated_message_bytes(status):
 
 # -- the Watch hub -----------------------------------------------------------------------
 class _Client:
-    stopping = False
+    draining = False
 
 
 class FakePlane:
@@ -76,7 +76,7 @@ class FakePlane:
         self.models = {"m": True}
 
     def ready(self) -> dict:
-        return {"ready": self.server_ready and not self.client.stopping}
+        return {"ready": self.server_ready and not self.client.draining}
 
     def model_ready(self, name: str, version: str | None) -> dict:
         if name not in self.models:
@@ -113,7 +113,7 @@ def test_status_of_each_kind_of_service():
     assert health.status("m") is NOT_SERVING
     assert health.status("") is SERVING
     plane.models["m"] = True
-    plane.client.stopping = True  # draining: every service is going away
+    plane.client.draining = True  # draining: every service is going away
     assert health.status("") is NOT_SERVING
     assert health.status("m") is NOT_SERVING
 
@@ -185,7 +185,7 @@ def test_watches_are_bounded_and_close_ends_them(monkeypatch):
             health.watch("", Inbox().send)
         health.unwatch(watchers.pop())
         watchers.append(health.watch("", inboxes[2].send))  # a place freed is usable
-        plane.client.stopping = True
+        plane.client.draining = True
         health.close()
         assert all(watcher.ended.done() for watcher in watchers)
         assert [inbox.statuses[-1] for inbox in inboxes] == [NOT_SERVING] * 3

@@ -54,7 +54,14 @@ def build_iris_repository(root: Path) -> Path:
 class Server:
     """``python -m inferpool serve`` as a subprocess on free ports, stopped with SIGTERM."""
 
-    def __init__(self, repository: Path | None, *args: str, env: dict | None = None) -> None:
+    def __init__(
+        self,
+        repository: Path | None,
+        *args: str,
+        env: dict | None = None,
+        new_session: bool = False,
+    ) -> None:
+        """``new_session``: its own process group, so that a test can signal the group."""
         self.http_port = free_port()
         self.grpc_port = free_port()
         self.metrics_port = free_port()
@@ -76,6 +83,7 @@ class Server:
             stdout=self.log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
+            start_new_session=new_session,
         )
         self.returncode: int | None = None
 

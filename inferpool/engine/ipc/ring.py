@@ -124,6 +124,12 @@ class Ring:
             return None
         return fields[1], list(fields[3 : 3 + min(fields[2], RUNNING_IDS)]), fields[0]
 
+    def running_group(self) -> tuple[int, int, int] | None:
+        """(model index, requests in the group, its first request id) of the running group:
+        its size even past ``RUNNING_IDS``, for the metrics' queued-requests gauge."""
+        started, model_index, count, first = _ONE.unpack_from(self._map, _RUNNING_AT)
+        return None if started == 0 else (model_index, count, first)
+
     def pending(self) -> int:
         """Messages written and not yet taken (right on either side)."""
         head = load_acquire(self._map, _HEAD)

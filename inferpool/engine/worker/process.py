@@ -5,7 +5,8 @@ request and response rings, one eventfd doorbell per direction and its end of th
 control socketpair. It sleeps in ``poll`` on the request doorbell and the control
 channel, takes every pending request at each wake-up, and rings the response doorbell
 once per group it answers. It exits when told to stop (after finishing what is queued)
-or at once when the frontend's end of the control channel closes.
+or at once when the frontend's end of the control channel closes (the frontend was
+killed); SIGTERM and SIGINT, sent to the whole process group, are ignored.
 """
 
 from __future__ import annotations
@@ -175,7 +176,8 @@ class Worker:
 
 def main(spec: messages.Spawn, fds: list[int]) -> None:
     """Run a worker in this (freshly forked) process until it is told to stop."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the group; the frontend acts
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # A signal to the whole group reaches us too; the frontend drains, then stops us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     Worker(spec, fds).run()

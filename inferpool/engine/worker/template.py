@@ -7,8 +7,9 @@ whose runtime allows it (``preload.py``), freezes the heap (``gc.freeze()``) so 
 share those pages copy-on-write, and forks a worker for each SPAWN message, handing it
 the fds that came with the message. Respawns after a crash come from here too. It reaps
 the workers it forked and tells the frontend how each ended (EXITED: killed by which
-signal, or its exit code), so that a crash can be reported with its cause. It exits
-when the frontend's end of its channel closes.
+signal, or its exit code), so that a crash can be reported with its cause. It ignores
+SIGTERM and SIGINT, as its workers do, and exits when the frontend's end of its channel
+closes (the frontend stopped, or was killed).
 """
 
 from __future__ import annotations
@@ -130,7 +131,13 @@ class Template:
 
 
 def main() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the frontend decides when to stop
+    # A signal to the whole group (Ctrl-C, systemd's stop, ``kill -TERM -PGID``) is the
+    # frontend's to act on: it drains, then closes our channel. Both came blocked
+    # (``handles.start_template``) so that none is lost to the default action before now;
+    # one pending meanwhile is dropped once ignored. Workers inherit the dispositions.
+    for group_signal in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(group_signal, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     # SIGCHLD only wakes the loop (through the wakeup pipe); the loop reaps and reports.
     wakeup, wakeup_writer = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wakeup_writer)

@@ -91,7 +91,7 @@ class HealthService:
                 ready = self.plane.model_ready(service, None)["ready"]
             except ModelNotFound:
                 return ServingStatus.SERVICE_UNKNOWN
-            ready = ready and not self.plane.client.stopping
+            ready = ready and not self.plane.client.draining
         return ServingStatus.SERVING if ready else ServingStatus.NOT_SERVING
 
     async def check(self, request: HealthCheckRequest, context: Any) -> HealthCheckResponse:
