@@ -43,3 +43,11 @@ def test_curl_and_tritonclient_examples(tmp_path):
             ["python", "-c", python], capture_output=True, text=True, check=True
         ).stdout
         assert printed.strip() == "[0 2]"
+
+
+def test_every_relative_link_names_a_file_in_the_repository():
+    links = re.findall(r"\]\(([^)#]+)\)", README.read_text())
+    relative = [link for link in links if "://" not in link]
+    assert "docs/deploy/kserve.md" in relative  # the Deploy section's links are among them
+    missing = [link for link in relative if not (README.parent / link).exists()]
+    assert missing == []
