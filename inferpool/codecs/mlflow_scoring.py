@@ -22,12 +22,9 @@ from inferpool.codecs.base import bytes_tensor
 from inferpool.codecs.pandas import is_pandas
 from inferpool.codecs.registry import decode_response, encode_output
 from inferpool.errors import BadRequest, InferpoolError
-from inferpool.protocol import limits
-from inferpool.protocol.mlflow_endpoints import INVOCATIONS, INVOCATIONS_CSV
-from inferpool.protocol.rest_json import check_depth
+from inferpool.protocol.mlflow_endpoints import INVOCATIONS, INVOCATIONS_CSV, scoring_document
 from inferpool.protocol.types import InferenceRequest, InferenceResponse, Tensor
 
-FORMATS = ("dataframe_split", "dataframe_records", "instances", "inputs")
 UNNAMED = "input-0"
 
 # Runs one V2 request through a model's whole inference path (the worker's ``infer``).
@@ -54,24 +51,7 @@ def scoring_endpoint(name: str, endpoints: Mapping[str, Endpoint], infer: Infer)
 
 def from_json(body: bytes) -> InferenceRequest:
     """A V2 request from MLflow's JSON scoring body."""
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"invocations: the body is not valid JSON ({exc})") from None
-    if not isinstance(document, dict):
-        raise BadRequest(f"invocations: expected a JSON object with one of {', '.join(FORMATS)}")
-    check_depth(document, limits.current().max_json_depth, "invocations: the body")
-    present = [key for key in FORMATS if key in document]
-    if len(present) != 1:
-        raise BadRequest(
-            f"invocations: expected exactly one of {', '.join(FORMATS)}, got "
-            f"{', '.join(present) or 'none'}"
-        )
-    params = document.get("params")
-    if params is not None and not isinstance(params, dict):
-        raise BadRequest("invocations: 'params' must be a JSON object")
-    (key,) = present
-    value = document[key]
+    key, value, _ = scoring_document(body)  # params: only a pyfunc's own endpoint takes them
     try:
         if key == "dataframe_split":
             return _frame_request(_split_frame(value))

@@ -23,13 +23,11 @@ from typing import Any
 
 import mlflow.pyfunc
 import numpy as np
-import orjson
 from mlflow.exceptions import MlflowException
 from mlflow.pyfunc import scoring_server
 
 from inferpool.errors import BadRequest
-from inferpool.protocol import limits
-from inferpool.protocol.rest_json import check_depth
+from inferpool.protocol.mlflow_endpoints import scoring_document
 from inferpool.protocol.types import TensorSpec
 from inferpool.runtimes.artefacts import single_threaded
 from inferpool.runtimes.base import Answer, Runtime
@@ -166,20 +164,8 @@ class MLflowRuntime(Runtime):
     def invocations(self, body: bytes) -> bytes:
         """MLflow's scoring API: ``dataframe_split``, ``dataframe_records``, ``instances``
         or ``inputs`` (and optional ``params``) in, ``{"predictions": ...}`` out."""
-        try:
-            document = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise BadRequest(f"invocations: the body is not valid JSON ({exc})") from None
-        if not isinstance(document, dict):
-            raise BadRequest(f"invocations: expected a JSON object with one of {_formats()}")
-        # MLflow walks the document recursively: refuse one deeper than the limit first.
-        check_depth(document, limits.current().max_json_depth, "invocations: the body")
-        data = {key: document[key] for key in scoring_server.SUPPORTED_FORMATS if key in document}
-        if len(data) != 1:
-            raise BadRequest(f"invocations: expected exactly one of {_formats()}")
-        params = document.get("params")
-        if params is not None and not isinstance(params, dict):
-            raise BadRequest("invocations: 'params' must be a JSON object")
+        key, value, params = scoring_document(body)
+        data = {key: value}
         try:
             parsed = scoring_server.infer_and_parse_data(data, self.input_schema)
         except MlflowException as exc:
@@ -254,10 +240,6 @@ def _values(values: Any) -> np.ndarray:
         # A column of equal-length vectors is one more dimension.
         return np.stack([np.asarray(v) for v in array])
     return array
-
-
-def _formats() -> str:
-    return ", ".join(sorted(scoring_server.SUPPORTED_FORMATS))
 
 
 def _first_line(message: str) -> str:

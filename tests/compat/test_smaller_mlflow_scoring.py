@@ -283,3 +283,11 @@ def test_the_v2_custom_route_gives_any_model_the_scoring_protocol(iris_server, c
     )
     assert response.status_code == 200, response.text
     assert response.json() == {"predictions": classifier.predict(np.array(ROWS)).tolist()}
+
+
+def test_the_scoring_formats_are_mlflows():
+    from mlflow.pyfunc import scoring_server
+
+    from inferpool.protocol.mlflow_endpoints import FORMATS
+
+    assert set(FORMATS) == set(scoring_server.SUPPORTED_FORMATS)
