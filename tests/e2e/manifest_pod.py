@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,7 +27,7 @@ from typing import Any
 import httpx
 import yaml
 
-from tests.support import free_port
+from tests.support import free_port, wait_for_200
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 # The image the manifests run: inferpool's, tagged with the project's version.
@@ -163,18 +162,7 @@ class Server:
 
     def wait_for(self, url: str, timeout: float = 120) -> httpx.Response:
         """Poll ``url`` as a probe does until it answers 200."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"exited {self.process.returncode}:\n{self.output()}")
-            try:
-                response = httpx.get(url, timeout=2)
-                if response.status_code == 200:
-                    return response
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"{url} not 200 after {timeout} s:\n{self.output()}")
+        return wait_for_200(url, self.process, self.output, timeout)
 
     def terminate(self, grace: float) -> int:
         """SIGTERM, as the kubelet sends it; the exit code within ``grace`` seconds."""

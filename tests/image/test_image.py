@@ -25,7 +25,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.support import free_port
+from tests.support import free_port, wait_for_200
 
 # The first build downloads every wheel of inferpool[all] and writes each layer in full
 # (vfs storage): minutes, not seconds.
@@ -119,16 +119,7 @@ class Running:
         return self.log.read_text(errors="replace")
 
     def wait_ready(self, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, f"exited:\n{self.output()}"
-            try:
-                if httpx.get(self.url + "/v2/health/ready", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"not ready after {timeout}s:\n{self.output()}")
+        wait_for_200(self.url + "/v2/health/ready", self.process, self.output, timeout, 0.2)
 
     def processes(self) -> list[psutil.Process]:
         """The container's processes, seen from the host (runc is buildah's child)."""

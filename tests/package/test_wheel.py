@@ -7,7 +7,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import tarfile
-import time
 import tomllib
 import zipfile
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import free_port
+from tests.support import free_port, wait_for_200
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -91,16 +90,7 @@ def demo(venv: Path, tmp_path: Path) -> Iterator[str]:
         )  # fmt: skip
     url = f"http://127.0.0.1:{http}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            try:
-                if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
+        wait_for_200(f"{url}/v2/health/ready", process, log.read_text, timeout=120)
         yield url
     finally:
         process.terminate()

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -49,6 +50,29 @@ def build_iris_repository(root: Path) -> Path:
     rf = RandomForestClassifier(n_estimators=20, random_state=0, n_jobs=1).fit(X, y)
     write_sklearn_model(root / "iris-rf", rf)
     return root
+
+
+def wait_for_200(
+    url: str,
+    process: subprocess.Popen,
+    output: Callable[[], str],
+    timeout: float,
+    interval: float = 0.1,
+) -> httpx.Response:
+    """Poll ``url`` (as a probe does) until it answers 200 and return that answer; fail
+    with ``output()`` if ``process`` exits first or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited {process.returncode}:\n{output()}")
+        try:
+            response = httpx.get(url, timeout=2)
+            if response.status_code == 200:
+                return response
+        except httpx.HTTPError:
+            pass
+        time.sleep(interval)
+    raise TimeoutError(f"{url} not 200 after {timeout}s:\n{output()}")
 
 
 class Server:
@@ -97,17 +121,7 @@ class Server:
         self._wait("/v2/health/ready", timeout)
 
     def _wait(self, path: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited {self.process.returncode}:\n{self.output()}")
-            try:
-                if httpx.get(self.url + path, timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"{path} not 200 after {timeout}s:\n{self.output()}")
+        wait_for_200(self.url + path, self.process, self.output, timeout, interval=0.05)
 
     def wait_exit(self, timeout: float = 60) -> int:
         self.returncode = self.process.wait(timeout)
