@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -27,12 +28,14 @@ from benchmarks.loadgen.base import Target
 
 # inferpool-w2-grpcio: inferpool with --grpc-implementation grpcio (grpc.aio);
 # inferpool-w2-library: every tree model predicted by its own library, not the tree kernel
-# (model-settings ``parameters.extra.tree_kernel: false``); inferpool-w2-base: inferpool
-# run from another checkout (``--base-checkout``, e.g. a worktree of the commit before a
-# change), so two versions are measured side by side in one run. All may be combined.
+# (model-settings ``parameters.extra.tree_kernel: false``); inferpool-w2-otel: with
+# --tracing, every span exported over OTLP/HTTP to a sink the harness runs (``OtlpSink``);
+# inferpool-w2-base: inferpool run from another checkout (``--base-checkout``, e.g. a
+# worktree of the commit before a change), so two versions are measured side by side in
+# one run. All may be combined.
 SERVER_NAME = re.compile(
     r"^(?P<kind>inferpool|mlserver)-w(?P<workers>\d+)(?P<grpc>-grpcio)?(?P<library>-library)?"
-    r"(?P<base>-base)?$"
+    r"(?P<otel>-otel)?(?P<base>-base)?$"
 )
 HOST = "127.0.0.1"
 # Protocols a server kind cannot speak: such scenarios are reported "n/a", not failed.
@@ -51,19 +54,23 @@ class ServerSpec:
     grpc_implementation: str | None = None  # inferpool's --grpc-implementation
     tree_kernel: bool = True  # False: models get parameters.extra.tree_kernel = false
     base: bool = False  # True: run from the --base-checkout, not from this checkout
+    tracing: bool = False  # True: --tracing, spans exported to the harness's OtlpSink
 
     @classmethod
     def parse(cls, name: str) -> ServerSpec:
         match = SERVER_NAME.match(name)
-        options = match and (match["grpc"] or match["library"] or match["base"])
+        options = match and (match["grpc"] or match["library"] or match["otel"] or match["base"])
         if match is None or (options and match["kind"] != "inferpool"):
             raise ValueError(
-                f"unknown server {name!r}: use inferpool-wN[-grpcio][-library][-base] "
+                f"unknown server {name!r}: use inferpool-wN[-grpcio][-library][-otel][-base] "
                 "or mlserver-wN"
             )
         grpc = "grpcio" if match["grpc"] else None
         workers = int(match["workers"])
-        return cls(name, match["kind"], workers, grpc, not match["library"], bool(match["base"]))
+        return cls(
+            name, match["kind"], workers, grpc, not match["library"], bool(match["base"]),
+            bool(match["otel"]),
+        )  # fmt: skip
 
     def supports(self, protocol: str) -> bool:
         return protocol not in UNSUPPORTED.get(self.kind, set())
@@ -234,7 +241,58 @@ def command(
         "--workers",
         str(spec.workers),
         *(["--grpc-implementation", spec.grpc_implementation] if spec.grpc_implementation else []),
+        *(["--tracing"] if spec.tracing else []),
     ]
+
+
+class OtlpSink:
+    """An OTLP/HTTP endpoint that takes every export and keeps only counts: what a
+    ``-otel`` server's spans are sent to. A real collector would cost the machine's CPU
+    beside the server; this costs a read per batch (512 spans, the SDK's default)."""
+
+    def __init__(self) -> None:
+        self.exports = 0
+        self.bytes = 0
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                size = int(self.headers.get("Content-Length", 0))
+                sink.bytes += len(self.rfile.read(size))
+                sink.exports += 1
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer((HOST, 0), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self.endpoint = f"http://{HOST}:{self._server.server_address[1]}/v1/traces"
+
+    def env(self) -> dict[str, str]:
+        """The OTEL_* variables that point a server's OTLP/HTTP exporter here."""
+        return {
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": self.endpoint,
+        }
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+_SINK: OtlpSink | None = None
+
+
+def otlp_sink() -> OtlpSink:
+    """The harness's one sink, started with the first ``-otel`` server."""
+    global _SINK
+    if _SINK is None:
+        _SINK = OtlpSink()
+    return _SINK
 
 
 def start(
@@ -252,6 +310,8 @@ def start(
     folder = server_folder(spec, repo, models, workdir, target)
     log_path = workdir / spec.name / "server.log"
     env = {**os.environ, "INFERPOOL_METRICS_PORT": str(free_port()), "PYTHONUNBUFFERED": "1"}
+    if spec.tracing:
+        env.update(otlp_sink().env())
     cwd = workdir / spec.name if spec.kind == "mlserver" else None
     if spec.base:
         cwd = base_checkout_dir(base_checkout)

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from inferpool.logs import configure_logging, hold_early_records
 from inferpool.mlserver_env import SettingsRefused
 from inferpool.settings import ServerSettings, load_server_settings
 
@@ -90,27 +91,27 @@ def serve_command(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {
         k: v for k, v in vars(args).items() if k not in ("command", "model_repository", "demo")
     }
+    # The settings' own warnings (unknown keys...) are held until their format is known.
+    hold_early_records()
     repository = args.model_repository
     if args.demo:
         from inferpool.demo import build_demo_repository
 
         repository = build_demo_repository()
         overrides.setdefault("host", "127.0.0.1")
-        print(f"inferpool: demo models in {repository}", file=sys.stderr)
-    # Configured first, so that the settings' own warnings (unknown keys...) are seen.
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = load_server_settings(repository, overrides)
-    except ValidationError as exc:
-        print(f"inferpool: invalid settings: {exc}", file=sys.stderr)
+    except (ValidationError, SettingsRefused) as exc:
+        configure_logging(None)
+        what = "invalid settings" if isinstance(exc, ValidationError) else "setting refused"
+        print(f"inferpool: {what}: {exc}", file=sys.stderr)
         return 2
-    except SettingsRefused as exc:
-        print(f"inferpool: setting refused: {exc}", file=sys.stderr)
-        return 2
+    configure_logging(settings)
+    if args.demo:
+        logging.getLogger("inferpool").info("demo models in %s", repository)
     if settings.model_repository is None:
-        print("inferpool: name a model repository (or use --demo)", file=sys.stderr)
+        logging.getLogger("inferpool").critical("name a model repository (or use --demo)")
         return 2
-    logging.getLogger().setLevel(settings.log_level.upper())
     import uvloop
 
     from inferpool.frontends.server import serve

@@ -116,6 +116,17 @@ _BY_STATUS: dict[int, type[InferpoolError]] = {
 }
 
 
+# The HTTP status a gRPC status stands for (the usual gRPC-HTTP mapping, grpc-gateway's): a
+# gRPC call's outcome as the metrics count it and the tracer records it.
+HTTP_OF_GRPC = {
+    "OK": 200, "CANCELLED": 499, "UNKNOWN": 500, "INVALID_ARGUMENT": 400,
+    "DEADLINE_EXCEEDED": 504, "NOT_FOUND": 404, "ALREADY_EXISTS": 409,
+    "PERMISSION_DENIED": 403, "RESOURCE_EXHAUSTED": 429, "FAILED_PRECONDITION": 400,
+    "ABORTED": 409, "OUT_OF_RANGE": 400, "UNIMPLEMENTED": 501, "INTERNAL": 500,
+    "UNAVAILABLE": 503, "DATA_LOSS": 500, "UNAUTHENTICATED": 401,
+}  # fmt: skip
+
+
 def grpc_code_for(status: int) -> str:
     """The gRPC status code name that matches an HTTP status."""
     return _GRPC_BY_HTTP.get(status, "UNKNOWN" if status >= 400 else "OK")

@@ -62,7 +62,7 @@ def _debug(value: bool) -> dict[str, Any]:
 
 def _metrics_endpoint(value: str | None) -> dict[str, Any]:
     if not value:
-        return {"metrics_port": 0}  # MLServer: no metrics server
+        return {"metrics_port": -1}  # MLServer: no metrics server (0 would serve them on REST)
     if value != "/metrics":
         raise SettingsRefused(
             f"{value!r} is not implemented: inferpool serves Prometheus metrics at /metrics only"
@@ -126,15 +126,20 @@ SERVER_RULES: dict[str, Rule] = {
     "metrics_dir": Rule(
         str, reason="inferpool's workers report metrics to the server process; no folder"
     ),
-    "use_structured_logging": Rule(bool, reason="inferpool logs plain text lines"),
+    "use_structured_logging": Rule(bool, lambda v: {"log_format": "json" if v else "text"}),
     "logging_settings": Rule(
-        str | dict | None, reason="inferpool's log format is fixed; set log_level instead"
+        str | dict | None,
+        reason="inferpool's logging is set by log_format, log_level and log_levels instead",
     ),
     "kafka_enabled": Rule(bool, reason="inferpool has no Kafka server", fatal=lambda v: bool(v)),
     "kafka_servers": Rule(str, reason="inferpool has no Kafka server"),
     "kafka_topic_input": Rule(str, reason="inferpool has no Kafka server"),
     "kafka_topic_output": Rule(str, reason="inferpool has no Kafka server"),
-    "tracing_server": Rule(_OPT_STR, reason="inferpool exports no OpenTelemetry traces"),
+    "tracing_server": Rule(
+        _OPT_STR,
+        reason="inferpool's tracing is set by tracing and OpenTelemetry's OTEL_* variables "
+        "(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://<tracing_server>) instead",
+    ),
     "cache_enabled": Rule(bool, reason="inferpool caches no responses: every request is predicted"),
     "cache_size": Rule(int, reason="inferpool caches no responses"),
     "gzip_enabled": Rule(bool, _gzip),

@@ -11,10 +11,11 @@ warn about unknown ones.
 from __future__ import annotations
 
 import contextvars
+import itertools
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -27,10 +28,12 @@ from pydantic import (
 from pydantic_settings import (
     BaseSettings,
     JsonConfigSettingsSource,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
 
+from inferpool.logs import parse_level, parse_levels
 from inferpool.mlserver_env import (
     cors_with_environment,
     environment_values,
@@ -47,6 +50,9 @@ from inferpool.protocol.types import TensorSpec
 SETTINGS_FILE = "settings.json"
 MIB = 1024 * 1024
 MODEL_SETTINGS_FILE = "model-settings.json"
+# The default bucket bounds of the /metrics histograms: seconds, and rows per execution.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 
 _settings_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
     "inferpool_settings_file", default=None
@@ -92,7 +98,21 @@ class ServerSettings(BaseSettings):
         "builtin",
         description="gRPC server: builtin (inferpool's HTTP/2, fastest) or grpcio (grpc.aio)",
     )
-    metrics_port: int = Field(8082, description="Prometheus metrics port; 0 disables it")
+    metrics_port: int = Field(
+        8082,
+        description="Prometheus metrics port; 0 serves /metrics on the REST port instead, "
+        "a negative value disables metrics",
+    )
+    metrics_latency_buckets: Annotated[list[float], NoDecode] = Field(
+        list(LATENCY_BUCKETS),
+        description="upper bounds (seconds) of the latency histograms' buckets, as a comma "
+        "list or a JSON list",
+    )
+    metrics_batch_buckets: Annotated[list[float], NoDecode] = Field(
+        list(BATCH_BUCKETS),
+        description="upper bounds (rows) of the batch-size histogram's buckets, as a comma "
+        "list or a JSON list",
+    )
     workers: int = Field(
         os.cpu_count() or 1,
         description="worker processes (default: CPU cores); 0 runs models in the server process",
@@ -115,7 +135,20 @@ class ServerSettings(BaseSettings):
     )
     allow_empty: bool = Field(False, description="report ready with no model loaded")
     log_level: str = Field("info", description="debug, info, warning or error")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="log lines as text, or as one JSON object per line"
+    )
+    log_levels: Annotated[dict[str, str], NoDecode] = Field(
+        {},  # (pydantic copies it for each instance)
+        description="levels of single loggers over log_level, e.g. "
+        "'inferpool.access=info,uvicorn.error=warning' (or a JSON object)",
+    )
     access_log: bool = Field(False, description="log every request (method, model, status, ms)")
+    tracing: bool = Field(
+        False,
+        description="OpenTelemetry spans for every request (the otel extra; exporter, endpoint "
+        "and sampler from the standard OTEL_* variables)",
+    )
     shutdown_timeout: float = Field(30.0, description="seconds to drain requests on shutdown")
     drain_delay: float = Field(
         0.0,
@@ -203,6 +236,22 @@ class ServerSettings(BaseSettings):
         None, description="file holding the admin token (read at start-up)"
     )
 
+    @field_validator("log_levels", mode="before")
+    @classmethod
+    def _parse_log_levels(cls, value: Any) -> dict[str, str]:
+        return parse_levels(value)
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_log_level(cls, value: str) -> str:
+        parse_level(value)
+        return value
+
+    @field_validator("metrics_latency_buckets", "metrics_batch_buckets", mode="before")
+    @classmethod
+    def _parse_buckets(cls, value: Any) -> Any:
+        return _histogram_bounds(value)
+
     @field_validator("cors_settings", mode="before")
     @classmethod
     def _cors_keys_from_environment(cls, value: Any) -> Any:
@@ -256,6 +305,28 @@ class _MLServerJsonSource(JsonConfigSettingsSource):
     def __call__(self) -> dict[str, Any]:
         raw = super().__call__()
         return server_values(raw, self.settings_cls.model_fields, str(self.path))
+
+
+def _histogram_bounds(value: Any) -> list[float]:
+    """A histogram's bucket bounds: a list, or a comma list or JSON list as text (the
+    environment, the command line); positive, finite, increasing, at least one."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = json.loads(text) if text.startswith("[") else text.split(",")
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not a JSON list: {exc}") from None
+    if not isinstance(value, list | tuple) or not value:
+        raise ValueError("give at least one bucket bound")
+    try:
+        bounds = [float(bound) for bound in value]
+    except (TypeError, ValueError):
+        raise ValueError(f"bucket bounds must be numbers, got {value!r}") from None
+    if not all(0 < bound < float("inf") for bound in bounds):
+        raise ValueError(f"bucket bounds must be positive and finite, got {bounds}")
+    if any(a >= b for a, b in itertools.pairwise(bounds)):
+        raise ValueError(f"bucket bounds must increase, got {bounds}")
+    return bounds
 
 
 def load_server_settings(repository: Path | None, overrides: dict[str, Any]) -> ServerSettings:

@@ -3,7 +3,8 @@
 # build backend of requirements/image-tools.in, pinned with their hashes, for the container image (CPython 3.11, Linux x86-64, glibc 2.36 as on bookworm and
 # python:3.11-slim). The Dockerfile installs through it as a constraint file, so each subset
 # of extras it is built with gets the same pins. Run it from the checkout after a change to
-# pyproject.toml's dependencies, or to take newer releases:
+# pyproject.toml's dependencies (existing pins are kept), or to take newer releases
+# (UPGRADE=1):
 #
 #   scripts/lock_image.sh            (tests/package/test_lock.py checks the lock is complete)
 #
@@ -23,7 +24,12 @@ fi
 # --native-tls: trust the system's CA bundle, as pip does, not uv's own copy of the roots.
 # --no-emit-package inferpool: the lock pins its dependencies; inferpool itself is the
 # wheel built from the checkout beside it.
-"$venv/bin/uv" pip compile pyproject.toml requirements/image-tools.in --extra all \
+# The lock as it is goes in as the output file, so that uv keeps its pins and only adds or
+# moves what a changed dependency needs; UPGRADE=1 takes the newest releases instead.
+upgrade=
+if [ "${UPGRADE:-0}" = 1 ]; then upgrade=--upgrade; fi
+if [ -f requirements/image.lock ]; then cp requirements/image.lock requirements/image.lock.part; fi
+"$venv/bin/uv" pip compile $upgrade pyproject.toml requirements/image-tools.in --extra all \
     --python-version 3.11 --python-platform x86_64-manylinux_2_36 \
     --generate-hashes --native-tls --no-header --no-annotate --no-emit-package inferpool \
     --index-url https://pypi.org/simple --quiet \

@@ -19,7 +19,14 @@ from inferpool.engine.admin import AdminPolicy
 from inferpool.engine.ipc.messages import Reply, StageTimes
 from inferpool.engine.repository import Discovered, discover, find_models
 from inferpool.engine.states import ModelKey, ModelState, ModelStatus, ModelTable, describe_key
-from inferpool.engine.stats import ModelStats
+from inferpool.engine.stats import (
+    GRPC,
+    PROTOCOL_OF_KIND,
+    Buckets,
+    ModelStats,
+    error_reason,
+    reply_reason,
+)
 from inferpool.engine.watcher import RepositoryWatcher
 from inferpool.errors import (
     BadRequest,
@@ -27,6 +34,7 @@ from inferpool.errors import (
     InferpoolError,
     ModelLoadError,
     ModelNotFound,
+    NotReady,
 )
 from inferpool.protocol import limits
 from inferpool.runtimes.registry import RUNTIMES, runtime_name_for
@@ -43,6 +51,13 @@ class EngineClient(ABC):
         limits.configure(limits.DecodeLimits.from_settings(settings))
         self.table = ModelTable()
         self.stats: dict[ModelKey, ModelStats] = {}  # per version
+        self.buckets = Buckets(
+            tuple(settings.metrics_latency_buckets), tuple(settings.metrics_batch_buckets)
+        )
+        # Per version, the seconds its last load took (failed or not), for /metrics.
+        self.load_seconds: dict[ModelKey, float] = {}
+        # A 503 reply made in this process means that a worker died with the request.
+        self._workers = settings.workers > 0
         self._started = False  # start-up (the repository's first load) has finished
         self._draining = False  # a drain has begun: never ready again, still serving
         self._stopping = False  # shutdown has begun: the engine stops once drained
@@ -207,6 +222,7 @@ class EngineClient(ABC):
         finally:
             self.table.remove(status.key)
             self.stats.pop(status.key, None)
+            self.load_seconds.pop(status.key, None)
         logger.info("%s unloaded", describe_key(status.key))
 
     async def _load_discovered(self, found: Discovered, required: bool = False) -> ModelStatus:
@@ -227,6 +243,7 @@ class EngineClient(ABC):
             if not serving:  # a reload leaves the serving version listed until it succeeds
                 status.required = required
                 self.table.set(status)
+            loading = time.perf_counter()
             try:
                 status.metadata = await self._load(settings)
             except InferpoolError as exc:
@@ -234,7 +251,9 @@ class EngineClient(ABC):
             else:
                 status.state, status.reason = ModelState.READY, ""
                 status.custom = is_custom(settings)
-                self.stats.setdefault(status.key, ModelStats())
+                self.stats.setdefault(status.key, ModelStats(self.buckets))
+            finally:
+                self.load_seconds[status.key] = time.perf_counter() - loading
         if status.state is ModelState.READY:
             status.required = True  # it has served: from now on it counts for readiness
             self.table.set(status)
@@ -276,21 +295,39 @@ class EngineClient(ABC):
         """Run one raw request; routing problems raise, model problems come back as a Reply.
 
         ``deadline`` is a ``time.monotonic()`` instant (the same clock in every process on
-        Linux): a request still waiting then is dropped before it reaches a model.
+        Linux): a request still waiting then is dropped before it reaches a model. Every
+        outcome is counted in the version's statistics, except a 404 (no version to count
+        it for).
         """
-        key = self.table.ready_model(name, version).key
-        check_deadline(deadline)
+        status = self.table.find(name, version)
+        key = status.key
         stats = self.stats.get(key)
-        if stats is None:  # a READY version has its statistics; kept so if it ever had not
-            stats = self.stats[key] = ModelStats()
+        if stats is None:  # a version that is not READY (a READY one has its statistics)
+            stats = self.stats[key] = ModelStats(self.buckets)
+        protocol = PROTOCOL_OF_KIND[kind]
         started = time.perf_counter_ns()
         stats.in_flight += 1  # the in-flight gauge: in until answered, refused or cancelled
         try:
+            if status.state is not ModelState.READY:
+                raise NotReady(status.describe())
+            check_deadline(deadline)
             reply = await self._infer(key, kind, body, json_length, deadline)
+        except asyncio.CancelledError:
+            # The frontend gave up on it: at its deadline (it answers 504), else because
+            # the client went away (499).
+            late = deadline is not None and time.monotonic() >= deadline
+            stats.refuse(protocol, 504 if late else 499, "timeout" if late else "cancelled")
+            raise
+        except Exception as exc:
+            code = exc.status if isinstance(exc, InferpoolError) else 500
+            stats.refuse(protocol, code, error_reason(exc))
+            raise
         finally:
             stats.in_flight -= 1
         elapsed = time.perf_counter_ns() - started
-        stats.record(reply.status == 200, elapsed, reply.times, reply.rows, reply.execution)
+        code = reply.status
+        reason = "" if code == 200 else reply_reason(reply, self._workers)
+        stats.record(protocol, code, elapsed, reply.times, reply.rows, reply.execution, reason)
         return reply
 
     def running_requests(self) -> dict[ModelKey, int]:
@@ -309,13 +346,22 @@ class EngineClient(ABC):
         times: StageTimes | None,
         rows: int = 1,
         execution: int = 1,
+        error: BaseException | None = None,
     ) -> None:
         """Count a request of ``rows`` inferences that began at ``started`` (perf_counter_ns)
-        and ran in an execution of ``execution`` rows (``Reply.execution``) in its model's
-        statistics (none once the model is unloaded)."""
+        and ran in an execution of ``execution`` rows (``Reply.execution``), or failed with
+        ``error``, in its model's statistics (none once the model is unloaded). The typed
+        path of the embedded Engine counts as gRPC, the wire format it takes with workers."""
         stats = self.stats.get(name)
-        if stats is not None:
-            stats.record(ok, time.perf_counter_ns() - started, times, rows, execution)
+        if stats is None:
+            return
+        elapsed = time.perf_counter_ns() - started
+        if ok:
+            stats.record(GRPC, 200, elapsed, times, rows, execution)
+        else:
+            code = error.status if isinstance(error, InferpoolError) else 500
+            reason = "internal" if error is None else error_reason(error)
+            stats.record(GRPC, code, elapsed, times, rows, execution, reason)
 
     @abstractmethod
     async def _infer(
@@ -332,7 +378,8 @@ class EngineClient(ABC):
             statuses = [self.table.find(name, version)] if name else self.table.all()
         return {
             "model_stats": [
-                self.stats.get(s.key, ModelStats()).to_triton(s.name, s.version) for s in statuses
+                self.stats.get(s.key, ModelStats(self.buckets)).to_triton(s.name, s.version)
+                for s in statuses
             ]
         }
 

@@ -36,6 +36,7 @@ from inferpool.engine.states import (
     model_label,
 )
 from inferpool.errors import BadRequest, NotReady, Overloaded, WorkerLost
+from inferpool.frontends.request_context import track
 from inferpool.settings import ModelSettings
 
 # A model whose every replica is being replaced stays READY this long, its requests
@@ -218,6 +219,7 @@ class Dispatcher:
         except BaseException:
             worker.inflight.pop(request_id, None)
             raise
+        track(request_id)  # its request id, for the worker's log records (request_context)
         try:
             return await future
         except asyncio.CancelledError:

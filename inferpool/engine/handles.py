@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -20,18 +21,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from inferpool import logs
+from inferpool.engine import custom_metrics_sum
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.channel import Channel, Outgoing, socket_pair
 from inferpool.engine.ipc.messages import Op, Reply, ReplyHeader
 from inferpool.engine.ipc.ring import Ring, create_ring_fd
 from inferpool.engine.states import ModelKey
 from inferpool.errors import WorkerLost
+from inferpool.frontends.request_context import resolve_internal
 from inferpool.protocol.limits import DecodeLimits
 
 SLOT_SIZE = 64 * 1024  # a bigger body travels in its own memfd
 # What a terminal's Ctrl-C or a service manager sends the whole group; only the frontend acts.
 GROUP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+TEMPLATE_COMMAND = (sys.executable, "-m", "inferpool.engine.worker.template")
+RECEIVE_BATCH = 64  # control messages taken from a worker per wake-up (the rest: next one)
 
 
 def start_template(threads: int) -> tuple[subprocess.Popen[bytes], Channel]:
@@ -46,8 +52,10 @@ def start_template(threads: int) -> tuple[subprocess.Popen[bytes], Channel]:
     # frontend decides when the template and its workers stop.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS)
     try:
+        # It logs as we do (levels, format), through us: ``logs.child_config``.
+        config = json.dumps(logs.child_config())
         process = subprocess.Popen(
-            [sys.executable, "-m", "inferpool.engine.worker.template", str(theirs.fileno())],
+            [*TEMPLATE_COMMAND, str(theirs.fileno()), config],
             pass_fds=[theirs.fileno()],
             env=env,
         )
@@ -77,7 +85,10 @@ class TemplateProcess:
         self._gone = gone
         self._open = True
         self._dispatch = messages.Dispatch(
-            {Op.EXITED: lambda message: exited(message.pid, message.status)}
+            {
+                Op.EXITED: lambda message: exited(message.pid, message.status),
+                Op.LOG: lambda message: logs.replay(message, "template", None),
+            }
         )
         asyncio.get_running_loop().add_reader(self.channel.fileno(), self.receive)
 
@@ -154,6 +165,8 @@ class WorkerHandle:
                 Op.LOADED: self._on_loaded,
                 Op.REPLY: self._on_reply,
                 Op.PONG: self._on_pong,
+                Op.LOG: self._on_log,
+                Op.METRICS: self._on_metrics,
             }
         )
 
@@ -181,7 +194,8 @@ class WorkerHandle:
 
     def _receive(self, died: Callable[[WorkerHandle], None]) -> None:
         self.last_seen = time.monotonic()
-        if self.alive and not self.channel.dispatch_pending(self.dispatch):
+        # A bounded batch: a worker that floods us (log records) cannot hold the loop.
+        if self.alive and not self.channel.dispatch_pending(self.dispatch, RECEIVE_BATCH):
             died(self)
 
     # -- to the worker ---------------------------------------------------------------------
@@ -246,8 +260,16 @@ class WorkerHandle:
         if not self.hello.done():
             self.hello.set_result(None)
 
+    def _on_metrics(self, message: messages.Metrics) -> None:
+        custom_metrics_sum.FRONTEND.update(self.pid, message)
+
     def _on_pong(self, message: messages.Pong) -> None:
         """Nothing to do: any message counts as a sign of life (``last_seen``)."""
+
+    def _on_log(self, message: messages.Log) -> None:
+        """A record of the worker's, through our handlers, with the ids of its requests."""
+        ids = [resolve_internal(internal) for internal in message.requests]
+        logs.replay(message, str(self.slot), ",".join(i for i in ids if i) or None)
 
     def close(self, reason: str) -> None:
         """It is gone: fail what it held (503), release its rings, doorbells and channel.
@@ -276,6 +298,7 @@ class WorkerHandle:
                 waiter.set_exception(WorkerLost(reason))
                 waiter.exception()  # retrieved here: a waiter may be gone
         self.loads.clear()
+        custom_metrics_sum.FRONTEND.worker_gone(self.pid)  # its counters keep what it reported
         if not self.exited.done():
             self.exited.set_result(None)
         for fd in self.fds:  # never handed to the template

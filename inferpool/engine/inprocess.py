@@ -47,14 +47,19 @@ class InProcessClient(EngineClient):
         except Exception as exc:
             raise InferpoolError(failure_reason(exc)) from None
         key = model_key(settings.name, settings.version)
+        replaced = self.models.get(key)
         self.models[key] = model
+        if replaced is not None:  # a reload: the old runtime's custom counters are kept
+            replaced.runtime.metrics.close()
         predictor = model.runtime.predictor()
         if predictor:
             logger.info("%s: predicted by %s", describe_key(key), predictor)
         return model.metadata
 
     async def _unload(self, key: ModelKey) -> None:
-        self.models.pop(key, None)
+        model = self.models.pop(key, None)
+        if model is not None:
+            model.runtime.metrics.close()  # its custom counters keep their last values
 
     async def _infer(
         self, key: ModelKey, kind: int, body: bytes, json_length: int | None, deadline: float | None
@@ -82,7 +87,7 @@ class InProcessClient(EngineClient):
         try:
             response = infer(self.models[key], request)
         except Exception as exc:
-            self._record(key, False, started, None)
+            self._record(key, False, started, None, error=exc)
             if isinstance(exc, InferpoolError):
                 raise
             reply = Reply.from_error(exc, name)

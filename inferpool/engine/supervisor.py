@@ -87,6 +87,7 @@ class Supervisor:
         # Readable by metrics and tests.
         self.template_restarts = 0
         self.worker_restarts = 0
+        self.restarts_by_slot = [0] * self.count  # worker_restarts, per slot
         self.wedged: str | None = None  # why the process is not live, if it is not
         self.crashes = CrashBook()
         self.exits = ExitStatuses()
@@ -294,6 +295,7 @@ class Supervisor:
                 logger.error("cannot start worker %d: %s", slot, exc.message)
                 continue
             self.worker_restarts += 1
+            self.restarts_by_slot[slot] += 1
             self.outages.worker_up(slot)
             await self.events.worker_replaced(worker)
             return

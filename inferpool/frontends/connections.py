@@ -15,6 +15,8 @@ import resource
 import time
 from typing import Protocol
 
+from inferpool.frontends.metrics_server import count_rejected
+
 logger = logging.getLogger(__name__)
 
 # Descriptors kept back from client connections: listening sockets, per-worker rings,
@@ -27,6 +29,8 @@ class Tracked(Protocol):
 
     # time.monotonic() since when no request has been in flight; None while one is.
     idle_since: float | None
+    # Its frontend ("rest", "grpc", "metrics"), named when it is refused.
+    frontend: str
 
     def close_idle(self) -> None:
         """Close it now (it is idle): the registry needs its place."""
@@ -61,6 +65,7 @@ class Connections:
         """Count a new connection in; False when it must be closed at once."""
         if len(self.open) >= self.limit and not self._evict_idlest():
             self.refused += 1
+            count_rejected(connection.frontend, "max_connections")
             self._warn("all %d connections are busy; refusing a new one", self.limit)
             return False
         self.open.add(connection)

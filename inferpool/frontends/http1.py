@@ -34,6 +34,7 @@ import orjson
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from inferpool.frontends.connections import Connections
+from inferpool.frontends.metrics_server import count_rejected
 from inferpool.frontends.rest_input import GONE, WATCH, WATCHING, too_large_message
 from inferpool.settings import ServerSettings
 
@@ -56,20 +57,22 @@ _SLACK = 0.002
 class _Rejected(Exception):
     """Raised inside a parser callback to stop parsing and answer ``status``."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, limit: str) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.limit = limit  # the setting's name, for the metrics
 
 
 class GuardedHttpTools(HttpToolsProtocol):
     """Uvicorn's httptools protocol with timeouts, limits and the connection registry.
 
-    ``settings`` and ``registry`` are class attributes, set by ``protocol_class``.
+    ``settings``, ``registry`` and ``frontend`` are class attributes, set by ``protocol_class``.
     """
 
     settings: ServerSettings
     registry: Connections
+    frontend: str
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -134,7 +137,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         except httptools.HttpParserCallbackError as exc:
             rejected = exc.__context__
             if isinstance(rejected, _Rejected):
-                self._reject(rejected.status, rejected.message)
+                self._reject(rejected.status, rejected.message, rejected.limit)
             else:
                 self._reject(400, "invalid HTTP request")
             return
@@ -151,7 +154,7 @@ class GuardedHttpTools(HttpToolsProtocol):
             # httptools buffers a header until it is complete: bound what it may hold.
             self._head_raw += len(data)
             if self._head_raw > self.settings.max_header_bytes:
-                self._reject(431, self._headers_message())
+                self._reject(431, self._headers_message(), self._header_limit())
                 return
         self._sync_timer()
 
@@ -166,7 +169,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         self.url += url
         self._header_bytes += len(url)
         if self._header_bytes > self.settings.max_header_bytes:
-            raise _Rejected(431, self._headers_message())
+            raise _Rejected(431, self._headers_message(), self._header_limit())
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
@@ -175,7 +178,7 @@ class GuardedHttpTools(HttpToolsProtocol):
             self._header_bytes > self.settings.max_header_bytes
             or self._header_count > self.settings.max_header_count
         ):
-            raise _Rejected(431, self._headers_message())
+            raise _Rejected(431, self._headers_message(), self._header_limit())
         name = name.lower()
         if name == b"content-length":
             self._content_length = value
@@ -189,7 +192,8 @@ class GuardedHttpTools(HttpToolsProtocol):
             limit = self.settings.max_body_bytes
             # httptools has checked it is digits; a long one is over any limit.
             if len(length) > 18 or int(length) > limit:
-                raise _Rejected(413, too_large_message(length.decode("latin-1"), limit))
+                message = too_large_message(length.decode("latin-1"), limit)
+                raise _Rejected(413, message, "max_body_bytes")
         self._phase = _BODY
         # Not a key of Uvicorn's HTTPScope TypedDict: an extension key of ours.
         self.scope[WATCH] = 0  # type: ignore[literal-required]  # this server cancels a watched engine call on disconnect
@@ -270,9 +274,12 @@ class GuardedHttpTools(HttpToolsProtocol):
     def send_400_response(self, msg: str) -> None:
         self._reject(400, msg)
 
-    def _reject(self, status: int, message: str) -> None:
-        """Answer ``status`` ourselves (no app runs for this request), then close."""
+    def _reject(self, status: int, message: str, limit: str | None = None) -> None:
+        """Answer ``status`` ourselves (no app runs for this request), then close;
+        ``limit``: the setting refusing it, if a limit does."""
         logger.debug("HTTP %d to %s: %s", status, self.client, message)
+        if limit is not None:
+            count_rejected(self.frontend, limit)
         if self.transport.is_closing():
             return
         if self._running_task is not None or self.pipeline:
@@ -303,6 +310,11 @@ class GuardedHttpTools(HttpToolsProtocol):
             return
         self._arm(min(LINGER_SECONDS, self.settings.body_timeout or LINGER_SECONDS))
         self._sync_timer()
+
+    def _header_limit(self) -> str:
+        if self._header_count > self.settings.max_header_count:
+            return "max_header_count"
+        return "max_header_bytes"
 
     def _headers_message(self) -> str:
         if self._header_count > self.settings.max_header_count:
@@ -343,11 +355,13 @@ class GuardedHttpTools(HttpToolsProtocol):
         phase = self._phase
         if phase == _HEAD and self._running_task is None:
             seconds = self.settings.header_timeout
-            self._reject(408, f"request headers not received in {seconds:g}s (--header-timeout)")
+            message = f"request headers not received in {seconds:g}s (--header-timeout)"
+            self._reject(408, message, "header_timeout")
         elif phase == _BODY and self.cycle is not None and not self.cycle.response_started:
             seconds = self.settings.body_timeout
             # The app waits for the body: it is told the client is gone, and sends nothing.
             self._write_error(408, f"request body not received in {seconds:g}s (--body-timeout)")
+            count_rejected(self.frontend, "body_timeout")
             self.cycle.disconnected = True
             self.cycle.message_event.set()
             self._drop()
@@ -356,8 +370,10 @@ class GuardedHttpTools(HttpToolsProtocol):
             self._drop()
 
 
-def protocol_class(settings: ServerSettings, registry: Connections) -> type[GuardedHttpTools]:
-    """The protocol class Uvicorn instantiates per connection, bound to these settings."""
-    return type(
-        "GuardedHttpTools", (GuardedHttpTools,), {"settings": settings, "registry": registry}
-    )
+def protocol_class(
+    settings: ServerSettings, registry: Connections, frontend: str = "rest"
+) -> type[GuardedHttpTools]:
+    """The protocol class Uvicorn instantiates per connection, bound to these settings;
+    ``frontend`` names its port in the metrics ("rest" or "metrics")."""
+    bound = {"settings": settings, "registry": registry, "frontend": frontend}
+    return type("GuardedHttpTools", (GuardedHttpTools,), bound)

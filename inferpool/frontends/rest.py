@@ -5,14 +5,16 @@ response (the document as JSON, 503 for a false health flag, the error tree's st
 what it raises). It never parses tensors: the infer route reads the URL and a few headers,
 passes the body on (inflated if it came compressed; with the request's headers in front
 for a user's runtime, which reads them as ``parameters.headers``), and writes the engine's
-reply bytes out as they are. CORS (``cors_settings``) and MLflow's root scoring routes
-(``mlflow_scoring``) sit beside the V2 routes.
+reply bytes out as they are, with the request id (``request_context``) in ``x-request-id``.
+CORS (``cors_settings``) and MLflow's root scoring routes (``mlflow_scoring``) sit beside
+the V2 routes; the access log and the tracer's spans (``access_log.RestObserver``) around
+them when on.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.applications import Starlette
@@ -27,14 +29,31 @@ from inferpool.engine.client import EngineClient
 from inferpool.engine.ipc.messages import Kind, Reply, custom_body
 from inferpool.errors import BadRequest, InferpoolError, Overloaded
 from inferpool.frontends import rest_input
-from inferpool.frontends.access_log import RestAccessLog
+from inferpool.frontends.access_log import REPLY, REQUEST_ID, RestObserver
 from inferpool.frontends.dataplane import DataPlane
+from inferpool.frontends.metrics_server import OVERLOAD, count_rejected
 from inferpool.frontends.mlflow_scoring import scoring_routes
 from inferpool.frontends.model_config import model_config
-from inferpool.frontends.rest_input import await_reply, read_body, request_timeout, scan_headers
+from inferpool.frontends.request_context import (
+    HEADER_BYTES,
+    current_request_id,
+    echoed_rest_id,
+    from_headers,
+    generate,
+)
+from inferpool.frontends.rest_input import (
+    BodyTooLarge,
+    await_reply,
+    read_body,
+    request_timeout,
+    scan_headers,
+)
 from inferpool.protocol.request_headers import http_headers, wrap
 from inferpool.protocol.rest_json import parse_json_object
 from inferpool.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from inferpool.observability.tracing import RequestTracer
 
 JSON = "application/json"
 # A repository index request is a small JSON object; anything longer is refused (413).
@@ -54,20 +73,68 @@ def health_response(document: dict[str, Any], flag: str) -> Response:
     return json_response(document, 200 if document[flag] else 503)
 
 
-def reply_response(reply: Reply) -> Response:
+def reply_response(reply: Reply, request_id: str) -> Response:
     if reply.status != 200:
-        return error_response(reply.status, reply.body.decode("utf-8", "replace"))
-    if reply.json_length is None:
-        return Response(reply.body, media_type=JSON)
-    return Response(
-        reply.body,
-        media_type="application/octet-stream",
-        headers={"Inference-Header-Content-Length": str(reply.json_length)},
-    )
+        response = error_response(reply.status, reply.body.decode("utf-8", "replace"))
+    elif reply.json_length is None:
+        response = Response(reply.body, media_type=JSON)
+    else:
+        response = Response(
+            reply.body,
+            media_type="application/octet-stream",
+            headers={"Inference-Header-Content-Length": str(reply.json_length)},
+        )
+    # Appended as it is: checked printable ASCII (request_context), and a third of the cost
+    # of Starlette's ``headers=``.
+    response.raw_headers.append((HEADER_BYTES, request_id.encode()))
+    return response
 
 
-def build_app(client: EngineClient) -> Starlette:
-    """The Starlette app for one engine client: the data plane's answers as JSON."""
+def inferpool_error_response(exc: InferpoolError) -> Response:
+    response = error_response(exc.status, exc.message)
+    if isinstance(exc, Overloaded):
+        response.headers["Retry-After"] = "1"
+        count_rejected("rest", OVERLOAD)
+    elif isinstance(exc, BodyTooLarge):
+        count_rejected("rest", "max_body_bytes")
+    return response
+
+
+# -- the request id of an inference (request_context): scope[REQUEST_ID] -----------------------
+def take_header_id(scope: Any) -> None:
+    """The id from ``x-request-id``, if given (400 if unusable): known from arrival on."""
+    request_id = from_headers(scope["headers"])
+    scope[REQUEST_ID] = request_id
+    if request_id is not None:
+        current_request_id.set(request_id)
+
+
+def answered(scope: Any, reply: Reply) -> Response:
+    """The reply, with the id resolved: the header's, else the one the response echoes
+    (the V2 ``id``, or the worker's own), else a new one."""
+    request_id = scope[REQUEST_ID]
+    if request_id is None:
+        request_id = (reply.status == 200 and echoed_rest_id(reply.body)) or generate()
+        scope[REQUEST_ID] = request_id
+        current_request_id.set(request_id)
+    scope[REPLY] = reply
+    return reply_response(reply, request_id)
+
+
+def failed(scope: Any, exc: InferpoolError) -> Response:
+    """An inference that raised before a reply: the error, with its id."""
+    request_id = scope.get(REQUEST_ID) or generate()
+    scope[REQUEST_ID] = request_id
+    current_request_id.set(request_id)
+    response = inferpool_error_response(exc)
+    response.raw_headers.append((HEADER_BYTES, request_id.encode()))
+    return response
+
+
+def build_app(client: EngineClient, tracer: RequestTracer | None = None) -> Starlette:
+    """The Starlette app for one engine client: the data plane's answers as JSON.
+
+    ``tracer``: the server's ``tracing.RequestTracer``, or None (tracing off)."""
     plane = DataPlane(client)
 
     async def live(request: Request) -> Response:
@@ -93,30 +160,41 @@ def build_app(client: EngineClient) -> Starlette:
 
     async def infer(request: Request) -> Response:
         scope = request.scope
-        content_length, binary, timeout_header, encoding = scan_headers(scope["headers"])
-        timeout = request_timeout(timeout_header, default_timeout)
-        body = await read_body(request.receive, content_length, max_body, encoding)
-        json_length = rest_input.json_length(binary, len(body))
-        params = scope["path_params"]
-        name, version = params["name"], params.get("version")
-        kind = Kind.REST
-        if find(name, version).custom:  # a user's runtime: the headers go along
-            body = wrap(http_headers(scope["headers"]), body)
-            kind = Kind.REST_HEADERS
-        deadline = None if timeout is None else time.monotonic() + timeout
-        call = plane.infer(name, version, kind, body, json_length, deadline)
-        return reply_response(await await_reply(scope, request.receive, call, timeout))
+        try:
+            take_header_id(scope)
+            content_length, binary, timeout_header, encoding = scan_headers(scope["headers"])
+            timeout = request_timeout(timeout_header, default_timeout)
+            body = await read_body(request.receive, content_length, max_body, encoding)
+            json_length = rest_input.json_length(binary, len(body))
+            params = scope["path_params"]
+            name, version = params["name"], params.get("version")
+            kind = Kind.REST
+            if find(name, version).custom:  # a user's runtime: the headers go along
+                body = wrap(http_headers(scope["headers"]), body)
+                kind = Kind.REST_HEADERS
+            deadline = None if timeout is None else time.monotonic() + timeout
+            call = plane.infer(name, version, kind, body, json_length, deadline)
+            reply = await await_reply(scope, request.receive, call, timeout)
+        except InferpoolError as exc:
+            return failed(scope, exc)
+        return answered(scope, reply)
 
     async def custom_endpoint(request: Request) -> Response:
         scope = request.scope
-        content_length, _, timeout_header, encoding = scan_headers(scope["headers"])
-        timeout = request_timeout(timeout_header, default_timeout)
-        body = await read_body(request.receive, content_length, max_body, encoding)
-        params = scope["path_params"]
-        body = custom_body(params["endpoint"], body)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        call = plane.infer(params["name"], params.get("version"), Kind.CUSTOM, body, None, deadline)
-        return reply_response(await await_reply(scope, request.receive, call, timeout))
+        try:
+            take_header_id(scope)
+            content_length, _, timeout_header, encoding = scan_headers(scope["headers"])
+            timeout = request_timeout(timeout_header, default_timeout)
+            body = await read_body(request.receive, content_length, max_body, encoding)
+            params = scope["path_params"]
+            body = custom_body(params["endpoint"], body)
+            deadline = None if timeout is None else time.monotonic() + timeout
+            name, version = params["name"], params.get("version")
+            call = plane.infer(name, version, Kind.CUSTOM, body, None, deadline)
+            reply = await await_reply(scope, request.receive, call, timeout)
+        except InferpoolError as exc:
+            return failed(scope, exc)
+        return answered(scope, reply)
 
     async def config(request: Request) -> Response:
         params = request.path_params
@@ -166,20 +244,21 @@ def build_app(client: EngineClient) -> Starlette:
     ]
     return Starlette(
         routes=routes,
-        middleware=middleware(client.settings),
+        middleware=middleware(client.settings, tracer),
         exception_handlers={InferpoolError: _inferpool_error, HTTPException: _http_error},
     )
 
 
-def middleware(settings: ServerSettings) -> list[Middleware]:
+def middleware(settings: ServerSettings, tracer: RequestTracer | None = None) -> list[Middleware]:
     """CORS (outermost, so a preflight is answered before anything else) when
-    ``cors_settings`` is set, and the access log when asked for; neither costs when off."""
+    ``cors_settings`` is set, and the access log and spans when asked for; none costs when
+    off."""
     stack = []
     cors = settings.cors_settings
     if cors is not None:
         stack.append(Middleware(CORSMiddleware, **cors.model_dump()))
-    if settings.access_log:
-        stack.append(Middleware(RestAccessLog))
+    if settings.access_log or tracer is not None:
+        stack.append(Middleware(RestObserver, log=settings.access_log, tracer=tracer))
     return stack
 
 
@@ -201,10 +280,7 @@ async def index_ready_flag(request: Request) -> bool:
 
 async def _inferpool_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, InferpoolError)
-    response = error_response(exc.status, exc.message)
-    if isinstance(exc, Overloaded):
-        response.headers["Retry-After"] = "1"
-    return response
+    return inferpool_error_response(exc)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -49,6 +49,10 @@ class UnsupportedEncoding(InferpoolError):
     status = 415
 
 
+class BodyTooLarge(TooLarge):
+    """A request body over its limit (``max_body_bytes``), refused before it is decoded."""
+
+
 def too_large_message(size: int | str, limit: int) -> str:
     return f"request body of {size} bytes exceeds the limit of {limit} bytes (--max-body-bytes)"
 
@@ -90,7 +94,7 @@ async def read_body(
     body: bytes = message.get("body", b"")
     if not message.get("more_body", False):
         if len(body) > limit:
-            raise TooLarge(too_large_message(len(body), limit))
+            raise BodyTooLarge(too_large_message(len(body), limit))
         return body
     chunks = [body]
     async for chunk in _next_chunks(receive, len(body), limit):
@@ -108,7 +112,7 @@ async def _next_chunks(receive: Receive, received: int, limit: int) -> AsyncIter
         chunk = message.get("body", b"")
         received += len(chunk)
         if received > limit:
-            raise TooLarge(too_large_message(f"more than {limit}", limit))
+            raise BodyTooLarge(too_large_message(f"more than {limit}", limit))
         yield chunk
         if not message.get("more_body", False):
             return
@@ -186,7 +190,7 @@ def _check_length(content_length: bytes | None, limit: int) -> None:
     if content_length is not None:
         text = content_length.strip()
         if len(text) > 18 or (text.isdigit() and int(text) > limit):
-            raise TooLarge(too_large_message(text.decode("latin-1")[:40], limit))
+            raise BodyTooLarge(too_large_message(text.decode("latin-1")[:40], limit))
 
 
 def json_length(raw: bytes | None, body_size: int) -> int | None:

@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -85,7 +84,10 @@ class RestServer:
         port: int,
         http2: bool = False,
         connections: Connections | None = None,
+        frontend: str = "rest",
     ) -> None:
+        """``frontend``: what its connections are called in the metrics (rest, metrics)."""
+        self.frontend = frontend
         self.settings = settings
         self.app = app
         self.http2 = http2
@@ -101,14 +103,14 @@ class RestServer:
             return
         config = uvicorn.Config(
             self.app,
-            http=protocol_class(self.settings, self.connections),
+            http=protocol_class(self.settings, self.connections, self.frontend),
             loop="none",
             lifespan="off",
             access_log=False,
             # No handler of its own: its lines go through the root logger, formatted as
-            # every other line.
+            # every other line; its levels are inferpool.logs' (log_level, log_levels).
             log_config=None,
-            log_level=_server_log_level(self.settings.log_level),
+            log_level=None,
             # Annotated int, but only handed to asyncio.wait_for: a float is exact.
             timeout_graceful_shutdown=self.settings.shutdown_timeout,  # type: ignore[arg-type]
         )
@@ -122,10 +124,8 @@ class RestServer:
         from hypercorn.config import Config
 
         config = _hypercorn_config(Config(), self.settings)
-        # Its logger without a handler of its own, as Uvicorn's (``_server_log_level``).
-        errors = logging.getLogger("hypercorn.error")
-        errors.setLevel(_server_log_level(self.settings.log_level))
-        config.errorlog = errors
+        # Its logger without a handler of its own, as Uvicorn's (levels: inferpool.logs).
+        config.errorlog = logging.getLogger("hypercorn.error")
         config.accesslog = None
         # Hypercorn binds by name; it re-creates the socket from the fd we already hold.
         config.bind = [f"fd://{self.socket.fileno()}"]
@@ -139,20 +139,6 @@ class RestServer:
         self._hypercorn_stop.set()
         if self._task is not None:
             await self._task
-
-
-def _server_log_level(level: str) -> int:
-    """Uvicorn's and Hypercorn's level: warnings and errors as ours, INFO only at debug.
-
-    Each Uvicorn server (REST and metrics) logs its own "Started server process", "Shutting
-    down", "Waiting for connections to close" and "Finished server process": the same
-    lines twice, all of them said once by the server's own lines (as Hypercorn's "Running
-    on"). Both log through the root logger's handler, formatted as every other line.
-    """
-    ours = logging.getLevelName(level.upper())
-    if not isinstance(ours, int):  # a level logging does not know: Uvicorn refuses it
-        return logging.INFO
-    return ours if ours <= logging.DEBUG else max(ours, logging.WARNING)
 
 
 def _hypercorn_config(config: Any, settings: ServerSettings) -> Any:
@@ -190,21 +176,31 @@ async def serve(settings: ServerSettings) -> int:
         # Every frontend's connections under one cap, bounded by the descriptors we may open.
         connections = Connections(settings.max_connections, raise_fd_limit())
         client = make_client(settings)
+        # None unless --tracing (and OpenTelemetry installed): then nothing per request.
+        from inferpool.observability.tracing import configure as configure_tracing
+
+        tracer = configure_tracing(settings)
+        rest_app = build_app(client, tracer)
+        if settings.metrics_port == 0:
+            # No port of its own: /metrics on the REST port, where KServe scrapes by default.
+            rest_app.router.routes.extend(build_metrics_app(client).routes)
         servers: list[RestServer | GrpcServer | GrpcH2Server] = [
-            RestServer(build_app(client), settings, settings.http_port, settings.http2, connections)
+            RestServer(rest_app, settings, settings.http_port, settings.http2, connections)
         ]
         if settings.grpc_port > 0:
             if settings.grpc_implementation == "builtin":
-                servers.append(GrpcH2Server(client, settings, connections))
+                servers.append(GrpcH2Server(client, settings, connections, tracer))
             else:
-                servers.append(GrpcServer(client, settings))
+                servers.append(GrpcServer(client, settings, tracer=tracer))
         if settings.metrics_port > 0:
             metrics_app = build_metrics_app(client)
             servers.append(
-                RestServer(metrics_app, settings, settings.metrics_port, False, connections)
+                RestServer(
+                    metrics_app, settings, settings.metrics_port, False, connections, "metrics"
+                )
             )
     except (OSError, SettingsError) as exc:  # SettingsError: e.g. an unreadable token file
-        print(f"inferpool: {exc}", file=sys.stderr)
+        logger.critical("%s", exc)  # a log line, so that --log-format json says it as JSON
         return 1
     signals = _Signals()
     for server in servers:
@@ -218,6 +214,8 @@ async def serve(settings: ServerSettings) -> int:
         return await _start_then_wait(client, signals.first)
     finally:
         await _drain(client, servers, signals)
+        if tracer is not None:
+            tracer.shutdown()  # the spans still buffered are exported
 
 
 async def _drain(
@@ -256,11 +254,11 @@ async def _start_then_wait(client: EngineClient, stop: asyncio.Event) -> int:
         try:
             statuses = starting.result()
         except FileNotFoundError as exc:
-            print(f"inferpool: {exc}", file=sys.stderr)
+            logger.critical("%s", exc)
             return 1
         except StartupFailed as exc:
             for reason in exc.reasons:
-                print(f"inferpool: {reason}", file=sys.stderr)
+                logger.critical("%s", reason)
             return 1
         not_ready = client.not_ready_reason()
         logger.info("started with %d model(s); %s", len(statuses), not_ready or "ready")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from inferpool.engine.custom_metrics import ModelMetrics
 from inferpool.mlserver.codecs.base import InputCodecLike, RequestCodecLike
 from inferpool.mlserver.codecs.errors import CodecNotFound
 from inferpool.mlserver.codecs.utils import (
@@ -46,6 +47,8 @@ class MLModel:
         self._inputs_index = _index(settings.inputs)
         self._outputs_index = _index(settings.outputs)
         self.ready = False
+        #: the model's own Prometheus metrics (``self.metrics.counter(...)``), as a runtime's
+        self.metrics = ModelMetrics(settings.name, settings.version)
 
     async def load(self) -> bool:
         """Load the model's artefact; the result is the model's readiness."""

@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from inferpool.engine.custom_metrics import ModelMetrics
 from inferpool.protocol.types import TensorSpec
 from inferpool.settings import ModelSettings
 
@@ -54,6 +55,9 @@ class Runtime(ABC):
 
     def __init__(self, settings: ModelSettings) -> None:
         self.settings = settings
+        #: the model's own Prometheus metrics: ``self.metrics.counter(...)``, ``.gauge``,
+        #: ``.histogram``, in ``load`` or ``predict`` (docs/operate/custom-metrics.md)
+        self.metrics = ModelMetrics(settings.name, settings.version)
 
     @property
     def name(self) -> str:

@@ -26,7 +26,9 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
+from inferpool.engine.custom_metrics import ModelMetrics
 from inferpool.errors import BadRequest, ModelError, ModelLoadError, from_status
+from inferpool.mlserver.metrics import current_model
 from inferpool.protocol.datatypes import NUMPY_BY_DATATYPE
 from inferpool.protocol.types import InferenceRequest, Tensor, TensorSpec
 from inferpool.runtimes.base import Answer, Runtime
@@ -127,10 +129,22 @@ class MLModelRuntime(Runtime):
 
     def load(self) -> None:
         self.model = self.model_class(self._model_settings())
-        ready = _LOOP.run(self.model.load())
+        # One set of custom metrics for the model: ``self.metrics`` in its methods (an
+        # inferpool MLModel made its own), ``mlserver.register``/``log`` in its coroutines.
+        own = getattr(self.model, "metrics", None)
+        if isinstance(own, ModelMetrics):
+            self.metrics = own
+        else:
+            self.model.metrics = self.metrics
+        ready = _LOOP.run(self._in_context(self.model.load()))
         self.model.ready = ready
         if not ready:
             raise ModelLoadError(f"model '{self.name}': load() returned {ready!r}")
+
+    async def _in_context(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` as this model's: ``mlserver.log`` records into its metrics."""
+        current_model.set(self.metrics)  # in this task's own context only
+        return await coroutine
 
     def _model_settings(self) -> Any:
         """The model's settings as its MLServer API has them: the file's fields, with
@@ -153,7 +167,7 @@ class MLModelRuntime(Runtime):
     def predict(self, payload: InferenceRequest, outputs: Sequence[str]) -> dict[str, Tensor]:
         request = self._model_request(payload)
         try:
-            response = _LOOP.run(self.model.predict(request))
+            response = _LOOP.run(self._in_context(self.model.predict(request)))
         except self.flavour.error_class as exc:
             raise from_status(getattr(exc, "status_code", 400), str(exc)) from None
         tensors = {output.name: self._tensor(output) for output in response.outputs}

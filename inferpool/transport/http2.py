@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -78,6 +79,9 @@ logger = logging.getLogger(__name__)
 # hpack logs every header it decodes at DEBUG: noise, and a cost per call at any level.
 logging.getLogger("hpack").setLevel(logging.WARNING)
 
+# GOAWAY frames sent by every connection of this process, by error code (the metrics).
+GOAWAYS_SENT: Counter[int] = Counter()
+
 
 class Http2Connection(Http2FrameReader):
     """The server side of one HTTP/2 connection."""
@@ -110,6 +114,9 @@ class Http2Connection(Http2FrameReader):
         self.closed = asyncio.get_running_loop().create_future()
 
     # -- the connection registry (frontends.connections) -----------------------------------
+    # The frontend named when the registry refuses it: gRPC is this layer's one user.
+    frontend = "grpc"
+
     @property
     def idle_since(self) -> float | None:
         """Since when no stream has been open (coarse: the timer's clock); None while one is."""
@@ -124,6 +131,7 @@ class Http2Connection(Http2FrameReader):
             return
         payload = U32.pack(self.last_stream_id) + U32.pack(NO_ERROR)
         transport.write(frame(GOAWAY, 0, 0, payload))
+        GOAWAYS_SENT[NO_ERROR] += 1
         self.going_away_sent = self._closed_by_us = True
         transport.close()
 
@@ -314,6 +322,7 @@ class Http2Connection(Http2FrameReader):
         self.going_away_sent = True
         payload = U32.pack(self.last_stream_id) + U32.pack(NO_ERROR)
         self.transport.write(frame(GOAWAY, 0, 0, payload))
+        GOAWAYS_SENT[NO_ERROR] += 1
         if not self.streams:
             self._closed_by_us = True
             self.transport.close()
@@ -329,6 +338,7 @@ class Http2Connection(Http2FrameReader):
         self.going_away_sent = True
         payload = U32.pack(self.last_stream_id) + U32.pack(code) + message.encode()[:256]
         out.append(frame(GOAWAY, 0, 0, payload))
+        GOAWAYS_SENT[code] += 1
         self.transport.write(b"".join(out))
         self._closed_by_us = True
         self.transport.close()

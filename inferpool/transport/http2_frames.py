@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from inferpool.transport.http2_headers import HeaderDecoder
-from inferpool.transport.http2_streams import Http2Streams, OnReject, Stream
+from inferpool.transport.http2_streams import REFUSED, Http2Streams, OnReject, Stream
 from inferpool.transport.http2_wire import (
     ACK,
     CONNECTION_WINDOW,
@@ -182,8 +182,11 @@ class Http2FrameReader(Http2Streams):
             self._active = True
             if depends_on_itself:
                 stream.refused = PROTOCOL_ERROR
-            elif len(self.streams) >= self.limits.max_streams or self.going_away_sent:
+            elif self.going_away_sent:
                 stream.refused = REFUSED_STREAM  # decoded below (HPACK state), then refused
+            elif len(self.streams) >= self.limits.max_streams:
+                stream.refused = REFUSED_STREAM
+                REFUSED["max_concurrent_streams"] += 1
             else:
                 self.streams[stream_id] = stream
         elif depends_on_itself:
@@ -249,12 +252,13 @@ class Http2FrameReader(Http2Streams):
                 return
         else:
             if verdict is not None:
-                if verdict[0]:  # malformed (RFC 9113 §8.1.1): a stream error
+                limit, message = verdict
+                if limit is None:  # malformed (RFC 9113 §8.1.1): a stream error
                     self._reset(stream, PROTOCOL_ERROR, out)
                 else:  # over a limit: answered, naming it
                     stream.headers = headers
                     stream.ended = bool(flags & END_STREAM)
-                    self._reject(stream, verdict[1], out)
+                    self._reject(stream, limit, message, out)
                 return
             stream.headers = headers
             stream.length = length
@@ -298,6 +302,7 @@ class Http2FrameReader(Http2Streams):
         if received > self.max_body:
             self._reject(
                 stream,
+                "max_body_bytes",
                 f"request body over the limit of {self.max_body} bytes (max_body_bytes)",
                 out,
             )
@@ -311,8 +316,8 @@ class Http2FrameReader(Http2Streams):
             head = first[:BODY_HEAD] if len(first) >= BODY_HEAD else b"".join(stream.body)
             head = head[:BODY_HEAD]
             problem = self.on_body_head(head)
-            if problem is not None:
-                self._reject(stream, problem, out)
+            if problem is not None:  # the message's declared length: a body limit
+                self._reject(stream, "max_body_bytes", problem, out)
                 return
         if flags & END_STREAM:
             stream.ended = True

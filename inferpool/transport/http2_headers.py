@@ -32,9 +32,10 @@ CACHE_BYTES = 128 * 1024
 CACHED_BLOCK_MAX = 4096
 
 Headers = list[tuple[bytes, bytes]]
-# None for a request to serve, else (malformed, message): malformed is a stream error
-# (RFC 9113 §8.1.1), otherwise the request is over a limit and is answered naming it.
-Verdict = tuple[bool, str] | None
+# None for a request to serve, else (limit, message): the setting name of the limit the
+# request is over (it is answered naming it), or None when it is malformed (a stream
+# error, RFC 9113 §8.1.1).
+Verdict = tuple[str | None, str] | None
 
 
 class HeaderDecoder:
@@ -74,16 +75,16 @@ class HeaderDecoder:
         limits = self.limits
         verdict: Verdict = None
         if problem is not None:
-            verdict = (True, problem)
+            verdict = (None, problem)
         elif size > limits.max_header_bytes:
             verdict = (
-                False,
+                "max_header_bytes",
                 f"request headers of {size} bytes are over the limit of "
                 f"{limits.max_header_bytes} bytes (max_header_bytes)",
             )
         elif len(headers) > limits.max_header_count:
             verdict = (
-                False,
+                "max_header_count",
                 f"{len(headers)} request headers are over the limit of "
                 f"{limits.max_header_count} (max_header_count)",
             )

@@ -13,6 +13,7 @@ reject or answer streams through the methods here.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -87,6 +88,9 @@ class Stream:
 # Answers a stream the layer will not serve (a limit), e.g. with a gRPC status.
 OnReject = Callable[["Http2Connection", Stream, str], None]
 
+# Streams of this process refused by a limit, by the limit's setting name (the metrics).
+REFUSED: Counter[str] = Counter()
+
 
 class Http2Streams(asyncio.Protocol):
     """The open streams of a connection and the sending side; ``Http2Connection``'s base."""
@@ -127,9 +131,11 @@ class Http2Streams(asyncio.Protocol):
         if self._resets < 0:
             raise ProtocolFailure(ENHANCE_YOUR_CALM, "too many stream errors")
 
-    def _reject(self, stream: Stream, message: str, out: list[bytes]) -> None:
-        """A request over a limit: answered (``on_reject``) at once, its data dropped; if
-        the peer is still sending, RST_STREAM NO_ERROR stops it (RFC 9113 §8.1)."""
+    def _reject(self, stream: Stream, limit: str, message: str, out: list[bytes]) -> None:
+        """A request over a limit (``limit``, its setting name): answered (``on_reject``) at
+        once, its data dropped; if the peer is still sending, RST_STREAM NO_ERROR stops it
+        (RFC 9113 §8.1)."""
+        REFUSED[limit] += 1
         self._drop(stream)
         stream.closed = False  # still to be answered
         if self.on_reject is not None:

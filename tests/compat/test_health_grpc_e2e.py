@@ -172,7 +172,7 @@ def test_check_and_watch_follow_readiness(implementation, tmp_path):
         # A cancelled Watch is let go by the server.
         unknown_watch.call.cancel()
         assert unknown_watch.wait_end() == grpc.StatusCode.CANCELLED
-        wait_for_log(server, r"gRPC Watch model=- status=CANCELLED")
+        wait_for_log(server, r"gRPC Watch peer=\S+ model=- version=- status=CANCELLED")
 
         # The drain: NOT_SERVING, then the Watches end cleanly and the server exits.
         assert server.stop() == 0

@@ -150,7 +150,7 @@ def test_watches_that_never_read_hurt_nobody_and_are_let_go(implementation, iris
             hostile.close()
             late.close()
         # Every hostile Watch ends when its connection does (CANCELLED in the access log).
-        pattern = r"gRPC Watch model=- status=CANCELLED"
+        pattern = r"gRPC Watch peer=\S+ model=- version=- status=CANCELLED"
         wait_for_log(server, pattern, HOSTILE_WATCHES + 1)
         watch.call.cancel()
         wait_for_log(server, pattern, HOSTILE_WATCHES + 2)

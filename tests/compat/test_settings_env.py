@@ -64,7 +64,7 @@ def test_mlserver_settings_file_keys_are_mapped(tmp_path: Path) -> None:
     )
     settings = load_server_settings(tmp_path, {})
     assert settings.log_level == "debug" and settings.access_log  # MLServer's debug
-    assert settings.workers == 0 and settings.metrics_port == 0
+    assert settings.workers == 0 and settings.metrics_port == -1
     assert not settings.load_models_at_startup and settings.allow_empty
     assert settings.cors_settings is not None and settings.cors_settings.max_age == 600
 

@@ -59,7 +59,7 @@ def test_the_hpa_scales_a_predictor_on_a_metric_the_adapter_serves() -> None:
     pattern = re.search(r'__name__=~"([^"]+)"', rule["seriesQuery"])
     assert pattern is not None
     assert all(re.fullmatch(pattern[1], gauge) for gauge in GAUGES)
-    assert not re.fullmatch(pattern[1], "inferpool_model_infer_success_total")
+    assert not re.fullmatch(pattern[1], "inferpool_model_requests_total")
     # Per pod: the labels Prometheus's pod scrape sets name the pod and its namespace.
     overrides = rule["resources"]["overrides"]
     assert overrides == {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}

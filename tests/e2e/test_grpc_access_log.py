@@ -1,8 +1,8 @@
-"""The access log of both frontends: one line per request with --access-log, none without."""
+"""The access log of both frontends: one line per request with --access-log, none without
+(every field of an inference's line: tests/e2e/test_request_id.py)."""
 
 from __future__ import annotations
 
-import re
 import time
 
 import grpc
@@ -10,19 +10,12 @@ import httpx
 import pytest
 
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
-from tests.support import Server, iris_data
+from tests.support import iris_data
 from tests.support.grpc import IMPLEMENTATIONS, infer_request, running_server, stub_for
 
-LATENCY = r"\d+\.\d\dms"
-
-
-def wait_for_lines(server: Server, patterns: list[str], timeout: float = 10) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        output = server.output()
-        if all(re.search(p, output) for p in patterns) or time.monotonic() > deadline:
-            return output
-        time.sleep(0.05)
+PEER = r"peer=127\.0\.0\.1:\d+"
+LATENCY = r"time=\d+\.\d\dms"
+ANY_ID = r"request_id=[0-9a-f-]+"
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
@@ -40,15 +33,19 @@ def test_access_log_lines_for_rest_and_grpc(implementation, iris_repo):
         with pytest.raises(grpc.RpcError):
             stub.ModelInfer(infer_request("nope", x=X[:1]))
         patterns = [
-            rf"REST POST /v2/models/iris-rf/infer model=iris-rf status=200 {LATENCY}",
-            rf"REST GET /v2/models/nope model=nope status=404 {LATENCY}",
-            rf"gRPC ModelInfer model=iris-logreg status=OK {LATENCY}",
-            rf"gRPC ModelMetadata model=iris-rf status=OK {LATENCY}",
-            rf"gRPC ModelInfer model=nope status=NOT_FOUND {LATENCY}",
+            rf"REST POST /v2/models/iris-rf/infer {PEER} model=iris-rf version=- status=200 "
+            rf"rows=1 {LATENCY} {ANY_ID}",
+            # Not an inference: no id of its own (a client's x-request-id would be shown).
+            rf"REST GET /v2/models/nope {PEER} model=nope version=- status=404 rows=0 "
+            rf"{LATENCY} request_id=-",
+            rf"gRPC ModelInfer {PEER} model=iris-logreg version=- status=OK rows=1 {LATENCY} "
+            rf"{ANY_ID}",
+            rf"gRPC ModelMetadata {PEER} model=iris-rf version=- status=OK rows=0 {LATENCY} "
+            rf"request_id=-",
+            rf"gRPC ModelInfer {PEER} model=nope version=- status=NOT_FOUND rows=0 {LATENCY} "
+            rf"{ANY_ID}",
         ]
-        output = wait_for_lines(server, patterns)
-    for pattern in patterns:
-        assert re.search(pattern, output), f"{pattern!r} not in the log:\n{output}"
+        server.expect_lines(patterns)
 
 
 def test_no_access_log_by_default(iris_server):

@@ -22,12 +22,14 @@ def test_metrics_count_requests_per_model(iris_server):
         httpx.post(f"{iris_server.url}/v2/models/iris-rf/infer", json=body)
     httpx.post(f"{iris_server.url}/v2/models/iris-rf/infer", json={"inputs": []})
     after = scrape(iris_server)
-    success = "inferpool_model_infer_success_total"
-    failure = "inferpool_model_infer_failure_total"
-    assert after[(success, model)] - before.get((success, model), 0) == 3
-    assert after[(failure, model)] - before.get((failure, model), 0) == 1
-    assert after[("inferpool_model_infer_duration_seconds_sum", model)] > 0
+    requests = "inferpool_model_requests_total"
+    ok = tuple(sorted((*model, ("code", "200"), ("protocol", "rest"))))
+    bad = tuple(sorted((*model, ("code", "400"), ("protocol", "rest"))))
+    assert after[(requests, ok)] - before.get((requests, ok), 0) == 3
+    assert after[(requests, bad)] - before.get((requests, bad), 0) == 1
+    duration = tuple(sorted((*model, ("protocol", "rest"))))
+    assert after[("inferpool_model_request_duration_seconds_sum", duration)] > 0
     assert after[("inferpool_model_ready", model)] == 1
     assert after[("inferpool_server_ready", ())] == 1
-    stage = (*model, ("stage", "compute_infer"))
+    stage = (*model, ("stage", "predict"))
     assert after[("inferpool_model_stage_duration_seconds_sum", tuple(sorted(stage)))] > 0

@@ -82,13 +82,32 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield server
 
 
+def queue_waits(server: Server, model: str) -> tuple[float, float]:
+    """(requests, those that waited more than a second) in the model's queue histogram."""
+    text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics").text
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            if labels.get("model") == model and labels.get("stage") == "queue":
+                found[(sample.name, labels.get("le"))] = sample.value
+    name = "inferpool_model_stage_duration_seconds"
+    count = found[(f"{name}_count", None)]
+    return count, count - found[(f"{name}_bucket", "1.0")]
+
+
 def test_queued_beyond_the_replicas_with_two_workers(pool):
     # Six requests, one replica per worker: two run, four wait in the workers' queues.
+    before = queue_waits(pool, "slow")
     seen = asyncio.run(load_and_scrape(pool, "slow", 6, 1.5))
     check_consistent(seen, 6)
     assert (6, 4) in seen, seen
     # As the queue empties: two answered, two running, two still waiting.
     assert (4, 2) in seen, seen
+    # The queue stage's histogram saw it: the four queued waited 1.5 s or 3 s each.
+    after = queue_waits(pool, "slow")
+    assert after[0] - before[0] == 6
+    assert after[1] - before[1] >= 4
 
 
 def test_a_running_batch_counts_each_request_it_holds(pool):

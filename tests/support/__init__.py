@@ -8,6 +8,7 @@ stubs), ``h2frames`` and ``h2client`` (hand-made HTTP/2 for the gRPC wire tests)
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -113,6 +114,20 @@ class Server:
 
     def output(self) -> str:
         return Path(self.log.name).read_text(errors="replace")
+
+    def expect_lines(self, patterns: list[str], timeout: float = 10) -> str:
+        """Wait until every regular expression of ``patterns`` matches in the output (log
+        lines are written after the response), failing with the one that does not once
+        ``timeout`` runs out; the output."""
+        deadline = time.monotonic() + timeout
+        while True:
+            output = self.output()
+            if all(re.search(p, output) for p in patterns) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        for pattern in patterns:
+            assert re.search(pattern, output), f"{pattern!r} not in the log:\n{output[-3000:]}"
+        return output
 
     def wait_live(self, timeout: float = 60) -> None:
         self._wait("/v2/health/live", timeout)

@@ -8,6 +8,7 @@ travels in its own memfd, sent as an fd and released by the receiver after readi
 from __future__ import annotations
 
 import array
+import itertools
 import mmap
 import os
 import socket
@@ -126,10 +127,13 @@ class Channel:
             return op & ~_SPILLED, read_memfd(fds[-1]), fds[:-1]
         return op, data[1:], fds
 
-    def dispatch_pending(self, dispatch: Callable[[int, bytes], object]) -> bool:
-        """Hand every message waiting to ``dispatch(op, payload)`` without blocking, and
-        close the fds that came with each; False once the other side has gone."""
-        while True:
+    def dispatch_pending(
+        self, dispatch: Callable[[int, bytes], object], limit: int | None = None
+    ) -> bool:
+        """Hand every message waiting (at most ``limit``) to ``dispatch(op, payload)``
+        without blocking, and close the fds that came with each; False once the other
+        side has gone."""
+        for _ in itertools.repeat(None) if limit is None else range(limit):
             try:
                 op, payload, fds = self.receive(block=False)
             except BlockingIOError:
@@ -139,6 +143,7 @@ class Channel:
             for fd in fds:
                 os.close(fd)
             dispatch(op, payload)
+        return True
 
     def close(self) -> None:
         self.sock.close()

@@ -57,6 +57,8 @@ class Op(IntEnum):
     PONG = 11  # worker → frontend
     CANCEL = 12  # frontend → worker: drop that request if it has not started
     EXITED = 13  # template → frontend: the wait status of a worker it reaped
+    METRICS = 14  # worker → frontend: its runtimes' custom metrics (engine/custom_metrics.py)
+    LOG = 15  # worker/template → frontend: a log record for the server's handlers
 
 
 # -- the slot header -----------------------------------------------------------------------
@@ -65,7 +67,8 @@ class Op(IntEnum):
 # times (queue, compute_input, compute_infer, compute_output, in ns), then body length.
 # A reply has no model index, kind, deadline or enqueued time: its deadline field carries
 # the request's rows and its enqueued field the rows of the execution it ran in (see
-# ``Reply.execution``), which the frontend's statistics count.
+# ``Reply.execution``), which the frontend's statistics count; its model index field the
+# id of the batched execution it ran in (``Reply.execution_id``), which tracing links.
 HEADER = struct.Struct("<QIBBHqqqqqqqQ")
 HEADER_SIZE = HEADER.size
 
@@ -114,13 +117,16 @@ class ReplyHeader(NamedTuple):
     length: int  # of the body
     rows: int
     execution: int
+    execution_id: int = 0  # of a batched execution (``Reply.execution_id``)
 
     @classmethod
     def of(cls, fields: tuple[int, ...]) -> ReplyHeader:
         json_length = fields[5]
         times = StageTimes(fields[8], fields[9], fields[10], fields[11])
         json = None if json_length < 0 else json_length
-        return _tuple_new(cls, (fields[0], fields[4], json, times, fields[12], *fields[6:8]))
+        return _tuple_new(
+            cls, (fields[0], fields[4], json, times, fields[12], *fields[6:8], fields[1])
+        )
 
     @classmethod
     def unpack_from(cls, buffer: bytes, offset: int = 0) -> ReplyHeader:
@@ -165,8 +171,9 @@ def reply_header(request_id: int, reply: Reply) -> bytes:
     times = reply.times or _NO_TIMES
     json_length = -1 if reply.json_length is None else reply.json_length
     return HEADER.pack(
-        request_id, 0, 0, 0, reply.status, json_length, reply.rows, reply.execution, times.queue,
-        times.compute_input, times.compute_infer, times.compute_output, len(reply.body),
+        request_id, reply.execution_id, 0, 0, reply.status, json_length, reply.rows,
+        reply.execution, times.queue, times.compute_input, times.compute_infer,
+        times.compute_output, len(reply.body),
     )  # fmt: skip
 
 
@@ -198,6 +205,9 @@ class Reply:
     ``rows`` is how many inferences (rows) the request held; ``execution`` the rows of the
     model execution (one predict) it ran in: positive in the one reply of that execution
     that counts it, negative in the others, 0 when the request did not run.
+    ``execution_id`` names an execution that joined several requests (the same in each of
+    their replies, unique in its worker for a while: it wraps at 2**32), 0 for a request
+    predicted alone; tracing links the requests of one execution by it.
     """
 
     status: int
@@ -206,6 +216,7 @@ class Reply:
     times: StageTimes | None = None
     rows: int = 0
     execution: int = 0
+    execution_id: int = 0
 
     @classmethod
     def from_error(cls, exc: BaseException, model: str = "") -> Reply:
@@ -219,8 +230,9 @@ class Reply:
     @classmethod
     def from_header(cls, header: ReplyHeader, body: bytes) -> Reply:
         return cls(
-            header.status, body, header.json_length, header.times, header.rows, header.execution
-        )
+            header.status, body, header.json_length, header.times, header.rows, header.execution,
+            header.execution_id,
+        )  # fmt: skip
 
     @classmethod
     def from_fields(cls, fields: tuple[int, ...], body: bytes) -> Reply:
@@ -230,7 +242,7 @@ class Reply:
         json_length = fields[5]
         times = StageTimes(fields[8], fields[9], fields[10], fields[11])
         json = None if json_length < 0 else json_length
-        return cls(fields[4], body, json, times, fields[6], fields[7])
+        return cls(fields[4], body, json, times, fields[6], fields[7], fields[1])
 
 
 # -- control messages ----------------------------------------------------------------------
@@ -303,8 +315,61 @@ class Exited(Control, frozen=True):
     status: int  # a waitpid status
 
 
+class Log(Control, frozen=True):
+    """A log record of a worker or the template (``inferpool.logs``)."""
+
+    op = Op.LOG
+    level: int
+    logger: str
+    message: str  # formatted with its arguments
+    created: float  # time.time() when it was emitted
+    exc: str = ""  # the traceback, as text
+    requests: list[int] = []  # the ids of the requests being predicted (request headers')
+    extra: dict[str, str | int | float | bool | None] = {}  # the record's ``extra=`` fields
+
+
+class MetricSeries(msgspec.Struct, frozen=True, array_like=True):
+    """One series of a custom metric: its label values and cumulative values."""
+
+    labels: list[str]
+    value: float  # a counter's or gauge's value; a histogram's sum
+    counts: list[int] = []  # a histogram's observations per bucket (+Inf last)
+    at: int = 0  # a gauge with aggregate="last": when it was set (monotonic ns)
+
+
+class MetricFamily(msgspec.Struct, frozen=True, array_like=True):
+    """A custom metric of one model, as its runtime defined it, with its series."""
+
+    name: str
+    kind: str  # counter | gauge | histogram
+    description: str
+    labels: list[str]
+    series: list[MetricSeries]
+    aggregate: str = "sum"  # a gauge across workers: sum | max | last
+    bounds: list[float] = []  # a histogram's bucket bounds (+Inf implied)
+
+
+class ModelMetricsState(msgspec.Struct, frozen=True, array_like=True):
+    """The custom metrics of one loaded model in one process (``instance``: its key there)."""
+
+    instance: int
+    model: str
+    version: str
+    families: list[MetricFamily]
+
+
+class Metrics(Control, frozen=True):
+    """A worker's custom metrics: every model it holds, and the last values of those it
+    unloaded since its previous report."""
+
+    op = Op.METRICS
+    models: list[ModelMetricsState]
+    ended: list[ModelMetricsState] = []
+
+
 _CONTROLS: tuple[type[Control], ...] = (
-    Hello, Load, Loaded, Unload, Stop, Spawn, Preload, Ping, Pong, Cancel, Exited,
+    Hello, Load, Loaded, Unload, Stop, Spawn, Preload, Ping, Pong, Cancel, Exited, Log,
+    Metrics,
 )  # fmt: skip
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS: dict[int, msgspec.msgpack.Decoder[Any]] = {

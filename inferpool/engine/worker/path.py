@@ -9,13 +9,15 @@ endpoint (``Kind.CUSTOM``) is called on its own. Every stage is timed on one clo
 (``time.monotonic_ns``, the clock of the header's ``enqueued_ns``) into the reply's
 ``StageTimes``, the same way for one request as for a batch, and each reply says how many
 rows its request held and the rows of the execution (one predict) it ran in, for Triton's
-statistics. Whatever a job raises becomes its reply through ``Reply.from_error``;
+statistics, and the replies of requests predicted together share an execution id, which
+tracing links. Whatever a job raises becomes its reply through ``Reply.from_error``;
 ``run_group`` never raises.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import time
 from collections.abc import Hashable, Sequence
@@ -37,6 +39,9 @@ from inferpool.protocol.types import InferenceRequest
 logger = logging.getLogger(__name__)
 
 _EXPIRED = "the request's deadline passed while it was queued"
+
+# Ids of the executions that join several requests (``Reply.execution_id``), 1 to 2**32 - 1.
+_EXECUTIONS = itertools.count()
 
 
 class Job:
@@ -112,9 +117,12 @@ def _predict(model: LoadedModel, members: list[_Decoded], replies: list[Reply | 
             # One execution of all the rows: the first reply counts it, the others only
             # add their own stages to it (the sign says which).
             total = sum(rows)
+            execution_id = next(_EXECUTIONS) % 0xFFFFFFFF + 1
             for position, (member, part) in enumerate(zip(members, parts, strict=True)):
                 execution = total if position == 0 else -total
-                replies[member.position] = _encode(model, member, part, rows[position], execution)
+                replies[member.position] = _encode(
+                    model, member, part, rows[position], execution, execution_id
+                )
             return
     for member in members:
         started = time.monotonic_ns()
@@ -155,7 +163,14 @@ def _predict_joined(
     return parts
 
 
-def _encode(model: LoadedModel, member: _Decoded, result: Any, rows: int, execution: int) -> Reply:
+def _encode(
+    model: LoadedModel,
+    member: _Decoded,
+    result: Any,
+    rows: int,
+    execution: int,
+    execution_id: int = 0,
+) -> Reply:
     started = time.monotonic_ns()
     try:
         _, encode = wire_format(member.kind)
@@ -164,7 +179,7 @@ def _encode(model: LoadedModel, member: _Decoded, result: Any, rows: int, execut
     except Exception as exc:
         return Reply.from_error(exc, model.name)
     member.times.compute_output = time.monotonic_ns() - started
-    return Reply(200, body, json_length, member.times, rows, execution)
+    return Reply(200, body, json_length, member.times, rows, execution, execution_id)
 
 
 def _call_custom(model: LoadedModel, job: Job, started: int) -> Reply:

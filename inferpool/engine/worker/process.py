@@ -19,6 +19,8 @@ import signal
 import socket
 import time
 
+from inferpool import logs
+from inferpool.engine.custom_metrics import Reporter
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.channel import Channel
 from inferpool.engine.ipc.messages import Op, Reply, RequestHeader
@@ -58,9 +60,13 @@ class Worker:
         os.close(request_fd)
         os.close(reply_fd)
         self.channel = Channel(socket.socket(fileno=control_fd))
+        # Its log records go to the frontend's handlers; stderr keeps a crash's last words.
+        self.log = logs.forward_to(self.channel, str(self.worker_id))
         self.models: dict[int, LoadedModel] = {}
         self.batcher = Batcher()
         self.stopping = False
+        # The runtimes' custom metrics, sent batched: never one message per request.
+        self.metrics = Reporter(self.channel.send_control)
         self.dispatch = messages.Dispatch(
             {
                 Op.REQUEST: self._on_request,
@@ -80,7 +86,11 @@ class Worker:
         poller.register(self.request_bell, select.POLLIN)
         poller.register(self.channel.fileno(), select.POLLIN)
         while True:
-            wait = self.batcher.timeout(time.monotonic_ns())
+            now = time.monotonic_ns()
+            wait = self.batcher.timeout(now)
+            report = self.metrics.wait(now)
+            if report is not None and (wait is None or report < wait):
+                wait = report
             events = poller.poll(None if wait is None else max(1, int(wait * 1000 + 0.999)))
             for fd, _ in events:
                 if fd == self.request_bell:
@@ -98,15 +108,17 @@ class Worker:
                 for chunk in [jobs] if batched else [[job] for job in jobs]:
                     # What runs, and since when: the frontend blames a crash on it and
                     # recycles this worker when it runs past its model's timeout.
-                    self.requests.mark_running(
-                        chunk[0].model_index, [job.request_id for job in chunk],
-                        time.monotonic_ns(),
-                    )  # fmt: skip
+                    running = [job.request_id for job in chunk]
+                    self.requests.mark_running(chunk[0].model_index, running, time.monotonic_ns())
+                    self.log.running = running  # the requests its log records name
                     self._answer(chunk, run_group(model, chunk))
             if due:
                 self.requests.mark_idle()
+                self.log.running = ()
             if self.stopping and not self.batcher and not self.requests.pending():
+                self.metrics.report(force=True)
                 return
+            self.metrics.report()
 
     def _take_requests(self) -> None:
         for fields, body in self.requests.pop_all():
@@ -132,7 +144,9 @@ class Worker:
         # Requests pushed to the ring before the unload was sent are queued first (the
         # ring was read before this message, but more may have come since).
         self._take_requests()
-        self.models.pop(message.index, None)
+        model = self.models.pop(message.index, None)
+        if model is not None:
+            model.runtime.metrics.close()
 
     def _on_cancel(self, message: messages.Cancel) -> None:
         job = self.batcher.cancel(message.request_id)

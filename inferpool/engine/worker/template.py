@@ -1,15 +1,16 @@
 """The template process that forks workers: a clean, single-threaded parent.
 
-The pool starts it as a fresh interpreter (``python -m inferpool.engine.worker.template FD``)
-before any worker, so it has no event loop, no gRPC threads and no OpenMP pool, whatever
-the frontend has started. It imports the runtimes once, loads the repository's models
+The pool starts it as a fresh interpreter (``python -m inferpool.engine.worker.template FD
+LOGGING``) before any worker, so it has no event loop, no gRPC threads and no OpenMP pool,
+whatever the frontend has started. It imports the runtimes once, loads the repository's models
 whose runtime allows it (``preload.py``), freezes the heap (``gc.freeze()``) so workers
 share those pages copy-on-write, and forks a worker for each SPAWN message, handing it
 the fds that came with the message. Respawns after a crash come from here too. It reaps
 the workers it forked and tells the frontend how each ended (EXITED: killed by which
 signal, or its exit code), so that a crash can be reported with its cause. It ignores
 SIGTERM and SIGINT, as its workers do, and exits when the frontend's end of its channel
-closes (the frontend stopped, or was killed).
+closes (the frontend stopped, or was killed). Its log records, and its workers', go to
+the frontend (``inferpool.logs``): LOGGING is the frontend's ``logs.child_config()``.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import json
 import os
 import select
 import signal
 import socket
 import sys
 
+from inferpool import logs
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.channel import Channel
 from inferpool.engine.ipc.messages import Op
@@ -143,6 +146,7 @@ def main() -> None:
     signal.set_wakeup_fd(wakeup_writer)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     channel = Channel(socket.socket(fileno=int(sys.argv[1])))
+    logs.configure_child(json.loads(sys.argv[2]), channel, "template")
     preload()
     Template(channel, wakeup).serve()
 

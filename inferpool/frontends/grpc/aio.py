@@ -2,7 +2,9 @@
 
 The service's typed RPCs get grpc.aio's (de)serializers; ModelInfer a generic handler
 with none, so its request and reply stay bytes. Errors become statuses in ``guarded``,
-and the builtin HTTP/2 layer's limits and timeouts map to grpc.aio's options.
+which also puts ModelInfer's request id in the trailing metadata (``request_context``),
+writes the access log line and hands the call to the tracer; the builtin HTTP/2 layer's
+limits and timeouts map to grpc.aio's options.
 """
 
 from __future__ import annotations
@@ -10,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from inferpool.engine.client import EngineClient
+from inferpool.engine.ipc.messages import Reply
 from inferpool.errors import InferpoolError
-from inferpool.frontends.access_log import log_request
+from inferpool.frontends.access_log import given_id, log_request
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.grpc.health import HEALTH_SERVICE, HealthService
 from inferpool.frontends.grpc.service import (
@@ -25,43 +28,112 @@ from inferpool.frontends.grpc.service import (
     Handler,
     InferenceService,
     call_status,
-    model_of,
+    infer_request_id,
+    ok_body,
+    route_of,
+    trace_call,
     typed_methods,
 )
+from inferpool.frontends.request_context import HEADER
 from inferpool.protocol.health import HealthCheckRequest
 from inferpool.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from inferpool.observability.tracing import RequestTracer
 
 # Triton's default: messages as large as gRPC allows, so big raw batches fit.
 MAX_MESSAGE_BYTES = 2**31 - 1
 
 
-def guarded(method: str, handler: Handler, access_log: bool) -> Handler:
-    """``handler`` with errors turned into gRPC statuses, and the access log if asked."""
+def guarded(
+    method: str, handler: Handler, access_log: bool, tracer: RequestTracer | None = None
+) -> Handler:
+    """``handler`` with errors turned into gRPC statuses, and the access log if asked.
+
+    ModelInfer's handler returns the engine's ``Reply``: its bytes are the response, its
+    request id goes into the trailing metadata, and the call is traced (``tracer``)."""
+    infer = method == "ModelInfer"
+    traced = tracer if infer else None
 
     async def run(request: Any, context: grpc.aio.ServicerContext) -> Any:
         started = time.perf_counter()
+        start_ns = time.time_ns() if traced is not None else 0
+        # Read now: the context of a call that ends cancelled may no longer answer.
+        peer, metadata = _call_of(context) if access_log or traced is not None else (None, ())
         code = grpc.StatusCode.OK
+        text = ""
+        reply = None
         try:
-            return await handler(request, context)
+            if not infer:
+                return await handler(request, context)
+            reply = await handler(request, context)
+            body = ok_body(reply)
+            context.set_trailing_metadata(((HEADER, infer_request_id()),))
+            return body
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED  # the client went away or its deadline passed
             raise
         except Exception as exc:
             if isinstance(exc, grpc.aio.AbortError):
                 raise
-            name, message, pushback = call_status(exc, method)
+            name, text, pushback = call_status(exc, method)
             code = grpc.StatusCode[name]
+            trailing: tuple[tuple[str, str], ...] = ((HEADER, infer_request_id()),) if infer else ()
             if pushback:
-                context.set_trailing_metadata((("grpc-retry-pushback-ms", RETRY_AFTER_MS),))
-            await context.abort(code, message)
+                trailing += (("grpc-retry-pushback-ms", RETRY_AFTER_MS),)
+            if trailing:
+                context.set_trailing_metadata(trailing)
+            await context.abort(code, text)
         finally:
             if access_log:
-                log_request("gRPC", method, model_of(request), code.name, started)
+                _log(method, request, peer, metadata, code, reply, started, infer)
+            if traced is not None:
+                trace_call(
+                    traced,
+                    "ModelInfer",
+                    request,
+                    metadata,
+                    code.name,
+                    text,
+                    reply,
+                    start_ns,
+                    infer_request_id(),
+                    peer,
+                )
 
     return run
 
 
-def build_handler(client: EngineClient, access_log: bool = False) -> grpc.GenericRpcHandler:
+def _log(
+    method: str,
+    request: Any,
+    peer: str | None,
+    metadata: Any,
+    code: grpc.StatusCode,
+    reply: Reply | None,
+    started: float,
+    infer: bool,
+) -> None:
+    model, version = route_of(request)
+    rows = reply.rows if reply is not None else 0
+    known = infer_request_id() if infer else given_id(metadata)
+    log_request("gRPC", method, peer, model, version, code.name, rows, started, known)
+
+
+def _call_of(context: grpc.aio.ServicerContext) -> tuple[str | None, Any]:
+    """The call's peer, ``host:port`` (grpc's ``ipv4:host:port`` without its scheme), and
+    its metadata."""
+    metadata = context.invocation_metadata() or ()
+    peer: str = context.peer()
+    if not peer:
+        return None, metadata
+    scheme, _, address = peer.partition(":")
+    return (address if scheme in ("ipv4", "ipv6") else peer), metadata
+
+
+def build_handler(
+    client: EngineClient, access_log: bool = False, tracer: RequestTracer | None = None
+) -> grpc.GenericRpcHandler:
     """The generic handler serving GRPCInferenceService for one engine client."""
     service = InferenceService(DataPlane(client))
     methods = {
@@ -74,7 +146,7 @@ def build_handler(client: EngineClient, access_log: bool = False) -> grpc.Generi
     }
     # No (de)serializers: the request and the reply stay bytes.
     methods["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
-        guarded("ModelInfer", service.model_infer, access_log)
+        guarded("ModelInfer", service.model_infer, access_log, tracer)
     )
     return grpc.method_handlers_generic_handler(SERVICE, methods)
 
@@ -103,6 +175,8 @@ def health_watch(
         request: HealthCheckRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
         started = time.perf_counter()
+        # Read now: the context of a call that ends cancelled may no longer answer.
+        peer, metadata = _call_of(context) if access_log else (None, ())
         code = grpc.StatusCode.OK
         loop = asyncio.get_running_loop()
         waiting: asyncio.Future[bytes] = loop.create_future()
@@ -141,7 +215,8 @@ def health_watch(
             raise
         finally:
             if access_log:
-                log_request("gRPC", "Watch", "-", code.name, started)
+                known = given_id(metadata)
+                log_request("gRPC", "Watch", peer, "-", None, code.name, 0, started, known)
 
     return watch
 
@@ -155,16 +230,21 @@ class GrpcServer:
     """grpc.aio on the server's loop; stopping lets in-flight calls finish first."""
 
     def __init__(
-        self, client: EngineClient, settings: ServerSettings, connections: Any = None
+        self,
+        client: EngineClient,
+        settings: ServerSettings,
+        connections: Any = None,
+        tracer: RequestTracer | None = None,
     ) -> None:
         # ``connections`` (the shared registry) cannot see grpc.aio's connections: C-core
         # accepts them itself. Its own options bound them instead (grpc_options).
+        # ``tracer``: the server's ``tracing.RequestTracer``, or None (tracing off).
         self.settings = settings
         self.server = grpc.aio.server(options=grpc_options(settings))
         self.health = HealthService(DataPlane(client))
         self.server.add_generic_rpc_handlers(
             (
-                build_handler(client, settings.access_log),
+                build_handler(client, settings.access_log, tracer),
                 build_health_handler(self.health, settings.access_log),
             )
         )

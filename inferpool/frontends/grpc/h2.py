@@ -5,8 +5,9 @@ ModelInfer's request stays raw bytes and goes to the engine, the other RPCs pars
 serialize the generated messages. What gRPC adds to HTTP/2 lives here, the transport
 knowing none of it: the path names the method (the route table, ``GrpcH2Server.methods``),
 ``content-type: application/grpc``, 5-byte length-prefixed messages, ``grpc-timeout``
-deadlines, and the status in trailers (``grpc-status``, ``grpc-message``, and
-``grpc-retry-pushback-ms`` when overloaded). A client that resets
+deadlines, and the status in trailers (``grpc-status``, ``grpc-message``,
+``grpc-retry-pushback-ms`` when overloaded, and ModelInfer's ``x-request-id``: see
+``request_context``). A client that resets
 its stream or goes away cancels its call, and a call past its deadline is cancelled and
 answered DEADLINE_EXCEEDED. grpc.health.v1.Health (``health.py``) is served beside it:
 Check as one more typed RPC, Watch as the one server-streaming call (``_watch``: HEADERS,
@@ -17,11 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from inferpool.engine.client import EngineClient
-from inferpool.frontends.access_log import log_request
+from inferpool.frontends.access_log import given_id, log_request
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.grpc.health import CHECK_PATH, WATCH_PATH, HealthService
 from inferpool.frontends.grpc.service import (
@@ -29,15 +30,22 @@ from inferpool.frontends.grpc.service import (
     SERVICE,
     InferenceService,
     call_status,
-    model_of,
+    infer_request_id,
+    ok_body,
+    route_of,
+    trace_call,
     typed_methods,
 )
 from inferpool.frontends.listen import bind_socket
+from inferpool.frontends.request_context import HEADER
 from inferpool.protocol.health import HealthCheckRequest, MalformedMessage
 from inferpool.settings import ServerSettings
 from inferpool.transport.http2 import Http2Connection
 from inferpool.transport.http2_streams import Stream
 from inferpool.transport.http2_wire import Limits, literal, literal_indexed_name
+
+if TYPE_CHECKING:
+    from inferpool.observability.tracing import RequestTracer
 
 # gRPC status codes (grpc/doc/statuscodes.md).
 STATUS = {
@@ -51,6 +59,9 @@ STATUS = {
 GRPC_CONTENT_TYPE = b"application/grpc"
 RESPONSE_HEADERS = b"\x88" + literal_indexed_name(31, GRPC_CONTENT_TYPE)
 OK_TRAILERS = literal(b"grpc-status", b"0")
+REQUEST_ID = HEADER.encode()
+# OK_TRAILERS and the x-request-id literal's name: only the value's length and bytes follow.
+_OK_AND_ID = OK_TRAILERS + literal(REQUEST_ID, b"")[:-1]
 NOT_GRPC_HEADERS = literal_indexed_name(8, b"415")  # ":status: 415"
 # grpc-timeout units (PROTOCOL-HTTP2.md) in seconds.
 _TIMEOUT_UNITS = {
@@ -113,6 +124,13 @@ def unframe(chunks: list[bytes], limit: int = MESSAGE_CEILING) -> bytes:
     return body[5:]
 
 
+def ok_trailers(request_id: bytes) -> bytes:
+    """OK trailers with the call's ``x-request-id``."""
+    if len(request_id) < 0x7F:  # its length fits the literal's one-byte form
+        return _OK_AND_ID + bytes((len(request_id),)) + request_id
+    return OK_TRAILERS + literal(REQUEST_ID, request_id)
+
+
 def framed(message: bytes) -> bytes:
     return b"\x00" + len(message).to_bytes(4, "big") + message
 
@@ -139,10 +157,16 @@ class GrpcH2Server:
     """GRPCInferenceService on inferpool's HTTP/2 server, on the running loop."""
 
     def __init__(
-        self, client: EngineClient, settings: ServerSettings, connections: Any = None
+        self,
+        client: EngineClient,
+        settings: ServerSettings,
+        connections: Any = None,
+        tracer: RequestTracer | None = None,
     ) -> None:
-        """``connections``: the server's ``frontends.connections.Connections`` (or None)."""
+        """``connections``: the server's ``frontends.connections.Connections`` (or None);
+        ``tracer``: its ``tracing.RequestTracer``, or None (tracing off)."""
         self.settings = settings
+        self.tracer = tracer
         self.registry = connections
         self.max_message = settings.max_body_bytes
         # The HTTP/2 body of a unary call is the message and its 5-byte prefix.
@@ -238,7 +262,10 @@ class GrpcH2Server:
         if entry is None:  # grpc.health.v1.Health/Watch
             call = asyncio.ensure_future(self._watch(connection, stream, message, expires))
         else:
-            call = asyncio.ensure_future(self._call(connection, stream, entry, message, expires))
+            given = headers.get(REQUEST_ID)
+            call = asyncio.ensure_future(
+                self._call(connection, stream, entry, message, expires, given)
+            )
         stream.task = call
         self.calls.add(call)
         call.add_done_callback(self.calls.discard)
@@ -250,10 +277,15 @@ class GrpcH2Server:
         entry: tuple[str, Any, Any],
         message: bytes,
         expires: float | None,
+        given: bytes | None = None,
     ) -> None:
+        """One call; ``given``: its ``x-request-id`` header, if any."""
         name, handler, request_type = entry
         started = time.perf_counter()
+        start_ns = time.time_ns() if self.tracer is not None else 0
         code, text, pushback, request = "OK", "", False, message
+        reply = None
+        request_id = b""  # ModelInfer's, once it ends
         expired = False
         timer = None
         if expires is not None:
@@ -270,19 +302,25 @@ class GrpcH2Server:
             timer = asyncio.get_running_loop().call_later(expires - time.monotonic(), expire)
         try:
             if handler is None:
-                reply = await self.service.infer(message, expires, stream.headers)
+                text_id = None if given is None else given.decode("latin-1")
+                reply = await self.service.infer(message, expires, stream.headers, text_id)
+                body = ok_body(reply)
             else:
                 try:
                     request = request_type.FromString(message)
                 except Exception:
                     raise CallError("INTERNAL", f"cannot parse the {name} request") from None
                 context = HeadersContext(stream.headers)
-                reply = (await handler(request, context)).SerializeToString()
+                body = (await handler(request, context)).SerializeToString()
             if expires is not None and time.monotonic() >= expires:
                 # The deadline passed while the loop was busy (an in-process model), so
                 # the timer could not fire; the client has given up on this reply.
                 raise CallError("DEADLINE_EXCEEDED", "Deadline Exceeded")
-            connection.respond(stream, RESPONSE_HEADERS, framed(reply), OK_TRAILERS)
+            if handler is None:
+                request_id = infer_request_id().encode()
+                connection.respond(stream, RESPONSE_HEADERS, framed(body), ok_trailers(request_id))
+            else:
+                connection.respond(stream, RESPONSE_HEADERS, framed(body), OK_TRAILERS)
         except asyncio.CancelledError:
             if stream.closed:  # the client reset the stream or went away
                 code = "CANCELLED"
@@ -298,10 +336,31 @@ class GrpcH2Server:
         finally:
             if timer is not None:
                 timer.cancel()
+            if handler is None and not request_id:
+                request_id = infer_request_id().encode()
             if self.access_log:
-                log_request("gRPC", name, model_of(request), code, started)
+                rows = reply.rows if reply is not None else 0
+                known = request_id.decode() if request_id else given_id(stream.headers)
+                model, version = route_of(request)
+                peer = _peer(connection)
+                log_request("gRPC", name, peer, model, version, code, rows, started, known)
+            if self.tracer is not None and handler is None:
+                trace_call(
+                    self.tracer,
+                    name,
+                    message,
+                    stream.headers,
+                    code,
+                    text,
+                    reply,
+                    start_ns,
+                    request_id.decode(),
+                    _peer(connection),
+                )
         if code != "OK":
             trailers = status_trailers(code, text, pushback)
+            if request_id:
+                trailers += literal(REQUEST_ID, request_id)
             connection.respond(stream, RESPONSE_HEADERS + trailers, b"", b"")
 
     async def _watch(
@@ -349,9 +408,18 @@ class GrpcH2Server:
             code, text, pushback = call_status(exc, "Watch")
         finally:
             if self.access_log:
-                log_request("gRPC", "Watch", "-", code, started)
+                peer = _peer(connection)
+                known = given_id(stream.headers)
+                log_request("gRPC", "Watch", peer, "-", None, code, 0, started, known)
         trailers = status_trailers(code, text, pushback)
         if opened:
             connection.end_stream(stream, trailers)
         else:
             connection.respond(stream, RESPONSE_HEADERS + trailers, b"", b"")
+
+
+def _peer(connection: Http2Connection) -> str | None:
+    """``host:port`` of the connection's peer, for the access log and spans."""
+    transport = connection.transport
+    address = transport.get_extra_info("peername") if transport is not None else None
+    return f"{address[0]}:{address[1]}" if address else None

@@ -2,10 +2,11 @@
 gRPC servers share (routing from raw bytes, the status a failed call ends with).
 
 ModelInfer keeps the request as raw bytes: the frontend reads only ``model_name`` (field
-1) and ``model_version`` (field 2) with a tiny protobuf field scanner and hands the bytes
-to wherever the model runs, which answers with serialized ModelInferResponse bytes. The
-other RPCs are small and use the generated messages. Errors carry the same messages as
-REST, with the matching gRPC status code.
+1), ``model_version`` (field 2) and ``id`` (field 3, for the request id: see
+``request_context``) with a tiny protobuf field scanner and hands the bytes to wherever the
+model runs, which answers with serialized ModelInferResponse bytes. The other RPCs are
+small and use the generated messages. Errors carry the same messages as REST, with the
+matching gRPC status code.
 """
 
 from __future__ import annotations
@@ -13,19 +14,38 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import json_format
 
 from inferpool.engine.admin import authorization_of
-from inferpool.engine.ipc.messages import Kind
-from inferpool.errors import BadRequest, InferpoolError, Overloaded, from_status, grpc_code_for
+from inferpool.engine.ipc.messages import Kind, Reply
+from inferpool.errors import (
+    HTTP_OF_GRPC,
+    BadRequest,
+    InferpoolError,
+    Overloaded,
+    from_status,
+    grpc_code_for,
+)
+from inferpool.frontends.access_log import trace_headers
 from inferpool.frontends.dataplane import DataPlane
+from inferpool.frontends.metrics_server import OVERLOAD, count_rejected
 from inferpool.frontends.model_config import model_config
+from inferpool.frontends.request_context import (
+    checked,
+    current_request_id,
+    echoed_grpc_id,
+    from_metadata,
+    generate,
+)
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.grpc_wire import set_parameters
 from inferpool.protocol.protowire import scan_fields
 from inferpool.protocol.request_headers import grpc_metadata, wrap
+
+if TYPE_CHECKING:
+    from inferpool.observability.tracing import RequestTracer
 
 logger = logging.getLogger(__name__)
 
@@ -38,14 +58,15 @@ Handler = Callable[[Any, Any], Awaitable[Any]]
 
 
 # -- routing: the model name and version, read straight from the request bytes ------------
-_ROUTE_FIELDS = frozenset((1, 2))  # model_name, model_version
+_ROUTE_FIELDS = frozenset((1, 2, 3))  # model_name, model_version, id
 
 
-def read_route(body: bytes) -> tuple[str, str | None]:
-    """``model_name`` and ``model_version`` of a serialized ModelInferRequest.
+def read_infer_request(body: bytes) -> tuple[str, str | None, str | None]:
+    """``model_name``, ``model_version`` and ``id`` of a serialized ModelInferRequest.
 
     Walks the top-level fields only, skipping each by its length; as protobuf parsing
-    does, the last occurrence of a field wins. An empty version means "any version".
+    does, the last occurrence of a field wins. An empty version means "any version", an
+    empty id none.
     """
     try:
         fields = scan_fields(body, _ROUTE_FIELDS)
@@ -54,11 +75,18 @@ def read_route(body: bytes) -> tuple[str, str | None]:
     try:
         name = fields.get(1, b"").decode()
         version = fields.get(2, b"").decode()
+        request_id = fields.get(3, b"").decode()
     except UnicodeDecodeError:
         raise _malformed() from None
     if not name:
         raise BadRequest("ModelInferRequest has no model_name")
-    return name, version or None
+    return name, version or None, request_id or None
+
+
+def read_route(body: bytes) -> tuple[str, str | None]:
+    """``model_name`` and ``model_version`` of a serialized ModelInferRequest."""
+    name, version, _ = read_infer_request(body)
+    return name, version
 
 
 def _malformed() -> BadRequest:
@@ -74,28 +102,42 @@ class InferenceService:
     def __init__(self, plane: DataPlane) -> None:
         self.plane = plane
 
-    async def model_infer(self, body: bytes, context: Any) -> bytes:
+    async def model_infer(self, body: bytes, context: Any) -> Reply:
         """ModelInfer under grpc.aio: the deadline and the metadata from the context."""
         remaining = context.time_remaining()
         deadline = time.monotonic() + remaining if remaining is not None else None
-        return await self.infer(body, deadline, context)
+        given = from_metadata(context.invocation_metadata())
+        return await self.infer(body, deadline, context, given)
 
-    async def infer(self, body: bytes, deadline: float | None, metadata: Any = None) -> bytes:
-        """ModelInfer on raw bytes: serialized ModelInferResponse, or raises with the status.
+    async def infer(
+        self, body: bytes, deadline: float | None, metadata: Any = None, given: str | None = None
+    ) -> Reply:
+        """ModelInfer on raw bytes: the engine's reply, whatever its status (``ok_body``
+        turns it into the response bytes or the call's error).
 
         ``deadline`` is a ``time.monotonic()`` instant, or None. ``metadata`` is the call's:
         grpc.aio's context or the HTTP/2 layer's header list; read only for a custom
-        runtime, which gets it as ``parameters.headers``.
+        runtime, which gets it as ``parameters.headers``. ``given`` is its ``x-request-id``,
+        if any. The resolved request id is in ``current_request_id`` once known
+        (``request_context``): at arrival from ``given`` or the request's ``id``, else from
+        the reply's ``id``, else generated (``infer_request_id``).
         """
-        name, version = read_route(body)
+        current_request_id.set(None)  # this call's own, whatever ran in this task before
+        name, version, request_id = read_infer_request(body)
+        if given is not None:
+            request_id = checked(given)
+        if request_id is not None:
+            current_request_id.set(request_id)
         kind = Kind.GRPC
         if self.plane.client.table.find(name, version).custom:
             body = wrap(grpc_metadata(_call_metadata(metadata)), body)
             kind = Kind.GRPC_HEADERS
         reply = await self.plane.infer(name, version, kind, body, None, deadline)
-        if reply.status != 200:
-            raise from_status(reply.status, reply.body.decode("utf-8", "replace"))
-        return reply.body
+        if request_id is None:
+            current_request_id.set(
+                (reply.status == 200 and echoed_grpc_id(reply.body)) or generate()
+            )
+        return reply
 
     async def server_live(self, request: Any, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self.plane.live()["live"])
@@ -163,6 +205,23 @@ class InferenceService:
         return pb.RepositoryModelUnloadResponse()
 
 
+def ok_body(reply: Reply) -> bytes:
+    """A ModelInfer reply's response bytes, or raises with the status it failed with."""
+    if reply.status != 200:
+        raise from_status(reply.status, reply.body.decode("utf-8", "replace"))
+    return reply.body
+
+
+def infer_request_id() -> str:
+    """The request id a ModelInfer call ends with: resolved by ``infer``, or generated when
+    it failed before resolving one (bad bytes, unknown model, an unusable id)."""
+    request_id = current_request_id.get()
+    if request_id is None:
+        request_id = generate()
+        current_request_id.set(request_id)
+    return request_id
+
+
 def _call_metadata(source: Any) -> Iterable[tuple[Any, Any]]:
     """The call's key/value pairs: from grpc.aio's context, or the HTTP/2 layer's headers."""
     if source is None:
@@ -199,16 +258,55 @@ def typed_methods(service: InferenceService) -> dict[str, tuple[Handler, Any]]:
 # -- what both servers report ------------------------------------------------------------
 def model_of(request: Any) -> str:
     """The model a request names, for the access log."""
+    return route_of(request)[0]
+
+
+def trace_call(
+    tracer: RequestTracer,
+    method: str,
+    request: Any,
+    headers: Any,
+    code: str,
+    text: str,
+    reply: Reply | None,
+    start_ns: int,
+    request_id: str | None,
+    peer: str | None,
+) -> None:
+    """Hand a finished ModelInfer call to the tracer (both gRPC frontends): ``request`` as
+    ``route_of`` takes it, ``headers`` the call's metadata (``trace_headers``), ``code`` the
+    gRPC status name, ``text`` its message ("" when OK)."""
+    model, version = route_of(request)
+    traceparent, tracestate = trace_headers(headers)
+    tracer.finish(
+        protocol="grpc",
+        method=f"/{SERVICE}/{method}",
+        model=model,
+        version=version,
+        traceparent=traceparent,
+        tracestate=tracestate,
+        start_ns=start_ns,
+        end_ns=time.time_ns(),
+        code=HTTP_OF_GRPC[code],
+        request_id=request_id,
+        peer=peer,
+        reply=reply,
+        error=text or None,
+    )
+
+
+def route_of(request: Any) -> tuple[str, str | None]:
+    """The model and version a request names, for the access log and spans."""
     if isinstance(request, bytes):
         try:
-            return read_route(request)[0]
+            return read_route(request)
         except InferpoolError:
-            return "-"
+            return "-", None
     for field in ("model_name", "name"):
         value = getattr(request, field, "")
         if value:
-            return str(value)
-    return "-"
+            return str(value), getattr(request, "version", "") or None
+    return "-", None
 
 
 def call_status(exc: Exception, method: str) -> tuple[str, str, bool]:
@@ -218,6 +316,9 @@ def call_status(exc: Exception, method: str) -> tuple[str, str, bool]:
     clients with a retry policy honour. Anything but an InferpoolError is logged: a bug.
     """
     if isinstance(exc, InferpoolError):
-        return grpc_code_for(exc.status), exc.message, isinstance(exc, Overloaded)
+        overloaded = isinstance(exc, Overloaded)
+        if overloaded:
+            count_rejected("grpc", OVERLOAD)
+        return grpc_code_for(exc.status), exc.message, overloaded
     logger.exception("gRPC %s failed", method)
     return "INTERNAL", f"internal error: {type(exc).__name__}: {exc}", False

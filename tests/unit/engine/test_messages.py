@@ -20,6 +20,8 @@ from inferpool.errors import (
     from_status,
 )
 
+SERIES = messages.MetricSeries(["a"], 2.5, [1, 0, 1], 7)
+HISTOGRAM = messages.MetricFamily("hits", "histogram", "Hits", ["kind"], [SERIES], "max", [0.5, 1])
 # One example of every control struct, with a value in each field.
 EXAMPLES: list[messages.Control] = [
     messages.Hello(pid=4242),
@@ -34,6 +36,11 @@ EXAMPLES: list[messages.Control] = [
     messages.Pong(),
     messages.Cancel(request_id=2**63),
     messages.Exited(pid=99, status=9),
+    messages.Metrics(
+        models=[messages.ModelMetricsState(3, "iris", "2", [HISTOGRAM])],
+        ended=[messages.ModelMetricsState(2, "iris", "", [])],
+    ),
+    messages.Log(level=30, logger="m", message="odd", created=1.5, exc="T", requests=[7]),
 ]
 
 
@@ -44,6 +51,7 @@ def test_kinds_and_opcodes_keep_their_wire_values() -> None:
     assert {op.name: int(op) for op in Op} == {
         "HELLO": 1, "LOAD": 2, "LOADED": 3, "UNLOAD": 4, "REQUEST": 5, "REPLY": 6, "STOP": 7,
         "SPAWN": 8, "PRELOAD": 9, "PING": 10, "PONG": 11, "CANCEL": 12, "EXITED": 13,
+        "METRICS": 14, "LOG": 15,
     }  # fmt: skip
 
 

@@ -7,9 +7,12 @@ import subprocess
 import sys
 
 from inferpool.frontends.connections import FD_RESERVE, Connections
+from inferpool.frontends.metrics_server import REJECTED
 
 
 class Fake:
+    frontend = "rest"
+
     def __init__(self, idle_since: float | None) -> None:
         self.idle_since = idle_since
         self.closed = False
@@ -44,8 +47,10 @@ def test_when_every_connection_is_busy_the_new_one_is_refused():
     registry.admit(a)
     registry.admit(b)
     newcomer = Fake(5.0)
+    counted = REJECTED["rest", "max_connections"]
     assert not registry.admit(newcomer)
     assert registry.refused == 1
+    assert REJECTED["rest", "max_connections"] == counted + 1  # the metrics' count
     assert newcomer not in registry.open and not a.closed and not b.closed
     # Once one closes, there is room again.
     registry.release(a)

@@ -1,0 +1,1 @@
+"""What an operator observes beyond /metrics: OpenTelemetry traces (``tracing``)."""
