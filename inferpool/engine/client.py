@@ -42,6 +42,9 @@ from inferpool.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)
 
+# Seconds by which a deadline's timer may fire early (uvloop's timers are in milliseconds).
+_TIMER_SLACK = 0.002
+
 
 class EngineClient(ABC):
     def __init__(self, settings: ServerSettings) -> None:
@@ -314,8 +317,9 @@ class EngineClient(ABC):
             reply = await self._infer(key, kind, body, json_length, deadline)
         except asyncio.CancelledError:
             # The frontend gave up on it: at its deadline (it answers 504), else because
-            # the client went away (499).
-            late = deadline is not None and time.monotonic() >= deadline
+            # the client went away (499). The deadline's timer is uvloop's, in whole
+            # milliseconds: it may fire a hair before the deadline itself.
+            late = deadline is not None and time.monotonic() >= deadline - _TIMER_SLACK
             stats.refuse(protocol, 504 if late else 499, "timeout" if late else "cancelled")
             raise
         except Exception as exc:

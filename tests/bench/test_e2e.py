@@ -48,6 +48,9 @@ def run_quick(tmp_path: Path, generator: str) -> tuple[subprocess.CompletedProce
     return done, results
 
 
+# Slow: each runs the harness's quick profile against real servers (20 s or more), the
+# longest tests of the default run; tox -e slow runs them.
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "generator",
     [
