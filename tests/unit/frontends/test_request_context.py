@@ -194,6 +194,12 @@ def test_rest_inferences_are_traced(tmp_path):
     assert second["request_id"] == missing.headers["x-request-id"]
 
 
+def pairs(metadata) -> dict:
+    """grpc.aio metadata as a dict: iterating it gives (key, value) pairs on every grpcio,
+    while ``dict(metadata)`` fails on grpcio 1.63 (its keys() are those pairs)."""
+    return {key: value for key, value in metadata}
+
+
 @pytest.mark.parametrize("implementation", ["builtin", "grpcio"])
 def test_grpc_inferences_are_traced(tmp_path, implementation):
     tracer = FakeTracer()
@@ -215,12 +221,12 @@ def test_grpc_inferences_are_traced(tmp_path, implementation):
                 stub = GRPCInferenceServiceStub(channel)
                 call = stub.ModelInfer(request, metadata=(("traceparent", TRACEPARENT),))
                 await call
-                ok_id = dict(await call.trailing_metadata())["x-request-id"]
+                ok_id = pairs(await call.trailing_metadata())["x-request-id"]
                 request.model_name = "nope"
                 call = stub.ModelInfer(request)
                 with pytest.raises(grpc.aio.AioRpcError) as failed:
                     await call
-                failed_id = dict(failed.value.trailing_metadata())["x-request-id"]
+                failed_id = pairs(failed.value.trailing_metadata())["x-request-id"]
                 await stub.ServerReady(pb.ServerReadyRequest())  # not an inference: no span
         finally:
             await server.stop()
