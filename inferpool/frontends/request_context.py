@@ -110,13 +110,10 @@ def checked(value: str) -> str:
     )
 
 
-def from_headers(headers: list[tuple[bytes, bytes]]) -> str | None:
-    """The ``x-request-id`` of a request's headers (names lower-case, as both HTTP servers
-    and the HTTP/2 layer give them), checked; None when absent."""
-    for name, value in headers:
-        if name == HEADER_BYTES:
-            return checked(value.decode("latin-1"))
-    return None
+def from_header(value: bytes | None) -> str | None:
+    """The request's ``x-request-id`` header value (``rest_input.scan_headers`` finds it in
+    the pass that reads the others), checked; None when absent."""
+    return None if value is None else checked(value.decode("latin-1"))
 
 
 def from_metadata(metadata: object) -> str | None:

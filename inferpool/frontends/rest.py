@@ -38,7 +38,7 @@ from inferpool.frontends.request_context import (
     HEADER_BYTES,
     current_request_id,
     echoed_rest_id,
-    from_headers,
+    from_header,
     generate,
 )
 from inferpool.frontends.rest_input import (
@@ -101,9 +101,10 @@ def inferpool_error_response(exc: InferpoolError) -> Response:
 
 
 # -- the request id of an inference (request_context): scope[REQUEST_ID] -----------------------
-def take_header_id(scope: Any) -> None:
-    """The id from ``x-request-id``, if given (400 if unusable): known from arrival on."""
-    request_id = from_headers(scope["headers"])
+def take_header_id(scope: Any, header: bytes | None) -> None:
+    """The id from ``x-request-id`` (``header``, its raw value), if given (400 if
+    unusable): known from arrival on."""
+    request_id = from_header(header)
     scope[REQUEST_ID] = request_id
     if request_id is not None:
         current_request_id.set(request_id)
@@ -161,8 +162,8 @@ def build_app(client: EngineClient, tracer: RequestTracer | None = None) -> Star
     async def infer(request: Request) -> Response:
         scope = request.scope
         try:
-            take_header_id(scope)
-            content_length, binary, timeout_header, encoding = scan_headers(scope["headers"])
+            content_length, binary, timeout_header, encoding, given = scan_headers(scope["headers"])
+            take_header_id(scope, given)
             timeout = request_timeout(timeout_header, default_timeout)
             body = await read_body(request.receive, content_length, max_body, encoding)
             json_length = rest_input.json_length(binary, len(body))
@@ -182,8 +183,8 @@ def build_app(client: EngineClient, tracer: RequestTracer | None = None) -> Star
     async def custom_endpoint(request: Request) -> Response:
         scope = request.scope
         try:
-            take_header_id(scope)
-            content_length, _, timeout_header, encoding = scan_headers(scope["headers"])
+            content_length, _, timeout_header, encoding, given = scan_headers(scope["headers"])
+            take_header_id(scope, given)
             timeout = request_timeout(timeout_header, default_timeout)
             body = await read_body(request.receive, content_length, max_body, encoding)
             params = scope["path_params"]
@@ -267,7 +268,7 @@ async def index_ready_flag(request: Request) -> bool:
     ``{"ready": true}`` lists READY models only). A GET, or a POST with an empty body as
     tritonclient sends it, asks for every model; other members are ignored, as Triton does.
     """
-    content_length, _, _, encoding = scan_headers(request.scope["headers"])
+    content_length, _, _, encoding, _ = scan_headers(request.scope["headers"])
     body = await read_body(request.receive, content_length, INDEX_BODY_LIMIT, encoding)
     if not body.strip():
         return False

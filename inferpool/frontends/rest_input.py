@@ -58,12 +58,12 @@ def too_large_message(size: int | str, limit: int) -> str:
 
 
 def scan_headers(headers: list[tuple[bytes, bytes]]) -> tuple[bytes | None, ...]:
-    """Content-Length, Inference-Header-Content-Length, Request-Timeout and
-    Content-Encoding, in one pass.
+    """Content-Length, Inference-Header-Content-Length, Request-Timeout, Content-Encoding
+    and X-Request-Id, in one pass.
 
     Both servers hand header names over lower-cased.
     """
-    content_length = binary = timeout = encoding = None
+    content_length = binary = timeout = encoding = request_id = None
     for name, value in headers:
         if name == b"content-length":
             content_length = value
@@ -73,7 +73,9 @@ def scan_headers(headers: list[tuple[bytes, bytes]]) -> tuple[bytes | None, ...]
             timeout = value
         elif name == b"content-encoding":
             encoding = value
-    return content_length, binary, timeout, encoding
+        elif name == b"x-request-id":
+            request_id = value
+    return content_length, binary, timeout, encoding, request_id
 
 
 async def read_body(

@@ -27,7 +27,7 @@ from inferpool.frontends.request_context import (
     current_request_id,
     echoed_grpc_id,
     echoed_rest_id,
-    from_headers,
+    from_header,
     from_metadata,
     generate,
     resolve_internal,
@@ -65,7 +65,7 @@ def test_generated_ids_are_short_unique_and_new_after_a_fork():
 @pytest.mark.parametrize("value", ["a", "req-42", "x" * 256, "0af7:6519/16cd=43dd+ x"])
 def test_a_usable_id_is_taken_as_it_is(value):
     assert checked(value) == value
-    assert from_headers([(b"host", b"h"), (b"x-request-id", value.encode())]) == value
+    assert from_header(value.encode()) == value
     assert from_metadata((("user-agent", "grpc"), ("x-request-id", value))) == value
 
 
@@ -76,7 +76,7 @@ def test_an_unusable_id_is_refused(value):
 
 
 def test_no_id_given():
-    assert from_headers([(b"x-request-idx", b"no")]) is None
+    assert from_header(None) is None
     assert from_metadata(()) is None
     assert from_metadata(None) is None
 

@@ -36,16 +36,18 @@ def chunk(body: bytes, more: bool) -> dict:
     return {"type": "http.request", "body": body, "more_body": more}
 
 
-def test_scan_headers_finds_the_four_in_one_pass():
+def test_scan_headers_finds_the_five_in_one_pass():
     headers = [
         (b"host", b"x"),
         (b"content-length", b"12"),
         (b"inference-header-content-length", b"7"),
         (b"request-timeout", b"1.5"),
         (b"content-encoding", b"gzip"),
+        (b"x-request-id", b"req-42"),
     ]
-    assert scan_headers(headers) == (b"12", b"7", b"1.5", b"gzip")
-    assert scan_headers([]) == (None, None, None, None)
+    assert scan_headers(headers) == (b"12", b"7", b"1.5", b"gzip", b"req-42")
+    assert scan_headers([]) == (None, None, None, None, None)
+    assert scan_headers([(b"x-request-idx", b"no")])[4] is None
 
 
 def test_read_body_joins_chunks_under_the_limit():
