@@ -1,4 +1,4 @@
-"""``python -m benchmarks``: the harness's command line (run, list, repo, predict,
+"""``python -m benchmarks``: the harness's command line (run, list, repo, predict, memory,
 install-mlserver).
 
 Examples::
@@ -8,6 +8,7 @@ Examples::
     python -m benchmarks run --servers inferpool-w2,mlserver-w0 --only 'iris/*'
     python -m benchmarks run --target http://127.0.0.1:8080 --grpc 127.0.0.1:8081 --quick
     python -m benchmarks predict --batch 256
+    python -m benchmarks memory --workers 1,2,4 --write
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from benchmarks import loadgen, mlserver_env
 from benchmarks.loadgen import perf_analyzer
+from benchmarks.memory import worker_counts
 from benchmarks.models import MODELS, build_repository
 from benchmarks.runner import Config
 from benchmarks.scenarios import PROFILES, select
@@ -88,6 +90,33 @@ def parser() -> argparse.ArgumentParser:
     predict.add_argument("--batch", type=int, default=256, help="rows per predict")
     predict.add_argument("--budget", type=float, default=1.0, help="seconds per measurement")
     predict.add_argument("--repo", type=Path, default=OUT / "repo", help="model repository")
+
+    memory = commands.add_parser(
+        "memory",
+        help="PSS of servers with N workers and a ~200 MB forest loaded through the API",
+    )
+    memory.add_argument(
+        "--workers", type=worker_counts, default=[1, 2, 4], help="comma-separated, e.g. 1,2,4"
+    )
+    memory.add_argument("--reloads", type=int, default=5, help="reloads before the third reading")
+    memory.add_argument("--trees", type=int, default=320, help="trees of the forest")
+    memory.add_argument("--samples", type=int, default=50_000, help="rows it is trained on")
+    memory.add_argument(
+        "--cache", type=Path, default=OUT / "memory", help="folder the trained forest is kept in"
+    )
+    memory.add_argument("--out", type=Path, help="folder for logs and results.json")
+    memory.add_argument(
+        "--base-checkout",
+        type=Path,
+        help="also measure inferpool-wN-base, run from this checkout (e.g. a git worktree)",
+    )
+    memory.add_argument(
+        "--base-only", action="store_true", help="measure only the --base-checkout's servers"
+    )
+    memory.add_argument(
+        "--write", action="store_true", help="add the tables to RESULTS.md (newest first)"
+    )
+    memory.add_argument("--results", type=Path, default=HERE / "RESULTS.md", help=argparse.SUPPRESS)
 
     commands.add_parser("install-mlserver", help="create MLServer's virtualenv now")
     return top
@@ -192,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import predict_timing
 
         return predict_timing.main(args.repo.resolve(), args.batch, args.budget)
+    if args.command == "memory":
+        from benchmarks import memory
+
+        return memory.main(sys.argv[1:] if argv is None else argv, args)
     print(mlserver_env.ensure())
     return 0
 

@@ -21,6 +21,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictInt,
     ValidationError,
     field_validator,
     model_validator,
@@ -45,6 +46,7 @@ from inferpool.mlserver_models import (
     single_model_repository,
     with_model_environment,
 )
+from inferpool.protocol.datatypes import DATATYPES, element_count
 from inferpool.protocol.types import TensorSpec
 
 SETTINGS_FILE = "settings.json"
@@ -220,7 +222,7 @@ class ServerSettings(BaseSettings):
         description="none: the models of the repository at start-up, no load/unload API; "
         "explicit: the repository API loads and unloads models; "
         "poll: the repository is watched: a model folder added, changed or removed is "
-        "loaded, reloaded or unloaded (no load/unload API)",
+        "loaded, reloaded or unloaded (the load/unload API works too)",
     )
     repository_debounce: float = Field(
         1.0,
@@ -355,6 +357,147 @@ class ModelParameters(BaseModel):
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
+class LatestVersions(BaseModel):
+    """Serve the ``num_versions`` newest versions."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_versions: StrictInt = Field(ge=1)
+
+
+class AllVersions(BaseModel):
+    """Serve every version the repository holds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SpecificVersions(BaseModel):
+    """Serve the versions listed (numbers or strings, compared as version strings)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    versions: tuple[str, ...]
+
+    @field_validator("versions", mode="before")
+    @classmethod
+    def _as_strings(cls, value: Any) -> tuple[str, ...]:
+        if not isinstance(value, list | tuple) or not value:
+            raise ValueError(f"give a list of at least one version, not {value!r}")
+        versions = []
+        for version in value:
+            # A JSON true is no version, though Python's bool is an int.
+            if isinstance(version, int) and not isinstance(version, bool):
+                versions.append(str(version))
+            elif isinstance(version, str) and version:
+                versions.append(version)
+            else:
+                raise ValueError(f"a version is a number or a non-empty string, not {version!r}")
+        return tuple(versions)
+
+
+class VersionPolicy(BaseModel):
+    """Which of a model's versions are served: Triton's ``version_policy``, exactly one of
+    ``{"latest": {"num_versions": N}}``, ``{"all": {}}``, ``{"specific": {"versions": [...]}}``.
+    A model without one serves all its versions (MLServer's behaviour)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    latest: LatestVersions | None = None
+    all: AllVersions | None = None
+    specific: SpecificVersions | None = None
+
+    @model_validator(mode="after")
+    def _one_choice(self) -> VersionPolicy:
+        chosen = [name for name in ("latest", "all", "specific") if getattr(self, name) is not None]
+        if len(chosen) != 1:
+            given = " and ".join(chosen) if chosen else "none"
+            raise ValueError(f"give exactly one of latest, all or specific (given: {given})")
+        return self
+
+
+class WarmupInput(BaseModel):
+    """One input of a warm-up sample: ``data`` is ``"zero"``, ``"random"`` (seeded: the same
+    values on every load) or the values themselves, as a V2 JSON request carries them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    datatype: str
+    # Generated data: a -1 first dimension is the sample's batch_size, any other -1 is 1.
+    shape: list[StrictInt]
+    data: Literal["zero", "random"] | list[Any]
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("datatype")
+    @classmethod
+    def _known_datatype(cls, value: str) -> str:
+        if value not in DATATYPES:
+            raise ValueError(f"unknown datatype {value!r}; expected one of {', '.join(DATATYPES)}")
+        return value
+
+    @model_validator(mode="after")
+    def _data_fits_shape(self) -> WarmupInput:
+        if any(dim < -1 for dim in self.shape):
+            raise ValueError(f"input '{self.name}': shape {self.shape} has a dimension below -1")
+        if isinstance(self.data, list):
+            if -1 in self.shape:
+                raise ValueError(
+                    f"input '{self.name}': explicit data needs a shape without -1, not {self.shape}"
+                )
+            declared, given = element_count(tuple(self.shape)), _leaf_count(self.data)
+            if declared != given:
+                raise ValueError(
+                    f"input '{self.name}': shape {self.shape} holds {declared} values, "
+                    f"data has {given}"
+                )
+        return self
+
+
+class WarmupSample(BaseModel):
+    """A warm-up request run ``count`` times on each replica before it is READY: generated
+    ``inputs`` (the model's declared inputs with zeros when omitted) or a ``request_file``,
+    a V2 JSON inference request in the model's folder (docs/warmup.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    count: StrictInt = Field(1, ge=1, le=1000)
+    batch_size: StrictInt = Field(1, ge=1, le=65536)
+    inputs: list[WarmupInput] | None = Field(None, min_length=1)
+    request_file: str | None = Field(None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> WarmupSample:
+        if self.request_file is None:
+            return self
+        if self.inputs is not None:
+            raise ValueError(f"warm-up '{self.name}': give inputs or a request_file, not both")
+        if self.batch_size != 1:
+            raise ValueError(
+                f"warm-up '{self.name}': batch_size applies to generated inputs; a request "
+                "file holds its own shapes"
+            )
+        path = Path(self.request_file)
+        if path.is_absolute() or ".." in path.parts:
+            raise ValueError(
+                f"warm-up '{self.name}': request_file {self.request_file!r} must be a path "
+                "inside the model's folder"
+            )
+        return self
+
+
+def _leaf_count(data: list[Any]) -> int:
+    """The values in nested lists (without recursion: nesting depth is the file's)."""
+    count, pending = 0, [data]
+    while pending:
+        for item in pending.pop():
+            if isinstance(item, list):
+                pending.append(item)
+            else:
+                count += 1
+    return count
+
+
 class ModelSettings(BaseModel):
     """One model: read from its folder's ``model-settings.json``, or inferred from its files."""
 
@@ -371,7 +514,21 @@ class ModelSettings(BaseModel):
     replicas: int | None = None
     # Seconds one predict may run (504, worker recycled); None: the server's model_timeout.
     timeout: float | None = None
+    # Which versions of the model are served (None: all); repository.discover applies it.
+    version_policy: VersionPolicy | None = None
+    # Requests run on each replica after it loads, before it is READY (worker/warmup.py).
+    warmup: list[WarmupSample] = Field(default_factory=list)
     folder: Path | None = None
+
+    @field_validator("warmup")
+    @classmethod
+    def _distinct_warmup_names(cls, samples: list[WarmupSample]) -> list[WarmupSample]:
+        # A failing sample is named in the model's reason: the name must say which.
+        names = [sample.name for sample in samples]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"warm-up sample names must differ: {', '.join(repeated)} repeated")
+        return samples
 
     @property
     def version(self) -> str | None:

@@ -17,9 +17,6 @@ from inferpool.errors import Forbidden, Unauthorized
 from inferpool.settings import ServerSettings
 
 DISABLED = "the model repository API is disabled (--model-control-mode none)"
-DISABLED_POLL = (
-    "the model repository API is disabled (--model-control-mode poll: the repository is watched)"
-)
 _SCHEME = "bearer "
 
 
@@ -66,10 +63,10 @@ class AdminPolicy:
         self.require_enabled()
 
     def require_enabled(self) -> None:
+        """403 in ``none`` mode only: in ``poll`` the API works beside the watcher
+        (Triton refuses it there; a model then loads or unloads without touching files)."""
         if self.control_mode == "none":
             raise Forbidden(DISABLED)
-        if self.control_mode == "poll":  # as Triton: the repository's folders decide
-            raise Forbidden(DISABLED_POLL)
 
 
 def authorization_of(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:

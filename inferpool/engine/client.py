@@ -18,7 +18,14 @@ from typing import Any
 from inferpool.engine.admin import AdminPolicy
 from inferpool.engine.ipc.messages import Reply, StageTimes
 from inferpool.engine.repository import Discovered, discover, find_models
-from inferpool.engine.states import ModelKey, ModelState, ModelStatus, ModelTable, describe_key
+from inferpool.engine.states import (
+    UNLOADED,
+    ModelKey,
+    ModelState,
+    ModelStatus,
+    ModelTable,
+    describe_key,
+)
 from inferpool.engine.stats import (
     GRPC,
     PROTOCOL_OF_KIND,
@@ -170,19 +177,24 @@ class EngineClient(ABC):
 
     async def load_model(self, name: str) -> list[ModelStatus]:
         """(Re)load every version of a model the repository holds, by name (the
-        repository API); listed versions the repository no longer holds are unloaded.
+        repository API, in ``explicit`` and ``poll`` modes); listed versions the
+        repository no longer holds are dropped.
 
         The failure goes to the caller: 403 when the API is disabled, 400 for a name or
-        settings the server cannot use, 404 for a name the repository does not hold, 500
-        (INTERNAL) with the reason when a version's load raised or could not be placed. A
-        failed reload keeps the version that was serving (still READY, its ``reason`` says
-        the reload failed); a new model that fails is listed FAILED but does not make the
-        server not ready.
+        settings the server cannot use, 404 for a name the repository does not hold (its
+        listed versions that serve nothing are dropped then), 500 (INTERNAL) with the
+        reason when a version's load raised or could not be placed. A failed reload keeps
+        the version that was serving (still READY, its ``reason`` says the reload failed);
+        a new model that fails is listed FAILED but does not make the server not ready.
         """
         self.admin.require_enabled()
-        repository = self.settings.model_repository
-        found = find_models(repository, name) if repository is not None else []
+        found = self._held(name)
         if not found:
+            if self.table.versions(name):
+                async with self._locks.hold(name):
+                    for status in self.table.versions(name):
+                        if status.state in (ModelState.UNAVAILABLE, ModelState.FAILED):
+                            await self._unload_version(status, keep=False)
             raise ModelNotFound(f"model '{name}' is not in the model repository")
         async with self._locks.hold(name):
             statuses = [await self._load_locked(version, False) for version in found]
@@ -196,7 +208,9 @@ class EngineClient(ABC):
                     # Replaced by versions that failed: it keeps serving meanwhile.
                     gone.reason = "reload failed: " + "; ".join(f.reason for f in failed)
                 else:
-                    await self._unload_version(gone)
+                    await self._unload_version(gone, keep=False)
+        if self._watcher is not None:  # poll mode: the watcher follows these folders now
+            self._watcher.adopt(found)
         if failed:
             if all(version.settings is None for version in found):
                 raise BadRequest(reasons)
@@ -204,29 +218,59 @@ class EngineClient(ABC):
         return statuses
 
     async def unload_model(self, name: str) -> None:
-        """Unload every version of a model in any state (a FAILED one too); 404 for a
-        name not listed."""
+        """Unload every version of a model in any state (a FAILED one too). Versions the
+        repository still holds stay listed UNAVAILABLE, ``"unloaded"`` (as Triton's);
+        the others are dropped. 404 for a name not listed, or listed only as unloaded
+        versions the repository no longer holds (they are dropped: Seldon's agent
+        takes NOT_FOUND as done)."""
         self.admin.require_enabled()
-        await self._unload_named(name)
+        self.table.find(name)  # 404 before reading the repository for an unknown name
+        try:
+            held = {found.key for found in self._held(name)}
+        except BadRequest:  # listed under a path (a nested folder that failed): dropped
+            held = set()
+        await self._unload_named(name, held=held)
 
-    async def _unload_named(self, name: str, key: ModelKey | None = None) -> None:
+    def _held(self, name: str) -> list[Discovered]:
+        """What the repository holds of the model ``name`` now (400 for a bad name)."""
+        repository = self.settings.model_repository
+        return find_models(repository, name) if repository is not None else []
+
+    async def _unload_named(
+        self, name: str, key: ModelKey | None = None, held: set[ModelKey] | None = None
+    ) -> None:
         """Unload a listed model's versions, or the one under ``key`` (the API, or poll
-        mode when its folder is removed); 404 for a name not listed."""
+        mode when its folder is removed); 404 for a name not listed. Those in ``held``
+        (the repository's versions) stay listed as unloaded, the others are dropped."""
         self.table.find(name)  # 404 before taking a lock for an unknown name
+        held = held or set()
         async with self._locks.hold(name):
-            for status in self.table.versions(name):
-                if key is None or status.key == key:
-                    await self._unload_version(status)
+            statuses = [s for s in self.table.versions(name) if key is None or s.key == key]
+            forgotten = [s for s in statuses if s.unloaded and s.key not in held]
+            for status in statuses:
+                await self._unload_version(status, keep=status.key in held)
+            if forgotten and len(forgotten) == len(statuses):
+                raise ModelNotFound(f"model '{name}' not found")
 
-    async def _unload_version(self, status: ModelStatus) -> None:
+    async def _unload_version(self, status: ModelStatus, keep: bool) -> None:
+        """Unload one version; ``keep``: it stays listed as unloaded, else it is dropped."""
+        was_loaded = not status.unloaded
         status.state = ModelState.UNLOADING
         try:
             await self._unload(status.key)
         finally:
-            self.table.remove(status.key)
             self.stats.pop(status.key, None)
             self.load_seconds.pop(status.key, None)
-        logger.info("%s unloaded", describe_key(status.key))
+            if keep:
+                status.state, status.reason, status.required = (
+                    ModelState.UNAVAILABLE,
+                    UNLOADED,
+                    False,
+                )
+            else:
+                self.table.remove(status.key)
+        if was_loaded:
+            logger.info("%s unloaded", describe_key(status.key))
 
     async def _load_discovered(self, found: Discovered, required: bool = False) -> ModelStatus:
         async with self._locks.hold(found.name):
@@ -374,12 +418,21 @@ class EngineClient(ABC):
 
     def statistics(self, name: str | None = None, version: str | None = None) -> dict[str, Any]:
         """Triton's statistics extension: every model, one model's versions (all of them
-        when ``version`` is None, as Triton), or one version."""
+        when ``version`` is None, as Triton), or one version. Unloaded versions have none
+        (as Triton, which counts loaded models only): left out of the lists, 503 when
+        named (or when every version of the model named is unloaded)."""
         if name and version is None:
-            self.table.find(name)  # 404 for an unknown name
-            statuses = self.table.versions(name)
+            listed = self.table.versions(name) or [self.table.find(name)]  # 404 if unknown
+            statuses = [s for s in listed if not s.unloaded]
+            if not statuses:
+                raise NotReady(listed[0].describe())
+        elif name:
+            status = self.table.find(name, version)
+            if status.unloaded:
+                raise NotReady(status.describe())
+            statuses = [status]
         else:
-            statuses = [self.table.find(name, version)] if name else self.table.all()
+            statuses = [s for s in self.table.all() if not s.unloaded]
         return {
             "model_stats": [
                 self.stats.get(s.key, ModelStats(self.buckets)).to_triton(s.name, s.version)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -27,24 +28,30 @@ from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.channel import Channel, Outgoing, socket_pair
 from inferpool.engine.ipc.messages import Op, Reply, ReplyHeader
 from inferpool.engine.ipc.ring import Ring, create_ring_fd
-from inferpool.engine.states import ModelKey
+from inferpool.engine.states import ModelKey, model_key
 from inferpool.errors import WorkerLost
 from inferpool.frontends.request_context import resolve_internal
 from inferpool.protocol.limits import DecodeLimits
+from inferpool.runtimes.base import THREAD_ENV
 
 SLOT_SIZE = 64 * 1024  # a bigger body travels in its own memfd
 # What a terminal's Ctrl-C or a service manager sends the whole group; only the frontend acts.
 GROUP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
-THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 TEMPLATE_COMMAND = (sys.executable, "-m", "inferpool.engine.worker.template")
 RECEIVE_BATCH = 64  # control messages taken from a worker per wake-up (the rest: next one)
 
 
-def start_template(threads: int) -> tuple[subprocess.Popen[bytes], Channel]:
-    """The template process, with each future worker capped at ``threads`` native threads."""
+def start_template() -> tuple[subprocess.Popen[bytes], Channel]:
+    """The template process, its native thread pools capped at one thread.
+
+    A library that reads its pool size when it is loaded (OpenBLAS, as scikit-learn's
+    imports bring SciPy's in) starts its threads then; the template must have none to fork
+    from, so it loads every library single-threaded. Each worker sets its own count after
+    the fork (``process.limit_native_threads``).
+    """
     ours, theirs = socket_pair()
     env = dict(os.environ)
-    env.update(dict.fromkeys(THREAD_ENV, str(threads)))
+    env.update(dict.fromkeys(THREAD_ENV, "1"))
     # The template imports this very package, whatever put it on sys.path.
     env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
     # Started with SIGTERM and SIGINT blocked (the mask survives exec), so a signal to the
@@ -72,31 +79,64 @@ class TemplateProcess:
     """One template process and its control channel, watched from this loop.
 
     ``exited(pid, status)`` gets each reaped worker's wait status; ``gone(self)`` is
-    called once when its channel reaches EOF (it has exited).
+    called once when its channel reaches EOF (it has exited). ``copies`` are the model
+    versions it holds, each with the epoch it came in at: a worker it forked at that epoch
+    or later shares that copy (``shares``).
     """
 
     def __init__(
-        self,
-        threads: int,
-        exited: Callable[[int, int], None],
-        gone: Callable[[TemplateProcess], None],
+        self, exited: Callable[[int, int], None], gone: Callable[[TemplateProcess], None]
     ) -> None:
-        self.process, self.channel = start_template(threads)
+        self.process, self.channel = start_template()
         self._gone = gone
         self._open = True
+        self.epoch = 0  # its epoch as of its last answer
+        self.copies: dict[ModelKey, messages.PreloadResult] = {}
+        self._answers: dict[int, asyncio.Future[messages.Preloaded]] = {}
+        self._tokens = itertools.count(1)
         self._dispatch = messages.Dispatch(
             {
                 Op.EXITED: lambda message: exited(message.pid, message.status),
                 Op.LOG: lambda message: logs.replay(message, "template", None),
+                Op.PRELOADED: self._on_preloaded,
             }
         )
         asyncio.get_running_loop().add_reader(self.channel.fileno(), self.receive)
 
-    def preload(self, models: list[dict[str, Any]]) -> None:
-        """Models to load before the first fork, shared by every worker."""
-        if models:
-            with contextlib.suppress(OSError):  # it died at once: its EOF says so
-                self.channel.send_control(messages.Preload(models=models))
+    async def preload(self, models: list[dict[str, Any]]) -> list[messages.PreloadResult]:
+        """Have it load (or keep) these models, shared by the workers it forks from now on;
+        how each went. ``WorkerLost`` if it exits first."""
+        token = next(self._tokens)
+        answer: asyncio.Future[messages.Preloaded] = asyncio.get_running_loop().create_future()
+        self._answers[token] = answer
+        try:
+            self.channel.send_control(messages.Preload(models=models, token=token))
+            return (await answer).models
+        except OSError:
+            raise WorkerLost("the worker template process exited") from None
+        finally:
+            self._answers.pop(token, None)
+
+    def unpreload(self, key: ModelKey) -> None:
+        """Have it drop its copy of a model version (unloaded: no worker uses it any more)."""
+        copy = self.copies.pop(key, None)
+        if copy is not None:
+            with contextlib.suppress(OSError):  # it died: its copies died with it
+                self.channel.send_control(messages.Unpreload(name=copy.name, version=copy.version))
+
+    def shares(self, worker: WorkerHandle, key: ModelKey) -> bool:
+        """``worker`` was forked from this template holding its current copy of ``key``."""
+        copy = self.copies.get(key)
+        return copy is not None and worker.template is self and worker.epoch >= copy.epoch
+
+    def _on_preloaded(self, message: messages.Preloaded) -> None:
+        self.epoch = message.epoch
+        for result in message.models:
+            if result.ok:
+                self.copies[model_key(result.name, result.version)] = result
+        answer = self._answers.get(message.token)
+        if answer is not None and not answer.done():
+            answer.set_result(message)
 
     def receive(self) -> None:
         """Take what it reported; EOF means the template itself has gone."""
@@ -105,6 +145,9 @@ class TemplateProcess:
             self._gone(self)
 
     def _close(self) -> None:
+        for answer in self._answers.values():
+            if not answer.done():
+                answer.set_exception(WorkerLost("the worker template process exited"))
         if self._open:
             self._open = False
             with contextlib.suppress(ValueError):
@@ -159,6 +202,9 @@ class WorkerHandle:
         self.outbox: collections.deque[Outgoing] = collections.deque()
         self.models: dict[ModelKey, tuple[int, int]] = {}  # version → (model index, bytes)
         self.template: TemplateProcess | None = None  # the template that forked it
+        self.epoch = 0  # that template's epoch when it forked this one (``Hello``)
+        # Replaced by a new generation: it finishes what it holds, then exits (no restart).
+        self.retiring = False
         self.dispatch = messages.Dispatch(
             {
                 Op.HELLO: self._on_hello,
@@ -256,7 +302,7 @@ class WorkerHandle:
             future.set_result(message)
 
     def _on_hello(self, message: messages.Hello) -> None:
-        self.pid = message.pid
+        self.pid, self.epoch = message.pid, message.epoch
         if not self.hello.done():
             self.hello.set_result(None)
 
@@ -312,4 +358,4 @@ class WorkerHandle:
         self.replies.close()
 
     def describe(self) -> str:
-        return f"worker {self.slot} (pid {self.pid})"
+        return f"{'retiring ' if self.retiring else ''}worker {self.slot} (pid {self.pid})"

@@ -109,9 +109,12 @@ _LOAD_LOCK = threading.Lock()
 
 def _load_one_at_a_time(settings: ModelSettings) -> LoadedModel:
     from inferpool.engine.worker.model import load_model
+    from inferpool.engine.worker.warmup import warm_up
 
     with _LOAD_LOCK:
-        return load_model(settings)
+        model = load_model(settings)
+        warm_up(model, "in the server process")  # before it is stored and READY
+        return model
 
 
 async def _in_daemon_thread(function: Callable[[_Arg], _Result], argument: _Arg) -> _Result:

@@ -1,12 +1,12 @@
 """Loading by placement: which workers load a model, and loading it there again.
 
-``Placement`` loads the first replica on the worker with the most room (its answer
-tells the model's size), places the others with ``scheduler.place`` (memory budget,
-least loaded), and publishes the route to the dispatcher only once every replica is
-loaded, so a reload keeps the serving version until the new one is in place (then the
-old one is unloaded). It unloads a model from every worker, and when a worker replaces
-a dead one it loads the models that slot held again (``reload``). Each version of a model
-is placed on its own, under its ``ModelKey``.
+``Placement`` places a model's replicas with ``scheduler.place`` (memory budget, least
+loaded) by its footprint: the template's figure when the template loaded it, else the
+first replica's, loaded on the worker with the most room. It publishes the route to the
+dispatcher only once every replica is loaded, so a reload keeps the serving version
+until the new one is in place (then the old one is unloaded). It unloads a model from
+every worker, and when a worker replaces a dead one it loads the models that slot held
+again (``reload``). Each version of a model is placed on its own, under its ``ModelKey``.
 """
 
 from __future__ import annotations
@@ -63,56 +63,79 @@ class Placement:
         self.memory_limit = limit * MIB if limit > 0 else None
         self._indexes = itertools.count(1)
 
-    async def load(self, settings: ModelSettings) -> dict[str, Any]:
-        """Load a model version's replicas and route its requests to them; its metadata."""
-        alive = self._started()
+    async def load(self, settings: ModelSettings, size: int | None = None) -> dict[str, Any]:
+        """Load a model version's replicas and route its requests to them; its metadata.
+
+        ``size``: the model's footprint when known (the template loaded it); else the first
+        replica, loaded where there is the most room, tells it.
+        """
+        alive = self.started()
         if not alive:
             raise NotReady("no worker is running")
         wanted = settings.replicas or len(alive)
-        route = Route(settings, next(self._indexes), self.default_timeout)
+        route = self.new_route(settings)
         key = route.key
-        by_slot = {worker.slot: worker for worker in alive}
-        # The first replica goes where there is the most room; it tells the model's size.
-        rooms = self._rooms(alive, key)
-        first = by_slot[min(rooms, key=lambda r: (r.used, r.replicas, r.worker)).worker]
-        answer = await self._load_on(first, route)
-        size = answer.size
-        alive = self._started()
+        first: WorkerHandle | None = None
+        answer: messages.Loaded | None = None
+        if size is None:
+            by_slot = {worker.slot: worker for worker in alive}
+            rooms = self.rooms(alive, key)
+            first = by_slot[min(rooms, key=lambda r: (r.used, r.replicas, r.worker)).worker]
+            answer = await self.load_on(first, route)
+            size = answer.size
+            alive = self.started()
         try:
-            chosen = place(settings.name, wanted, size, self._rooms(alive, key), self.memory_limit)
+            chosen = place(settings.name, wanted, size, self.rooms(alive, key), self.memory_limit)
         except PlacementError as exc:
-            self.unload_from([first], key, route.index)
+            if first is not None:
+                self.unload_from([first], key, route.index)
             raise ModelLoadError(str(exc)) from None
-        if first.slot not in chosen:
+        if first is not None and first.slot not in chosen:
             self.unload_from([first], key, route.index)
         by_slot = {worker.slot: worker for worker in alive}
-        others = [by_slot[slot] for slot in chosen if slot != first.slot]
+        others = [by_slot[slot] for slot in chosen if first is None or slot != first.slot]
         results = await asyncio.gather(
-            *(self._load_on(worker, route) for worker in others), return_exceptions=True
+            *(self.load_on(worker, route) for worker in others), return_exceptions=True
         )
         errors = [r for r in results if isinstance(r, BaseException)]
         placed = [w for w in others if w.alive and w.models.get(key, (None,))[0] == route.index]
-        if first.slot in chosen and first.alive:
+        if first is not None and first.slot in chosen and first.alive:
             placed.insert(0, first)
         if errors:
             self.unload_from(placed, key, route.index)
             error = errors[0]
             raise error if isinstance(error, InferpoolError) else ModelLoadError(str(error))
+        if answer is None:
+            answer = next(r for r in results if isinstance(r, messages.Loaded))
+        loaded = answer
+        old = self.publish(route, placed, chosen, loaded, size)
+        if old is not None:
+            self.unload_from(self.alive(), key, old.index)
+        return loaded.metadata
+
+    def publish(
+        self,
+        route: Route,
+        placed: list[WorkerHandle],
+        chosen: list[int],
+        answer: messages.Loaded,
+        size: int,
+    ) -> Route | None:
+        """``route`` serves from the workers ``placed`` on (in slots ``chosen``) from now on;
+        the route it replaces, if any."""
         route.ready = placed
         route.slots = set(chosen)
-        if settings.replicas is None:
+        if route.settings.replicas is None:
             # One replica per worker: slots that are restarting get theirs when they are back.
             route.slots = set(range(self.count))
         old = self.dispatcher.publish(route)
-        if old is not None:
-            self.unload_from(self.alive(), key, old.index)
         predictor = answer.predictor
         logger.info(
             "%s: %d replica(s) on workers %s, %.1f MiB each%s",
             route.describe(), len(placed), [w.slot for w in placed], size / MIB,
             f"; predicted by {predictor}" if predictor else "",
         )  # fmt: skip
-        return answer.metadata
+        return old
 
     def remove(self, route: Route) -> None:
         """No request goes to ``route`` any more, and no worker holds it."""
@@ -127,7 +150,7 @@ class Placement:
 
     async def _reload(self, worker: WorkerHandle, route: Route) -> None:
         try:
-            await self._load_on(worker, route)
+            await self.load_on(worker, route)
         except InferpoolError as exc:
             logger.error(
                 "cannot reload %s on %s: %s", route.describe(), worker.describe(), exc.message
@@ -136,12 +159,15 @@ class Placement:
                 set_state(self.table, route.key, ModelState.FAILED, exc.message)
                 route.replica_back()  # its waiting requests fail now
             return
+        if worker.retiring:
+            return  # a new generation took over its slot while it loaded
         if self.dispatcher.replica_ready(route, worker):
             # A model that had no replica left comes back (FAILED included: the failure
             # was the pool's, a quarantined model has no route to reload).
             set_state(self.table, route.key, ModelState.READY, "", (*SERVING, ModelState.FAILED))
 
-    async def _load_on(self, worker: WorkerHandle, route: Route) -> messages.Loaded:
+    async def load_on(self, worker: WorkerHandle, route: Route) -> messages.Loaded:
+        """Load ``route``'s model on ``worker``; ModelLoadError with the reason, WorkerLost."""
         key, index = route.key, route.index
         future: asyncio.Future[messages.Loaded] = asyncio.get_running_loop().create_future()
         worker.loads[index] = future
@@ -183,11 +209,17 @@ class Placement:
             with contextlib.suppress(OSError):
                 worker.post_control(message)
 
-    def _started(self) -> list[WorkerHandle]:
+    def new_route(self, settings: ModelSettings) -> Route:
+        """A route for a version about to load, under a model index of its own."""
+        return Route(settings, next(self._indexes), self.default_timeout)
+
+    def started(self) -> list[WorkerHandle]:
+        """The live workers that have started."""
         return [worker for worker in self.alive() if worker.hello.done()]
 
     @staticmethod
-    def _rooms(workers: list[WorkerHandle], key: ModelKey) -> list[WorkerRoom]:
+    def rooms(workers: list[WorkerHandle], key: ModelKey) -> list[WorkerRoom]:
+        """What each of ``workers`` holds, leaving out the version under ``key``."""
         rooms = []
         for worker in workers:
             others = {k: v for k, v in worker.models.items() if k != key}

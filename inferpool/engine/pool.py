@@ -1,10 +1,12 @@
 """The worker pool: the ``EngineClient`` for ``workers > 0``, composed of three parts.
 
-- ``supervisor.py``: the template process and the workers (spawn, heartbeats, timeouts,
-  replacement, crash blame, wedged);
+- ``supervisor.py``: the template process (kept by ``template_keeper.py``) and the
+  workers (spawn, heartbeats, timeouts, replacement, crash blame, wedged);
 - ``dispatch.py``: the routes and each request's way to the least-loaded replica;
 - ``placement.py``: loading a model's replicas where there is room, unloading, and
-  loading again on a worker that replaced a dead one.
+  loading again on a worker that replaced a dead one;
+- ``generations.py``: models the template loads and shares, brought to the workers by a
+  new generation of workers when the current one was forked without them.
 
 ``PoolClient`` wires them together: it is the ``PoolEvents`` the supervisor reports to
 ("worker lost", "worker replaced: reload its models", "quarantine this model"), and it
@@ -20,6 +22,7 @@ from typing import Any
 
 from inferpool.engine.client import EngineClient
 from inferpool.engine.dispatch import Dispatcher, Route
+from inferpool.engine.generations import Generations
 from inferpool.engine.handles import WorkerHandle
 from inferpool.engine.ipc.messages import Reply
 from inferpool.engine.placement import Placement, set_state
@@ -38,6 +41,7 @@ class PoolClient(EngineClient):
             self.table, max(1, settings.max_queue), settings.workers, lambda: self.stopping
         )
         self.placement = Placement(settings, self.table, self.dispatcher, self.supervisor.alive)
+        self.generations = Generations(self.supervisor, self.placement, self.dispatcher)
         self._stop_deadline: float | None = None
         self._closed = False
 
@@ -63,7 +67,7 @@ class PoolClient(EngineClient):
         return self.supervisor.wedged
 
     def running_requests(self) -> dict[ModelKey, int]:
-        return self.dispatcher.running(self.supervisor.workers)
+        return self.dispatcher.running([*self.supervisor.workers, *self.supervisor.retiring])
 
     def live_reason(self) -> str | None:
         if self._closed:
@@ -89,7 +93,7 @@ class PoolClient(EngineClient):
 
     # -- models and requests ---------------------------------------------------------------
     async def _load(self, settings: ModelSettings) -> dict[str, Any]:
-        metadata = await self.placement.load(settings)
+        metadata = await self.generations.load(settings)
         # Loaded again: a quarantine is lifted.
         self.supervisor.crashes.forget(model_label(model_key(settings.name, settings.version)))
         return metadata
@@ -98,6 +102,8 @@ class PoolClient(EngineClient):
         route = self.dispatcher.routes.get(key)
         if route is not None:
             self.placement.remove(route)
+        if self.supervisor.template is not None:  # no worker holds it now
+            self.supervisor.template.unpreload(key)
         self.supervisor.crashes.forget(model_label(key))
 
     async def _infer(
@@ -121,6 +127,9 @@ class PoolClient(EngineClient):
 
     async def worker_replaced(self, worker: WorkerHandle) -> None:
         await self.placement.reload(worker)
+
+    def shared_documents(self) -> list[dict[str, Any]]:
+        return [route.settings.model_dump(mode="json") for route in self.routes.values()]
 
     def quarantine(self, model_index: int, reason: str) -> None:
         route = self.dispatcher.route_of(model_index)

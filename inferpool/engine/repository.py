@@ -13,6 +13,12 @@ The layouts MLServer and Triton users bring, all at once:
   versions side by side); a second folder with the same name and version fails, naming
   the first.
 
+Each model's ``version_policy`` (Triton's: latest N, all, or specific versions; none: all)
+chooses which of its versions are served: in Triton's layout the model folder's, in
+MLServer's the latest version's settings (``states.newer_version`` orders versions). A
+version it leaves out is not discovered, so start-up, the repository API and the poll
+watcher treat it as a version the repository does not hold.
+
 A folder that cannot be read never hides the others: it is listed failed with its reason,
 under its folder's path in the repository (its settings' name is unknown or taken).
 Hidden folders and folders starting with ``_`` are never models.
@@ -25,15 +31,28 @@ returns a folder that resolves (through a symlink) outside the repository's root
 
 from __future__ import annotations
 
+import functools
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferpool.engine.states import ModelKey, model_key
+from inferpool.engine.states import ModelKey, model_key, newer_version
 from inferpool.errors import BadRequest
 from inferpool.mlserver_models import single_model
-from inferpool.settings import MODEL_SETTINGS_FILE, ModelSettings, read_model_settings
+from inferpool.settings import (
+    MODEL_SETTINGS_FILE,
+    ModelSettings,
+    VersionPolicy,
+    read_model_settings,
+)
+
+logger = logging.getLogger(__name__)
 
 MAX_NAME_BYTES = 255  # a folder name's limit on common file systems
+# Messages about version policies already logged: discovery runs again and again (each
+# repository API call, each change the poll watcher sees), the log says each thing once.
+_logged: set[str] = set()
 
 
 @dataclass(slots=True)
@@ -78,7 +97,7 @@ def check_name(name: str) -> None:
 def discover(repository: Path) -> list[Discovered]:
     """Every model version under ``repository``, each model folder's in path order."""
     if (single := single_model(repository)) is not None:  # MLSERVER_MODEL_*: one model
-        return [Discovered(*single)]
+        return _served([Discovered(*single)])
     if not repository.is_dir():
         raise FileNotFoundError(f"model repository {repository} is not a folder")
     found: list[Discovered] = []
@@ -90,7 +109,7 @@ def discover(repository: Path) -> list[Discovered]:
         if folder == repository:
             taken.update(versions)
         found.extend(_read(folder, repository, versions))
-    return _first_of_each(found, repository)
+    return _served(_first_of_each(found, repository))
 
 
 def find_models(repository: Path, name: str) -> list[Discovered]:
@@ -215,6 +234,66 @@ def _first_of_each(found: list[Discovered], repository: Path) -> list[Discovered
                 )
         result.append(entry)
     return result
+
+
+def _served(found: list[Discovered]) -> list[Discovered]:
+    """The versions each model's version policy keeps, in ``found``'s order; each keeps
+    the policy that chose it in its settings (what the model configuration reports)."""
+    versions: dict[str, list[Discovered]] = {}
+    for entry in found:
+        if entry.settings is not None:
+            versions.setdefault(entry.name, []).append(entry)
+    served: set[int] = set()  # the ids of the versions kept
+    for name, held in versions.items():
+        held.sort(key=functools.cmp_to_key(_newer), reverse=True)  # newest first
+        newest = held[0].settings
+        assert newest is not None
+        policy = newest.version_policy
+        served |= _kept(name, policy, held)
+        for entry in held:
+            if entry.settings is not None and entry.settings.version_policy != policy:
+                entry.settings = entry.settings.model_copy(update={"version_policy": policy})
+    return [entry for entry in found if entry.settings is None or id(entry) in served]
+
+
+def _kept(name: str, policy: VersionPolicy | None, held: list[Discovered]) -> set[int]:
+    """The ids of the versions of ``held`` (newest first) that ``policy`` serves; the
+    others, and versions it names that are not held, are logged."""
+    kept = held
+    if policy is not None and policy.latest is not None:
+        kept = held[: policy.latest.num_versions]
+    elif policy is not None and policy.specific is not None:
+        wanted = policy.specific.versions
+        kept = [entry for entry in held if entry.version in wanted]
+        versions = {entry.version for entry in held}
+        if missing := [version for version in wanted if version not in versions]:
+            _log_once(
+                logging.WARNING,
+                f"model '{name}': its version_policy names {_versions(missing)}, which the "
+                "repository does not hold",
+            )
+    ids = {id(entry) for entry in kept}
+    if others := [entry.version for entry in held if id(entry) not in ids]:
+        _log_once(
+            logging.INFO,
+            f"model '{name}': {_versions(others)} left out by its version_policy (not loaded)",
+        )
+    return ids
+
+
+def _newer(a: Discovered, b: Discovered) -> int:
+    return newer_version(a.version, b.version)
+
+
+def _versions(versions: Sequence[str | None]) -> str:
+    shown = ", ".join("(no version)" if v is None else f"'{v}'" for v in versions)
+    return ("version " if len(versions) == 1 else "versions ") + shown
+
+
+def _log_once(level: int, message: str) -> None:
+    if message not in _logged:
+        _logged.add(message)
+        logger.log(level, "%s", message)
 
 
 def _listed_name(folder: Path, repository: Path) -> str:

@@ -11,6 +11,11 @@ Readiness is strict (as Triton's) for the models that count: those the repositor
 for at start-up, and any model once it has served. A model that never served and failed
 when the repository API asked for it is listed FAILED with its reason, but does not turn
 the whole server not ready: the caller of the API got the error.
+
+As in Triton's index, a version unloaded while the repository still holds it stays
+listed: UNAVAILABLE with the reason ``"unloaded"``, not counted for readiness, answering
+model-ready false (never "not found") until it is loaded again. A version the repository
+no longer holds is dropped from the table.
 """
 
 from __future__ import annotations
@@ -49,6 +54,10 @@ def describe_key(key: ModelKey) -> str:
     return f"model '{name}'" + (f" version '{version}'" if versioned else "")
 
 
+# The reason of a version unloaded (by the repository API) that the repository still holds.
+UNLOADED = "unloaded"
+
+
 class ModelState(enum.StrEnum):
     UNAVAILABLE = "UNAVAILABLE"
     LOADING = "LOADING"
@@ -83,6 +92,11 @@ class ModelStatus:
             return f"{model} failed to load: {self.reason}"
         return f"{model} is {self.state.value}" + (f": {self.reason}" if self.reason else "")
 
+    @property
+    def unloaded(self) -> bool:
+        """Unloaded and still listed: the repository holds it, nothing serves it."""
+        return self.state is ModelState.UNAVAILABLE and self.reason == UNLOADED
+
     def index_entry(self) -> dict[str, Any]:
         entry = {"name": self.name, "state": self.state.value, "reason": self.reason}
         if self.version:
@@ -90,16 +104,20 @@ class ModelStatus:
         return entry
 
 
-def _newer(a: ModelStatus, b: ModelStatus) -> int:
+def newer_version(a: str | None, b: str | None) -> int:
     """MLServer's order of versions (``mlserver/registry.py``): a model without a version
     comes first, two numbers compare as numbers (Triton's rule), other versions as
-    strings. Positive when ``a`` is the one to serve."""
-    if a.version is None or b.version is None:
-        return (a.version is None) - (b.version is None)
+    strings. Positive when ``a`` is the one to serve (the version policy's order too)."""
+    if a is None or b is None:
+        return (a is None) - (b is None)
     try:
-        return int(a.version) - int(b.version)
+        return int(a) - int(b)
     except ValueError:
-        return (a.version > b.version) - (a.version < b.version)
+        return (a > b) - (a < b)
+
+
+def _newer(a: ModelStatus, b: ModelStatus) -> int:
+    return newer_version(a.version, b.version)
 
 
 def latest(statuses: Iterable[ModelStatus]) -> ModelStatus:

@@ -1,10 +1,12 @@
 """Supervision: the template process and the workers, kept running whatever happens.
 
-``Supervisor`` starts the template process (``handles.TemplateProcess``) and has it fork
-one worker per slot; it restarts the template when it dies (reaped, counted, backing
-off), replaces a dead worker (backing off from a slot whose workers die soon after
+``Supervisor`` has the template process (``template_keeper.py``: started, preloaded,
+restarted) fork one worker per slot once the repository's models are loaded, replaces a
+dead worker (backing off from a slot whose workers die soon after
 starting, never giving up; ``outages.py`` keeps that bookkeeping and says when the
-process is wedged), and every ``SUPERVISE_INTERVAL``:
+process is wedged), retires the workers a new generation replaced (``retire``: they
+finish what they hold, then exit; not a crash, not replaced), and every
+``SUPERVISE_INTERVAL``, for current and retiring workers alike:
 
 - recycles a worker whose group runs past its model's timeout (504 for the group);
 - kills a worker silent for ``worker_heartbeat_timeout`` (any message or reply counts as
@@ -28,12 +30,13 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
-from inferpool.engine.crashes import CrashBook, ExitStatuses, describe_exit
+from inferpool.engine.crashes import CrashBook, ExitStatuses
 from inferpool.engine.handles import TemplateProcess, WorkerHandle
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.messages import Reply
-from inferpool.engine.outages import CRASH_WINDOW, MAX_BACKOFF, Outages
+from inferpool.engine.outages import CRASH_WINDOW, Outages
 from inferpool.engine.repository import discover
+from inferpool.engine.template_keeper import TemplateKeeper
 from inferpool.errors import DeadlineExceeded, InferpoolError, NotReady, WorkerLost
 from inferpool.protocol.limits import DecodeLimits
 from inferpool.settings import ServerSettings
@@ -62,6 +65,14 @@ class PoolEvents(Protocol):
     def worker_replaced(self, worker: WorkerHandle) -> Awaitable[None]:
         """``worker`` took a dead one's slot: load the models that slot held."""
 
+    def shared_documents(self) -> list[dict[str, Any]]:
+        """The settings (as JSON) of the model versions served now: a restarted template
+        preloads them."""
+
+    @property
+    def started(self) -> bool:
+        """Start-up (the repository's first load) has finished."""
+
     def quarantine(self, model_index: int, reason: str) -> None:
         """The model under this index keeps crashing workers."""
 
@@ -83,9 +94,13 @@ class Supervisor:
         self.max_queue = max(1, settings.max_queue)
         self.limits = DecodeLimits.from_settings(settings)
         self.workers: list[WorkerHandle | None] = [None] * self.count
-        self.template: TemplateProcess | None = None
+        self.retiring: set[WorkerHandle] = set()  # replaced by a new generation, exiting
+        self.spares: set[WorkerHandle] = set()  # started for a new generation, not serving
+        self._starting: set[WorkerHandle] = set()  # asked of the template, not up yet
+        # Per slot, how many new generations took it over: a replacement started before
+        # one did must not take the slot back.
+        self.rolls_by_slot = [0] * self.count
         # Readable by metrics and tests.
-        self.template_restarts = 0
         self.worker_restarts = 0
         self.restarts_by_slot = [0] * self.count  # worker_restarts, per slot
         self.wedged: str | None = None  # why the process is not live, if it is not
@@ -93,7 +108,19 @@ class Supervisor:
         self.exits = ExitStatuses()
         self._tasks: set[asyncio.Future[Any]] = set()
         self.outages = Outages(self.count)
-        self._template_up: asyncio.Event | None = None
+        self.templates = TemplateKeeper(
+            self.exits, self.outages, events, stopping, self.keep,
+            gone=self._template_gone,
+        )  # fmt: skip
+
+    @property
+    def template(self) -> TemplateProcess | None:
+        """The template process running now, if one is."""
+        return self.templates.template
+
+    @property
+    def template_restarts(self) -> int:
+        return self.templates.restarts
 
     def keep(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run ``work`` in the background until done or ``stop``."""
@@ -104,10 +131,18 @@ class Supervisor:
     def alive(self) -> list[WorkerHandle]:
         return [w for w in self.workers if w is not None and w.alive]
 
+    def supervised(self) -> list[WorkerHandle]:
+        """The live workers, current, retiring and spare: their timeouts and heartbeats are
+        watched, and shutdown stops them all."""
+        return [*self.alive(), *(w for w in (*self.retiring, *self.spares) if w.alive)]
+
     async def start(self) -> None:
-        self._template_up = asyncio.Event()
-        self._start_template()
-        await asyncio.gather(*(self._spawn(slot) for slot in range(self.count)))
+        repository = self.settings.model_repository
+        found = []
+        with contextlib.suppress(FileNotFoundError):  # load_repository reports it
+            found = discover(repository) if repository is not None else []
+        self.templates.start([d.settings.model_dump(mode="json") for d in found if d.settings])
+        await asyncio.gather(*(self._spawn(slot, installs=0) for slot in range(self.count)))
         self.keep(self._supervise())
 
     # -- the periodic checks -----------------------------------------------------------------
@@ -118,11 +153,11 @@ class Supervisor:
         while not self.stopping():
             await asyncio.sleep(SUPERVISE_INTERVAL)
             now = time.monotonic()
-            for worker in self.alive():
+            for worker in self.supervised():
                 self.check(worker, now)
             if ping_every is not None and now - pinged >= ping_every:
                 pinged = now
-                for worker in self.alive():
+                for worker in self.supervised():
                     with contextlib.suppress(OSError):
                         worker.post_control(messages.Ping())
             self.check_wedged(now)
@@ -174,73 +209,40 @@ class Supervisor:
             logger.error("not live: %s", wedged)
         self.wedged = wedged
 
-    # -- the template process ----------------------------------------------------------------
-    def _start_template(self) -> None:
-        self.template = TemplateProcess(self.threads, self.exits.reported, self._template_gone)
-        repository = self.settings.model_repository
-        with contextlib.suppress(FileNotFoundError):  # load_repository reports it
-            found = discover(repository) if repository is not None else []
-            self.template.preload([d.settings.model_dump(mode="json") for d in found if d.settings])
-        self.outages.template_up(time.monotonic())
-        assert self._template_up is not None
-        self._template_up.set()
-
-    def _template_gone(self, template: TemplateProcess) -> None:
-        if template is not self.template:
-            return
-        self.template = None
-        assert self._template_up is not None
-        self._template_up.clear()
-        if self.stopping():
-            return
-        self.outages.template_gone(time.monotonic())
-        # Workers it had not forked yet never will be: their starts fail now, and retry.
-        for worker in self.alive():
-            if not worker.hello.done():
-                self.worker_died(worker, "the worker template process exited")
-        self.keep(self._restart_template(template))
-
-    async def _restart_template(self, gone: TemplateProcess) -> None:
-        status = await gone.reap()
-        how = f"(pid {gone.process.pid}) {describe_exit(status)}"
-        delay = self.outages.template_delay(time.monotonic())
-        logger.error("the worker template process %s; restarting it in %.1fs", how, delay)
-        while not self.stopping():
-            await asyncio.sleep(delay)
-            try:
-                self._start_template()
-            except OSError as exc:
-                delay = min(MAX_BACKOFF, max(0.1, 2 * delay))
-                logger.error(
-                    "cannot restart the worker template process: %s; retrying in %.1fs",
-                    exc, delay,
-                )  # fmt: skip
-                continue
-            self.template_restarts += 1
-            logger.info(
-                "worker template process restarted (pid %d, restart %d)",
-                self.template.process.pid if self.template else 0, self.template_restarts,
-            )  # fmt: skip
-            return
+    def _template_gone(self) -> None:
+        """Workers the template had not forked yet never will be: their starts fail now,
+        and retry."""
+        for worker in list(self._starting):
+            self.worker_died(worker, "the worker template process exited")
 
     # -- workers -----------------------------------------------------------------------------
-    async def _spawn(self, slot: int) -> WorkerHandle:
-        """Start a worker in ``slot``; NotReady or WorkerLost if it does not come up."""
-        assert self._template_up is not None
-        try:
-            await asyncio.wait_for(self._template_up.wait(), SPAWN_TIMEOUT)
-        except TimeoutError:
-            raise NotReady("the worker template process is not running") from None
+    async def spawn(self, slot: int) -> WorkerHandle:
+        """Start a worker for ``slot`` without giving it the slot (a new generation's);
+        NotReady or WorkerLost if it does not come up."""
+        spare = await self._spawn(slot, None)
+        self.spares.add(spare)
+        return spare
+
+    async def _spawn(self, slot: int, installs: int | None) -> WorkerHandle:
+        """Start a worker in ``slot``; NotReady or WorkerLost if it does not come up.
+
+        It takes the slot unless ``installs`` is None, or is not the slot's count of
+        rolls any more (a new generation took the slot over meanwhile: Superseded).
+        """
+        template = await self.templates.running()
         worker = WorkerHandle(slot, self.max_queue)
-        self.workers[slot] = worker
-        template = self.template
+        if installs is not None:
+            if installs != self.rolls_by_slot[slot]:
+                worker.close("superseded")
+                raise Superseded(f"worker {slot} was replaced by a new generation")
+            self.workers[slot] = worker
         try:
-            assert template is not None
             worker.ask_template(template.channel, self.threads, self.limits)
         except OSError as exc:
             worker.close(f"worker {slot} could not start")
             raise WorkerLost(f"cannot start worker {slot}: {exc}") from None
         worker.watch(self.worker_died)
+        self._starting.add(worker)
         try:
             await asyncio.wait_for(asyncio.shield(worker.hello), SPAWN_TIMEOUT)
         except TimeoutError:
@@ -248,6 +250,8 @@ class Supervisor:
             raise WorkerLost(f"worker {slot} did not start in {SPAWN_TIMEOUT:.0f}s") from None
         except InferpoolError:
             raise WorkerLost(f"worker {slot} exited while starting") from None
+        finally:
+            self._starting.discard(worker)
         logger.info("worker %d started (pid %d)", slot, worker.pid)
         worker.template = template
         self.outages.template_works()
@@ -260,7 +264,11 @@ class Supervisor:
         starting = not worker.hello.done()
         running = None if worker.closed else worker.requests.running()
         worker.drain_replies()  # answers it wrote before dying still count
+        held = len(worker.inflight)  # those it did not answer: close fails them (503)
         worker.close(reason or f"{worker.describe()} exited")
+        if worker is not self.workers[worker.slot]:
+            self._gone_from_outside(worker, running, held, crash)
+            return
         if self.stopping() or starting:
             return  # a worker that never started: its _spawn fails and is retried
         logger.error("%s: %s; starting a replacement", worker.describe(), reason or "exited")
@@ -277,10 +285,65 @@ class Supervisor:
         self.outages.worker_died(worker.slot, quick, time.monotonic())
         self.keep(self._replace(worker.slot))
 
+    def _gone_from_outside(
+        self,
+        worker: WorkerHandle,
+        running: tuple[int, list[int], int] | None,
+        failed: int,
+        crash: bool,
+    ) -> None:
+        """A worker that holds no slot is gone: a retiring one, or one of a new generation
+        that did not take over (its roll fails). Not replaced, not counted as a restart."""
+        self.retiring.discard(worker)
+        self.spares.discard(worker)
+        if self.stopping() or not worker.hello.done():
+            return
+        if worker.template is not self.template:
+            self.keep(self._reap_orphan(worker.pid))
+        if crash and running is not None:
+            self._blame(worker, running[0], running[1])
+        if not worker.retiring:
+            if crash:  # else closed because its generation did not take over
+                logger.warning("%s of a new generation exited", worker.describe())
+        elif failed:
+            logger.error("%s exited with %d request(s) unanswered", worker.describe(), failed)
+        else:
+            logger.info("%s has drained and exited", worker.describe())
+
+    def retire(self, worker: WorkerHandle) -> None:
+        """A new generation took over from ``worker``: it answers what it holds, then
+        exits; it is killed if it has not within the shutdown timeout."""
+        worker.retiring = True
+        if not worker.alive:
+            return
+        self.retiring.add(worker)
+        with contextlib.suppress(OSError):  # it died meanwhile: its EOF says so
+            worker.post_control(messages.Stop())
+        self.keep(self._kill_unless_exited(worker, self.settings.shutdown_timeout))
+
+    async def _kill_unless_exited(self, worker: WorkerHandle, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(worker.exited), max(0.5, timeout))
+            return
+        logger.warning("%s did not exit %.0fs after it was replaced; killing it",
+                       worker.describe(), timeout)  # fmt: skip
+        self.kill(worker, f"{worker.describe()} did not exit after it was replaced", crash=False)
+
+    def take_over(self, slot: int, worker: WorkerHandle) -> WorkerHandle | None:
+        """A new generation's ``worker`` takes ``slot``; the one it replaces, retiring."""
+        old, self.workers[slot] = self.workers[slot], worker
+        self.spares.discard(worker)
+        self.rolls_by_slot[slot] += 1
+        self.outages.worker_up(slot)  # a replacement under way gives up (``_replace``)
+        if old is not None:
+            self.retire(old)
+        return old
+
     async def _replace(self, slot: int) -> None:
         """Start a worker in ``slot`` again, backing off while they keep dying; never give up."""
         attempt = 0
-        while not self.stopping():
+        rolls = self.rolls_by_slot[slot]
+        while not self.stopping() and rolls == self.rolls_by_slot[slot]:
             delay = self.outages.worker_delay(slot, attempt)
             if delay >= 1:
                 logger.warning("worker %d keeps failing; next start in %.1fs", slot, delay)
@@ -288,7 +351,9 @@ class Supervisor:
             if self.stopping():
                 return
             try:
-                worker = await self._spawn(slot)
+                worker = await self._spawn(slot, rolls)
+            except Superseded:
+                return
             except InferpoolError as exc:
                 attempt += 1
                 self.outages.worker_failed(slot, exc.message)
@@ -297,7 +362,8 @@ class Supervisor:
             self.worker_restarts += 1
             self.restarts_by_slot[slot] += 1
             self.outages.worker_up(slot)
-            await self.events.worker_replaced(worker)
+            if not worker.retiring:  # a new generation took over the slot meanwhile
+                await self.events.worker_replaced(worker)
             return
 
     async def _reap_orphan(self, pid: int) -> None:
@@ -357,7 +423,7 @@ class Supervisor:
         a hung predict never stretches shutdown past ``shutdown_timeout``.
         """
         await asyncio.sleep(max(0.0, deadline - KILL_MARGIN - time.monotonic()))
-        for worker in self.alive():
+        for worker in self.supervised():
             if worker.inflight:
                 logger.warning(
                     "%s still runs requests at the end of the shutdown grace period; "
@@ -367,23 +433,25 @@ class Supervisor:
 
     async def stop(self, deadline: float) -> None:
         """Drain, stop the workers and the template, all by ``deadline``."""
-        while any(w.inflight for w in self.alive()) and time.monotonic() < deadline:
+        while any(w.inflight for w in self.supervised()) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         exiting = []
-        for worker in self.alive():
+        for worker in self.supervised():
             with contextlib.suppress(OSError):
                 worker.post_control(messages.Stop())
             exiting.append(worker.exited)
         if exiting:
             await asyncio.wait(exiting, timeout=max(0.5, deadline - time.monotonic()))
-            for worker in self.alive():
+            for worker in self.supervised():
                 logger.warning("%s did not stop; killing it", worker.describe())
                 self.kill(worker, f"{worker.describe()} was stopped", crash=False)
         for task in list(self._tasks):
             task.cancel()
-        for handle in self.workers:  # any still starting
+        for handle in [*self.workers, *self._starting]:  # any still starting
             if handle is not None:
                 handle.close("the server is shutting down")
-        template, self.template = self.template, None
-        if template is not None:
-            await template.stop(max(0.5, min(5.0, deadline - time.monotonic())))
+        await self.templates.stop(max(0.5, min(5.0, deadline - time.monotonic())))
+
+
+class Superseded(NotReady):
+    """A replacement was not started: a new generation of workers took the slot over."""

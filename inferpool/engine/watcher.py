@@ -2,7 +2,9 @@
 
 As in Triton's poll mode, a model folder that appears is loaded, one that changes is
 reloaded (a reload that fails leaves the previous version serving) and one that is
-removed is unloaded (requests already queued are answered). The unit is a top-level
+removed is unloaded (requests already queued are answered) and dropped from the index.
+The repository API works beside it: a model it loads is followed from then on, and one
+it unloads stays unloaded until its folder changes. The unit is a top-level
 folder of the repository and every model version ``discover`` finds in it (nested model
 folders, numbered versions): when it changes, each is (re)loaded and those no longer found
 are unloaded. A folder is acted on once nothing in it has changed for
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inferpool.engine.repository import Discovered, discover, name_problem
-from inferpool.engine.states import ModelKey, ModelState
+from inferpool.engine.states import ModelKey, ModelState, describe_key
 from inferpool.errors import ModelNotFound
 
 if TYPE_CHECKING:
@@ -105,10 +107,7 @@ class RepositoryWatcher:
         noisy = logging.getLogger("watchfiles")  # "N changes detected" at INFO, every batch
         if noisy.level == logging.NOTSET and not logger.isEnabledFor(logging.DEBUG):
             noisy.setLevel(logging.WARNING)
-        for discovered in found:
-            folder = self._folder_of(discovered)
-            if folder is not None:
-                self.models.setdefault(folder, {})[discovered.key] = discovered.name
+        self.adopt(found)
         for coroutine in (self._watch(), self._act()):
             task = asyncio.get_running_loop().create_task(coroutine)
             self._tasks.add(task)
@@ -118,6 +117,14 @@ class RepositoryWatcher:
             self.repository,
             self.debounce,
         )
+
+    def adopt(self, found: Iterable[Discovered]) -> None:
+        """Follow the folders of models loaded elsewhere (start-up, the repository API):
+        a later change reloads them, their removal unloads them."""
+        for discovered in found:
+            folder = self._folder_of(discovered)
+            if folder is not None:
+                self.models.setdefault(folder, {})[discovered.key] = discovered.name
 
     async def stop(self) -> None:
         self._stop.set()
@@ -226,7 +233,16 @@ class RepositoryWatcher:
                     self._warned.add(folder)
                     logger.warning("ignoring the folder %r of the repository: %s", folder, problem)
                 return
-        found = self._read(folder) if exists else []
+        everything = discover(self.repository) if exists or previous else []
+        found = [d for d in everything if self._folder_of(d) == folder]
+        if not found and not previous:
+            # Nothing to serve in it (version policies left its versions out), or gone:
+            # noted, so that the idle comparison leaves it alone until it changes.
+            if exists:
+                self.models[folder] = {}
+            else:
+                self.models.pop(folder, None)
+            return
         todo = action(bool(found), next(iter(previous.values()), None))
         if todo is None:
             return
@@ -251,15 +267,38 @@ class RepositoryWatcher:
                 current[key] = name
             else:
                 await self._unload(name, key)
+        await self._follow_policies(folder, {*current.values(), *previous.values()}, everything)
+
+    async def _follow_policies(
+        self, folder: str, names: set[str], everything: list[Discovered]
+    ) -> None:
+        """MLServer's layout keeps a model's versions in several folders, and the latest
+        one's version policy chooses among them all: after ``folder`` changed, versions of
+        its models that other folders hold are loaded or unloaded as the policy now says
+        (``everything``: what the repository holds now, policies applied)."""
+        held = {d.key for d in everything if d.name in names}
+        for other, models in self.models.items():
+            if other == folder:
+                continue
+            for key, name in list(models.items()):
+                if name in names and key not in held:
+                    logger.info("%s: left out by its version policy", describe_key(key))
+                    del models[key]
+                    await self._unload(name, key)
+        for discovered in everything:
+            holder = self._folder_of(discovered)
+            if discovered.name not in names or holder is None or holder == folder:
+                continue
+            if discovered.key not in self.models.setdefault(holder, {}):
+                logger.info("%s: served by its version policy", describe_key(discovered.key))
+                self.models[holder][discovered.key] = discovered.name
+                await self.client._load_discovered(discovered)
 
     async def _unload(self, name: str, key: ModelKey) -> None:
         if any(key in keys for keys in self.models.values()):
             return  # another folder holds that model version now
         with contextlib.suppress(ModelNotFound):
             await self.client._unload_named(name, key)
-
-    def _read(self, folder: str) -> list[Discovered]:
-        return [d for d in discover(self.repository) if self._folder_of(d) == folder]
 
     def _folder_of(self, discovered: Discovered) -> str | None:
         """The top-level folder a discovered model was read from (None: the root)."""

@@ -17,6 +17,8 @@ class DecodeLimits:
     max_tensor_elements: int = 2**26
     max_request_tensor_bytes: int = 256 * 1024 * 1024
     max_json_depth: int = 64
+    # Read where no frontend stands before the decoder: a warm-up sample's request file.
+    max_body_bytes: int = 64 * 1024 * 1024
 
     @classmethod
     def from_settings(cls, settings: Any) -> DecodeLimits:
@@ -25,6 +27,7 @@ class DecodeLimits:
             max_tensor_elements=settings.max_tensor_elements,
             max_request_tensor_bytes=settings.max_request_tensor_bytes,
             max_json_depth=settings.max_json_depth,
+            max_body_bytes=settings.max_body_bytes,
         )
 
     def to_dict(self) -> dict[str, int]:

@@ -24,6 +24,9 @@ from inferpool.settings import ModelSettings
 # name, or the InferenceRequest itself.
 PAYLOAD_KINDS = ("array", "dataframe", "dict", "request")
 
+# The variables native libraries read their thread pool's size from when they are loaded.
+THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
 
 class Answer(dict[str, Any]):
     """What ``predict`` may return instead of a plain mapping to also set the response's
@@ -52,6 +55,11 @@ class Runtime(ABC):
     #: ``predict`` answers requested outputs by any name itself, from the request it
     #: accepts (an MLServer custom runtime); else a name not in ``outputs()`` is a 400
     open_outputs: ClassVar[bool] = False
+    #: ``load`` starts no thread (no OpenMP or BLAS pool, no background thread) and leaves
+    #: plain data (arrays, Python objects), so the template process may load the model
+    #: before forking and the workers share its memory copy-on-write (set True in your
+    #: subclass when that holds; the built-in runtimes say it in ``runtimes/registry.py``)
+    fork_safe: ClassVar[bool] = False
 
     def __init__(self, settings: ModelSettings) -> None:
         self.settings = settings
@@ -95,6 +103,11 @@ class Runtime(ABC):
 
     def limit_threads(self, threads: int) -> None:  # noqa: B027 - optional hook
         """Cap the native thread pools this model uses (workers × threads ≤ cores)."""
+
+    def native_bytes(self) -> int:
+        """Bytes the model holds outside Python objects that ``runtimes/footprint.py``
+        cannot see (a native library's own buffers it does not know); 0 by default."""
+        return 0
 
     def predictor(self) -> str:
         """What computes the predictions, for the load log; empty when nothing to say."""

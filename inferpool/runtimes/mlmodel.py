@@ -5,10 +5,14 @@ The model's coroutines (``load``, ``predict``, ``metadata``) run on one event lo
 process, in a thread of its own: a worker calls ``predict`` from plain code, and with
 ``--workers 0`` from the server's running loop, which cannot run another coroutine to the
 end. One loop for every call also keeps what ``load`` creates (locks, sessions) usable in
-``predict``. Requests reach the model as its own ``InferenceRequest`` (MLServer's pydantic
-type for an ``mlserver`` subclass, ours otherwise), flat data and parameters kept; its
-``InferenceResponse`` comes back as output tensors with their names, datatypes, shapes and
-parameters. An ``MLServerError`` it raises is answered with its ``status_code`` and message.
+``predict``; except for a class that says ``fork_safe = True`` (its objects are plain
+data, so the template may load it before forking; ``runtimes/registry.py``): its ``load``
+and ``metadata`` run on a loop of their own in the loading thread, since the template must
+start no thread. Requests reach the model as its own ``InferenceRequest`` (MLServer's
+pydantic type for an ``mlserver`` subclass, ours otherwise), flat data and parameters
+kept; its ``InferenceResponse`` comes back as output tensors with their names, datatypes,
+shapes and parameters. An ``MLServerError`` it raises is answered with its ``status_code``
+and message.
 """
 
 from __future__ import annotations
@@ -109,7 +113,12 @@ def _flavour(package: str) -> Flavour:
 
 def adapter_for(cls: type, flavour: Flavour) -> type[Runtime]:
     """The inferpool runtime class that serves models of the MLModel subclass ``cls``."""
-    attributes = {"model_class": cls, "flavour": flavour, "__module__": __name__}
+    attributes = {
+        "model_class": cls,
+        "flavour": flavour,
+        "fork_safe": getattr(cls, "fork_safe", False) is True,
+        "__module__": __name__,
+    }
     return type(f"{cls.__name__}Runtime", (MLModelRuntime,), attributes)
 
 
@@ -136,10 +145,23 @@ class MLModelRuntime(Runtime):
             self.metrics = own
         else:
             self.model.metrics = self.metrics
-        ready = _LOOP.run(self._in_context(self.model.load()))
+        ready = self._run_loading(self._in_context(self.model.load()))
         self.model.ready = ready
         if not ready:
             raise ModelLoadError(f"model '{self.name}': load() returned {ready!r}")
+
+    def _run_loading(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine of the model's loading (``load``, ``metadata``): on the
+        process's loop, whose thread a fork-safe model must not start (the template may
+        load it before forking), so that one's runs on an event loop of its own in this
+        thread, closed afterwards."""
+        if not self.fork_safe:
+            return _LOOP.run(coroutine)
+        loop = asyncio.new_event_loop()
+        try:
+            return loop.run_until_complete(coroutine)
+        finally:
+            loop.close()
 
     async def _in_context(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run ``coroutine`` as this model's: ``mlserver.log`` records into its metrics."""
@@ -245,7 +267,7 @@ class MLModelRuntime(Runtime):
 
     def metadata(self) -> dict[str, Any]:
         """The model's own ``metadata()``, as MLServer answers it."""
-        document: dict[str, Any] = _LOOP.run(self.model.metadata()).model_dump()
+        document: dict[str, Any] = self._run_loading(self.model.metadata()).model_dump()
         document.setdefault("inputs", [])
         document.setdefault("outputs", [])
         return document

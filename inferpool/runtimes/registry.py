@@ -11,8 +11,10 @@ runtime is one module with its ``Runtime`` subclass plus one entry here.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import sys
 from dataclasses import dataclass
@@ -52,7 +54,8 @@ class RuntimeEntry:
 RUNTIMES: dict[str, RuntimeEntry] = {
     entry.name: entry
     for entry in (
-        # MLflow pyfunc may run anything when it loads or is imported: never in the template.
+        # MLflow pyfunc may run anything when it loads: the template loads the flavours
+        # known to be safe (``is_fork_safe``), importing MLflow only then.
         RuntimeEntry(
             "mlflow",
             "inferpool.runtimes.mlflow.MLflowRuntime",
@@ -107,10 +110,93 @@ def preload_modules() -> list[str]:
 
 
 def is_fork_safe(settings: ModelSettings) -> bool:
-    """The model's runtime loads without starting a thread pool, so the template may load
-    it before forking. A custom runtime never is: the template runs no user code."""
-    entry = RUNTIMES.get(runtime_name_for(settings))
-    return entry is not None and entry.fork_safe
+    """The model loads without starting a thread and holds plain data, so the template may
+    load it before forking: a built-in runtime marked so in its entry, an MLflow model of a
+    flavour in ``MLFLOW_FORK_SAFE_LOADERS``, a custom runtime whose class says
+    ``fork_safe = True``. Asking runs none of the model's code (``_declares_fork_safe``)."""
+    name = runtime_name_for(settings)
+    if name == "mlflow":
+        return _mlflow_loader(settings) in MLFLOW_FORK_SAFE_LOADERS
+    entry = RUNTIMES.get(name)
+    if entry is not None:
+        return entry.fork_safe
+    source = _class_source(name, settings.folder)
+    return source is not None and _declares_fork_safe(source, name.rpartition(".")[2])
+
+
+# MLflow flavours whose pyfunc loader starts no thread (measured: ``import mlflow`` starts
+# none either; its telemetry threads start only when a model is logged) and unpickles or
+# parses plain data (LightGBM and XGBoost under ``artefacts.single_threaded``). A
+# ``python_function`` model of its own (``mlflow.pyfunc.model``) runs the user's
+# ``load_context``, which may start anything: loaded by each worker.
+MLFLOW_FORK_SAFE_LOADERS = frozenset({"mlflow.sklearn", "mlflow.lightgbm", "mlflow.xgboost"})
+
+
+def _mlflow_loader(settings: ModelSettings) -> str:
+    """The ``loader_module`` of the model's pyfunc flavour in its ``MLmodel`` file, read
+    without importing MLflow ("" when there is none to read)."""
+    uri = settings.parameters.uri
+    folder = settings.resolve(uri) if uri else settings.folder
+    if folder is None:
+        return ""
+    path = folder if folder.name == "MLmodel" else folder / "MLmodel"
+    try:
+        import yaml  # MLflow's own dependency: present wherever an MLflow model can load
+
+        document = yaml.safe_load(path.read_text())
+        loader = document["flavors"]["python_function"]["loader_module"]
+    except (ImportError, OSError, yaml.YAMLError, KeyError, TypeError):
+        return ""
+    return loader if isinstance(loader, str) else ""
+
+
+def _class_source(implementation: str, folder: Path | None) -> Path | None:
+    """The source file of a custom runtime's module, found as ``_custom_class`` imports
+    it (the model's folder first, then installed modules) but without running it."""
+    module_name = implementation.rpartition(".")[0]
+    if not module_name:
+        return None
+    top, *rest = module_name.split(".")
+    location = _module_file(folder, top) if folder is not None else None
+    path: Path | None
+    if location is not None:
+        path = location[0]
+        search = [str(path.parent)] if location[1] else []
+    else:
+        spec = importlib.machinery.PathFinder.find_spec(top)
+        if spec is None:
+            return None
+        path = Path(spec.origin) if spec.origin else None
+        search = list(spec.submodule_search_locations or [])
+    for part in rest:
+        spec = importlib.machinery.PathFinder.find_spec(part, search) if search else None
+        if spec is None:
+            return None
+        path = Path(spec.origin) if spec.origin else None
+        search = list(spec.submodule_search_locations or [])
+    return path if path is not None and path.suffix == ".py" else None
+
+
+def _declares_fork_safe(source: Path, class_name: str) -> bool:
+    """Whether the class ``class_name`` of ``source`` sets ``fork_safe = True`` in its own
+    body. Read from the file, not imported: the template runs a model's code only when
+    the model says it may (a module that starts a thread when imported stays out)."""
+    try:
+        tree = ast.parse(source.read_bytes(), str(source))
+    except (OSError, SyntaxError, ValueError):
+        return False
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for statement in node.body:
+                if isinstance(statement, ast.Assign):
+                    targets, value = statement.targets, statement.value
+                elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+                    targets, value = [statement.target], statement.value
+                else:
+                    continue
+                if any(isinstance(t, ast.Name) and t.id == "fork_safe" for t in targets):
+                    return isinstance(value, ast.Constant) and value.value is True
+    return False
 
 
 def runtime_name_for(settings: ModelSettings) -> str:

@@ -19,7 +19,6 @@ from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.generated.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 from tests.compat.test_health_grpc_e2e import (
     NOT_SERVING,
-    SERVICE_UNKNOWN,
     SERVING,
     WatchRecorder,
     check,
@@ -118,18 +117,18 @@ def test_watches_that_never_read_hurt_nobody_and_are_let_go(implementation, iris
             watch = WatchRecorder(health, "iris-rf")
             expected = [SERVING]
             watch.wait_for(expected)
-            # Each change is offered to the hostile Watches too; the reader sees all (and
-            # NOT_SERVING while the model loads, if it looks then).
+            # Each change is offered to the hostile Watches too; the reader sees all. An
+            # unloaded model stays listed (UNAVAILABLE), a service that does not serve.
             for _ in range(3):
                 unload = pb.RepositoryModelUnloadRequest(model_name="iris-rf")
                 inference.RepositoryModelUnload(unload, timeout=20)
-                expected.append(SERVICE_UNKNOWN)
-                watch.wait_for(expected, timeout=5, ignore=NOT_SERVING)
+                expected.append(NOT_SERVING)
+                watch.wait_for(expected, timeout=5)
                 inference.RepositoryModelLoad(
                     pb.RepositoryModelLoadRequest(model_name="iris-rf"), timeout=20
                 )
                 expected.append(SERVING)
-                watch.wait_for(expected, timeout=5, ignore=NOT_SERVING)
+                watch.wait_for(expected, timeout=5)
             during = check_latencies(health)
             # Loose bounds (the test machine is shared): a server busy with the blocked
             # Watches, or waiting on them, would be off by seconds.
@@ -139,13 +138,13 @@ def test_watches_that_never_read_hurt_nobody_and_are_let_go(implementation, iris
             # (the builtin server keeps one message per Watch; grpc.aio may keep more).
             unload = pb.RepositoryModelUnloadRequest(model_name="iris-rf")
             inference.RepositoryModelUnload(unload, timeout=20)
-            watch.wait_for([*expected, SERVICE_UNKNOWN], timeout=5, ignore=NOT_SERVING)
+            watch.wait_for([*expected, NOT_SERVING], timeout=5)
             late.sendall(window_update(1, 1 << 20))
             statuses, ended = read_messages(late, 2.0)
             assert not ended
-            assert statuses[0] == SERVING and statuses[-1] == SERVICE_UNKNOWN
+            assert statuses[0] == SERVING and statuses[-1] == NOT_SERVING
             if implementation == "builtin":
-                assert statuses == [SERVING, SERVICE_UNKNOWN]
+                assert statuses == [SERVING, NOT_SERVING]
         finally:
             hostile.close()
             late.close()

@@ -190,7 +190,11 @@ def test_load_and_unload_by_name_take_every_version(tmp_path: Path) -> None:
         assert not client.table.find("builtin").custom
         await client.unload_model("m")
         assert client.loaded == {"builtin:None"}
-        assert [s.name for s in client.table.all()] == ["builtin"]
+        # Still in the repository: listed as unloaded (as Triton's index).
+        assert [(s.name, s.version, s.reason) for s in client.table.all() if s.unloaded] == [
+            ("m", "1", "unloaded"),
+            ("m", "2", "unloaded"),
+        ]
         # Version 3 appears, version 1 goes: load takes what the repository holds.
         (tmp_path / "m-1" / "model-settings.json").unlink()
         (tmp_path / "m-1").rmdir()
@@ -198,6 +202,7 @@ def test_load_and_unload_by_name_take_every_version(tmp_path: Path) -> None:
                      parameters={"version": "3"})  # fmt: skip
         statuses = await client.load_model("m")
         assert [s.version for s in statuses] == ["2", "3"]
+        assert sorted(s.version for s in client.table.versions("m")) == ["2", "3"]
         assert client.table.find("m").version == "3"
         # A new version that fails leaves the one it would replace serving.
         model_folder(tmp_path, "m-3", name="m", implementation="x.Custom",

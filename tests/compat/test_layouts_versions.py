@@ -166,11 +166,18 @@ def test_unload_and_load_by_name_take_every_version(tmp_path: Path, workers: int
         server.wait_ready()
         api = f"{server.url}/v2/repository/models/iris"
         assert httpx.post(f"{api}/unload").status_code == 200
+        # Every version stays listed, unloaded (Triton's index), and answers 503.
         index = httpx.post(f"{server.url}/v2/repository/index", json={}).json()
-        assert [entry["name"] for entry in index] == ["other"]
-        assert httpx.post(f"{server.url}/v2/models/iris/infer", json=BODY).status_code == 404
+        unloaded = {(e["name"], e.get("version"), e["state"], e["reason"]) for e in index}
+        assert unloaded == {
+            ("iris", "v1", "UNAVAILABLE", "unloaded"),
+            ("iris", "v2", "UNAVAILABLE", "unloaded"),
+            ("other", None, "READY", ""),
+        }
+        assert httpx.post(f"{server.url}/v2/models/iris/infer", json=BODY).status_code == 503
 
-        # A version removed from the repository is not loaded again; a new one is.
+        # A version removed from the repository is not loaded again (nor listed); a new
+        # one is.
         (tmp_path / "models" / "iris-v1").rename(tmp_path / "iris-v1")
         constant(tmp_path / "models" / "iris-v10", 1)
         settings(tmp_path / "models" / "iris-v10", name="iris", parameters={"version": "10"})

@@ -124,7 +124,9 @@ def test_seldon_agent_drives_inferpool(tmp_path: Path) -> None:
         for path in sorted(folder.parent.rglob("*"), reverse=True):  # the agent's RemoveAll
             path.unlink() if path.is_file() else path.rmdir()
         folder.parent.rmdir()
-        assert httpx.post(infer_url, json=rows_request(X[:2]), timeout=30).status_code == 404
+        # Unloaded: listed UNAVAILABLE until something notices its folder went (Triton's
+        # index); the agent sends it nothing more.
+        assert httpx.post(infer_url, json=rows_request(X[:2]), timeout=30).status_code == 503
         index = stub.RepositoryIndex(pb.RepositoryIndexRequest(), timeout=10)
         assert not [m for m in index.models if m.state in ("READY", "LOADING")]
         # The agent takes NOT_FOUND on an unload as done.

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import inferpool
-from inferpool.errors import BadRequest, ModelNotFound
+from inferpool.errors import BadRequest, ModelNotFound, NotReady
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -79,8 +79,10 @@ def test_dataframe_in_dataframe_out(engine: inferpool.Engine, frame_repo: Path, 
 def test_load_and_unload(engine: inferpool.Engine, iris_frame) -> None:
     rows = iris_frame.to_numpy()[:2]
     engine.unload_sync("scaler")
-    assert [m["name"] for m in engine.models()] == ["classifier"]
-    with pytest.raises(ModelNotFound, match=r"^model 'scaler' not found$"):
+    # Triton's index: an unloaded model stays listed, UNAVAILABLE, and answers 503.
+    listed = {m["name"]: (m["state"], m["reason"]) for m in engine.models()}
+    assert listed == {"classifier": ("READY", ""), "scaler": ("UNAVAILABLE", "unloaded")}
+    with pytest.raises(NotReady, match=r"^model 'scaler' is UNAVAILABLE: unloaded$"):
         engine.infer_sync("scaler", rows)
     engine.load_sync("scaler")
     assert sorted(m["state"] for m in engine.models()) == ["READY", "READY"]

@@ -107,14 +107,19 @@ def test_models_load_later_through_the_repository_api(tmp_path):
         missing = httpx.post(f"{server.url}/v2/repository/models/iris-rf/load")
         assert missing.status_code == 404
         build_iris_repository(tmp_path)
-        loaded = httpx.post(f"{server.url}/v2/repository/models/iris-rf/load")
+        loaded = httpx.post(f"{server.url}/v2/repository/models/iris-rf/load", timeout=120)
         assert loaded.status_code == 200, loaded.text
         index = httpx.post(f"{server.url}/v2/repository/index").json()
         assert index == [{"name": "iris-rf", "state": "READY", "reason": ""}]
         assert httpx.get(f"{server.url}/v2/models/iris-rf/ready").status_code == 200
-        unloaded = httpx.post(f"{server.url}/v2/repository/models/iris-rf/unload")
+        unloaded = httpx.post(f"{server.url}/v2/repository/models/iris-rf/unload", timeout=60)
         assert unloaded.status_code == 200
-        assert httpx.get(f"{server.url}/v2/models/iris-rf/ready").status_code == 404
+        # Still in the repository: listed as unloaded (Triton's index), not ready, and the
+        # server stays ready.
+        index = httpx.post(f"{server.url}/v2/repository/index").json()
+        assert index == [{"name": "iris-rf", "state": "UNAVAILABLE", "reason": "unloaded"}]
+        assert httpx.get(f"{server.url}/v2/models/iris-rf/ready").status_code == 503
+        assert httpx.get(f"{server.url}/v2/health/ready").status_code == 200
 
 
 def test_sigterm_exits_zero(iris_repo):

@@ -115,11 +115,11 @@ def test_admin_token_guards_load_and_unload(tmp_path, iris_repo, workers, implem
         assert sorted(names) == ["iris-logreg", "iris-rf"]
         # With the token, both protocols load and unload.
         assert rest(server, "unload", "iris-logreg", TOKEN).status_code == 200
-        assert "iris-logreg" not in index(server)
+        assert index(server)["iris-logreg"]["state"] == "UNAVAILABLE"  # unloaded, still listed
         assert rest(server, "load", "iris-logreg", TOKEN).status_code == 200
         assert predict(server) == expected
         assert grpc_call(server, "unload", "iris-rf", TOKEN) is None
-        assert "iris-rf" not in index(server)
+        assert index(server)["iris-rf"]["state"] == "UNAVAILABLE"  # unloaded, still listed
         assert grpc_call(server, "load", "iris-rf", TOKEN) is None
         assert index(server)["iris-rf"]["state"] == "READY"
         assert ready(server) == 200
@@ -245,7 +245,8 @@ def test_failed_loads_and_reloads_leave_the_server_ready(tmp_path, iris_repo, wo
         # FAILED models unload; the server is ready throughout.
         assert rest(server, "unload", "broken").status_code == 200
         assert grpc_call(server, "unload", "bad-settings") is None
-        assert set(index(server)) == {"iris-logreg", "iris-rf"}
+        unloaded = {name for name, entry in index(server).items() if entry["reason"] == "unloaded"}
+        assert unloaded == {"broken", "bad-settings"}  # still in the repository: listed
         assert ready(server) == 200
         assert predict(server, "iris-rf")
     assert server.returncode == 0

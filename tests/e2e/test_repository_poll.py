@@ -2,7 +2,9 @@
 
 A folder moved in is loaded, one copied in file by file loads once it is complete, a
 changed model is reloaded (a broken change keeps the old version serving), a removed
-folder is unloaded; hidden and invalid folders are ignored; the load/unload API is 403.
+folder is unloaded once its in-flight requests are answered; hidden and invalid folders
+are ignored. The load/unload API works beside the watcher: an unload holds until the
+folder changes. Each behaviour runs in-process and with a pool of two workers.
 """
 
 from __future__ import annotations
@@ -13,20 +15,20 @@ import os
 import shutil
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.support import Server, iris_data, write_sklearn_model
+from tests.support.pool import calls, write_counting_model
 from tests.support.pool import wait_for as wait_until
 
 ROWS = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]
 BODY = {"inputs": [{"name": "x", "shape": [2, 4], "datatype": "FP32", "data": ROWS}]}
 POLL = ("--model-control-mode", "poll", "--repository-debounce", "0.3")
-DISABLED = (
-    "the model repository API is disabled (--model-control-mode poll: the repository is watched)"
-)
+SUM_BODY = {"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP64", "data": [1, 2, 3]}]}
 
 
 def logreg():
@@ -109,16 +111,43 @@ def test_folders_moved_in_changed_and_removed(tmp_path: Path, workers: str) -> N
         write_sklearn_model(repository / "fixed", constant(0))
         wait_for(lambda: predict(server, "fixed") == [0, 0], server)
         assert index(server)["fixed"]["reason"] == ""
-        # A removed folder: unloaded, then 404.
+        # A removed folder: unloaded, dropped from the index, then 404.
         shutil.rmtree(repository / "fixed")
         wait_for(lambda: "fixed" not in index(server), server)
         assert infer(server, "fixed").status_code == 404
         assert predict(server, "iris") == [2, 2] and ready(server)
-        # The API is Triton's in poll mode: the index answers, load and unload are 403.
-        for call in ("load", "unload"):
-            response = httpx.post(f"{server.url}/v2/repository/models/iris/{call}", timeout=10)
-            assert response.status_code == 403
-            assert response.json() == {"error": DISABLED}
+        # Removed while a request runs: that request is answered first.
+        write_counting_model(staging, "slow", tmp_path / "calls", delay=2)
+        os.rename(staging / "slow", repository / "slow")
+        wait_for(lambda: state(server, "slow") == "READY", server)
+        with ThreadPoolExecutor(1) as pool:
+            url = f"{server.url}/v2/models/slow/infer"
+            running = pool.submit(httpx.post, url, json=SUM_BODY, timeout=60)
+            wait_for(lambda: calls(tmp_path / "calls"), server)  # it is predicting
+            shutil.rmtree(repository / "slow")
+            answer = running.result()
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["outputs"][0]["data"] == [6]
+        wait_for(lambda: "slow" not in index(server), server)
+        # The API works beside the watcher: an unload acts at once and holds until the
+        # folder changes; a load acts at once.
+        response = httpx.post(f"{server.url}/v2/repository/models/iris/unload", timeout=60)
+        assert response.status_code == 200, response.text
+        unloaded = {"name": "iris", "state": "UNAVAILABLE", "reason": "unloaded"}
+        assert index(server)["iris"] == unloaded
+        time.sleep(1.5)  # past the quiet period and an idle comparison of the folders
+        assert index(server)["iris"]["state"] == "UNAVAILABLE"
+        # Its only model unloaded, the server has none left to serve (strict readiness).
+        not_ready = httpx.get(f"{server.url}/v2/health/ready", timeout=10)
+        assert not_ready.status_code == 503 and "no model is loaded" in not_ready.text
+        write_sklearn_model(repository / "iris", constant(1))
+        wait_for(lambda: state(server, "iris") == "READY", server)
+        assert predict(server, "iris") == [1, 1]
+        response = httpx.post(f"{server.url}/v2/repository/models/iris/unload", timeout=60)
+        assert response.status_code == 200 and state(server, "iris") == "UNAVAILABLE"
+        response = httpx.post(f"{server.url}/v2/repository/models/iris/load", timeout=60)
+        assert response.status_code == 200, response.text
+        assert predict(server, "iris") == [1, 1] and ready(server)
         started = time.monotonic()
         assert server.stop() == 0
         assert time.monotonic() - started < 10  # the watch does not hold up shutdown
@@ -126,12 +155,15 @@ def test_folders_moved_in_changed_and_removed(tmp_path: Path, workers: str) -> N
 
 
 @pytest.mark.timeout(120)
-def test_a_slow_copy_loads_once_complete(tmp_path: Path) -> None:
+# The pool's run waits in tox -e slow (the default run's budget); the debounce is the
+# watcher's, the same for both.
+@pytest.mark.parametrize("workers", ["0", pytest.param("2", marks=pytest.mark.slow)])
+def test_a_slow_copy_loads_once_complete(tmp_path: Path, workers: str) -> None:
     repository = tmp_path / "models"
     write_sklearn_model(repository / "iris", logreg())
     settings = json.dumps({"name": "slow", "parameters": {"uri": "./model.joblib"}})
     artefact = joblib_bytes(constant(2))
-    with Server(repository, "--workers", "0", *POLL) as server:
+    with Server(repository, "--workers", workers, *POLL) as server:
         server.wait_ready()
         # Written file by file with pauses shorter than the quiet period: one load, at the
         # end, never a failed one half-way.
@@ -195,7 +227,7 @@ def test_hidden_temporary_and_invalid_names_are_ignored(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("implementation", ["builtin", "grpcio"])
-def test_grpc_repository_api_in_poll_mode(tmp_path: Path, implementation: str) -> None:
+def test_grpc_repository_api_works_in_poll_mode(tmp_path: Path, implementation: str) -> None:
     import grpc
 
     from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
@@ -206,15 +238,15 @@ def test_grpc_repository_api_in_poll_mode(tmp_path: Path, implementation: str) -
     flags = ("--workers", "0", "--grpc-implementation", implementation, *POLL)
     with Server(repository, *flags) as server, stub_for(server) as stub:
         server.wait_ready()
-        calls = (
-            (stub.RepositoryModelLoad, pb.RepositoryModelLoadRequest(model_name="iris")),
-            (stub.RepositoryModelUnload, pb.RepositoryModelUnloadRequest(model_name="iris")),
-        )
-        for call, request in calls:
-            with pytest.raises(grpc.RpcError) as error:
-                call(request, timeout=30)
-            assert error.value.code() is grpc.StatusCode.PERMISSION_DENIED
-            assert "model-control-mode poll: the repository is watched" in error.value.details()
+        stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="iris"), timeout=30)
         answer = stub.RepositoryIndex(pb.RepositoryIndexRequest(), timeout=30)
-        assert [model.name for model in answer.models] == ["iris"]
+        assert [(m.name, m.state, m.reason) for m in answer.models] == [
+            ("iris", "UNAVAILABLE", "unloaded")
+        ]
+        assert not stub.ModelReady(pb.ModelReadyRequest(name="iris"), timeout=30).ready
+        stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="iris"), timeout=60)
+        assert stub.ModelReady(pb.ModelReadyRequest(name="iris"), timeout=30).ready
         assert predict(server, "iris") == [0, 2]
+        with pytest.raises(grpc.RpcError) as error:
+            stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="nope"), timeout=30)
+        assert error.value.code() is grpc.StatusCode.NOT_FOUND

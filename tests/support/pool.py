@@ -172,3 +172,32 @@ def template_pid(server_pid: int) -> int:
 def live_workers(server: Server) -> set[int]:
     """Pids of the latest worker of each slot that are running."""
     return {pid for pid in worker_pids(server).values() if process_exists(pid)}
+
+
+def big_knn(seed: int = 0):
+    """A classifier that keeps its 40 MB of training data (100,000 rows of 50 doubles), and
+    rows to ask it about: big enough that a copy per worker shows in their memory."""
+    import numpy as np
+    from sklearn.neighbors import KNeighborsClassifier
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(100_000, 50))
+    model = KNeighborsClassifier(n_neighbors=3, algorithm="brute")
+    return model.fit(X, rng.integers(0, 5, len(X))), X[:5]
+
+
+def ask_model(server: Server, name: str, rows) -> list:
+    """The ``predict`` output of model ``name`` for ``rows`` (FP64) over REST; asserts 200."""
+    import httpx
+
+    body = {"inputs": [{"name": "x", "shape": list(rows.shape), "datatype": "FP64",
+                        "data": rows.ravel().tolist()}]}  # fmt: skip
+    response = httpx.post(f"{server.url}/v2/models/{name}/infer", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    return response.json()["outputs"][0]["data"]
+
+
+def logged_sizes(server: Server, name: str) -> list[float]:
+    """The MiB per replica that placement logged for each load of model ``name``."""
+    pattern = rf"model '{re.escape(name)}': .*, ([\d.]+) MiB each"
+    return [float(size) for size in re.findall(pattern, server.output())]

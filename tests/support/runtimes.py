@@ -156,3 +156,14 @@ def write_echo_model(
         settings["inputs"] = inputs
     (folder / "model-settings.json").write_text(json.dumps(settings))
     return folder
+
+
+def write_constant_model(folder: Path, label: int, filename: str = "model.joblib") -> Path:
+    """An iris classifier answering ``label`` for every row in ``folder``: which version
+    of a model answered shows in its predictions."""
+    from sklearn.datasets import load_iris
+    from sklearn.dummy import DummyClassifier
+
+    X, y = load_iris(return_X_y=True)
+    classifier = DummyClassifier(strategy="constant", constant=label).fit(X, y)
+    return save_pickle(folder, classifier, filename)

@@ -13,7 +13,7 @@ import pytest
 import inferpool
 from inferpool.engine.client import StartupFailed
 from inferpool.engine.embedded_io import build_request, from_wire, to_wire
-from inferpool.errors import BadRequest, Forbidden, ModelNotFound
+from inferpool.errors import BadRequest, Forbidden, ModelNotFound, NotReady
 from inferpool.protocol import grpc_wire
 from inferpool.protocol.types import InferenceResponse, Tensor
 from tests.support import iris_data
@@ -63,17 +63,20 @@ def test_async_engine_loads_and_unloads(iris_repo: Path) -> None:
         async with inferpool.Engine(iris_repo) as engine:
             assert (await engine.infer("iris-logreg", ROWS))["predict"].tolist() == [0, 2]
             await engine.unload("iris-logreg")
-            seen.append([m["name"] for m in engine.models()])
-            with pytest.raises(ModelNotFound):
+            seen.append(sorted(f"{m['name']} {m['state']}" for m in engine.models()))
+            with pytest.raises(NotReady, match="UNAVAILABLE: unloaded"):
                 await engine.infer("iris-logreg", ROWS)
             with pytest.raises(ModelNotFound, match="not in the model repository"):
                 await engine.load("nothing-like-it")
             await engine.load("iris-logreg")
-            seen.append(sorted(m["name"] for m in engine.models()))
+            seen.append(sorted(f"{m['name']} {m['state']}" for m in engine.models()))
             assert (await engine.infer("iris-logreg", ROWS))["predict"].tolist() == [0, 2]
         return seen
 
-    assert asyncio.run(main()) == [["iris-rf"], ["iris-logreg", "iris-rf"]]
+    assert asyncio.run(main()) == [
+        ["iris-logreg UNAVAILABLE", "iris-rf READY"],
+        ["iris-logreg READY", "iris-rf READY"],
+    ]
 
 
 def test_the_embedding_program_is_the_operator(iris_repo: Path, monkeypatch) -> None:

@@ -59,6 +59,8 @@ class Op(IntEnum):
     EXITED = 13  # template → frontend: the wait status of a worker it reaped
     METRICS = 14  # worker → frontend: its runtimes' custom metrics (engine/custom_metrics.py)
     LOG = 15  # worker/template → frontend: a log record for the server's handlers
+    PRELOADED = 16  # template → frontend: how a PRELOAD went, per model, and its epoch
+    UNPRELOAD = 17  # frontend → template: drop its copy of a model version
 
 
 # -- the slot header -----------------------------------------------------------------------
@@ -255,6 +257,7 @@ class Control(msgspec.Struct, frozen=True):
 class Hello(Control, frozen=True):
     op = Op.HELLO
     pid: int
+    epoch: int = 0  # the template's epoch when it forked this worker (its copies then)
 
 
 class Load(Control, frozen=True):
@@ -269,7 +272,7 @@ class Loaded(Control, frozen=True):
     ok: bool
     error: str = ""
     metadata: dict[str, Any] = {}
-    size: int = 0  # bytes the load added to the worker's resident memory
+    size: int = 0  # the model's footprint in bytes (``runtimes.footprint``)
     predictor: str | None = None
 
 
@@ -292,8 +295,41 @@ class Spawn(Control, frozen=True):
 
 
 class Preload(Control, frozen=True):
+    """Models for the template to load (or keep) and share with the workers it forks."""
+
     op = Op.PRELOAD
-    models: list[dict[str, Any]]
+    models: list[dict[str, Any]]  # ModelSettings as JSON
+    token: int = 0  # echoed in the answer (``Preloaded``)
+
+
+class PreloadResult(msgspec.Struct, frozen=True, array_like=True):
+    """How the template's load of one model version went."""
+
+    name: str
+    version: str | None
+    ok: bool
+    error: str = ""
+    size: int = 0  # the copy's footprint in bytes (``runtimes.footprint``)
+    epoch: int = 0  # the template's epoch when this copy came in: workers forked since hold it
+    # False: the template does not hold this model (its runtime is not fork-safe, or its
+    # settings are unusable): each worker loads it.
+    shareable: bool = True
+    # Its load started a thread in the template, which exits after answering (it must
+    # stay single-threaded to fork) and is never asked for this model again.
+    forked_threads: bool = False
+
+
+class Preloaded(Control, frozen=True):
+    op = Op.PRELOADED
+    token: int
+    epoch: int  # the template's epoch after the change: it grows when its copies change
+    models: list[PreloadResult]
+
+
+class Unpreload(Control, frozen=True):
+    op = Op.UNPRELOAD
+    name: str
+    version: str | None
 
 
 class Ping(Control, frozen=True):
@@ -369,7 +405,7 @@ class Metrics(Control, frozen=True):
 
 _CONTROLS: tuple[type[Control], ...] = (
     Hello, Load, Loaded, Unload, Stop, Spawn, Preload, Ping, Pong, Cancel, Exited, Log,
-    Metrics,
+    Metrics, Preloaded, Unpreload,
 )  # fmt: skip
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS: dict[int, msgspec.msgpack.Decoder[Any]] = {

@@ -1,28 +1,40 @@
-"""Models the template process loads before it forks, shared copy-on-write by workers.
+"""The models the template process holds, shared copy-on-write by the workers it forks.
 
-Only runtimes whose loading starts no native thread pool are loaded there (a parent
-that has run OpenMP code must not fork): those the runtime registry marks ``fork_safe``
-(``runtimes/registry.py``). A worker asked to load a model takes the template's copy when
-the settings and the files of the model's folder are unchanged since, and loads it itself
-otherwise.
+The frontend asks the template for a model (``preload``) at start-up, when it loads one
+through the API or the watcher, and after the template restarted; the template loads it
+once and every worker forked afterwards holds the same pages. Only runtimes whose
+loading starts no native thread pool are loaded there (a parent that has run OpenMP code
+must not fork): those ``runtimes.registry.is_fork_safe`` allows. A load that starts a
+thread anyway (a runtime wrongly marked safe) makes the template unsafe to fork from: the
+answer says so and the template exits (``template.py``); the frontend then has each
+worker load that model. A worker asked to load a model takes the template's copy when
+the settings and the files of the model's folder are unchanged since, and loads it
+itself otherwise. ``unpreload`` drops a copy (refcounts free it; no ``gc.collect()``,
+which would touch every shared page).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from inferpool.engine.worker.model import LoadedModel, load_model
+from inferpool.engine.ipc.messages import PreloadResult
+from inferpool.engine.worker.heap import release_freed_memory
+from inferpool.engine.worker.model import LoadedModel, failure_reason, load_model
+from inferpool.runtimes.footprint import model_footprint
 from inferpool.runtimes.registry import is_fork_safe
 from inferpool.settings import ModelSettings
 
 logger = logging.getLogger(__name__)
 
-# By (name, version): the versions of one model are preloaded side by side.
-_PRELOADED: dict[tuple[str, str | None], tuple[bytes, LoadedModel]] = {}
+# By (name, version): the versions of one model are held side by side. Each entry is the
+# fingerprint it was loaded with, the model, its footprint in bytes and the template's
+# epoch when it came in.
+_PRELOADED: dict[tuple[str, str | None], tuple[bytes, LoadedModel, int, int]] = {}
 
 
 def fingerprint(document: dict[str, Any]) -> bytes:
@@ -37,24 +49,87 @@ def fingerprint(document: dict[str, Any]) -> bytes:
     return orjson.dumps([document, files])
 
 
-def preload(documents: list[dict[str, Any]]) -> None:
-    """Load the fork-safe models among ``documents`` (model settings as JSON)."""
+def thread_count() -> int:
+    """The threads of this process (a fork copies only the calling one)."""
+    return len(os.listdir("/proc/self/task"))
+
+
+def preload(documents: list[dict[str, Any]], epoch: int) -> tuple[list[PreloadResult], int]:
+    """Load (or keep) the models of ``documents`` (model settings as JSON).
+
+    ``epoch`` is the template's; each copy loaded now increments it. Returns one result per
+    document and the new epoch. A result with ``forked_threads`` ends the list: this
+    process must not fork any more.
+    """
+    results = []
     for document in documents:
-        try:
-            settings = ModelSettings(**document)
-            if not is_fork_safe(settings):
-                continue
-            _PRELOADED[_key(document)] = (fingerprint(document), load_model(settings))
-        except Exception as exc:  # the worker loads it itself and reports the reason
-            logger.debug("not preloading %s: %s", document.get("name"), exc)
+        result = _preload_one(document, epoch + 1)
+        epoch = max(epoch, result.epoch)
+        results.append(result)
+        if result.forked_threads:
+            break
+    # What the loaders freed (and a replaced copy) would otherwise stay mapped here and in
+    # every worker forked from now on.
+    release_freed_memory()
+    return results, epoch
 
 
-def preloaded(document: dict[str, Any]) -> LoadedModel | None:
-    """The template's copy of this model, if it is still what the settings describe."""
+def _preload_one(document: dict[str, Any], epoch: int) -> PreloadResult:
+    """The result of holding one model; a copy loaded now gets ``epoch``."""
+    name, version = key = _key(document)
+    try:
+        settings = ModelSettings(**document)
+        if not is_fork_safe(settings):
+            error = "its runtime may start threads while loading"
+            return PreloadResult(name, version, False, error, shareable=False)
+    except Exception as exc:  # the worker loads it itself and reports the reason
+        return PreloadResult(name, version, False, failure_reason(exc), shareable=False)
+    stamp = fingerprint(document)
+    entry = _PRELOADED.get(key)
+    if entry is not None and entry[0] == stamp:
+        return PreloadResult(name, version, True, size=entry[2], epoch=entry[3])
+    threads = thread_count()
+    try:
+        model = load_model(settings)
+    except Exception as exc:
+        # A copy loaded from older files stays: the workers serving it share its pages.
+        return PreloadResult(name, version, False, failure_reason(exc))
+    started = thread_count() - threads
+    if started > 0:
+        error = (
+            f"loading it started {started} thread(s) in the worker template process, "
+            "which must stay single-threaded to fork"
+        )
+        return PreloadResult(name, version, False, error, shareable=False, forked_threads=True)
+    size = model_footprint(model)
+    _PRELOADED[key] = (stamp, model, size, epoch)
+    return PreloadResult(name, version, True, size=size, epoch=epoch)
+
+
+def unpreload(name: str, version: str | None) -> bool:
+    """Drop the copy of a model version; whether there was one."""
+    if _PRELOADED.pop((name, version), None) is None:
+        return False
+    release_freed_memory()
+    return True
+
+
+def forget(model: LoadedModel) -> None:
+    """A worker unloaded ``model``: drop its inherited reference to the template's copy,
+    so that the copy's pages are freed once the template drops its own."""
+    for key, entry in list(_PRELOADED.items()):
+        if entry[1] is model:
+            del _PRELOADED[key]
+
+
+def preloaded(document: dict[str, Any]) -> tuple[LoadedModel, int] | None:
+    """The template's copy of this model and its footprint, if it is still what the
+    settings describe. (The footprint comes along: walking the copy's objects in a
+    worker would write to their shared pages.)"""
     entry = _PRELOADED.get(_key(document))
     if entry is None or entry[0] != fingerprint(document):
         return None
-    return entry[1]
+    return entry[1], entry[2]
 
 
 def _key(document: dict[str, Any]) -> tuple[str, str | None]:

@@ -26,23 +26,25 @@ from inferpool.engine.ipc.channel import Channel
 from inferpool.engine.ipc.messages import Op, Reply, RequestHeader
 from inferpool.engine.ipc.ring import Ring
 from inferpool.engine.worker.batching import Batcher
+from inferpool.engine.worker.heap import release_freed_memory
 from inferpool.engine.worker.model import LoadedModel, failure_reason, load_model
 from inferpool.engine.worker.path import Job, run_group
-from inferpool.engine.worker.preload import preloaded
+from inferpool.engine.worker.preload import forget, preloaded
+from inferpool.engine.worker.warmup import warm_up
 from inferpool.errors import ClientGone, NotReady
 from inferpool.protocol import limits
+from inferpool.runtimes.base import THREAD_ENV
+from inferpool.runtimes.footprint import model_footprint
 from inferpool.settings import ModelSettings
 
 logger = logging.getLogger(__name__)
 
 
-def resident_bytes() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def limit_native_threads(threads: int) -> None:
-    """Cap BLAS/OpenMP pools for libraries already loaded (the env covers later ones)."""
+    """Size the BLAS/OpenMP pools of this worker: those of the libraries already loaded
+    (the template loaded them single-threaded), and through the environment, those of the
+    libraries loaded later."""
+    os.environ.update(dict.fromkeys(THREAD_ENV, str(threads)))
     with contextlib.suppress(ImportError):
         from threadpoolctl import threadpool_limits
 
@@ -50,9 +52,10 @@ def limit_native_threads(threads: int) -> None:
 
 
 class Worker:
-    def __init__(self, spec: messages.Spawn, fds: list[int]) -> None:
+    def __init__(self, spec: messages.Spawn, fds: list[int], epoch: int) -> None:
         request_fd, reply_fd, self.request_bell, self.reply_bell, control_fd = fds
         self.worker_id = spec.worker
+        self.epoch = epoch
         limits.configure(limits.DecodeLimits(**spec.limits))
         self.threads = spec.threads
         self.requests = Ring(request_fd, spec.slots, spec.slot_size)
@@ -81,7 +84,7 @@ class Worker:
     # -- main loop -------------------------------------------------------------------------
     def run(self) -> None:
         limit_native_threads(self.threads)
-        self.channel.send_control(messages.Hello(pid=os.getpid()))
+        self.channel.send_control(messages.Hello(pid=os.getpid(), epoch=self.epoch))
         poller = select.poll()
         poller.register(self.request_bell, select.POLLIN)
         poller.register(self.channel.fileno(), select.POLLIN)
@@ -101,24 +104,29 @@ class Worker:
             self._take_requests()
             if not self._take_control():
                 return
-            due = self.batcher.due(time.monotonic_ns(), flush=self.stopping)
-            for model, jobs in due:
-                # Unbatched requests are answered one by one, so none waits for the rest.
-                batched = model.settings.max_batch_size > 1
-                for chunk in [jobs] if batched else [[job] for job in jobs]:
-                    # What runs, and since when: the frontend blames a crash on it and
-                    # recycles this worker when it runs past its model's timeout.
-                    running = [job.request_id for job in chunk]
-                    self.requests.mark_running(chunk[0].model_index, running, time.monotonic_ns())
-                    self.log.running = running  # the requests its log records name
-                    self._answer(chunk, run_group(model, chunk))
-            if due:
-                self.requests.mark_idle()
-                self.log.running = ()
+            self._run_due()
             if self.stopping and not self.batcher and not self.requests.pending():
                 self.metrics.report(force=True)
                 return
             self.metrics.report()
+
+    def _run_due(self) -> None:
+        """Run the groups that are due. (In a method of its own so that no local of the
+        main loop keeps the last model run alive after it is unloaded.)"""
+        due = self.batcher.due(time.monotonic_ns(), flush=self.stopping)
+        for model, jobs in due:
+            # Unbatched requests are answered one by one, so none waits for the rest.
+            batched = model.settings.max_batch_size > 1
+            for chunk in [jobs] if batched else [[job] for job in jobs]:
+                # What runs, and since when: the frontend blames a crash on it and
+                # recycles this worker when it runs past its model's timeout.
+                running = [job.request_id for job in chunk]
+                self.requests.mark_running(chunk[0].model_index, running, time.monotonic_ns())
+                self.log.running = running  # the requests its log records name
+                self._answer(chunk, run_group(model, chunk))
+        if due:
+            self.requests.mark_idle()
+            self.log.running = ()
 
     def _take_requests(self) -> None:
         for fields, body in self.requests.pop_all():
@@ -145,8 +153,13 @@ class Worker:
         # ring was read before this message, but more may have come since).
         self._take_requests()
         model = self.models.pop(message.index, None)
-        if model is not None:
-            model.runtime.metrics.close()
+        # (A reload of unchanged files took the same template copy under a new index.)
+        if model is None or any(held is model for held in self.models.values()):
+            return
+        model.runtime.metrics.close()
+        forget(model)  # the template's copy as this process inherited it: freed now
+        del model
+        release_freed_memory()
 
     def _on_cancel(self, message: messages.Cancel) -> None:
         job = self.batcher.cancel(message.request_id)
@@ -173,25 +186,32 @@ class Worker:
 
     # -- control ---------------------------------------------------------------------------
     def _load(self, message: messages.Load) -> None:
-        before = resident_bytes()
         try:
-            model = preloaded(message.settings) or load_model(ModelSettings(**message.settings))
+            copy = preloaded(message.settings)  # the template's, shared with it
+            if copy is not None:
+                model, size = copy
+            else:
+                model = load_model(ModelSettings(**message.settings))
+                size = model_footprint(model)
+                release_freed_memory()  # what the loader freed
             model.runtime.limit_threads(self.threads)
+            warm_up(model, f"in worker {self.worker_id}")  # before it is READY: docs/warmup.md
         except Exception as exc:
             answer = messages.Loaded(index=message.index, ok=False, error=failure_reason(exc))
         else:
             self.models[message.index] = model
             answer = messages.Loaded(
-                index=message.index, ok=True, metadata=model.metadata,
-                size=max(0, resident_bytes() - before), predictor=model.runtime.predictor(),
+                index=message.index, ok=True, metadata=model.metadata, size=size,
+                predictor=model.runtime.predictor(),
             )  # fmt: skip
         self.channel.send_control(answer)
 
 
-def main(spec: messages.Spawn, fds: list[int]) -> None:
-    """Run a worker in this (freshly forked) process until it is told to stop."""
+def main(spec: messages.Spawn, fds: list[int], epoch: int) -> None:
+    """Run a worker in this (freshly forked) process until it is told to stop; ``epoch``:
+    the template's when it forked this one (which of its models this one shares)."""
     # A signal to the whole group reaches us too; the frontend drains, then stops us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    Worker(spec, fds).run()
+    Worker(spec, fds, epoch).run()

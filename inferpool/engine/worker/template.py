@@ -2,10 +2,15 @@
 
 The pool starts it as a fresh interpreter (``python -m inferpool.engine.worker.template FD
 LOGGING``) before any worker, so it has no event loop, no gRPC threads and no OpenMP pool,
-whatever the frontend has started. It imports the runtimes once, loads the repository's models
-whose runtime allows it (``preload.py``), freezes the heap (``gc.freeze()``) so workers
-share those pages copy-on-write, and forks a worker for each SPAWN message, handing it
-the fds that came with the message. Respawns after a crash come from here too. It reaps
+whatever the frontend has started. It imports the runtimes once, loads the models the frontend
+asks for whose runtime allows it (PRELOAD, answered by PRELOADED; UNPRELOAD drops one:
+``preload.py``), freezes the heap (``gc.freeze()``) so workers share those pages
+copy-on-write, and forks a worker for each SPAWN message, handing it the fds that came
+with the message. Respawns after a crash, and each new generation of workers that takes
+over from the old one after a model was loaded here, come from here too. Its *epoch*
+grows whenever its set of models changes; each worker learns the epoch it was forked at
+(its HELLO says it), so the frontend knows which copies a worker holds. A load that
+started a thread here makes this process unsafe to fork from: it answers, then exits. It reaps
 the workers it forked and tells the frontend how each ended (EXITED: killed by which
 signal, or its exit code), so that a crash can be reported with its cause. It ignores
 SIGTERM and SIGINT, as its workers do, and exits when the frontend's end of its channel
@@ -59,7 +64,10 @@ class Template:
         self.channel = channel
         self.wakeup = wakeup  # readable when SIGCHLD arrived
         self._fds: list[int] = []  # those that came with the message being handled
-        self.dispatch = messages.Dispatch({Op.PRELOAD: self._preload, Op.SPAWN: self._spawn})
+        self.epoch = 0  # grows whenever the set of preloaded models changes
+        self.dispatch = messages.Dispatch(
+            {Op.PRELOAD: self._preload, Op.UNPRELOAD: self._unpreload, Op.SPAWN: self._spawn}
+        )
 
     def serve(self) -> None:
         """Act on the frontend's messages; report every worker that exits."""
@@ -90,9 +98,20 @@ class Template:
                 self._fds = []
 
     def _preload(self, message: messages.Preload) -> None:
-        from inferpool.engine.worker.preload import preload as load_before_fork
+        from inferpool.engine.worker import preload
 
-        load_before_fork(message.models)
+        results, self.epoch = preload.preload(message.models, self.epoch)
+        answer = messages.Preloaded(token=message.token, epoch=self.epoch, models=results)
+        self.channel.send_control(answer)
+        if any(result.forked_threads for result in results):
+            # Forking a multi-threaded process copies only this thread: locks held by the
+            # others stay held in the child. Its threads are the model's: no clean exit.
+            os._exit(0)
+
+    def _unpreload(self, message: messages.Unpreload) -> None:
+        from inferpool.engine.worker import preload
+
+        self.epoch += preload.unpreload(message.name, message.version)
 
     def _spawn(self, spec: messages.Spawn) -> None:
         fds, self._fds = self._fds, []
@@ -107,7 +126,7 @@ class Template:
                 self.channel.close()
                 from inferpool.engine.worker import process
 
-                process.main(spec, fds)
+                process.main(spec, fds, self.epoch)
             except BaseException:
                 import traceback
 

@@ -176,7 +176,9 @@ class InferenceService:
         return response
 
     async def model_config(self, request: Any, context: Any) -> pb.ModelConfigResponse:
-        document = model_config(self.plane.client, request.name, request.version or None)
+        document = model_config(
+            self.plane.client, request.name, request.version or None, numbers_only=True
+        )
         response = pb.ModelConfigResponse()
         json_format.ParseDict(document, response.config)
         return response

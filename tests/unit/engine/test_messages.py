@@ -24,14 +24,14 @@ SERIES = messages.MetricSeries(["a"], 2.5, [1, 0, 1], 7)
 HISTOGRAM = messages.MetricFamily("hits", "histogram", "Hits", ["kind"], [SERIES], "max", [0.5, 1])
 # One example of every control struct, with a value in each field.
 EXAMPLES: list[messages.Control] = [
-    messages.Hello(pid=4242),
+    messages.Hello(pid=4242, epoch=5),
     messages.Load(index=7, settings={"name": "iris", "parameters": {"x": [1, 2]}}),
     messages.Loaded(index=7, ok=True, metadata={"name": "iris"}, size=1 << 40, predictor="tree"),
     messages.Loaded(index=8, ok=False, error="no model artefact"),
     messages.Unload(index=7),
     messages.Stop(),
     messages.Spawn(worker=1, threads=2, slots=64, slot_size=65536, limits={"max_json_depth": 64}),
-    messages.Preload(models=[{"name": "a"}, {"name": "b"}]),
+    messages.Preload(models=[{"name": "a"}, {"name": "b"}], token=9),
     messages.Ping(),
     messages.Pong(),
     messages.Cancel(request_id=2**63),
@@ -41,6 +41,17 @@ EXAMPLES: list[messages.Control] = [
         ended=[messages.ModelMetricsState(2, "iris", "", [])],
     ),
     messages.Log(level=30, logger="m", message="odd", created=1.5, exc="T", requests=[7]),
+    messages.Preloaded(
+        token=3,
+        epoch=2,
+        models=[
+            messages.PreloadResult("iris", None, True, size=2**40, epoch=2),
+            messages.PreloadResult(
+                "x", "1", False, "threads", shareable=False, forked_threads=True
+            ),
+        ],
+    ),
+    messages.Unpreload(name="iris", version="2"),
 ]
 
 
@@ -51,7 +62,7 @@ def test_kinds_and_opcodes_keep_their_wire_values() -> None:
     assert {op.name: int(op) for op in Op} == {
         "HELLO": 1, "LOAD": 2, "LOADED": 3, "UNLOAD": 4, "REQUEST": 5, "REPLY": 6, "STOP": 7,
         "SPAWN": 8, "PRELOAD": 9, "PING": 10, "PONG": 11, "CANCEL": 12, "EXITED": 13,
-        "METRICS": 14, "LOG": 15,
+        "METRICS": 14, "LOG": 15, "PRELOADED": 16, "UNPRELOAD": 17,
     }  # fmt: skip
 
 

@@ -18,7 +18,7 @@ def _document(folder: Path, version: str) -> dict:
     }
 
 
-def test_each_version_keeps_its_own_preloaded_copy(tmp_path: Path) -> None:
+def test_each_version_keeps_its_own_preloaded_copy(tmp_path: Path, monkeypatch) -> None:
     from sklearn.linear_model import LogisticRegression
     from sklearn.tree import DecisionTreeClassifier
 
@@ -26,12 +26,16 @@ def test_each_version_keeps_its_own_preloaded_copy(tmp_path: Path) -> None:
     save_pickle(tmp_path / "v1", LogisticRegression(max_iter=500).fit(X, y))
     save_pickle(tmp_path / "v2", DecisionTreeClassifier(random_state=0).fit(X, y))
     documents = [_document(tmp_path / "v1", "1"), _document(tmp_path / "v2", "2")]
+    # This pytest process is no template: threads other tests left behind come and go, and
+    # one started during a load would read as the load's.
+    monkeypatch.setattr(preload, "thread_count", lambda: 1)
     try:
-        preload.preload(documents)
+        results, epoch = preload.preload(documents, 0)
+        assert [(r.ok, r.epoch) for r in results] == [(True, 1), (True, 2)] and epoch == 2
         first, second = (preload.preloaded(document) for document in documents)
         assert first is not None and second is not None
-        assert first is not second
-        assert type(first.runtime.model).__name__ == "LogisticRegression"
-        assert type(second.runtime.model).__name__ == "DecisionTreeClassifier"
+        assert first[0] is not second[0]
+        assert type(first[0].runtime.model).__name__ == "LogisticRegression"
+        assert type(second[0].runtime.model).__name__ == "DecisionTreeClassifier"
     finally:
         preload._PRELOADED.clear()

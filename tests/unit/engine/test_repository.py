@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -200,8 +201,14 @@ def test_a_start_up_failure_stays_strict_until_unloaded(tmp_path: Path) -> None:
         assert "broken" in (client.not_ready_reason() or "")
         await client.unload_model("broken")
         assert client.not_ready_reason() is None
+        # Still in the repository: listed as unloaded (as Triton), and unloads again.
+        assert client.table.find("broken").unloaded
+        await client.unload_model("broken")
+        # Gone from the repository: dropped, then unknown.
+        shutil.rmtree(tmp_path / "broken")
         with pytest.raises(ModelNotFound):
             await client.unload_model("broken")
+        assert client.table.get("broken") is None
         with pytest.raises(ModelNotFound):
             await client.unload_model("../../etc")
 
@@ -279,7 +286,7 @@ def test_loads_and_unloads_of_one_model_take_turns(tmp_path: Path) -> None:
         gate.set()
         await loading
         await unloading
-        assert "m" not in client.loaded and client.table.get("m") is None
+        assert "m" not in client.loaded and client.table.find("m").unloaded
         assert len(client._locks) == 0
         # Names that are refused or unknown never get a lock.
         for name in ("../x", "no-such-model"):

@@ -15,7 +15,7 @@ from inferpool.engine.client import EngineClient
 from inferpool.engine.repository import discover
 from inferpool.engine.states import ModelState
 from inferpool.engine.watcher import RepositoryWatcher, action, ignored, touched_folders
-from inferpool.errors import Forbidden
+from inferpool.errors import ModelNotFound
 from inferpool.settings import ModelSettings, ServerSettings
 
 
@@ -120,10 +120,6 @@ def test_the_watcher_follows_the_repository(tmp_path: Path) -> None:
     async def scenario() -> None:
         client = FakeClient(tmp_path)
         await client.start()
-        with pytest.raises(Forbidden, match="model-control-mode poll"):
-            await client.load_model("a")
-        with pytest.raises(Forbidden, match="model-control-mode poll"):
-            await client.unload_model("a")
         # A new folder; one whose load raises something unexpected does not stop the watch.
         client.fail["boom"] = RuntimeError("unexpected")
         model_folder(tmp_path, "boom", implementation="m.Runtime")
@@ -162,6 +158,38 @@ def test_folders_that_came_or_went_unseen_are_acted_on(tmp_path: Path) -> None:
         client._watcher = RepositoryWatcher(client, tmp_path, 0.1)
         client._watcher.start(found)
         await until(lambda: set(states(client)) == {"kept", "late"})
+        await client.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_the_repository_api_works_beside_the_watcher(tmp_path: Path) -> None:
+    """Poll mode takes loads and unloads by name at once; an unload holds until the
+    folder changes, a model the API loaded is followed by the watcher from then on."""
+    model_folder(tmp_path, "a", implementation="m.Runtime")
+
+    async def scenario() -> None:
+        client = FakeClient(tmp_path)
+        await client.start()
+        await client.unload_model("a")
+        status = client.table.find("a")
+        assert (status.state, status.reason) == (ModelState.UNAVAILABLE, "unloaded")
+        await asyncio.sleep(1.5)  # past the quiet period and an idle comparison
+        assert client.table.find("a").unloaded and client.loads == ["a"]
+        # The folder changes: the watcher loads it again.
+        model_folder(tmp_path, "a", implementation="m.Runtime", parameters={"extra": {}})
+        await until(lambda: states(client)["a"] is ModelState.READY)
+        # Loaded by the API before the watcher acted on it: followed from then on.
+        model_folder(tmp_path, "b", implementation="m.Runtime")
+        await client.load_model("b")
+        watcher = client._watcher
+        assert watcher is not None and "b" in watcher.models
+        for path in (tmp_path / "b").iterdir():
+            path.unlink()
+        (tmp_path / "b").rmdir()
+        await until(lambda: "b" not in states(client))
+        with pytest.raises(ModelNotFound):
+            await client.unload_model("b")
         await client.close()
 
     asyncio.run(asyncio.wait_for(scenario(), 30))

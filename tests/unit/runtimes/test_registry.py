@@ -124,11 +124,11 @@ def test_the_template_preloads_a_model_only_if_its_entry_is_fork_safe(
     monkeypatch.setattr(preloader, "_PRELOADED", {})
     document = {"name": "m", "runtime": "fake"}
     assert registry.is_fork_safe(ModelSettings(**document)) is fork_safe
-    preloader.preload([document])
+    preloader.preload([document], 0)
     copy = preloader.preloaded(document)
     if fork_safe:
         assert copy is not None
-        assert copy.runtime.platform == "fake"
+        assert copy[0].runtime.platform == "fake"
         assert sys.modules["fake_runtime"].LOADS == ["m"]
     else:
         assert copy is None
@@ -176,3 +176,84 @@ def test_an_unknown_name_lists_the_entries(monkeypatch: pytest.MonkeyPatch) -> N
     only(fake_entry(), monkeypatch)
     with pytest.raises(RuntimeNotFound, match=r"use one of fake or module\.Class"):
         registry.runtime_class(ModelSettings(name="m", runtime="nothing"))
+
+
+# -- what the template may load: MLflow flavours, custom runtimes that say so ------------------
+
+MLMODEL = """flavors:
+  python_function:
+    loader_module: {loader}
+    python_version: 3.11.7
+"""
+
+
+@pytest.mark.parametrize(
+    ("loader", "safe"),
+    [
+        ("mlflow.sklearn", True),
+        ("mlflow.lightgbm", True),
+        ("mlflow.xgboost", True),
+        ("mlflow.pyfunc.model", False),  # a PythonModel of the user's: its load_context
+        ("mlflow.pytorch", False),
+    ],
+)
+def test_an_mlflow_model_is_fork_safe_by_its_flavour(
+    tmp_path: Path, loader: str, safe: bool
+) -> None:
+    (tmp_path / "MLmodel").write_text(MLMODEL.format(loader=loader))
+    settings = ModelSettings(name="m", folder=tmp_path)
+    assert registry.is_fork_safe(settings) is safe
+    by_uri = ModelSettings(name="m", parameters={"uri": str(tmp_path / "MLmodel")})
+    assert registry.is_fork_safe(by_uri) is safe
+
+
+def test_an_unreadable_mlmodel_is_not_fork_safe(tmp_path: Path) -> None:
+    (tmp_path / "MLmodel").write_text("flavors: [not, a, mapping")
+    assert not registry.is_fork_safe(ModelSettings(name="m", folder=tmp_path))
+
+
+SAYS_SAFE = """
+import inferpool
+
+LOADED = True
+
+
+class Safe(inferpool.Runtime):
+    fork_safe = True
+
+
+class Annotated(inferpool.Runtime):
+    fork_safe: bool = True
+
+
+class Unsafe(inferpool.Runtime):
+    fork_safe = False
+
+
+class Silent(Safe):
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "safe"), [("Safe", True), ("Annotated", True), ("Unsafe", False), ("Silent", False)]
+)
+def test_a_custom_runtime_is_fork_safe_if_its_class_says_so_and_is_not_imported(
+    tmp_path: Path, name: str, safe: bool
+) -> None:
+    (tmp_path / "says.py").write_text(SAYS_SAFE)
+    settings = ModelSettings(name="m", folder=tmp_path, implementation=f"says.{name}")
+    assert registry.is_fork_safe(settings) is safe
+    assert not [module for module in sys.modules if module.endswith("says")]
+
+
+def test_an_installed_custom_runtime_is_read_from_its_file(fake_modules: Path) -> None:
+    package = fake_modules / "fake_package"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise RuntimeError('never run')\n")
+    (package / "runtimes.py").write_text(SAYS_SAFE)
+    safe = ModelSettings(name="m", implementation="fake_package.runtimes.Safe")
+    assert registry.is_fork_safe(safe)
+    unknown = ModelSettings(name="m", implementation="fake_package.nowhere.Safe")
+    assert not registry.is_fork_safe(unknown)
+    assert "fake_package" not in sys.modules

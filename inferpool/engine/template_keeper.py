@@ -1,0 +1,183 @@
+"""The worker template process, kept running and holding the models workers share.
+
+``TemplateKeeper`` starts the template (``handles.TemplateProcess``), has it preload the
+repository's fork-safe models before it forks the first workers, and restarts it when it
+dies (reaped, counted, backing off); a restarted template preloads the models served
+now. A model whose load started a thread in the template is never asked of it again
+(``unshareable``: each worker loads it) and the template restarts, since nothing may be
+forked from a process with threads. ``Supervisor`` owns the keeper and asks it for the
+running template before each fork; ``Generations`` asks it to preload models loaded
+after start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
+
+from inferpool.engine.crashes import ExitStatuses, describe_exit
+from inferpool.engine.handles import TemplateProcess
+from inferpool.engine.ipc import messages
+from inferpool.engine.outages import MAX_BACKOFF, Outages
+from inferpool.engine.states import ModelKey, describe_key, model_key
+from inferpool.errors import NotReady, WorkerLost
+
+logger = logging.getLogger(__name__)
+
+START_TIMEOUT = 60.0  # how long a fork waits for the template to be up and preloaded
+
+
+class ServedDocuments(Protocol):
+    """What the keeper asks the pool: the models a restarted template preloads."""
+
+    def shared_documents(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def started(self) -> bool: ...
+
+
+class TemplateKeeper:
+    """The template process: started, preloaded, restarted; what it may not hold."""
+
+    def __init__(
+        self,
+        exits: ExitStatuses,
+        outages: Outages,
+        served: ServedDocuments,
+        stopping: Callable[[], bool],
+        keep: Callable[[Coroutine[Any, Any, Any]], None],
+        gone: Callable[[], None],
+    ) -> None:
+        self.exits = exits
+        self.outages = outages
+        self.served = served
+        self.stopping = stopping
+        self.keep = keep
+        self.gone = gone  # the template exited: workers it had not forked yet never will be
+        self.template: TemplateProcess | None = None
+        # Model versions whose load started a thread in the template: never asked again,
+        # each worker loads them (by key, the reason).
+        self.unshareable: dict[ModelKey, str] = {}
+        self.restarts = 0  # readable by metrics and tests
+        self._up: asyncio.Event | None = None
+        self._start_documents: list[dict[str, Any]] = []  # the repository's at start-up
+
+    def start(self, documents: list[dict[str, Any]]) -> None:
+        """Start the template; it is up once it has preloaded the fork-safe ``documents``."""
+        self._up = asyncio.Event()
+        self._start_documents = documents
+        self._start(documents)
+
+    def _start(self, documents: list[dict[str, Any]]) -> None:
+        template = TemplateProcess(self.exits.reported, self._template_gone)
+        self.template = template
+        self.outages.template_up(time.monotonic())
+        self.keep(self._preload_then_open(template, documents))
+
+    async def _preload_then_open(
+        self, template: TemplateProcess, documents: list[dict[str, Any]]
+    ) -> None:
+        wanted = [d for d in documents if document_key(d) not in self.unshareable]
+        if wanted:
+            try:
+                if not self.note_results(await template.preload(wanted)):
+                    return  # it exits: its restart preloads the others
+            except WorkerLost:
+                return  # its restart preloads them again
+        if template is self.template:
+            assert self._up is not None
+            self._up.set()
+
+    def note_results(self, results: list[messages.PreloadResult]) -> bool:
+        """Remember the models whose load started a thread in the template (never shared);
+        False if one did: the template exits, nothing may be forked from it any more."""
+        safe = True
+        for result in results:
+            if result.forked_threads:
+                safe = False
+                assert self._up is not None
+                self._up.clear()  # until its restart has preloaded
+                key = model_key(result.name, result.version)
+                self.unshareable[key] = result.error
+                logger.warning(
+                    "%s is not shared between workers: %s; each worker loads it, and the "
+                    "worker template process restarts", describe_key(key), result.error,
+                )  # fmt: skip
+        return safe
+
+    async def preload(self, document: dict[str, Any]) -> messages.PreloadResult | None:
+        """The template's load of one model version, to share with the workers it forks;
+        None when each worker must load it (the template does not hold it)."""
+        if document_key(document) in self.unshareable:
+            return None
+        template = await self.running()
+        [result] = await template.preload([document])
+        self.note_results([result])
+        return result if result.shareable else None
+
+    async def running(self) -> TemplateProcess:
+        """The template, once it is up and ready to fork; NotReady if it does not come up."""
+        assert self._up is not None
+        try:
+            await asyncio.wait_for(self._up.wait(), START_TIMEOUT)
+        except TimeoutError:
+            raise NotReady("the worker template process is not running") from None
+        assert self.template is not None
+        return self.template
+
+    def _documents_now(self) -> list[dict[str, Any]]:
+        """What a restarted template preloads: the models served now, and until start-up
+        has finished, the repository's too."""
+        documents = self.served.shared_documents()
+        if not self.served.started:
+            served = {document_key(document) for document in documents}
+            documents += [d for d in self._start_documents if document_key(d) not in served]
+        return documents
+
+    def _template_gone(self, template: TemplateProcess) -> None:
+        if template is not self.template:
+            return
+        self.template = None
+        assert self._up is not None
+        self._up.clear()
+        if self.stopping():
+            return
+        self.outages.template_gone(time.monotonic())
+        self.gone()
+        self.keep(self._restart(template))
+
+    async def _restart(self, gone: TemplateProcess) -> None:
+        status = await gone.reap()
+        how = f"(pid {gone.process.pid}) {describe_exit(status)}"
+        delay = self.outages.template_delay(time.monotonic())
+        logger.error("the worker template process %s; restarting it in %.1fs", how, delay)
+        while not self.stopping():
+            await asyncio.sleep(delay)
+            try:
+                self._start(self._documents_now())
+            except OSError as exc:
+                delay = min(MAX_BACKOFF, max(0.1, 2 * delay))
+                logger.error(
+                    "cannot restart the worker template process: %s; retrying in %.1fs",
+                    exc, delay,
+                )  # fmt: skip
+                continue
+            self.restarts += 1
+            logger.info(
+                "worker template process restarted (pid %d, restart %d)",
+                self.template.process.pid if self.template else 0, self.restarts,
+            )  # fmt: skip
+            return
+
+    async def stop(self, timeout: float) -> None:
+        template, self.template = self.template, None
+        if template is not None:
+            await template.stop(timeout)
+
+
+def document_key(document: dict[str, Any]) -> ModelKey:
+    """The key of a model version from its settings as JSON."""
+    return model_key(document.get("name", ""), (document.get("parameters") or {}).get("version"))
