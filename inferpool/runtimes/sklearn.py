@@ -2,7 +2,10 @@
 
 An estimator fitted on a DataFrame (``feature_names_in_``) gets its rows as a DataFrame
 with those columns, from one input per feature or one 2-D input. A pickled LightGBM or
-XGBoost model is handed to that library's runtime, which offers more outputs.
+XGBoost model is handed to that library's runtime, which offers more outputs. Random
+forests are predicted by the tree kernel (``trees/``), linear models, alone or after
+scalers or a one-hot encoder, by the linear kernel (``linear.py``): each verified against
+scikit-learn at load, which predicts whatever the kernel does not reproduce.
 
 ``parameters.extra.predict_fn`` names the method that answers a request which names no
 output (MLServer's setting); an unknown value fails the model at load. Settings naming
@@ -25,6 +28,7 @@ from inferpool.protocol.types import TensorSpec
 from inferpool.runtimes.artefacts import find_artefact, library_of, unpickle
 from inferpool.runtimes.base import Runtime
 from inferpool.runtimes.boosted import BoostedTreesRuntime
+from inferpool.runtimes.linear import CompiledLinear, is_linear, kernel_checks
 from inferpool.runtimes.mlserver_outputs import (
     as_output,
     find_mlserver_artefact,
@@ -86,8 +90,10 @@ class SKLearnRuntime(Runtime):
         self.feature_names = [str(n) for n in names] if names is not None else None
         if self.feature_names is not None:
             self.accepts = "dataframe"
-        self.compiled: CompiledSKLearnForest | None = None
-        #: the methods the tree kernel computes, by name (none unless compiled)
+        #: the tree or the linear kernel's compiled model, or None: scikit-learn predicts
+        self.compiled: CompiledSKLearnForest | CompiledLinear | None = None
+        #: the methods the kernel computes, by name, each from ``compiled.rows(payload)``
+        #: (none unless compiled)
         self.kernel_methods: dict[str, Any] = {}
         if is_forest(self.model):
             # Random forests and extra-trees: inferpool's tree kernel where it reproduces
@@ -98,6 +104,29 @@ class SKLearnRuntime(Runtime):
             if compiled is not None:
                 self.compiled = compiled
                 self.kernel_methods = compiled.methods()
+        elif is_linear(self.model):
+            # Linear models, alone or after scalers or a one-hot encoder: inferpool's
+            # linear kernel, where it reproduces scikit-learn (linear.py). A small request
+            # costs it a few microseconds, scikit-learn's own checks tens to hundreds.
+            chosen_linear = compile_model(
+                self.settings,
+                "scikit-learn",
+                self._compile_linear,
+                self._linear_checks,
+                kernel="linear kernel",
+            )
+            linear, self.predicted_by = chosen_linear
+            if linear is not None:
+                self.compiled = linear
+                self.kernel_methods = linear.methods()
+
+    def _compile_linear(self) -> CompiledLinear:
+        return CompiledLinear(self.model)
+
+    def _linear_checks(self, compiled: CompiledLinear) -> tuple[Outputs, list[Any]]:
+        names = self.feature_names
+        frame = (lambda rows: self._frame(rows, names)) if names is not None else None
+        return kernel_checks(compiled, self.model, frame)
 
     def _compile(self) -> CompiledSKLearnForest:
         return CompiledSKLearnForest(self.model)
