@@ -126,7 +126,7 @@ class Running:
         return psutil.Process(self.process.pid).children(recursive=True)
 
     def tini(self) -> psutil.Process:
-        (tini,) = [p for p in self.processes() if p.cmdline()[:1] == ["/usr/bin/tini"]]
+        (tini,) = [p for p in self.processes() if _command(p)[:1] == ["/usr/bin/tini"]]
         return tini
 
     def stop(self) -> None:
@@ -138,6 +138,15 @@ class Running:
             self.process.kill()
             self.process.wait()
             raise
+
+
+def _command(process: psutil.Process) -> list[str]:
+    """Its command line; none for a process that exited meanwhile (buildah's and runc's
+    helpers come and go: one may be a zombie for a moment)."""
+    try:
+        return process.cmdline()
+    except (psutil.ZombieProcess, psutil.NoSuchProcess):
+        return []
 
 
 def default_command(config: dict) -> list[str]:
