@@ -89,9 +89,11 @@ class CompiledLinear:
         coef, intercept = estimator.coef_, estimator.intercept_
         if not isinstance(coef, np.ndarray):
             raise Unsupported("sparse coefficients")
-        # A model fitted on float32 data has float32 coefficients and answers float32
-        # rows in float32: not reproduced.
-        if coef.dtype != np.float64 or np.asarray(intercept).dtype != np.float64:
+        # A model fitted on float32 rows keeps float32 coefficients: its products follow
+        # numpy's promotion (float32 rows in float32, float64 rows in float64), as
+        # scikit-learn's do, since the kernel multiplies the rows as they come.
+        floats = (np.float32, np.float64)
+        if coef.dtype not in floats or np.asarray(intercept).dtype not in floats:
             raise Unsupported(f"{coef.dtype} coefficients")
         width = self.one_hot.width if self.one_hot is not None else self.n_features
         if coef.ndim not in (1, 2) or coef.shape[-1] != width:
@@ -184,8 +186,10 @@ class CompiledLinear:
             # float32 rows in float32, as scikit-learn does, and anything else in float64.
             work = np.float32 if dtype == np.float32 else np.float64
             return payload.astype(work)
-        # A product of ints or float32 by the float64 coefficients is computed in float64.
-        return payload if dtype == np.float64 else payload.astype(np.float64)
+        # Rows of floats are multiplied as they are (numpy casts float32 rows up for float64
+        # coefficients, as in scikit-learn's own product); integers become float64 rows,
+        # as scikit-learn's input check makes them.
+        return payload if dtype.kind == "f" else payload.astype(np.float64)
 
     def predict(self, scores: np.ndarray) -> np.ndarray:
         """``LinearClassifierMixin.predict``: the second class where the score is above 0,

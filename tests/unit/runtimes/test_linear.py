@@ -32,6 +32,11 @@ def classification(n_classes: int, labels: list[str] | None = None, rows: int = 
     return X, (np.asarray(labels)[y] if labels else y)
 
 
+def float32(data):
+    X, y = data
+    return X.astype(np.float32), (y.astype(np.float32) if y.dtype.kind == "f" else y)
+
+
 def regression(targets: int = 1, rows: int = 200, scaled: bool = True):
     from sklearn.datasets import make_regression
 
@@ -62,6 +67,14 @@ def _models() -> dict[str, Callable[[], tuple[object, np.ndarray]]]:
     return {
         "logistic-binary": lambda: fitted(lm.LogisticRegression(**logistic), classification(2)),
         "logistic-multiclass": lambda: fitted(lm.LogisticRegression(**logistic), classification(3)),
+        # Fitted on float32 rows: float32 coefficients.
+        "logistic-float32": lambda: fitted(
+            lm.LogisticRegression(**logistic), float32(classification(3))
+        ),
+        "logistic-binary-float32": lambda: fitted(
+            lm.LogisticRegression(**logistic), float32(classification(2))
+        ),
+        "linear-regression-float32": lambda: fitted(lm.LinearRegression(), float32(regression())),
         "logistic-string-labels": lambda: fitted(
             lm.LogisticRegression(**logistic), classification(3, ["cat", "dog", "emu"])
         ),
@@ -353,9 +366,6 @@ def unsupported_models() -> dict[str, Callable[[], object]]:
         "OneHotEncoder with <U1 categories": lambda: make_pipeline(
             OneHotEncoder(), lm.LogisticRegression()
         ).fit(words, yc),
-        "float32 coefficients": lambda: lm.LinearRegression().fit(
-            X.astype(np.float32), y.astype(np.float32)
-        ),
         "a multilabel RidgeClassifier": lambda: lm.RidgeClassifier().fit(
             X, np.column_stack([y == 0, y == 1]).astype(int)
         ),
