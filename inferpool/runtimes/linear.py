@@ -224,7 +224,7 @@ def library_fills_underflow() -> bool:
     try:
         from sklearn.linear_model._base import LinearClassifierMixin
 
-        class Underflowing(LinearClassifierMixin):
+        class Underflowing(LinearClassifierMixin):  # type: ignore[misc]  # untyped
             def decision_function(self, X: Any) -> np.ndarray:
                 return np.full((1, 2), -1e4)
 
