@@ -204,16 +204,9 @@ class CompiledLinear:
         prob: np.ndarray = self._expit(scores)
         if prob.ndim == 1:
             return np.stack([1 - prob, prob], axis=1)
-        prob_sum = prob.sum(axis=1)
-        all_zero = prob_sum == 0
         # Every sigmoid underflowed: uniform, as recent scikit-learn answers; older ones
         # divide 0 by 0 (NaN), and the kernel answers as the installed one does.
-        if np.any(all_zero) and library_fills_underflow():
-            prob[all_zero, :] = 1
-            prob_sum[all_zero] = prob.shape[1]
-        with np.errstate(invalid="ignore"):
-            prob /= prob_sum.reshape((prob.shape[0], -1))
-        return prob
+        return _normalised(prob, uniform_if_zero=library_fills_underflow())
 
 
 @functools.cache
@@ -258,12 +251,20 @@ def _modified_huber(scores: np.ndarray) -> np.ndarray:
         both[:, 1] = prob
         both[:, 0] -= prob
         return both
+    return _normalised(prob, uniform_if_zero=True)
+
+
+def _normalised(prob: np.ndarray, uniform_if_zero: bool) -> np.ndarray:
+    """Each row of ``prob`` divided by its sum, in place, as scikit-learn normalises
+    one-vs-rest scores; a row summing to 0 becomes uniform if ``uniform_if_zero``, else
+    0 / 0 (NaN)."""
     prob_sum = prob.sum(axis=1)
     all_zero = prob_sum == 0
-    if np.any(all_zero):
+    if uniform_if_zero and np.any(all_zero):
         prob[all_zero, :] = 1
         prob_sum[all_zero] = prob.shape[1]
-    prob /= prob_sum.reshape((prob.shape[0], -1))
+    with np.errstate(invalid="ignore"):
+        prob /= prob_sum.reshape((prob.shape[0], -1))
     return prob
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -31,10 +31,18 @@ from inferpool.settings import ModelSettings
 
 logger = logging.getLogger(__name__)
 
-# By (name, version): the versions of one model are held side by side. Each entry is the
-# fingerprint it was loaded with, the model, its footprint in bytes and the template's
-# epoch when it came in.
-_PRELOADED: dict[tuple[str, str | None], tuple[bytes, LoadedModel, int, int]] = {}
+
+class _Copy(NamedTuple):
+    """One model version the template holds."""
+
+    fingerprint: bytes  # what it was loaded from (``fingerprint``)
+    model: LoadedModel
+    size: int  # its footprint in bytes
+    epoch: int  # the template's epoch when it came in
+
+
+# By (name, version): the versions of one model are held side by side.
+_PRELOADED: dict[tuple[str, str | None], _Copy] = {}
 
 
 def fingerprint(document: dict[str, Any]) -> bytes:
@@ -86,8 +94,8 @@ def _preload_one(document: dict[str, Any], epoch: int) -> PreloadResult:
         return PreloadResult(name, version, False, failure_reason(exc), shareable=False)
     stamp = fingerprint(document)
     entry = _PRELOADED.get(key)
-    if entry is not None and entry[0] == stamp:
-        return PreloadResult(name, version, True, size=entry[2], epoch=entry[3])
+    if entry is not None and entry.fingerprint == stamp:
+        return PreloadResult(name, version, True, size=entry.size, epoch=entry.epoch)
     threads = thread_count()
     try:
         model = load_model(settings)
@@ -102,7 +110,7 @@ def _preload_one(document: dict[str, Any], epoch: int) -> PreloadResult:
         )
         return PreloadResult(name, version, False, error, shareable=False, forked_threads=True)
     size = model_footprint(model)
-    _PRELOADED[key] = (stamp, model, size, epoch)
+    _PRELOADED[key] = _Copy(stamp, model, size, epoch)
     return PreloadResult(name, version, True, size=size, epoch=epoch)
 
 
@@ -118,7 +126,7 @@ def forget(model: LoadedModel) -> None:
     """A worker unloaded ``model``: drop its inherited reference to the template's copy,
     so that the copy's pages are freed once the template drops its own."""
     for key, entry in list(_PRELOADED.items()):
-        if entry[1] is model:
+        if entry.model is model:
             del _PRELOADED[key]
 
 
@@ -127,9 +135,9 @@ def preloaded(document: dict[str, Any]) -> tuple[LoadedModel, int] | None:
     settings describe. (The footprint comes along: walking the copy's objects in a
     worker would write to their shared pages.)"""
     entry = _PRELOADED.get(_key(document))
-    if entry is None or entry[0] != fingerprint(document):
+    if entry is None or entry.fingerprint != fingerprint(document):
         return None
-    return entry[1], entry[2]
+    return entry.model, entry.size
 
 
 def _key(document: dict[str, Any]) -> tuple[str, str | None]:

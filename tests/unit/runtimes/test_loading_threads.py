@@ -10,18 +10,16 @@ from tests.support.runtimes import lightgbm_estimator, save_booster, xgboost_est
 
 # Runs in a fresh interpreter: counts the process's threads around load_model.
 CHILD = """
-import os, sys
+import sys
 from inferpool.engine.worker.model import load_model
+from inferpool.engine.worker.preload import thread_count
 from inferpool.runtimes import {module}
 from inferpool.settings import read_model_settings
 from pathlib import Path
 
-def threads():
-    return len(os.listdir("/proc/self/task"))
-
-before = threads()
+before = thread_count()
 load_model(read_model_settings(Path(sys.argv[1]), "m"))
-print(before, threads())
+print(before, thread_count())
 """
 
 
