@@ -25,7 +25,7 @@ from typing import Any
 import ray
 from ray import serve
 from ray.serve import Application, Deployment
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from inferpool.engine.client import EngineClient
 from inferpool.engine.embedded import Engine
@@ -67,7 +67,7 @@ class InferpoolReplica:
             raise RuntimeError("the engine is closed")
         return client
 
-    def __serve_build_asgi_app__(self) -> Starlette:
+    def __serve_build_asgi_app__(self) -> ASGIApp:
         """Called by Serve after the constructor: the V2 REST routes over this engine."""
         return build_rest_app(self._client())
 

@@ -19,7 +19,10 @@ subclass adds, per connection:
 - the shared connection registry (``Connections``): admitted on accept, released on close,
   evictable while no request is in flight;
 - a disconnect cancels the request's engine call when the app marked it as watched
-  (``WATCH`` in the scope), so a queued request of a client gone is dropped by its worker.
+  (``WATCH`` in the scope), so a queued request of a client gone is dropped by its worker;
+- a whole answer in one write (``rest_answer.DIRECT`` in the scope: ``respond``), where
+  Uvicorn's ASGI ``send`` writes the status line and headers, then the body, with a system
+  call each.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from inferpool.frontends.connections import Connections
 from inferpool.frontends.metrics_server import count_rejected
+from inferpool.frontends.rest_answer import DIRECT
 from inferpool.frontends.rest_input import GONE, WATCH, WATCHING, too_large_message
 from inferpool.settings import ServerSettings
 
@@ -87,6 +91,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._head_raw = 0  # bytes received while in _HEAD, beyond the first chunk
         self._content_length: bytes | None = None
         self._running_scope: dict[str, Any] | None = None
+        self._running_cycle: Any = None
         self._running_task: asyncio.Task[None] | None = None
         self._after_drain = False  # a finished answer waits for the peer to read
         self._admitted = False
@@ -197,6 +202,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._phase = _BODY
         # Not a key of Uvicorn's HTTPScope TypedDict: an extension key of ours.
         self.scope[WATCH] = 0  # type: ignore[literal-required]  # this server cancels a watched engine call on disconnect
+        self.scope[DIRECT] = self  # type: ignore[literal-required]  # and writes whole answers
         super().on_headers_complete()
         if self.pipeline:
             # Queued behind a running request with reading paused: no body deadline
@@ -222,11 +228,43 @@ class GuardedHttpTools(HttpToolsProtocol):
         self.tasks.add(task)
         self._running_task = task
         self._running_scope = cycle.scope
+        self._running_cycle = cycle
         self.idle_since = None
+
+    def respond(self, scope: dict[str, Any], status: int, head: bytes, body: bytes) -> bool:
+        """Write the running request's whole answer: status line, the server's default
+        headers (date, server), ``head`` (header lines, Content-Length among them) and
+        ``body``, in one write. False, with nothing written, when this is not the running
+        request, it has begun answering or its client is gone, or the peer is not reading
+        (the ASGI ``send`` then waits for the drain as usual)."""
+        cycle = self._running_cycle
+        if (
+            scope is not self._running_scope
+            or cycle.response_started
+            or cycle.disconnected
+            or self.flow.write_paused
+        ):
+            return False
+        cycle.response_started = True
+        cycle.waiting_for_100_continue = False
+        content = [STATUS_LINE[status]]
+        for name, value in cycle.default_headers:
+            content += [name, b": ", value, b"\r\n"]
+        content.append(head)
+        keep_alive = cycle.keep_alive
+        content.append(b"\r\n" if keep_alive else b"connection: close\r\n\r\n")
+        content.append(body)
+        self.transport.write(b"".join(content))
+        cycle.response_complete = True
+        cycle.message_event.set()
+        if not keep_alive:
+            self.transport.close()
+        cycle.on_response()
+        return True
 
     def on_response_complete(self) -> None:
         self.server_state.total_requests += 1
-        self._running_scope = self._running_task = None
+        self._running_scope = self._running_task = self._running_cycle = None
         if self.transport.is_closing():
             return
         if not self.pipeline and self._phase == _BODY and self.cycle.more_body:

@@ -6,14 +6,16 @@ what it raises). It never parses tensors: the infer route reads the URL and a fe
 passes the body on (inflated if it came compressed; with the request's headers in front
 for a user's runtime, which reads them as ``parameters.headers``), and writes the engine's
 reply bytes out as they are, with the request id (``request_context``) in ``x-request-id``.
-CORS (``cors_settings``) and MLflow's root scoring routes (``mlflow_scoring``) sit beside
-the V2 routes; the access log and the tracer's spans (``access_log.RestObserver``) around
-them when on.
+The infer routes themselves are answered in front of Starlette, as raw ASGI
+(``rest_infer``). CORS (``cors_settings``) and MLflow's root scoring routes
+(``mlflow_scoring``) sit beside the V2 routes; the access log and the tracer's spans
+(``access_log.RestObserver``) around them all when on.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -23,32 +25,19 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp
 
 from inferpool.engine.client import EngineClient
-from inferpool.engine.ipc.messages import Kind, Reply, custom_body
-from inferpool.errors import BadRequest, InferpoolError, Overloaded
-from inferpool.frontends import rest_input
-from inferpool.frontends.access_log import REPLY, REQUEST_ID, RestObserver
+from inferpool.engine.ipc.messages import Kind, custom_body
+from inferpool.errors import BadRequest, InferpoolError
+from inferpool.frontends import rest_answer
+from inferpool.frontends.access_log import RestObserver
 from inferpool.frontends.dataplane import DataPlane
-from inferpool.frontends.metrics_server import OVERLOAD, count_rejected
 from inferpool.frontends.mlflow_scoring import scoring_routes
 from inferpool.frontends.model_config import model_config
-from inferpool.frontends.request_context import (
-    HEADER_BYTES,
-    current_request_id,
-    echoed_rest_id,
-    from_header,
-    generate,
-)
-from inferpool.frontends.rest_input import (
-    BodyTooLarge,
-    await_reply,
-    read_body,
-    request_timeout,
-    scan_headers,
-)
-from inferpool.protocol.request_headers import http_headers, wrap
+from inferpool.frontends.rest_infer import InferRoutes
+from inferpool.frontends.rest_input import await_reply, read_body, request_timeout, scan_headers
 from inferpool.protocol.rest_json import parse_json_object
 from inferpool.settings import ServerSettings
 
@@ -73,70 +62,33 @@ def health_response(document: dict[str, Any], flag: str) -> Response:
     return json_response(document, 200 if document[flag] else 503)
 
 
-def reply_response(reply: Reply, request_id: str) -> Response:
-    if reply.status != 200:
-        response = error_response(reply.status, reply.body.decode("utf-8", "replace"))
-    elif reply.json_length is None:
-        response = Response(reply.body, media_type=JSON)
-    else:
-        response = Response(
-            reply.body,
-            media_type="application/octet-stream",
-            headers={"Inference-Header-Content-Length": str(reply.json_length)},
-        )
-    # Appended as it is: checked printable ASCII (request_context), and a third of the cost
-    # of Starlette's ``headers=``.
-    response.raw_headers.append((HEADER_BYTES, request_id.encode()))
-    return response
-
-
 def inferpool_error_response(exc: InferpoolError) -> Response:
     response = error_response(exc.status, exc.message)
-    if isinstance(exc, Overloaded):
-        response.headers["Retry-After"] = "1"
-        count_rejected("rest", OVERLOAD)
-    elif isinstance(exc, BodyTooLarge):
-        count_rejected("rest", "max_body_bytes")
+    response.raw_headers += rest_answer.header_pairs(rest_answer.refusal_lines(exc))
     return response
 
 
-# -- the request id of an inference (request_context): scope[REQUEST_ID] -----------------------
-def take_header_id(scope: Any, header: bytes | None) -> None:
-    """The id from ``x-request-id`` (``header``, its raw value), if given (400 if
-    unusable): known from arrival on."""
-    request_id = from_header(header)
-    scope[REQUEST_ID] = request_id
-    if request_id is not None:
-        current_request_id.set(request_id)
-
-
-def answered(scope: Any, reply: Reply) -> Response:
-    """The reply, with the id resolved: the header's, else the one the response echoes
-    (the V2 ``id``, or the worker's own), else a new one."""
-    request_id = scope[REQUEST_ID]
-    if request_id is None:
-        request_id = (reply.status == 200 and echoed_rest_id(reply.body)) or generate()
-        scope[REQUEST_ID] = request_id
-        current_request_id.set(request_id)
-    scope[REPLY] = reply
-    return reply_response(reply, request_id)
-
-
-def failed(scope: Any, exc: InferpoolError) -> Response:
-    """An inference that raised before a reply: the error, with its id."""
-    request_id = scope.get(REQUEST_ID) or generate()
-    scope[REQUEST_ID] = request_id
-    current_request_id.set(request_id)
-    response = inferpool_error_response(exc)
-    response.raw_headers.append((HEADER_BYTES, request_id.encode()))
+def answer_response(answer: tuple[int, bytes, bytes]) -> Response:
+    """An inference's answer (``rest_answer``) as a Starlette response."""
+    status, head, body = answer
+    response = Response(body, status_code=status)
+    response.raw_headers = rest_answer.header_pairs(head)
     return response
 
 
-def build_app(client: EngineClient, tracer: RequestTracer | None = None) -> Starlette:
-    """The Starlette app for one engine client: the data plane's answers as JSON.
+def build_app(
+    client: EngineClient,
+    tracer: RequestTracer | None = None,
+    extra_routes: Sequence[BaseRoute] = (),
+) -> ASGIApp:
+    """The ASGI app for one engine client: the data plane's answers as JSON.
 
-    ``tracer``: the server's ``tracing.RequestTracer``, or None (tracing off)."""
+    The infer routes are answered in front of Starlette (``rest_infer.InferRoutes``); the
+    middlewares (``middleware``), when any is on, wrap both. ``tracer``: the server's
+    ``tracing.RequestTracer``, or None (tracing off). ``extra_routes``: appended to the
+    V2 routes (``/metrics`` when it has no port of its own)."""
     plane = DataPlane(client)
+    stack = middleware(client.settings, tracer)
 
     async def live(request: Request) -> Response:
         return health_response(plane.live(), "live")
@@ -156,35 +108,15 @@ def build_app(client: EngineClient, tracer: RequestTracer | None = None) -> Star
         return health_response(plane.model_ready(params["name"], params.get("version")), "ready")
 
     max_body = client.settings.max_body_bytes
-    find = client.table.find
     default_timeout = client.settings.request_timeout
-
-    async def infer(request: Request) -> Response:
-        scope = request.scope
-        try:
-            content_length, binary, timeout_header, encoding, given = scan_headers(scope["headers"])
-            take_header_id(scope, given)
-            timeout = request_timeout(timeout_header, default_timeout)
-            body = await read_body(request.receive, content_length, max_body, encoding)
-            json_length = rest_input.json_length(binary, len(body))
-            params = scope["path_params"]
-            name, version = params["name"], params.get("version")
-            kind = Kind.REST
-            if find(name, version).custom:  # a user's runtime: the headers go along
-                body = wrap(http_headers(scope["headers"]), body)
-                kind = Kind.REST_HEADERS
-            deadline = None if timeout is None else time.monotonic() + timeout
-            call = plane.infer(name, version, kind, body, json_length, deadline)
-            reply = await await_reply(scope, request.receive, call, timeout)
-        except InferpoolError as exc:
-            return failed(scope, exc)
-        return answered(scope, reply)
+    routes_in_front = InferRoutes(None, client, plane, direct=not stack)
+    infer = routes_in_front.starlette_endpoint()
 
     async def custom_endpoint(request: Request) -> Response:
         scope = request.scope
         try:
             content_length, _, timeout_header, encoding, given = scan_headers(scope["headers"])
-            take_header_id(scope, given)
+            rest_answer.take_header_id(scope, given)
             timeout = request_timeout(timeout_header, default_timeout)
             body = await read_body(request.receive, content_length, max_body, encoding)
             params = scope["path_params"]
@@ -194,8 +126,8 @@ def build_app(client: EngineClient, tracer: RequestTracer | None = None) -> Star
             call = plane.infer(name, version, Kind.CUSTOM, body, None, deadline)
             reply = await await_reply(scope, request.receive, call, timeout)
         except InferpoolError as exc:
-            return failed(scope, exc)
-        return answered(scope, reply)
+            return answer_response(rest_answer.failed(scope, exc))
+        return answer_response(rest_answer.answered(scope, reply))
 
     async def config(request: Request) -> Response:
         params = request.path_params
@@ -219,7 +151,7 @@ def build_app(client: EngineClient, tracer: RequestTracer | None = None) -> Star
 
     model = "/v2/models/{name}"
     versioned = "/v2/models/{name}/versions/{version}"
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/v2/health/live", live),
         Route("/v2/health/ready", ready),
         Route("/v2", server_metadata),
@@ -242,12 +174,16 @@ def build_app(client: EngineClient, tracer: RequestTracer | None = None) -> Star
     routes += [
         Route(model + "/{endpoint}", custom_endpoint, methods=["POST"]),
         Route(versioned + "/{endpoint}", custom_endpoint, methods=["POST"]),
+        *extra_routes,
     ]
-    return Starlette(
+    routes_in_front.app = Starlette(
         routes=routes,
-        middleware=middleware(client.settings, tracer),
         exception_handlers={InferpoolError: _inferpool_error, HTTPException: _http_error},
     )
+    app: ASGIApp = routes_in_front
+    for cls, args, kwargs in reversed(stack):
+        app = cls(app, *args, **kwargs)
+    return app
 
 
 def middleware(settings: ServerSettings, tracer: RequestTracer | None = None) -> list[Middleware]:

@@ -1,0 +1,120 @@
+"""The REST answer of an inference, as bytes: status, header block and body, written in
+one piece.
+
+An inference's answer is the engine's reply bytes (or the error of a request that failed
+before one) with the resolved request id (``request_context``) in ``x-request-id``. It is
+built here as a status, a header block (``name: value\\r\\n`` lines, Content-Length
+included) and a body, from pre-built templates, so the infer routes allocate no header
+list, dict or Response object per request.
+
+``write`` sends it. Under inferpool's own HTTP/1.1 protocol (``http1.py``, Uvicorn's
+httptools with guards) with no middleware around the route, the protocol writes status
+line, headers and body with one ``transport.write`` (``DIRECT``): one system call per
+answer, where ASGI's two messages cost two. Anything else (Hypercorn for HTTP/2, a
+middleware that must see the messages, a peer not reading its answers) gets the same
+bytes as the two ASGI messages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from inferpool.engine.ipc.messages import Reply
+from inferpool.errors import InferpoolError, Overloaded
+from inferpool.frontends.access_log import REPLY, REQUEST_ID
+from inferpool.frontends.metrics_server import OVERLOAD, count_rejected
+from inferpool.frontends.request_context import (
+    HEADER_BYTES,
+    current_request_id,
+    echoed_rest_id,
+    from_header,
+    generate,
+)
+from inferpool.frontends.rest_input import BodyTooLarge
+
+# Scope key of a server that writes a whole answer itself (http1.py): its protocol object,
+# whose ``respond(scope, status, head, body)`` returns False when it cannot (then the ASGI
+# messages go out instead).
+DIRECT = "inferpool.direct"
+
+_ID_LINE = HEADER_BYTES + b": %b\r\n"
+JSON_HEAD = b"content-type: application/json\r\ncontent-length: %d\r\n" + _ID_LINE
+BINARY_HEAD = (
+    b"content-type: application/octet-stream\r\ncontent-length: %d\r\n"
+    b"inference-header-content-length: %d\r\n" + _ID_LINE
+)
+RETRY_LINE = b"retry-after: 1\r\n"
+
+
+def take_header_id(scope: Any, header: bytes | None) -> None:
+    """The id from ``x-request-id`` (``header``, its raw value), if given (400 if
+    unusable): known from arrival on."""
+    request_id = from_header(header)
+    scope[REQUEST_ID] = request_id
+    if request_id is not None:
+        current_request_id.set(request_id)
+
+
+def answered(scope: Any, reply: Reply) -> tuple[int, bytes, bytes]:
+    """The reply, with the id resolved: the header's, else the one the response echoes
+    (the V2 ``id``, or the worker's own), else a new one."""
+    request_id = scope[REQUEST_ID]
+    if request_id is None:
+        request_id = (reply.status == 200 and echoed_rest_id(reply.body)) or generate()
+        scope[REQUEST_ID] = request_id
+        current_request_id.set(request_id)
+    scope[REPLY] = reply
+    body = reply.body
+    identity = request_id.encode()
+    if reply.status != 200:
+        body = orjson.dumps({"error": body.decode("utf-8", "replace")})
+        return reply.status, JSON_HEAD % (len(body), identity), body
+    if reply.json_length is None:
+        return 200, JSON_HEAD % (len(body), identity), body
+    return 200, BINARY_HEAD % (len(body), reply.json_length, identity), body
+
+
+def failed(scope: Any, exc: InferpoolError) -> tuple[int, bytes, bytes]:
+    """An inference that raised before a reply: the error, with its id."""
+    request_id = scope.get(REQUEST_ID) or generate()
+    scope[REQUEST_ID] = request_id
+    current_request_id.set(request_id)
+    body = orjson.dumps({"error": exc.message})
+    head = JSON_HEAD % (len(body), request_id.encode())
+    return exc.status, head + refusal_lines(exc), body
+
+
+def refusal_lines(exc: InferpoolError) -> bytes:
+    """Header lines an error adds (Retry-After when overloaded), counted in the metrics'
+    refusals when a limit refused the request."""
+    if isinstance(exc, Overloaded):
+        count_rejected("rest", OVERLOAD)
+        return RETRY_LINE
+    if isinstance(exc, BodyTooLarge):
+        count_rejected("rest", "max_body_bytes")
+    return b""
+
+
+def header_pairs(head: bytes) -> list[tuple[bytes, bytes]]:
+    """A header block as ASGI's ``(name, value)`` pairs."""
+    pairs = []
+    for line in head.split(b"\r\n"):
+        if line:
+            name, _, value = line.partition(b": ")
+            pairs.append((name, value))
+    return pairs
+
+
+async def write(
+    scope: Any, send: Any, answer: tuple[int, bytes, bytes], direct: bool = False
+) -> None:
+    """Send ``answer``; in one write by the protocol when ``direct`` and it can."""
+    status, head, body = answer
+    if direct:
+        writer = scope.get(DIRECT)
+        if writer is not None and writer.respond(scope, status, head, body):
+            return
+    await send({"type": "http.response.start", "status": status, "headers": header_pairs(head)})
+    await send({"type": "http.response.body", "body": body})

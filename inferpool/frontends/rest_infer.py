@@ -1,0 +1,133 @@
+"""The REST infer routes as a raw ASGI callable, in front of the Starlette app.
+
+``POST /v2/models/{name}[/versions/{version}]/infer`` is most of a server's traffic, and
+Starlette's path costs more than the route itself: two middlewares (its error and
+exception layers), a regular-expression match per route until the infer route, a
+``Request``, a ``Response`` with its header list. ``InferRoutes`` recognises the infer
+paths with two string tests and a split, runs the inference and writes its answer with
+pre-built headers (``rest_answer``); every other request (and an infer path it does not
+recognise) goes to the Starlette app unchanged, so routing, 404 and 405 stay Starlette's.
+
+The scope gets ``path_params`` as Starlette would set them, for the access log and the
+spans (``access_log.RestObserver``), which wrap this callable when they are on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from inferpool.engine.client import EngineClient
+from inferpool.engine.ipc.messages import Kind
+from inferpool.errors import InferpoolError
+from inferpool.frontends import rest_answer, rest_input
+from inferpool.frontends.dataplane import DataPlane
+from inferpool.frontends.rest_input import await_reply, read_body, request_timeout, scan_headers
+from inferpool.protocol.request_headers import http_headers, wrap
+
+logger = logging.getLogger("inferpool.http")
+
+_PREFIX = "/v2/models/"
+_SUFFIX = "/infer"
+
+
+def infer_target(path: str, root_path: str) -> tuple[str, str | None] | None:
+    """``(name, version)`` of an infer path (version None when unversioned), or None for
+    any other path. ``root_path``: the ASGI mount prefix (Ray Serve's route prefix), which
+    Starlette strips before it matches a route."""
+    if root_path and path.startswith(root_path):
+        path = path[len(root_path) :]
+    if not (path.startswith(_PREFIX) and path.endswith(_SUFFIX)):
+        return None
+    inner = path[len(_PREFIX) : -len(_SUFFIX)]
+    if not inner:
+        return None
+    if "/" not in inner:
+        return inner, None
+    parts = inner.split("/")
+    if len(parts) == 3 and parts[1] == "versions" and parts[0] and parts[2]:
+        return parts[0], parts[2]
+    return None
+
+
+class InferRoutes:
+    """ASGI: the infer routes answered here, everything else by ``app``.
+
+    ``direct``: answers may be written by the protocol in one piece (no middleware around
+    this callable needs to see the ASGI messages)."""
+
+    def __init__(self, app: Any, client: EngineClient, plane: DataPlane, direct: bool) -> None:
+        self.app = app
+        self.direct = direct
+        self.max_body = client.settings.max_body_bytes
+        self.default_timeout = client.settings.request_timeout
+        self.find = client.table.find
+        self.infer = plane.infer
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            target = infer_target(scope["path"], scope.get("root_path", ""))
+            if target is not None:
+                name, version = target
+                params = {"name": name} if version is None else {"name": name, "version": version}
+                scope["path_params"] = params
+                await self._infer(scope, receive, send, name, version, self.direct)
+                return
+        await self.app(scope, receive, send)
+
+    def starlette_endpoint(self) -> Any:
+        """The same route as an ASGI endpoint for Starlette's router (which has set
+        ``path_params``): for paths this callable did not take itself."""
+        return _RoutedByStarlette(self)
+
+    async def _infer(
+        self,
+        scope: Any,
+        receive: Any,
+        send: Any,
+        name: str,
+        version: str | None,
+        direct: bool,
+    ) -> None:
+        try:
+            try:
+                answer = await self._answer(scope, receive, name, version)
+            except InferpoolError as exc:
+                answer = rest_answer.failed(scope, exc)
+        except Exception:
+            # A bug of ours: logged with its traceback, answered without one.
+            logger.exception("unexpected error serving %s", scope["path"])
+            answer = rest_answer.failed(scope, InferpoolError("internal server error"))
+        await rest_answer.write(scope, send, answer, direct)
+
+    async def _answer(
+        self, scope: Any, receive: Any, name: str, version: str | None
+    ) -> tuple[int, bytes, bytes]:
+        headers = scope["headers"]
+        content_length, binary, timeout_header, encoding, given = scan_headers(headers)
+        rest_answer.take_header_id(scope, given)
+        timeout = request_timeout(timeout_header, self.default_timeout)
+        body = await read_body(receive, content_length, self.max_body, encoding)
+        json_length = rest_input.json_length(binary, len(body))
+        kind = Kind.REST
+        if self.find(name, version).custom:  # a user's runtime: the headers go along
+            body = wrap(http_headers(headers), body)
+            kind = Kind.REST_HEADERS
+        deadline = None if timeout is None else time.monotonic() + timeout
+        call = self.infer(name, version, kind, body, json_length, deadline)
+        reply = await await_reply(scope, receive, call, timeout)
+        return rest_answer.answered(scope, reply)
+
+
+class _RoutedByStarlette:
+    """An ASGI endpoint (a class instance, so Starlette does not wrap it as a request
+    handler); Starlette's middlewares see its messages, so it never writes directly."""
+
+    def __init__(self, routes: InferRoutes) -> None:
+        self.routes = routes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        params = scope["path_params"]
+        name, version = params["name"], params.get("version")
+        await self.routes._infer(scope, receive, send, name, version, direct=False)
