@@ -1,11 +1,12 @@
 """``python -m benchmarks``: the harness's command line (run, list, repo, predict, memory,
-install-mlserver).
+install-mlserver, install-kserve, install-perf-analyzer).
 
 Examples::
 
     python -m benchmarks run --quick
     python -m benchmarks run --profile full
-    python -m benchmarks run --servers inferpool-w2,mlserver-w0 --only 'iris/*'
+    python -m benchmarks run --servers inferpool-w2,mlserver-w0,kserve-w1 --only 'iris/*'
+    python -m benchmarks run --generator perf_analyzer --servers inferpool-w2 --only 'iris/b1/*'
     python -m benchmarks run --target http://127.0.0.1:8080 --grpc 127.0.0.1:8081 --quick
     python -m benchmarks predict --batch 256
     python -m benchmarks memory --workers 1,2,4 --write
@@ -18,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import loadgen, mlserver_env
+from benchmarks import kserve_env, loadgen, mlserver_env
 from benchmarks.loadgen import perf_analyzer
 from benchmarks.memory import worker_counts
 from benchmarks.models import MODELS, build_repository
@@ -43,7 +44,7 @@ def parser() -> argparse.ArgumentParser:
         const="quick",
         help="same as --profile quick (under 2 minutes)",
     )
-    run.add_argument("--servers", help="comma-separated, e.g. inferpool-w0,mlserver-w2")
+    run.add_argument("--servers", help="comma-separated, e.g. inferpool-w0,mlserver-w2,kserve-w1")
     run.add_argument("--baseline", help="server the ratios are against (profile's default)")
     run.add_argument(
         "--only",
@@ -59,7 +60,8 @@ def parser() -> argparse.ArgumentParser:
         choices=("auto", "external", "builtin", "perf_analyzer"),
         default="auto",
         help="auto: wrk/h2load when installed, else built-in; perf_analyzer: Triton's "
-        "(scripts/install_perf_analyzer.sh; the models need a numbered version)",
+        "(install-perf-analyzer; rest-binary and grpc-raw scenarios, on servers that serve "
+        "the model config)",
     )
     run.add_argument("--target", help="REST base URL of a running server (not managed)")
     run.add_argument("--grpc", help="host:port of the running server's gRPC endpoint")
@@ -119,6 +121,10 @@ def parser() -> argparse.ArgumentParser:
     memory.add_argument("--results", type=Path, default=HERE / "RESULTS.md", help=argparse.SUPPRESS)
 
     commands.add_parser("install-mlserver", help="create MLServer's virtualenv now")
+    commands.add_parser("install-kserve", help="create KServe's virtualenv now")
+    commands.add_parser(
+        "install-perf-analyzer", help="download Triton's perf_analyzer into build/perf_analyzer"
+    )
     return top
 
 
@@ -225,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import memory
 
         return memory.main(sys.argv[1:] if argv is None else argv, args)
+    if args.command == "install-kserve":
+        print(kserve_env.ensure())
+        return 0
+    if args.command == "install-perf-analyzer":
+        print(perf_analyzer.install())
+        return 0
     print(mlserver_env.ensure())
     return 0
 

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from benchmarks import loadgen, mlserver_env, serverstats
+from benchmarks import kserve_env, loadgen, mlserver_env, serverstats
 from benchmarks.check import CheckFailed, check
+from benchmarks.loadgen import perf_analyzer
 from benchmarks.loadgen.base import Job
 from benchmarks.models import build_repository, features, load_predictor
 from benchmarks.payloads import Payload, batch_rows, build_payload
@@ -48,7 +49,7 @@ class Config:
     repetitions: int
     workdir: Path
     repo: Path
-    generator: str = "auto"  # auto | external | builtin
+    generator: str = "auto"  # auto | external | builtin | perf_analyzer
     target: str | None = None
     grpc: str | None = None
     target_pid: int | None = None  # lets RSS and CPU be measured for a target too
@@ -92,6 +93,10 @@ def start_servers(
     if any(spec.kind == "mlserver" for spec in specs):
         progress("checking MLServer's virtualenv")
         mlserver = mlserver_env.ensure()
+    kserve = None
+    if any(spec.kind == "kserve" for spec in specs):
+        progress("checking KServe's virtualenv")
+        kserve = kserve_env.ensure()
     running, failed = [], []
     for spec in specs:
         progress(f"starting {spec.name}")
@@ -105,6 +110,9 @@ def start_servers(
                     mlserver,
                     config.inferpool_module,
                     base_checkout=config.base_checkout,
+                    kserve=kserve,
+                    # perf_analyzer reads every model version as a number.
+                    numbered=config.generator == "perf_analyzer",
                 )
             )
         except (RuntimeError, TimeoutError, OSError, ValueError) as exc:
@@ -131,6 +139,17 @@ def measure(
     return Measurement(load, cpu, peak, stages, frontend_cpu=frontend)
 
 
+def unsupported(server: RunningServer, scenario: Scenario, tool: str) -> str:
+    """Why the scenario cannot be measured on the server with this generator ("" if it can)."""
+    if not server.supports(scenario.protocol):
+        return f"{server.spec.name} lacks {scenario.protocol}"
+    if tool == "perf_analyzer":
+        if scenario.protocol not in perf_analyzer.PROTOCOLS:
+            return perf_analyzer.PROTOCOL_REASON
+        return perf_analyzer.config_missing(server.http_base, scenario.model)
+    return ""
+
+
 def run_scenario(
     scenario: Scenario,
     servers: list[RunningServer],
@@ -146,8 +165,8 @@ def run_scenario(
     for server in servers:
         cell = Cell(scenario.name, server.spec.name, generator=tool)
         cells.append(cell)
-        if not server.supports(scenario.protocol):
-            lacks = f"{server.spec.name} lacks {scenario.protocol}"
+        lacks = unsupported(server, scenario, tool)
+        if lacks:
             cell.status, cell.reason = NOT_APPLICABLE, lacks
         elif payload.transport == "grpc" and server.grpc_error:
             cell.status, cell.reason = FAILED, server.grpc_error

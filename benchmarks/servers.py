@@ -1,8 +1,10 @@
-"""Server profiles: start inferpool or MLServer on free ports, wait until ready, measure the
-process tree (peak RSS, CPU), stop. An external ``--target`` is measured but not managed.
+"""Server profiles: start inferpool, MLServer or KServe on free ports, wait until ready,
+measure the process tree (peak RSS, CPU), stop. An external ``--target`` is measured but not
+managed.
 
 Each managed server gets its own folder: symlinks to the shared model folders plus, for
 MLServer, its settings.json. So several servers run side by side from one repository.
+KServe is ``benchmarks/kserve_peer.py`` run by the KServe virtualenv's python.
 """
 
 from __future__ import annotations
@@ -33,13 +35,17 @@ from benchmarks.loadgen.base import Target
 # inferpool-w2-base: inferpool run from another checkout (``--base-checkout``, e.g. a
 # worktree of the commit before a change), so two versions are measured side by side in
 # one run. All may be combined.
+# kserve-wN: the kserve SDK's ModelServer with --workers N (N >= 1: uvicorn processes for
+# REST; gRPC is served by the first process whatever N).
 SERVER_NAME = re.compile(
-    r"^(?P<kind>inferpool|mlserver)-w(?P<workers>\d+)(?P<grpc>-grpcio)?(?P<library>-library)?"
+    r"^(?P<kind>inferpool|mlserver|kserve)-w(?P<workers>\d+)(?P<grpc>-grpcio)?(?P<library>-library)?"
     r"(?P<otel>-otel)?(?P<base>-base)?$"
 )
 HOST = "127.0.0.1"
 # Protocols a server kind cannot speak: such scenarios are reported "n/a", not failed.
+# KServe 0.21 decodes Triton's binary tensors and gRPC raw contents: it speaks all four.
 UNSUPPORTED = {"mlserver": {"rest-binary"}}
+PEER = Path(__file__).resolve().with_name("kserve_peer.py")
 # The module run as `python -m MODULE serve ...` for inferpool-wN (`--inferpool-module`).
 INFERPOOL_MODULE = "inferpool"
 
@@ -49,7 +55,7 @@ class ServerSpec:
     """A server profile by name: ``inferpool-w2`` = inferpool with --workers 2."""
 
     name: str
-    kind: str  # inferpool | mlserver | external
+    kind: str  # inferpool | mlserver | kserve | external
     workers: int | None = None
     grpc_implementation: str | None = None  # inferpool's --grpc-implementation
     tree_kernel: bool = True  # False: models get parameters.extra.tree_kernel = false
@@ -62,11 +68,13 @@ class ServerSpec:
         options = match and (match["grpc"] or match["library"] or match["otel"] or match["base"])
         if match is None or (options and match["kind"] != "inferpool"):
             raise ValueError(
-                f"unknown server {name!r}: use inferpool-wN[-grpcio][-library][-otel][-base] "
-                "or mlserver-wN"
+                f"unknown server {name!r}: use inferpool-wN[-grpcio][-library][-otel][-base], "
+                "mlserver-wN or kserve-wN"
             )
         grpc = "grpcio" if match["grpc"] else None
         workers = int(match["workers"])
+        if match["kind"] == "kserve" and workers < 1:
+            raise ValueError(f"{name}: KServe's --workers (uvicorn processes) is 1 or more")
         return cls(
             name, match["kind"], workers, grpc, not match["library"], bool(match["base"]),
             bool(match["otel"]),
@@ -183,16 +191,22 @@ class RunningServer:
 
 
 def server_folder(
-    spec: ServerSpec, repo: Path, models: list[str], workdir: Path, target: Target
+    spec: ServerSpec,
+    repo: Path,
+    models: list[str],
+    workdir: Path,
+    target: Target,
+    numbered: bool = False,
 ) -> Path:
     """A per-server repository view: the run's model folders linked (a server loads only
-    what is measured), plus MLServer's settings.json."""
+    what is measured), plus MLServer's settings.json. ``numbered`` gives every model
+    version "1" (``parameters.version``): perf_analyzer reads versions as numbers."""
     folder = workdir / spec.name / "repo"
     folder.mkdir(parents=True, exist_ok=True)
     for model in models:
         link = folder / model
-        if not spec.tree_kernel:
-            _library_predicted(repo / model, link)
+        if not spec.tree_kernel or numbered:
+            _settings_copy(repo / model, link, library=not spec.tree_kernel, numbered=numbered)
         elif not link.exists():
             link.symlink_to((repo / model).resolve(), target_is_directory=True)
     if spec.kind == "mlserver":
@@ -207,25 +221,55 @@ def server_folder(
     return folder
 
 
-def _library_predicted(source: Path, folder: Path) -> None:
-    """A copy of a model folder (artefacts linked) whose settings turn the tree kernel off."""
+def _settings_copy(source: Path, folder: Path, library: bool, numbered: bool) -> None:
+    """A copy of a model folder (artefacts linked) whose settings turn the tree kernel off
+    (``library``) and/or give the model version "1" (``numbered``)."""
     folder.mkdir(exist_ok=True)
     for item in source.resolve().iterdir():
         if item.name != "model-settings.json" and not (folder / item.name).exists():
             (folder / item.name).symlink_to(item)
     settings = json.loads((source / "model-settings.json").read_text())
     parameters = settings.setdefault("parameters", {})
-    parameters.setdefault("extra", {})["tree_kernel"] = False
+    if library:
+        parameters.setdefault("extra", {})["tree_kernel"] = False
+    if numbered:
+        parameters["version"] = "1"
     (folder / "model-settings.json").write_text(json.dumps(settings, indent=2))
 
 
 def command(
-    spec: ServerSpec, folder: Path, target: Target, mlserver: Path | None, inferpool_module: str
+    spec: ServerSpec,
+    folder: Path,
+    target: Target,
+    mlserver: Path | None,
+    inferpool_module: str,
+    kserve: Path | None = None,
+    models: list[str] | None = None,
 ) -> list[str]:
+    """The server's command line; ``kserve`` is the python of KServe's virtualenv and
+    ``models`` the folders the KServe peer serves (it loads only what it is told)."""
     if spec.kind == "mlserver":
         if mlserver is None:
             raise ValueError("MLServer is not installed")
         return [str(mlserver), "start", str(folder)]
+    if spec.kind == "kserve":
+        if kserve is None:
+            raise ValueError("KServe is not installed")
+        if not models:
+            raise ValueError("the KServe peer needs at least one model")
+        return [
+            str(kserve),
+            str(PEER),
+            "--model_dir",
+            str(folder),
+            *(arg for model in models for arg in ("--model", model)),
+            "--http_port",
+            str(target.http_port),
+            "--grpc_port",
+            str(target.grpc_port),
+            "--workers",
+            str(spec.workers),
+        ]
     return [
         sys.executable,
         "-m",
@@ -304,28 +348,31 @@ def start(
     inferpool_module: str = INFERPOOL_MODULE,
     timeout: float = 180.0,
     base_checkout: Path | None = None,
+    kserve: Path | None = None,
+    numbered: bool = False,
 ) -> RunningServer:
-    """Start a server on free ports and return once it and every model is ready."""
+    """Start a server on free ports and return once it and every model is ready
+    (``numbered``: every model gets version "1", see :func:`server_folder`)."""
     target = Target(HOST, free_port(), free_port())
-    folder = server_folder(spec, repo, models, workdir, target)
+    folder = server_folder(spec, repo, models, workdir, target, numbered)
     log_path = workdir / spec.name / "server.log"
     env = {**os.environ, "INFERPOOL_METRICS_PORT": str(free_port()), "PYTHONUNBUFFERED": "1"}
     if spec.tracing:
         env.update(otlp_sink().env())
-    cwd = workdir / spec.name if spec.kind == "mlserver" else None
+    cwd = workdir / spec.name if spec.kind in ("mlserver", "kserve") else None
     if spec.base:
         cwd = base_checkout_dir(base_checkout)
         env["PYTHONPATH"] = str(cwd)  # its inferpool, not the one installed from here
     with log_path.open("wb") as log:
         # A session of its own, so stop() can signal the whole tree (MLServer's workers too).
         process = subprocess.Popen(
-            command(spec, folder, target, mlserver, inferpool_module),
+            command(spec, folder, target, mlserver, inferpool_module, kserve, models),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             env=env,
             # MLServer writes its Prometheus files (.metrics/) into its working directory:
-            # keep them in the run's folder, not in the caller's checkout.
+            # keep them (and anything KServe writes) in the run's folder, not the checkout.
             cwd=cwd,
         )
     server = RunningServer(spec, target, process, log_path, models=models)

@@ -3,17 +3,21 @@
 perf_analyzer reads the model's configuration (``/v2/models/{m}/config``) and generates
 its own random input of the configured shape and datatype (``-b`` rows per request), so
 the payload's body is not replayed: only its model, batch and transport count. Over HTTP
-it always sends Triton's binary tensors. It measures in windows until three agree; with
-the stability bound lifted (``--stability-percentage``) that is three windows of a third
-of the job's duration each (a second at least). It stops at the first failed request
-(non-zero exit), so a run that completes had no errors.
+it always sends Triton's binary tensors, over gRPC raw contents: so it measures only the
+``rest-binary`` and ``grpc-raw`` scenarios (the others are "n/a"), and only on servers that
+serve the model configuration (Triton's extension, which KServe and MLServer lack). It
+measures in windows until three agree; with the stability bound lifted
+(``--stability-percentage``) that is three windows of a third of the job's duration each
+(a second at least). It stops at the first failed request (non-zero exit), so a run that
+completes had no errors.
 
 perf_analyzer keys the server's statistics by version and reads every version as a
 number (Triton's versions are numbers): the model must have a numbered version (Triton's
-layout, or ``parameters.version`` such as "1"). The highest one is measured (``-x``).
+layout, or ``parameters.version`` such as "1"; the harness gives its managed servers' models
+version "1" in a perf_analyzer run). The highest one is measured (``-x``).
 
-Install it with ``scripts/install_perf_analyzer.sh``; ``INFERPOOL_PERF_ANALYZER`` names
-another binary.
+Install it with ``python -m benchmarks install-perf-analyzer`` (which runs
+``scripts/install_perf_analyzer.sh``); ``INFERPOOL_PERF_ANALYZER`` names another binary.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import math
 import os
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -30,7 +35,11 @@ from benchmarks.loadgen.base import Job, LoadResult, run_child
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALLED = ROOT / "build" / "perf_analyzer" / "perf_analyzer"
-INSTALL_HINT = "scripts/install_perf_analyzer.sh (or set INFERPOOL_PERF_ANALYZER)"
+INSTALL_SCRIPT = ROOT / "scripts" / "install_perf_analyzer.sh"
+INSTALL_HINT = "python -m benchmarks install-perf-analyzer (or set INFERPOOL_PERF_ANALYZER)"
+# The scenarios whose bytes perf_analyzer's own requests match (binary tensors, raw contents).
+PROTOCOLS = ("rest-binary", "grpc-raw")
+PROTOCOL_REASON = "perf_analyzer sends only binary tensors (rest-binary) or raw contents (grpc-raw)"
 
 REQUESTS = re.compile(r"Request count: (?P<count>\d+)")
 THROUGHPUT = re.compile(r"Throughput: (?P<rate>[\d.]+) infer/sec")
@@ -46,6 +55,28 @@ def find_binary() -> str | None:
     if INSTALLED.exists():
         return str(INSTALLED)
     return shutil.which("perf_analyzer")
+
+
+def install() -> Path:
+    """Download and unpack perf_analyzer where :func:`find_binary` looks (a few seconds
+    from a local package mirror; libb64-0d comes from apt)."""
+    dest = INSTALLED.parent
+    subprocess.run(["sh", str(INSTALL_SCRIPT), str(dest)], check=True, cwd=ROOT)
+    return INSTALLED
+
+
+def config_missing(http_base: str, model: str) -> str:
+    """Why perf_analyzer cannot drive ``model`` on the server ("" when it can): it reads the
+    model configuration (Triton's extension) before its first request. An unreachable
+    server is not a missing feature: "" too, so the scenario's check fails it."""
+    path = f"/v2/models/{model}/config"
+    try:
+        status = httpx.get(http_base + path, timeout=10).status_code
+    except httpx.HTTPError:
+        return ""
+    if status == 200:
+        return ""
+    return f"no model configuration (GET {path}: HTTP {status}), which perf_analyzer reads"
 
 
 def numbered_version(http_base: str, model: str) -> str:

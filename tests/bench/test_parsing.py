@@ -1,11 +1,11 @@
-"""wrk and h2load output parsing, on output captured from real runs (samples/)."""
+"""wrk, h2load and perf_analyzer output parsing, on output captured from real runs (samples/)."""
 
 import math
 from pathlib import Path
 
 import pytest
 
-from benchmarks.loadgen import h2load, wrk
+from benchmarks.loadgen import h2load, perf_analyzer, wrk
 
 SAMPLES = Path(__file__).parent / "samples"
 
@@ -83,3 +83,37 @@ def test_h2load_command_is_one_thread_one_stream_per_connection(tmp_path):
     assert cmd[0] == "h2load" and cmd[-1] == "http://h:1/p"
     assert {"-t1", "-c8", "-m1", "-D3"} <= set(cmd)
     assert cmd[cmd.index("-H") + 1] == "te: trailers"
+
+
+def test_perf_analyzer_summary_over_grpc():
+    result = perf_analyzer.parse(sample("perf_analyzer-grpc-b1.txt"), batch=1)
+    assert (result.requests, result.errors) == (6115, 0)
+    assert result.rps == pytest.approx(1693.08)
+    assert result.duration == pytest.approx(6115 / 1693.08)
+    assert result.latency_us["p50"] == 3428 and result.latency_us["p90"] == 9959
+    assert result.latency_us["p99"] == 16400 and result.latency_us["mean"] == 4720
+    assert math.isnan(result.latency_us["max"])  # perf_analyzer reports none
+
+
+def test_perf_analyzer_throughput_counts_rows_not_requests():
+    # Batch 8 over HTTP: "14468.4 infer/sec" is rows; 6524 requests of 8 rows each.
+    result = perf_analyzer.parse(sample("perf_analyzer-http-b8.txt"), batch=8)
+    assert result.requests == 6524
+    assert result.rps == pytest.approx(14468.4 / 8)
+    assert result.latency_us["p99"] == 8484
+
+
+def test_perf_analyzer_without_a_summary_is_an_error():
+    settings_only = sample("perf_analyzer-grpc-b1.txt").split("Request concurrency")[0]
+    with pytest.raises(ValueError, match="printed no summary"):
+        perf_analyzer.parse(settings_only, batch=1)
+
+
+def test_perf_analyzer_command_measures_three_windows_at_one_concurrency():
+    cmd = perf_analyzer.command("pa", "iris", "1", "127.0.0.1:9", "grpc", 8, 64, 5.0)
+    assert cmd[:11] == ["pa", "-m", "iris", "-x", "1", "-u", "127.0.0.1:9", "-i", "grpc", "-b", "8"]
+    assert "--concurrency-range=64:64" in cmd
+    assert "--measurement-interval=1667" in cmd  # a third of 5 s each
+    assert "--stability-percentage=999" in cmd  # any three windows: the run ends in time
+    short = perf_analyzer.command("pa", "iris", "1", "127.0.0.1:9", "http", 1, 1, 0.5)
+    assert "--measurement-interval=1000" in short  # never under a second
