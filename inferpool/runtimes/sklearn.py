@@ -3,9 +3,10 @@
 An estimator fitted on a DataFrame (``feature_names_in_``) gets its rows as a DataFrame
 with those columns, from one input per feature or one 2-D input. A pickled LightGBM or
 XGBoost model is handed to that library's runtime, which offers more outputs. Random
-forests are predicted by the tree kernel (``trees/``), linear models, alone or after
-scalers or a one-hot encoder, by the linear kernel (``linear.py``): each verified against
-scikit-learn at load, which predicts whatever the kernel does not reproduce.
+forests and gradient boosting are predicted by the tree kernel (``trees/``), linear
+models, alone or after scalers or a one-hot encoder, by the linear kernel (``linear.py``):
+each verified against scikit-learn at load, which predicts whatever the kernel does not
+reproduce.
 
 ``parameters.extra.predict_fn`` names the method that answers a request which names no
 output (MLServer's setting); an unknown value fails the model at load. Settings naming
@@ -42,9 +43,13 @@ from inferpool.runtimes.tabular import (
     columns_in_order,
     is_dataframe,
 )
-from inferpool.runtimes.trees import compile_model, probe_rows
+from inferpool.runtimes.trees import compile_model
 from inferpool.runtimes.trees.choose import Outputs
-from inferpool.runtimes.trees.from_sklearn import CompiledSKLearnForest, is_forest
+from inferpool.runtimes.trees.sklearn_models import (
+    CompiledSKLearn,
+    compile_sklearn,
+    is_tree_model,
+)
 from inferpool.settings import ModelSettings
 
 ARTEFACT_NAMES = ("model.joblib", "model.pkl", "model.pickle")
@@ -63,6 +68,7 @@ class SKLearnRuntime(Runtime):
     platform = "sklearn"
     # scikit-learn's input checks raise these for input it refuses (a client's fault).
     input_errors = (ValueError, TypeError)
+    rows_independent = True  # a fitted estimator predicts each row alone
 
     def load(self) -> None:
         if mlserver_flavour(self.settings, "sklearn"):
@@ -91,13 +97,13 @@ class SKLearnRuntime(Runtime):
         if self.feature_names is not None:
             self.accepts = "dataframe"
         #: the tree or the linear kernel's compiled model, or None: scikit-learn predicts
-        self.compiled: CompiledSKLearnForest | CompiledLinear | None = None
+        self.compiled: CompiledSKLearn | CompiledLinear | None = None
         #: the methods the kernel computes, by name, each from ``compiled.rows(payload)``
         #: (none unless compiled)
         self.kernel_methods: dict[str, Any] = {}
-        if is_forest(self.model):
-            # Random forests and extra-trees: inferpool's tree kernel where it reproduces
-            # scikit-learn (trees/from_sklearn.py).
+        if is_tree_model(self.model):
+            # Random forests, extra-trees and gradient boosting: inferpool's tree kernel
+            # where it reproduces scikit-learn (trees/sklearn_models.py).
             # Unpacked apart: as an unpacking target, mypy would read ``compiled`` as optional.
             chosen = compile_model(self.settings, "scikit-learn", self._compile, self._checks)
             compiled, self.predicted_by = chosen
@@ -128,10 +134,10 @@ class SKLearnRuntime(Runtime):
         frame = (lambda rows: self._frame(rows, names)) if names is not None else None
         return kernel_checks(compiled, self.model, frame)
 
-    def _compile(self) -> CompiledSKLearnForest:
-        return CompiledSKLearnForest(self.model)
+    def _compile(self) -> CompiledSKLearn:
+        return compile_sklearn(self.model)
 
-    def _checks(self, compiled: CompiledSKLearnForest) -> tuple[Outputs, list[np.ndarray]]:
+    def _checks(self, compiled: CompiledSKLearn) -> tuple[Outputs, list[np.ndarray]]:
         def through_rows(method: Any) -> Any:
             return lambda payload: method(compiled.rows(payload))
 
@@ -139,7 +145,7 @@ class SKLearnRuntime(Runtime):
             name: (through_rows(method), getattr(self.model, name))
             for name, method in compiled.methods().items()
         }
-        probes = [probe_rows(compiled.forest, np.float32, nonfinite=False)]
+        probes = compiled.probes()
         if self.feature_names is not None:
             probes = [self._frame(rows, self.feature_names) for rows in probes]
         return outputs, probes

@@ -1,12 +1,13 @@
 """inferpool's own predictor for tree ensembles (LightGBM and XGBoost boosters,
-scikit-learn random forests and extra-trees): the same model, predicted several times
-faster than by its library (benchmarks/RESULTS.md, "tree kernel").
+scikit-learn random forests, extra-trees, gradient boosting and histogram-based gradient
+boosting): the same model, predicted several times faster than by its library
+(benchmarks/RESULTS.md, "tree kernel").
 
 A runtime asks ``compile_model`` for a compiled model (``from_lightgbm``,
-``from_xgboost``, ``from_sklearn``) when it loads a model. Anything the kernel does not
-reproduce exactly (categorical splits, linear trees, an unknown objective, a kernel that
-was not compiled) gives ``Unsupported`` with the reason, and the runtime keeps its
-library's predictor.
+``from_xgboost``, ``sklearn_models``) when it loads a model. Anything the kernel does not
+reproduce exactly (XGBoost's categorical splits, scikit-learn categories that are not
+numbers, linear trees, an unknown objective, a kernel that was not compiled) gives
+``Unsupported`` with the reason, and the runtime keeps its library's predictor.
 A compiled model is checked against the library on probe rows before it serves
 (``verify``).
 """

@@ -6,11 +6,17 @@
  * with no branch on the data: the next node is `left + goes_right` and a leaf points at
  * itself, so a row that reached its leaf early just stays there until the tree's depth is
  * done. The block's walks are independent, so the CPU overlaps their memory loads.
+ *
+ * It also lays a forest out (`lay_out`, a tree at a time from its library's node arrays)
+ * and, for a large batch, splits the rows between a few threads (`accumulate`'s
+ * `threads`): every row is walked exactly as on one thread, so the sums are the same.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -30,6 +36,8 @@ typedef struct {
 #define ZERO_MISSING (1u << 25) /* |x| <= 1e-35 is missing and goes as ZERO_RIGHT says */
 #define ZERO_RIGHT (1u << 26)
 #define ZERO_SNAP (1u << 27)    /* |x| <= 1e-35 counts as 0.0 (LightGBM drops such values) */
+#define CATEGORICAL (1u << 28)  /* a category split: `threshold` is where its bitset starts */
+#define FLAG_MASK (NAN_LEFT | ZERO_MISSING | ZERO_RIGHT | ZERO_SNAP | CATEGORICAL)
 #define BLOCK 64
 
 /* LightGBM's kZeroThreshold, a float widened to double as LightGBM compares it. */
@@ -54,14 +62,35 @@ static inline int32_t step_plain(const Node *node, double v) {
     return node->left + (int32_t) !(v <= node->threshold);
 }
 
+/* A category split (LightGBM's rule): the value, truncated to an integer, goes left when
+ * its bit is set in the node's bitset (bits[offset] words after the count at `offset`).
+ * NaN, a value that truncates below 0 or past INT32_MAX goes as NAN_LEFT says (LightGBM:
+ * right); a category past the bitset's end goes right. Numeric splits as step_full. */
+static inline int32_t step_cat(const Node *node, double v, const uint32_t *bits) {
+    const uint32_t flags = node->feature_flags;
+    if (__builtin_expect(!(flags & CATEGORICAL), 1)) return step_full(node, v);
+    if (!(v > -1.0 && v < 2147483648.0)) return node->left + !((flags >> 24) & 1u);
+    const uint32_t category = (uint32_t)(int32_t)v; /* truncates toward zero, as C++ does */
+    const uint32_t *set = bits + (size_t)node->threshold;
+    const uint32_t word = category >> 5;
+    if (word >= set[0]) return node->left + 1;
+    return node->left + !((set[1 + word] >> (category & 31u)) & 1u);
+}
+
+#define STEP_FULL(node, v) step_full(node, v)
+#define STEP_PLAIN(node, v) step_plain(node, v)
+#define STEP_CAT(node, v) step_cat(node, v, bits)
+
 /* One block of rows (at most BLOCK, as doubles) through every tree, in tree order, adding
  * each leaf's values to the row's sums in SUM precision (XGBoost adds in float32). */
 #define WALK(NAME, STEP, SUM)                                                              \
-    static void NAME(const Node *nodes, const double *leaves, const Tree *trees,          \
-                     Py_ssize_t n_trees, Py_ssize_t width, const double *block,            \
+    static void NAME(const Node *nodes, const double *leaves, const uint32_t *bits,       \
+                     const Tree *trees, Py_ssize_t n_trees, Py_ssize_t width,              \
+                     const double *block,                                                  \
                      Py_ssize_t rows, Py_ssize_t n_columns, SUM *sums,                      \
                      Py_ssize_t out_columns) {                                              \
         int32_t at[BLOCK];                                                                 \
+        (void)bits; /* read by the categorical walk alone */                               \
         for (Py_ssize_t t = 0; t < n_trees; t++) {                                         \
             const Tree tree = trees[t];                                                    \
             for (Py_ssize_t r = 0; r < rows; r++) at[r] = tree.root;                       \
@@ -80,10 +109,12 @@ static inline int32_t step_plain(const Node *node, double v) {
         }                                                                                  \
     }
 
-WALK(walk_full_double, step_full, double)
-WALK(walk_plain_double, step_plain, double)
-WALK(walk_full_float, step_full, float)
-WALK(walk_plain_float, step_plain, float)
+WALK(walk_full_double, STEP_FULL, double)
+WALK(walk_plain_double, STEP_PLAIN, double)
+WALK(walk_cat_double, STEP_CAT, double)
+WALK(walk_full_float, STEP_FULL, float)
+WALK(walk_plain_float, STEP_PLAIN, float)
+WALK(walk_cat_float, STEP_CAT, float)
 
 /* Copy n values into doubles (float32 is widened as the libraries widen it); return
  * whether any is NaN or within 1e-35 of zero, the values the plain compare gets wrong. */
@@ -104,29 +135,101 @@ WIDEN(widen_double, double)
 
 typedef int (*Widen)(const void *, Py_ssize_t, double *);
 
-/* Every row of x through the forest, a block at a time; `block` holds BLOCK rows. */
+/* What a batch walks through, and where its rows and sums are. */
+typedef struct {
+    const Node *nodes;
+    const double *leaves;
+    const uint32_t *bits; /* NULL: no category splits */
+    const Tree *trees;
+    Py_ssize_t n_trees, width;
+    const char *x;
+    Py_ssize_t itemsize, n_columns;
+    Widen widen;
+    void *out;
+    Py_ssize_t out_columns;
+    int sum_double; /* the sums' precision: double, else float */
+} Batch;
+
+/* Rows [first, last) of the batch through the forest, a block at a time; `block` holds
+ * BLOCK rows. */
 #define PREDICT_ROWS(NAME, SUM)                                                            \
-    static void NAME(const Node *nodes, const double *leaves, const Tree *trees,          \
-                     Py_ssize_t n_trees, Py_ssize_t width, const char *x,                  \
-                     Py_ssize_t itemsize, Widen widen, Py_ssize_t n_rows,                  \
-                     Py_ssize_t n_columns, void *out, Py_ssize_t out_columns,              \
+    static void NAME(const Batch *b, Py_ssize_t first_row, Py_ssize_t last_row,           \
                      double *block) {                                                      \
-        for (Py_ssize_t first = 0; first < n_rows; first += BLOCK) {                       \
-            const Py_ssize_t rows = n_rows - first < BLOCK ? n_rows - first : BLOCK;       \
-            const int special =                                                            \
-                widen(x + first * n_columns * itemsize, rows * n_columns, block);          \
-            SUM *sums = (SUM *)out + first * out_columns;                                  \
-            if (special)                                                                   \
-                walk_full_##SUM(nodes, leaves, trees, n_trees, width, block, rows,         \
-                                n_columns, sums, out_columns);                             \
+        for (Py_ssize_t first = first_row; first < last_row; first += BLOCK) {             \
+            const Py_ssize_t rows = last_row - first < BLOCK ? last_row - first : BLOCK;   \
+            const int special = b->widen(b->x + first * b->n_columns * b->itemsize,        \
+                                         rows * b->n_columns, block);                      \
+            SUM *sums = (SUM *)b->out + first * b->out_columns;                            \
+            if (b->bits != NULL)                                                           \
+                walk_cat_##SUM(b->nodes, b->leaves, b->bits, b->trees, b->n_trees,         \
+                               b->width, block, rows, b->n_columns, sums, b->out_columns); \
+            else if (special)                                                              \
+                walk_full_##SUM(b->nodes, b->leaves, b->bits, b->trees, b->n_trees,        \
+                                b->width, block, rows, b->n_columns, sums,                 \
+                                b->out_columns);                                           \
             else                                                                           \
-                walk_plain_##SUM(nodes, leaves, trees, n_trees, width, block, rows,        \
-                                 n_columns, sums, out_columns);                            \
+                walk_plain_##SUM(b->nodes, b->leaves, b->bits, b->trees, b->n_trees,       \
+                                 b->width, block, rows, b->n_columns, sums,                \
+                                 b->out_columns);                                          \
         }                                                                                  \
     }
 
 PREDICT_ROWS(predict_rows_double, double)
 PREDICT_ROWS(predict_rows_float, float)
+
+static void predict_rows(const Batch *b, Py_ssize_t first, Py_ssize_t last, double *block) {
+    (b->sum_double ? predict_rows_double : predict_rows_float)(b, first, last, block);
+}
+
+/* One thread's share of a batch: whole blocks of consecutive rows. */
+typedef struct {
+    const Batch *batch;
+    Py_ssize_t first, last;
+    double *block;
+} Share;
+
+static void *predict_share(void *arg) {
+    const Share *share = (const Share *)arg;
+    predict_rows(share->batch, share->first, share->last, share->block);
+    return NULL;
+}
+
+#define MAX_THREADS 16
+
+/* The batch on up to `threads` threads (this one included), each taking a contiguous run
+ * of whole blocks. A row is walked the same way whichever thread takes it, so the sums
+ * do not depend on the split. A thread that cannot be started leaves its share to this
+ * one. Returns -1 (nothing done) when out of memory. */
+static int predict_batch(const Batch *b, Py_ssize_t n_rows, int threads) {
+    const Py_ssize_t n_blocks = (n_rows + BLOCK - 1) / BLOCK;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if (threads > n_blocks) threads = (int)n_blocks;
+    if (threads < 1) threads = 1;
+    const size_t block_size = sizeof(double) * BLOCK * (size_t)(b->n_columns ? b->n_columns : 1);
+    double *blocks = malloc(block_size * (size_t)threads);
+    if (blocks == NULL) return -1;
+    Share shares[MAX_THREADS];
+    pthread_t ids[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    for (int t = 0; t < threads; t++) {
+        shares[t].batch = b;
+        shares[t].first = n_blocks * t / threads * BLOCK;
+        const Py_ssize_t last = n_blocks * (t + 1) / threads * BLOCK;
+        shares[t].last = last < n_rows ? last : n_rows;
+        shares[t].block = blocks + (size_t)t * (block_size / sizeof(double));
+    }
+    for (int t = 1; t < threads; t++)
+        started[t] = pthread_create(&ids[t], NULL, predict_share, &shares[t]) == 0;
+    predict_share(&shares[0]);
+    for (int t = 1; t < threads; t++) {
+        if (started[t])
+            pthread_join(ids[t], NULL);
+        else
+            predict_share(&shares[t]);
+    }
+    free(blocks);
+    return 0;
+}
 
 /* The struct-module type letter of a buffer holding native-order numbers ('f' for "<f"
  * on a little-endian machine, numpy's spelling of an explicitly little-endian float32),
@@ -150,29 +253,34 @@ static int contiguous(PyObject *obj, Py_buffer *view, int flags, const char *wha
 }
 
 PyDoc_STRVAR(accumulate_doc,
-"accumulate(nodes, leaves, trees, width, n_features, x, out)\n\n"
+"accumulate(nodes, leaves, trees, width, n_features, x, out, bits=None, threads=1)\n\n"
 "Add to out[row, tree.column:tree.column + width] the leaf values every row of x reaches\n"
 "in every tree, tree by tree in order. x: rows x n_features, float32 or float64, C order;\n"
-"out: rows x columns, float64 or float32 (the precision of the sums), C order, in place.");
+"out: rows x columns, float64 or float32 (the precision of the sums), C order, in place.\n"
+"bits: the category bitsets (uint32) of a forest with category splits, else None.\n"
+"threads: split the rows between this many threads (the sums are the same).");
 
 static PyObject *accumulate(PyObject *self, PyObject *args) {
-    PyObject *nodes_obj, *leaves_obj, *trees_obj, *x_obj, *out_obj;
+    PyObject *nodes_obj, *leaves_obj, *trees_obj, *x_obj, *out_obj, *bits_obj = Py_None;
     Py_ssize_t width, n_features;
-    if (!PyArg_ParseTuple(args, "OOOnnOO", &nodes_obj, &leaves_obj, &trees_obj, &width,
-                          &n_features, &x_obj, &out_obj))
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "OOOnnOO|Oi", &nodes_obj, &leaves_obj, &trees_obj, &width,
+                          &n_features, &x_obj, &out_obj, &bits_obj, &threads))
         return NULL;
-    Py_buffer nodes = {0}, leaves = {0}, trees = {0}, x = {0}, out = {0};
+    Py_buffer nodes = {0}, leaves = {0}, trees = {0}, x = {0}, out = {0}, bits = {0};
     PyObject *result = NULL;
     if (contiguous(nodes_obj, &nodes, PyBUF_SIMPLE, "nodes") < 0) goto done;
     if (contiguous(leaves_obj, &leaves, PyBUF_SIMPLE, "leaves") < 0) goto done;
     if (contiguous(trees_obj, &trees, PyBUF_SIMPLE, "trees") < 0) goto done;
     if (contiguous(x_obj, &x, PyBUF_ND | PyBUF_FORMAT, "x") < 0) goto done;
     if (contiguous(out_obj, &out, PyBUF_ND | PyBUF_FORMAT | PyBUF_WRITABLE, "out") < 0) goto done;
+    if (bits_obj != Py_None && contiguous(bits_obj, &bits, PyBUF_SIMPLE, "bits") < 0) goto done;
 
     Py_ssize_t n_nodes = nodes.len / (Py_ssize_t)sizeof(Node);
     Py_ssize_t n_trees = trees.len / (Py_ssize_t)sizeof(Tree);
     if (nodes.len % (Py_ssize_t)sizeof(Node) || trees.len % (Py_ssize_t)sizeof(Tree) ||
-        width < 1 || leaves.len != n_nodes * width * (Py_ssize_t)sizeof(double)) {
+        width < 1 || leaves.len != n_nodes * width * (Py_ssize_t)sizeof(double) ||
+        bits.len % (Py_ssize_t)sizeof(uint32_t)) {
         PyErr_SetString(PyExc_ValueError, "inconsistent forest layout");
         goto done;
     }
@@ -198,18 +306,29 @@ static PyObject *accumulate(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    double *block = PyMem_RawMalloc(sizeof(double) * BLOCK * (size_t)(x.shape[1] ? x.shape[1] : 1));
-    if (block == NULL) {
+    const Batch batch = {
+        .nodes = (const Node *)nodes.buf,
+        .leaves = (const double *)leaves.buf,
+        .bits = bits.len ? (const uint32_t *)bits.buf : NULL,
+        .trees = tree_table,
+        .n_trees = n_trees,
+        .width = width,
+        .x = (const char *)x.buf,
+        .itemsize = x.itemsize,
+        .n_columns = x.shape[1],
+        .widen = is_float ? widen_float : widen_double,
+        .out = out.buf,
+        .out_columns = out.shape[1],
+        .sum_double = out_kind == 'd',
+    };
+    int failed;
+    Py_BEGIN_ALLOW_THREADS
+    failed = predict_batch(&batch, x.shape[0], threads);
+    Py_END_ALLOW_THREADS
+    if (failed) {
         PyErr_NoMemory();
         goto done;
     }
-    Py_BEGIN_ALLOW_THREADS
-    (out_kind == 'd' ? predict_rows_double : predict_rows_float)(
-        (const Node *)nodes.buf, (const double *)leaves.buf, tree_table, n_trees, width,
-        (const char *)x.buf, x.itemsize, is_float ? widen_float : widen_double, x.shape[0],
-        x.shape[1], out.buf, out.shape[1], block);
-    Py_END_ALLOW_THREADS
-    PyMem_RawFree(block);
     result = Py_NewRef(Py_None);
 done:
     if (nodes.obj) PyBuffer_Release(&nodes);
@@ -217,11 +336,151 @@ done:
     if (trees.obj) PyBuffer_Release(&trees);
     if (x.obj) PyBuffer_Release(&x);
     if (out.obj) PyBuffer_Release(&out);
+    if (bits.obj) PyBuffer_Release(&bits);
+    return result;
+}
+
+/* A breadth-first walk of one source tree, laying each node out as it comes: an inner
+ * node's children take the next two free slots, so they are neighbours. Returns the
+ * tree's depth, or -1 with a message in `error` for arrays that are not one tree. */
+static int32_t lay_out_tree(const int64_t *left, const int64_t *right, const int64_t *feature,
+                            const double *threshold, const uint32_t *flags,
+                            const double *values, Py_ssize_t n, Py_ssize_t width,
+                            Py_ssize_t n_features, Node *nodes, double *leaves,
+                            Py_ssize_t first, int64_t *queue, int32_t *levels,
+                            uint8_t *seen, const char **error) {
+    /* queue[i]: the source node laid out i-th, in slot first + i (slots are taken in
+     * the walk's order); levels[i]: its depth. */
+    Py_ssize_t head = 0, tail = 1, next = 1;
+    int32_t depth = 0;
+    memset(seen, 0, (size_t)n);
+    queue[0] = 0;
+    levels[0] = 0;
+    seen[0] = 1;
+    while (head < tail) {
+        const int64_t source = queue[head];
+        const int32_t level = levels[head];
+        const Py_ssize_t slot = first + head;
+        head++;
+        if (level > depth) depth = level;
+        double *leaf = leaves + slot * width;
+        if (left[source] < 0) {
+            nodes[slot].threshold = INFINITY; /* every number and (NAN_LEFT) NaN stay */
+            nodes[slot].feature_flags = NAN_LEFT;
+            nodes[slot].left = (int32_t)slot;
+            memcpy(leaf, values + source * width, sizeof(double) * (size_t)width);
+            continue;
+        }
+        const int64_t children[2] = {left[source], right[source]};
+        if (feature[source] < 0 || feature[source] >= n_features) {
+            *error = "a split on a feature the model does not have";
+            return -1;
+        }
+        if (flags[source] & ~FLAG_MASK) {
+            *error = "unknown split flags";
+            return -1;
+        }
+        for (int c = 0; c < 2; c++) {
+            if (children[c] <= 0 || children[c] >= n || seen[children[c]]) {
+                *error = "the node arrays are not one tree";
+                return -1;
+            }
+            seen[children[c]] = 1;
+            queue[tail] = children[c];
+            levels[tail] = level + 1;
+            tail++;
+        }
+        nodes[slot].threshold = threshold[source];
+        nodes[slot].feature_flags = (uint32_t)feature[source] | flags[source];
+        nodes[slot].left = (int32_t)(first + next);
+        next += 2;
+        memset(leaf, 0, sizeof(double) * (size_t)width);
+    }
+    if (tail != n) {
+        *error = "the node arrays hold nodes that no path reaches";
+        return -1;
+    }
+    return depth;
+}
+
+PyDoc_STRVAR(lay_out_doc,
+"lay_out(left, right, feature, threshold, flags, values, n_features, nodes, leaves, first)\n\n"
+"Lay one tree out into nodes[first:first + n] and leaves[first:first + n], breadth first\n"
+"from its root (node 0), and return its depth. The tree as n-node arrays: left and right\n"
+"children (int64, -1 at a leaf), feature (int64), threshold (float64), flags (uint32, the\n"
+"kernel's split rules), values (float64, n x width: a leaf's values).");
+
+static PyObject *lay_out(PyObject *self, PyObject *args) {
+    PyObject *objs[6], *nodes_obj, *leaves_obj;
+    Py_ssize_t n_features, first;
+    if (!PyArg_ParseTuple(args, "OOOOOOnOOn", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                          &objs[5], &n_features, &nodes_obj, &leaves_obj, &first))
+        return NULL;
+    static const char *names[6] = {"left", "right", "feature", "threshold", "flags", "values"};
+    static const char kinds[6] = {'q', 'q', 'q', 'd', 'I', 'd'};
+    Py_buffer views[6] = {{0}}, nodes = {0}, leaves = {0};
+    PyObject *result = NULL;
+    int64_t *queue = NULL;
+    int32_t *levels = NULL;
+    uint8_t *seen = NULL;
+    for (int i = 0; i < 6; i++) {
+        if (contiguous(objs[i], &views[i], PyBUF_ND | PyBUF_FORMAT, names[i]) < 0) goto done;
+        char kind = native_kind(views[i].format);
+        if (kind == 'l' && sizeof(long) == 8) kind = 'q';
+        if (kind == 'L' && sizeof(long) == 4) kind = 'I';
+        if (kind != kinds[i]) {
+            PyErr_Format(PyExc_ValueError, "%s has the wrong type", names[i]);
+            goto done;
+        }
+    }
+    if (contiguous(nodes_obj, &nodes, PyBUF_WRITABLE, "nodes") < 0) goto done;
+    if (contiguous(leaves_obj, &leaves, PyBUF_WRITABLE, "leaves") < 0) goto done;
+    const Py_ssize_t n = views[0].len / 8;
+    const Py_ssize_t n_slots = nodes.len / (Py_ssize_t)sizeof(Node);
+    if (n < 1 || views[1].len != n * 8 || views[2].len != n * 8 || views[3].len != n * 8 ||
+        views[4].len != n * 4 || views[5].len < n * 8 || views[5].len % (n * 8) || nodes.len % (Py_ssize_t)sizeof(Node) ||
+        first < 0 || first > n_slots - n || n_slots > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "inconsistent tree arrays");
+        goto done;
+    }
+    const Py_ssize_t width = views[5].len / (n * 8);
+    if (leaves.len != n_slots * width * (Py_ssize_t)sizeof(double)) {
+        PyErr_SetString(PyExc_ValueError, "leaves do not match nodes");
+        goto done;
+    }
+    queue = PyMem_RawMalloc(sizeof(int64_t) * (size_t)n);
+    levels = PyMem_RawMalloc(sizeof(int32_t) * (size_t)n);
+    seen = PyMem_RawMalloc((size_t)n);
+    if (queue == NULL || levels == NULL || seen == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const char *error = NULL;
+    int32_t depth;
+    Py_BEGIN_ALLOW_THREADS
+    depth = lay_out_tree(views[0].buf, views[1].buf, views[2].buf, views[3].buf, views[4].buf,
+                         views[5].buf, n, width, n_features, nodes.buf, leaves.buf, first,
+                         queue, levels, seen, &error);
+    Py_END_ALLOW_THREADS
+    if (depth < 0) {
+        PyErr_SetString(PyExc_ValueError, error);
+        goto done;
+    }
+    result = PyLong_FromLong(depth);
+done:
+    for (int i = 0; i < 6; i++)
+        if (views[i].obj) PyBuffer_Release(&views[i]);
+    if (nodes.obj) PyBuffer_Release(&nodes);
+    if (leaves.obj) PyBuffer_Release(&leaves);
+    PyMem_RawFree(queue);
+    PyMem_RawFree(levels);
+    PyMem_RawFree(seen);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"accumulate", accumulate, METH_VARARGS, accumulate_doc},
+    {"lay_out", lay_out, METH_VARARGS, lay_out_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -233,7 +492,8 @@ PyMODINIT_FUNC PyInit__kernel(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddIntConstant(m, "NODE_SIZE", (long)sizeof(Node)) < 0 ||
-        PyModule_AddIntConstant(m, "TREE_SIZE", (long)sizeof(Tree)) < 0) {
+        PyModule_AddIntConstant(m, "TREE_SIZE", (long)sizeof(Tree)) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_THREADS", MAX_THREADS) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,6 +1,10 @@
-"""Types of the C extension built from ``_kernel.c`` (the tree kernel's inner loop)."""
+"""Types of the C extension built from ``_kernel.c`` (the tree kernel's inner loops)."""
 
 import numpy as np
+
+NODE_SIZE: int
+TREE_SIZE: int
+MAX_THREADS: int
 
 def accumulate(
     nodes: np.ndarray,
@@ -10,5 +14,20 @@ def accumulate(
     n_features: int,
     x: np.ndarray,
     out: np.ndarray,
+    bits: np.ndarray | None = None,
+    threads: int = 1,
     /,
 ) -> None: ...
+def lay_out(
+    left: np.ndarray,
+    right: np.ndarray,
+    feature: np.ndarray,
+    threshold: np.ndarray,
+    flags: np.ndarray,
+    values: np.ndarray,
+    n_features: int,
+    nodes: np.ndarray,
+    leaves: np.ndarray,
+    first: int,
+    /,
+) -> int: ...

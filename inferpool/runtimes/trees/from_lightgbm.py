@@ -5,7 +5,11 @@ LightGBM's numerical split, reproduced: LightGBM drops every |x| <= 1e-35 from a
 before it predicts, so such a value counts as 0.0; a NaN becomes 0.0 unless the missing type is
 "NaN"; a missing value (NaN for type "NaN", |x| <= 1e-35 for type "Zero") follows
 ``default_left``; any other value goes left when ``x <= threshold`` in double precision.
-Categorical splits and linear trees are not reproduced (``Unsupported``).
+
+LightGBM's categorical split (``decision_type`` "==", its categories as "1||3||5"),
+reproduced: NaN goes right; any other value is truncated to an integer, which goes left
+when it is one of the categories, right when it is another, negative (from -1.0 down) or
+past 2^31 - 1. Linear trees are not reproduced (``Unsupported``).
 """
 
 from __future__ import annotations
@@ -39,8 +43,6 @@ class CompiledLightGBM:
         builder = ForestBuilder(int(dump["max_feature_idx"]) + 1)
         trees = dump["tree_info"]
         for index, tree in enumerate(trees):
-            if tree.get("num_cat", 0):
-                raise Unsupported("categorical splits")
             builder.add_tree(tree["tree_structure"], _describe, column=index % self.n_columns)
         self.forest: Forest = builder.build(self.n_columns)
         iterations = max(1, len(trees) // self.n_columns)
@@ -63,8 +65,18 @@ def _describe(node: dict[str, Any]) -> Split | float:
         if "leaf_coeff" in node:
             raise Unsupported("linear trees")
         return float(node["leaf_value"])
-    if node.get("decision_type", "<=") != "<=":
-        raise Unsupported("categorical splits")
+    decision = node.get("decision_type", "<=")
+    if decision == "==":
+        return Split(
+            feature=int(node["split_feature"]),
+            threshold=0.0,
+            left=node["left_child"],
+            right=node["right_child"],
+            nan_left=False,
+            categories=[int(c) for c in str(node["threshold"]).split("||")],
+        )
+    if decision != "<=":
+        raise Unsupported(f"decision type {decision!r}")
     missing = node.get("missing_type", "None")
     default_left = bool(node.get("default_left", False))
     threshold = float(node["threshold"])

@@ -5,6 +5,9 @@ NaN following the node's ``missing_go_to_left``; a classifier's forest averages 
 tree's normalised class counts, a regressor's its leaf values, adding tree by tree in
 order. Rows holding NaN or infinity are left to scikit-learn, which either predicts them
 or rejects them with its own message.
+
+``tree_arrays`` and ``payload_rows`` serve the gradient-boosting importer too
+(``from_sklearn_boosting``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,14 @@ from typing import Any
 import numpy as np
 
 from inferpool.runtimes.tabular import NUMERIC_KINDS, is_dataframe
-from inferpool.runtimes.trees.forest import Forest, ForestBuilder, Split, Unsupported
+from inferpool.runtimes.trees.forest import (
+    NAN_LEFT,
+    Forest,
+    ForestBuilder,
+    NodeArrays,
+    Unsupported,
+)
+from inferpool.runtimes.trees.verify import probe_rows
 
 SUPPORTED = (
     "RandomForestClassifier",
@@ -22,8 +32,9 @@ SUPPORTED = (
     "ExtraTreesClassifier",
     "ExtraTreesRegressor",
 )
-# Laying out is a Python loop over nodes (about a second per million).
-MAX_NODES = 2_000_000
+# The kernel lays out about 50 million nodes a second; the limit keeps a model's layout
+# (16 bytes a node plus its leaf values) to a few hundred MiB.
+MAX_NODES = 20_000_000
 
 
 def is_forest(model: Any) -> bool:
@@ -54,16 +65,11 @@ class CompiledSKLearnForest:
 
     def rows(self, payload: Any) -> np.ndarray | None:
         """The payload as finite float32 rows, or None to leave it to scikit-learn."""
-        if is_dataframe(payload):
-            if any(dtype.kind not in NUMERIC_KINDS for dtype in payload.dtypes):
-                return None
-            payload = payload.to_numpy()
-        if not isinstance(payload, np.ndarray) or payload.dtype.kind not in NUMERIC_KINDS:
-            return None
-        if payload.ndim != 2 or payload.shape[1] != self.forest.n_features:
-            return None
-        rows = self.forest.features(payload)
-        return rows if np.isfinite(rows).all() else None
+        return payload_rows(payload, self.forest, finite=True)
+
+    def probes(self) -> list[np.ndarray]:
+        """The rows ``verify`` compares the kernel and scikit-learn on."""
+        return [probe_rows(self.forest, np.float32, nonfinite=False)]
 
     def _average(self, rows: np.ndarray) -> np.ndarray:
         total = self.forest.accumulate(rows)
@@ -87,10 +93,39 @@ class CompiledSKLearnForest:
         return {"predict": self.predict, "predict_proba": self.predict_proba}
 
 
-def _add_tree(builder: ForestBuilder, tree: Any, classifier: bool, width: int) -> None:
-    left, right = tree.children_left, tree.children_right
-    feature, threshold = tree.feature, tree.threshold
+def payload_rows(payload: Any, forest: Forest, finite: bool) -> np.ndarray | None:
+    """The payload as the kernel's rows (numbers, ``forest.n_features`` columns; only
+    finite values if ``finite``), or None to leave it to scikit-learn."""
+    if is_dataframe(payload):
+        if any(dtype.kind not in NUMERIC_KINDS for dtype in payload.dtypes):
+            return None
+        payload = payload.to_numpy()
+    if not isinstance(payload, np.ndarray) or payload.dtype.kind not in NUMERIC_KINDS:
+        return None
+    if payload.ndim != 2 or payload.shape[1] != forest.n_features:
+        return None
+    rows = forest.features(payload)
+    return rows if not finite or np.isfinite(rows).all() else None
+
+
+def tree_arrays(tree: Any, values: np.ndarray) -> NodeArrays:
+    """A scikit-learn ``Tree`` as ``ForestBuilder.add_arrays`` takes it (without the
+    column), with ``values`` (one row per node) as its leaf values."""
     nan_left = getattr(tree, "missing_go_to_left", None)
+    flags = np.zeros(tree.node_count, dtype=np.uint32)
+    if nan_left is not None:
+        flags[np.asarray(nan_left, dtype=bool)] = NAN_LEFT
+    return (
+        tree.children_left,
+        tree.children_right,
+        tree.feature,
+        tree.threshold,
+        flags,
+        values,
+    )
+
+
+def _add_tree(builder: ForestBuilder, tree: Any, classifier: bool, width: int) -> None:
     if classifier:
         # DecisionTreeClassifier.predict_proba's normalisation, leaf by leaf.
         values = tree.value[:, 0, :width].astype(np.float64)
@@ -99,17 +134,4 @@ def _add_tree(builder: ForestBuilder, tree: Any, classifier: bool, width: int) -
         values = values / normaliser
     else:
         values = tree.value[:, :, 0].astype(np.float64)
-
-    def describe(node: int) -> Split | np.ndarray:
-        if left[node] == -1:
-            leaf: np.ndarray = values[node]
-            return leaf
-        return Split(
-            feature=int(feature[node]),
-            threshold=float(threshold[node]),
-            left=int(left[node]),
-            right=int(right[node]),
-            nan_left=bool(nan_left[node]) if nan_left is not None else False,
-        )
-
-    builder.add_tree(0, describe)
+    builder.add_arrays(*tree_arrays(tree, values))

@@ -15,7 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from inferpool.runtimes.trees.forest import Forest, ForestBuilder, Split, Unsupported, softmax
+from inferpool.runtimes.trees.forest import (
+    NAN_LEFT,
+    Forest,
+    ForestBuilder,
+    NodeArrays,
+    Unsupported,
+    softmax,
+)
 
 F32 = np.float32
 IDENTITY_OBJECTIVES = {
@@ -63,7 +70,7 @@ class CompiledXGBoost:
                 raise Unsupported("vector leaves (multi_output_tree)")
             if any(tree["split_type"]):
                 raise Unsupported("categorical splits")
-            builder.add_tree(0, _describer(tree), column=int(group))
+            builder.add_arrays(*_tree_arrays(tree), column=int(group))
         self.link = _link(self.objective)
         base = _base_margin(self.objective, parameters["base_score"], self.n_columns)
         self.forest: Forest = builder.build(
@@ -77,24 +84,22 @@ class CompiledXGBoost:
         return self.link(self.forest.scores(matrix))
 
 
-def _describer(tree: dict[str, Any]) -> Callable[[int], Split | float]:
-    left, right = tree["left_children"], tree["right_children"]
-    features, conditions = tree["split_indices"], tree["split_conditions"]
-    default_left = tree["default_left"]
-
-    def describe(node: int) -> Split | float:
-        if left[node] == -1:
-            return float(F32(conditions[node]))
-        below = np.nextafter(F32(conditions[node]), F32(-np.inf))
-        return Split(
-            feature=int(features[node]),
-            threshold=float(below),
-            left=int(left[node]),
-            right=int(right[node]),
-            nan_left=bool(default_left[node]),
-        )
-
-    return describe
+def _tree_arrays(tree: dict[str, Any]) -> NodeArrays:
+    """The tree's node arrays as ``ForestBuilder.add_arrays`` takes them (no column)."""
+    left = np.asarray(tree["left_children"], dtype=np.int64)
+    # A leaf's value and a split's condition share the array, as float32 in XGBoost.
+    conditions = np.asarray(tree["split_conditions"], dtype=F32)
+    leaf = left == -1
+    below = np.nextafter(conditions, F32(-np.inf)).astype(np.float64)
+    flags = np.where(np.asarray(tree["default_left"], dtype=bool), NAN_LEFT, 0)
+    return (
+        left,
+        np.asarray(tree["right_children"], dtype=np.int64),
+        np.where(leaf, 0, np.asarray(tree["split_indices"], dtype=np.int64)),
+        np.where(leaf, 0.0, below),
+        flags.astype(np.uint32),
+        np.where(leaf, conditions.astype(np.float64), 0.0),
+    )
 
 
 def _base_margin(objective: str, base_score: str, n_columns: int) -> np.ndarray:

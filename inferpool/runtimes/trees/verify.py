@@ -1,6 +1,7 @@
 """The check a compiled model passes before it serves: on probe rows that sit on, just
-below and just above the model's own thresholds (plus zeros, tiny values and NaN), every
-output of the kernel must match the library's."""
+below and just above the model's own thresholds (plus zeros, tiny values and NaN), and on
+a category feature each category, negative and fractional values and categories past
+the model's, every output of the kernel must match the library's."""
 
 from __future__ import annotations
 
@@ -39,6 +40,14 @@ def probe_rows(
             np.where(step > 0, np.nextafter(picked, dtype(np.inf)), picked),
         )
         rows[:, feature] = nudged
+    for feature, covered in forest.category_features().items():
+        categories = rng.integers(-3, covered + 4, size=PROBE_ROWS).astype(np.float64)
+        odd = rng.random(PROBE_ROWS)
+        # A fraction of a category, just below zero, and far past any bitset.
+        categories[odd < 0.1] += 0.5
+        categories[(odd >= 0.1) & (odd < 0.15)] = -0.5
+        categories[(odd >= 0.15) & (odd < 0.2)] = 2.0**31 + 7
+        rows[:, feature] = categories
     special = [0.0, -0.0, 1e-36, -1e-36] + ([np.nan, np.inf, -np.inf] if nonfinite else [])
     mask = rng.random(rows.shape) < 0.08
     rows[mask] = rng.choice(special, size=int(mask.sum()))

@@ -102,25 +102,6 @@ def test_lightgbm_outputs_match_the_library(tmp_path, case):
             np.testing.assert_allclose(out["predict"], values, rtol=1e-12)
 
 
-def test_lightgbm_with_categorical_splits_stays_with_the_library(tmp_path):
-    import lightgbm
-
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(300, 3))
-    X[:, 0] = rng.integers(0, 6, size=300)
-    y = (X[:, 0] % 2 == 0).astype(int)
-    booster = lightgbm.train(
-        {"objective": "binary", "verbose": -1, "num_threads": 1, "min_data_per_group": 5},
-        lightgbm.Dataset(X, y, categorical_feature=[0]),
-        num_boost_round=5,
-    )
-    model = load(save_booster(tmp_path / "m", booster, "model.txt"))
-    assert model.runtime.compiled is None
-    assert model.runtime.predictor() == "LightGBM, not the tree kernel: categorical splits"
-    out = infer(model, X[:20], ["predict_proba"])
-    np.testing.assert_allclose(out["predict_proba"][:, 1], booster.predict(X[:20]))
-
-
 def test_lightgbm_linear_trees_stay_with_the_library(tmp_path):
     import lightgbm
 
@@ -258,10 +239,10 @@ def test_a_forest_fitted_with_missing_values_sends_nan_rows_to_scikit_learn(tmp_
 
 
 def test_other_estimators_are_not_compiled(tmp_path):
-    from sklearn.ensemble import GradientBoostingClassifier
+    from sklearn.ensemble import AdaBoostClassifier
 
     X, y = training_data(np.random.default_rng(0), 2, False)
-    model = load(save_pickle(tmp_path / "m", GradientBoostingClassifier(n_estimators=5).fit(X, y)))
+    model = load(save_pickle(tmp_path / "m", AdaBoostClassifier(n_estimators=5).fit(X, y)))
     assert model.runtime.compiled is None
 
 

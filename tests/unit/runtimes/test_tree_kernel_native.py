@@ -1,0 +1,236 @@
+"""The tree kernel's native parts: the layout it builds (``_kernel.lay_out``) is the one
+the Python builder used to build, node for node; it refuses arrays that are not a tree;
+and a batch split between threads sums to the same bits as on one thread, which the
+process only does when it may use more than one."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import pytest
+
+from inferpool.runtimes.trees import forest as forest_module
+from inferpool.runtimes.trees.forest import (
+    NAN_LEFT,
+    NODE,
+    TREE,
+    ForestBuilder,
+    Unsupported,
+    allowed_threads,
+)
+from tests.unit.runtimes.test_tree_kernel_categorical import lightgbm_categorical
+from tests.unit.runtimes.test_tree_kernel_layout import describe, random_tree
+
+
+def python_layout(builder: ForestBuilder) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The layout as the Python builder laid it out before the kernel did: breadth first
+    per tree, an inner node's children in the next two free slots, a leaf pointing at
+    itself with +inf and NaN-left, an inner node's leaf values zero."""
+    nodes: list[tuple[float, int, int]] = []
+    leaves: list[np.ndarray] = []
+    trees = []
+    for tree in builder.tree_arrays:
+        values = tree.values.reshape(len(tree.left), -1)
+        first = len(nodes)
+        nodes.append((0.0, 0, 0))
+        leaves.append(np.zeros(builder.width))
+        depth = 0
+        pending = deque([(0, first, 0)])
+        while pending:
+            source, slot, level = pending.popleft()
+            depth = max(depth, level)
+            if tree.left[source] < 0:
+                nodes[slot] = (np.inf, NAN_LEFT, slot)
+                leaves[slot] = values[source]
+                continue
+            left = len(nodes)
+            nodes.extend([(0.0, 0, 0)] * 2)
+            leaves.extend([np.zeros(builder.width)] * 2)
+            flags = int(tree.feature[source]) | int(tree.flags[source])
+            nodes[slot] = (float(tree.threshold[source]), flags, left)
+            pending.append((int(tree.left[source]), left, level + 1))
+            pending.append((int(tree.right[source]), left + 1, level + 1))
+        trees.append((first, depth, tree.column))
+    return (
+        np.array(nodes, dtype=NODE),
+        np.concatenate(leaves),
+        np.array(trees, dtype=TREE),
+    )
+
+
+def assert_same_layout(builder: ForestBuilder, forest: forest_module.Forest) -> None:
+    nodes, leaves, trees = python_layout(builder)
+    assert forest.nodes.tobytes() == nodes.tobytes()
+    assert forest.leaves.tobytes() == leaves.tobytes()
+    assert forest.trees.tobytes() == trees.tobytes()
+
+
+@pytest.mark.parametrize("width", [1, 3])
+def test_the_native_layout_is_the_python_layout_of_random_trees(width):
+    rng = np.random.default_rng(3)
+    builder = ForestBuilder(n_features=5, width=width)
+    for index in range(25):
+        tree = random_tree(rng, 5, 10)
+        if width == 1:
+            builder.add_tree(tree, describe, column=index % 2)
+        else:
+            builder.add_tree(
+                tree,
+                lambda node: [describe(node)] * 3 if isinstance(node, float) else describe(node),
+            )
+    forest = builder.build(n_columns=2 if width == 1 else 3)
+    assert_same_layout(builder, forest)
+
+
+def test_the_native_layout_of_a_random_forest_is_the_python_layout(tmp_path):
+    from sklearn.ensemble import RandomForestClassifier
+
+    from inferpool.runtimes.trees.from_sklearn import CompiledSKLearnForest, _add_tree
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 4))
+    model = RandomForestClassifier(n_estimators=6, random_state=0).fit(X, X[:, 0] > X[:, 1])
+    compiled = CompiledSKLearnForest(model)
+    builder = ForestBuilder(4, width=2)
+    for estimator in model.estimators_:
+        _add_tree(builder, estimator.tree_, True, 2)
+    assert_same_layout(builder, compiled.forest)
+
+
+def test_the_native_layout_of_a_categorical_booster_is_the_python_layout():
+    from inferpool.runtimes.trees.from_lightgbm import _describe
+
+    booster = lightgbm_categorical("multiclass", rounds=5)
+    dump = booster.dump_model()
+    builder = ForestBuilder(int(dump["max_feature_idx"]) + 1)
+    for index, tree in enumerate(dump["tree_info"]):
+        builder.add_tree(tree["tree_structure"], _describe, column=index % 3)
+    forest = builder.build(3)
+    assert forest.bits is not None and len(forest.bits) > 0
+    assert_same_layout(builder, forest)
+
+
+def leaf_arrays(n: int) -> dict:
+    return {
+        "left": -np.ones(n, np.int64),
+        "right": -np.ones(n, np.int64),
+        "feature": np.zeros(n, np.int64),
+        "threshold": np.zeros(n),
+        "flags": np.zeros(n, np.uint32),
+        "values": np.arange(n, dtype=np.float64),
+    }
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "message"),
+    [
+        ([1, -1, -1], [1, -1, -1], "not one tree"),  # both children the same node
+        ([1, 0, -1], [2, 0, -1], "not one tree"),  # a child back to the root
+        ([1, -1, -1], [5, -1, -1], "not one tree"),  # a child past the end
+        ([1, -1, -1, -1], [2, -1, -1, -1], "no path reaches"),  # node 3 is unreachable
+        ([1, 3, -1, -1, -1], [2, 1, -1, -1, -1], "not one tree"),  # a cycle
+    ],
+)
+def test_arrays_that_are_not_a_tree_are_refused(left, right, message):
+    builder = ForestBuilder(n_features=1)
+    arrays = leaf_arrays(len(left))
+    arrays["left"][:] = left
+    arrays["right"][:] = right
+    builder.add_arrays(**arrays)
+    with pytest.raises(Unsupported, match=f"tree 0: .*{message}"):
+        builder.build(1)
+
+
+def test_lay_out_refuses_inconsistent_arrays():
+    kernel = forest_module._kernel
+    arrays = leaf_arrays(3)
+    arrays["left"][0], arrays["right"][0] = 1, 2
+    nodes, leaves = np.zeros(3, NODE), np.zeros(3)
+    args = list(arrays.values())
+    assert kernel.lay_out(*args, 1, nodes, leaves, 0) == 1
+    with pytest.raises(ValueError, match="inconsistent tree arrays"):
+        kernel.lay_out(*args, 1, nodes, leaves, 1)  # does not fit after slot 1
+    with pytest.raises(ValueError, match="threshold has the wrong type"):
+        kernel.lay_out(*args[:3], args[3].astype(np.float32), *args[4:], 1, nodes, leaves, 0)
+    with pytest.raises(ValueError, match="leaves do not match"):
+        kernel.lay_out(*args, 1, nodes, np.zeros(4), 0)
+    bad_flags = args[4].copy()
+    bad_flags[0] = 1 << 30
+    with pytest.raises(ValueError, match="unknown split flags"):
+        kernel.lay_out(*args[:4], bad_flags, args[5], 1, nodes, leaves, 0)
+    with pytest.raises(ValueError, match="feature the model does not have"):
+        kernel.lay_out(*args, 0, nodes, leaves, 0)
+
+
+def big_forest():
+    """A forest with numeric, NaN-aware and category splits, and rows to match."""
+    rng = np.random.default_rng(5)
+    builder = ForestBuilder(n_features=6, width=2)
+    for _ in range(40):
+        tree = random_tree(rng, 6, 12)
+        builder.add_tree(
+            tree, lambda node: [describe(node), 1.0] if isinstance(node, float) else describe(node)
+        )
+    booster = lightgbm_categorical("regression", rounds=10)
+    for tree in booster.dump_model()["tree_info"]:
+        from inferpool.runtimes.trees.from_lightgbm import _describe
+
+        builder.add_tree(
+            tree["tree_structure"],
+            lambda node: [_describe(node), -1.0] if "leaf_value" in node else _describe(node),
+        )
+    forest = builder.build(n_columns=2)
+    rows = rng.normal(size=(10_001, 6)) * 4
+    rows[rng.random(rows.shape) < 0.05] = np.nan
+    rows[:, 0] = np.round(rows[:, 0] * 5)
+    return forest, rows
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("threads", [2, 3, 4, 16, 200])
+def test_a_batch_split_between_threads_sums_to_the_same_bits(dtype, threads):
+    forest, rows = big_forest()
+    X = rows.astype(dtype)
+    alone = forest.accumulate(X, threads=1)
+    assert forest.accumulate(X, threads=threads).tobytes() == alone.tobytes()
+    # Fewer rows than threads have blocks for, and a batch of one block.
+    assert forest.accumulate(X[:70], threads=threads).tobytes() == alone[:70].tobytes()
+    assert forest.accumulate(X[:5], threads=threads).tobytes() == alone[:5].tobytes()
+
+
+def test_the_process_thread_budget_follows_omp_num_threads(monkeypatch):
+    import os
+
+    cpus = len(os.sched_getaffinity(0))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # a pool worker given one thread
+    assert allowed_threads() == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "64")
+    assert allowed_threads() == min(cpus, forest_module.MAX_THREADS)
+    monkeypatch.delenv("OMP_NUM_THREADS")  # in-process serving: the CPUs it may use
+    assert allowed_threads() == min(cpus, forest_module.MAX_THREADS)
+    monkeypatch.setenv("OMP_NUM_THREADS", "not a number")
+    assert allowed_threads() == min(cpus, forest_module.MAX_THREADS)
+
+
+def test_only_a_large_batch_is_split_and_only_when_threads_are_allowed(monkeypatch):
+    forest, rows = big_forest()
+    calls = []
+    real = forest_module._kernel
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def accumulate(self, *args):
+            calls.append(args[-1])
+            return real.accumulate(*args)
+
+    monkeypatch.setattr(forest_module, "_kernel", Spy())
+    monkeypatch.setattr(forest_module, "allowed_threads", lambda: 2)
+    forest.accumulate(rows[: forest_module.PARALLEL_ROWS - 1])
+    forest.accumulate(rows)
+    assert calls == [1, 2]
+    monkeypatch.setattr(forest_module, "allowed_threads", lambda: 1)  # a one-thread worker
+    forest.accumulate(rows)
+    assert calls[-1] == 1
