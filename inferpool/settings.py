@@ -509,8 +509,13 @@ class ModelSettings(BaseModel):
     parameters: ModelParameters = Field(default_factory=ModelParameters)
     inputs: list[dict[str, Any]] = Field(default_factory=list)
     outputs: list[dict[str, Any]] = Field(default_factory=list)
+    # Batching (engine/worker/batching.py, docs/batching.md). max_batch_size: most rows
+    # per predict; 0 (unset): batch queued requests, up to 256 rows, when the runtime's
+    # rows are independent; 1 (or negative, which MLServer accepts): never batch.
+    # max_batch_time: seconds a request may wait for others (MLServer's adaptive
+    # batching); 0: take what is queued, never wait.
     max_batch_size: int = 0
-    max_batch_time: float = 0.0
+    max_batch_time: float = Field(0.0, ge=0, allow_inf_nan=False)
     replicas: int | None = None
     # Seconds one predict may run (504, worker recycled); None: the server's model_timeout.
     timeout: float | None = None

@@ -1,8 +1,12 @@
 """``workers=0``: models load and predict in the frontend process (embedding, debugging).
 
 The worker path (``worker/path.py``) runs here on the event loop's thread; loads run
-in a thread, one at a time, so the loop keeps answering health checks. The embedded API
-(``inferpool.Engine``) hands typed requests to ``infer_request``: no bytes at all.
+in a thread, one at a time, so the loop keeps answering health checks. A model that
+batches (``worker/batching.py``) queues its requests until the loop's next turn, so
+that the requests which reached the engine in one turn run as one predict, as a worker
+joins what it drained; any other request runs at once. The embedded API
+(``inferpool.Engine``) hands typed requests to ``infer_request``: no bytes at all, one
+request per predict.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from inferpool.settings import ModelSettings, ServerSettings
 
 if TYPE_CHECKING:
     from inferpool.engine.worker.model import LoadedModel
+    from inferpool.engine.worker.path import Job
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +42,9 @@ class InProcessClient(EngineClient):
     def __init__(self, settings: ServerSettings) -> None:
         super().__init__(settings)
         self.models: dict[ModelKey, LoadedModel] = {}  # per version
+        # Requests of a batching version waiting for the loop's next turn (or for the
+        # model's max_batch_time), per version.
+        self._queued: dict[ModelKey, _Queue] = {}
 
     async def _load(self, settings: ModelSettings) -> dict[str, Any]:
         from inferpool.engine.worker.model import failure_reason
@@ -66,11 +74,56 @@ class InProcessClient(EngineClient):
     ) -> Reply:
         from inferpool.engine.worker.path import Job, run_group
 
-        # A group of one, as a worker would run it; the header a worker would have read.
+        # The header a worker would have read.
         deadline_ns = 0 if deadline is None else int(deadline * 1e9)
         now = time.monotonic_ns()
         header = RequestHeader(0, 0, kind, json_length, deadline_ns, now, len(body))
-        return run_group(self.models[key], [Job(header, body)])[0]
+        model = self.models[key]
+        if not model.batching.joins:  # a group of one, as a worker would run it
+            return run_group(model, [Job(header, body)])[0]
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        queue = self._queued.get(key)
+        if queue is None:
+            queue = self._queued[key] = _Queue(model, self._run_queued, key)
+        queue.add(Job(header, body), future)
+        if queue.full():
+            self._run_queued(key)
+        return await future
+
+    def _run_queued(self, key: ModelKey) -> None:
+        """Run what is queued for a version, as a worker runs what it drained: joined up
+        to the model's rows. A request whose caller went away meanwhile is left out."""
+        from inferpool.engine.worker.path import run_executions
+
+        queue = self._queued.pop(key, None)
+        if queue is None:
+            return
+        queue.timer.cancel()
+        waiting = [(job, future) for job, future in queue.waiting if not future.done()]
+        jobs = [job for job, _ in waiting]
+        try:
+            for positions, replies in run_executions(queue.model, jobs):
+                for position, reply in zip(positions, replies, strict=True):
+                    future = waiting[position][1]
+                    if not future.done():
+                        future.set_result(reply)
+        except Exception as exc:  # a bug of the path: answer every caller, never hang one
+            for _, future in waiting:
+                if not future.done():
+                    future.set_exception(exc)
+
+    def running_requests(self) -> dict[ModelKey, int]:
+        """In-flight requests that are running, not queued for the next batch: those of a
+        version without a queue right now (the loop runs a request from the moment it is
+        accepted to its reply without yielding, unless it joins a batch)."""
+        running = super().running_requests()
+        for key, queue in self._queued.items():
+            left = running.get(key, 0) - len(queue.waiting)
+            if left > 0:
+                running[key] = left
+            else:
+                running.pop(key, None)
+        return running
 
     async def infer_request(
         self, name: str, version: str | None, request: InferenceRequest
@@ -97,6 +150,31 @@ class InProcessClient(EngineClient):
         rows = outputs[0].shape[0] if outputs and outputs[0].shape else 1
         self._record(key, True, started, None, rows, rows)
         return response
+
+
+class _Queue:
+    """The requests of one batching version waiting to run together: they run at the
+    loop's next turn (every request that reached the engine in this turn joins them), or
+    after the model's ``max_batch_time`` when it sets one, or at once when they are as
+    many as its rows (``batching.Batcher``'s rule for the workers)."""
+
+    __slots__ = ("model", "timer", "waiting")
+
+    def __init__(self, model: LoadedModel, run: Callable[[ModelKey], None], key: ModelKey) -> None:
+        self.model = model
+        self.waiting: list[tuple[Job, asyncio.Future[Reply]]] = []
+        loop = asyncio.get_running_loop()
+        wait = model.batching.wait_ns / 1e9
+        self.timer: asyncio.Handle = (
+            loop.call_later(wait, run, key) if wait else loop.call_soon(run, key)
+        )
+
+    def add(self, job: Job, future: asyncio.Future[Reply]) -> None:
+        self.waiting.append((job, future))
+
+    def full(self) -> bool:
+        batching = self.model.batching
+        return batching.wait_ns > 0 and len(self.waiting) >= batching.rows
 
 
 # Loads run in a thread (the loop keeps answering health checks), one at a time: a

@@ -60,6 +60,12 @@ class Runtime(ABC):
     #: before forking and the workers share its memory copy-on-write (set True in your
     #: subclass when that holds; the built-in runtimes say it in ``runtimes/registry.py``)
     fork_safe: ClassVar[bool] = False
+    #: each row of a payload is predicted on its own (row i of the result depends on row i
+    #: of the input only), so queued requests may be joined into one predict and split
+    #: back without changing any answer: the engine then batches them by default
+    #: (docs/batching.md). Set True in your subclass when that holds; the built-in
+    #: runtimes say it here, an MLflow model when its flavour does.
+    rows_independent: bool = False
 
     def __init__(self, settings: ModelSettings) -> None:
         self.settings = settings

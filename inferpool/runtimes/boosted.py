@@ -50,6 +50,7 @@ class BoostedTreesRuntime(Runtime):
     default_output: str = "predict"
     # The libraries' input checks raise these for input they refuse (a client's fault).
     input_errors = (ValueError, TypeError)
+    rows_independent = True  # trees score each row alone: requests may be joined
 
     @abstractmethod
     def adopt(self, model: Any) -> None:

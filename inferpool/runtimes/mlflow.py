@@ -44,6 +44,9 @@ MLMODEL = "MLmodel"
 # MLflow error codes that mean the input, not the model, is wrong.
 CLIENT_ERRORS = ("INVALID_PARAMETER_VALUE", "BAD_REQUEST")
 PREDICT_PROBA = "predict_proba"
+# Flavours whose pyfunc predicts each row alone (a fitted estimator or trees): their models
+# are batched by default. A ``python_function`` model of its own may not be.
+ROW_INDEPENDENT_LOADERS = frozenset({"mlflow.sklearn", "mlflow.lightgbm", "mlflow.xgboost"})
 
 
 class MLflowRuntime(Runtime):
@@ -60,6 +63,8 @@ class MLflowRuntime(Runtime):
         with single_threaded():  # a flavour's loader may start OpenMP
             self.model = mlflow.pyfunc.load_model(str(folder))
         metadata = self.model.metadata
+        pyfunc = metadata.flavors.get("python_function", {})
+        self.rows_independent = pyfunc.get("loader_module") in ROW_INDEPENDENT_LOADERS
         self.input_schema = metadata.get_input_schema()
         self.output_schema = metadata.get_output_schema()
         if is_tensor_schema(self.input_schema):

@@ -40,9 +40,9 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = build_iris_repository(tmp_path_factory.mktemp("triton-stats"))
     X, y = iris_data()
     folder = write_sklearn_model(root / BATCHED, LogisticRegression(max_iter=1000).fit(X, y))
-    # Up to 4 requests per execution, a long wait so that concurrent requests meet, and
+    # Up to 16 rows per execution, a long wait so that concurrent requests meet, and
     # one replica so that they all reach the same worker.
-    settings = {"name": BATCHED, "max_batch_size": 4, "max_batch_time": 0.5, "replicas": 1}
+    settings = {"name": BATCHED, "max_batch_size": 16, "max_batch_time": 0.5, "replicas": 1}
     (folder / "model-settings.json").write_text(json.dumps(settings))
     return root
 
@@ -99,14 +99,12 @@ def test_grpc_statistics_match_rest(server: Server) -> None:
     client.close()
 
 
-def test_concurrent_requests_count_one_execution(server: Server, request) -> None:
-    if request.node.callspec.params["server"] == "0":
-        pytest.skip("--workers 0 runs each request alone: the worker batches")
+def test_concurrent_requests_count_one_execution(server: Server) -> None:
     X, _ = iris_data()
     before = rest_stats(server, BATCHED)
     client = triton_http.InferenceServerClient(server.url.removeprefix("http://"), concurrency=4)
-    # Four requests of 1, 2, 3 and 4 rows sent at once: the worker takes 4 requests
-    # per execution, so they meet in one predict of 10 rows.
+    # Four requests of 1, 2, 3 and 4 rows sent at once: they meet in one predict of 10
+    # rows (of 16 at most), in the worker or in process.
     pending = []
     for rows in (1, 2, 3, 4):
         tensor = triton_http.InferInput("input-0", [rows, 4], "FP64")

@@ -149,8 +149,6 @@ def test_a_failed_request_is_one_span_with_its_error(
 def test_requests_batched_together_link_to_one_execution_span(
     server: Server, receiver: tuple[str, Received]
 ) -> None:
-    if server.workers == 0:  # type: ignore[attr-defined]
-        pytest.skip("--workers 0 predicts every request alone: no batching")
     parents = [traceparent() for _ in range(4)]
 
     async def send_all() -> list[httpx.Response]:

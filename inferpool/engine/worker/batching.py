@@ -1,25 +1,75 @@
-"""Adaptive batching inside a worker: which queued requests run together, and how their
-payloads join.
+"""Batching inside a worker: which queued requests run together, and how their payloads
+join.
 
-A model with ``max_batch_size`` > 1 collects queued requests until it has that many or
-its oldest has waited ``max_batch_time`` seconds (``Batcher``). Payloads of a group that
-agree on every dimension but the first (same dtype, same outputs) share a ``join_key``:
-the worker path (``path.py``) concatenates them, predicts once and splits the result back.
-Without batching every request is due at once and runs on its own.
+``policy`` decides once per loaded model how it batches (``BatchPolicy``): a model whose
+runtime predicts each row on its own (``Runtime.rows_independent``: the built-in
+runtimes) batches by default, with no added wait; any other does only when its settings
+ask (``max_batch_size`` > 1). ``max_batch_size`` counts rows: no predict joins more,
+although a single request larger than that runs alone. ``max_batch_time`` > 0 lets a
+request wait up to that long for others (MLServer's adaptive batching); 0 never holds a
+request back: what is queued when the worker looks runs together, a request alone runs
+at once.
+
+``Batcher`` holds a worker's queued requests per model and hands out those that are due.
+Payloads that agree on every dimension but the first (same dtype, same outputs) share a
+``join_key``: the worker path (``path.py``) concatenates them up to the policy's rows,
+predicts once and splits the result back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from inferpool.engine.worker.model import LoadedModel
+from inferpool.runtimes.base import Runtime
+from inferpool.settings import ModelSettings
 
 if TYPE_CHECKING:
+    from inferpool.engine.worker.model import LoadedModel
     from inferpool.engine.worker.path import Job
+
+# The rows one predict may join when the settings do not say (``max_batch_size`` 0). Big
+# enough that a burst of small requests runs as one predict (64 clients of one row each
+# here), small enough that a request never waits long for its neighbours' rows: a
+# 256-row predict costs a linear model tens of microseconds and a 100-tree forest a few
+# milliseconds. A request of 256 rows or more runs alone.
+AUTO_BATCH_ROWS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPolicy:
+    """How a model batches: ``rows``, the most rows one predict joins (1: it never joins
+    requests), and ``wait_ns``, how long a request may wait for others (0: never)."""
+
+    rows: int
+    wait_ns: int = 0
+
+    @property
+    def joins(self) -> bool:
+        return self.rows > 1
+
+
+NO_BATCHING = BatchPolicy(1)
+
+
+def policy(settings: ModelSettings, runtime: Runtime) -> BatchPolicy:
+    """The model's batching: its settings when they set ``max_batch_size``, else
+    ``AUTO_BATCH_ROWS`` with no wait for a runtime whose rows are independent, else none.
+
+    ``max_batch_time`` applies only with ``max_batch_size`` > 1, as in MLServer (whose
+    adaptive batching needs both). A negative size is "off" too: MLServer accepts it and
+    then never batches, so a migrated repository keeps loading.
+    """
+    size = settings.max_batch_size
+    if size == 0:
+        return BatchPolicy(AUTO_BATCH_ROWS) if runtime.rows_independent else NO_BATCHING
+    if size <= 1:
+        return NO_BATCHING
+    return BatchPolicy(size, int(settings.max_batch_time * 1e9))
 
 
 class Batcher:
@@ -50,18 +100,24 @@ class Batcher:
         return None
 
     def due(self, now_ns: int, flush: bool = False) -> list[tuple[LoadedModel, list[Job]]]:
-        """Groups to run now; ``flush`` takes everything (shutdown)."""
+        """Groups to run now; ``flush`` takes everything (shutdown).
+
+        Without a wait every queued job is due (the path joins them up to the policy's
+        rows). With one, a group is due when its oldest job has waited long enough, or
+        when it holds as many jobs as the policy's rows: each job holds a row at least,
+        so they fill a predict (the rows are known only once decoded, in the path).
+        """
         groups = []
         for index in list(self._queues):
             model, jobs = self._queues[index]
-            size, wait_ns = _batch_limits(model)
-            if size <= 1 or flush:
+            rows, wait_ns = model.batching.rows, model.batching.wait_ns
+            if wait_ns == 0 or rows <= 1 or flush:
                 groups.append((model, jobs))
                 del self._queues[index]
                 continue
-            while len(jobs) >= size:
-                groups.append((model, jobs[:size]))
-                del jobs[:size]
+            while len(jobs) >= rows:
+                groups.append((model, jobs[:rows]))
+                del jobs[:rows]
             if jobs and now_ns - jobs[0].enqueued_ns >= wait_ns:
                 groups.append((model, list(jobs)))
                 jobs.clear()
@@ -73,24 +129,20 @@ class Batcher:
         """Seconds until the next partial batch is due, or None when nothing waits."""
         waits = []
         for model, jobs in self._queues.values():
-            _, wait_ns = _batch_limits(model)
+            wait_ns = model.batching.wait_ns
             waits.append(max(0, jobs[0].enqueued_ns + wait_ns - now_ns) / 1e9)
         return min(waits) if waits else None
 
 
-def _batch_limits(model: LoadedModel) -> tuple[int, int]:
-    settings = model.settings
-    return settings.max_batch_size, int(settings.max_batch_time * 1e9)
-
-
-def join_key(payload: Any, outputs: list[str], position: int) -> Hashable:
-    """Payloads with equal keys can be concatenated; others get a key of their own."""
+def join_key(payload: Any, outputs: list[str]) -> Hashable | None:
+    """Payloads with equal keys can be concatenated; None for one that joins no other
+    (a dict of inputs, a whole request, a scalar)."""
     if isinstance(payload, np.ndarray) and payload.ndim >= 1:
         return ("array", payload.shape[1:], payload.dtype.str, tuple(outputs))
     if isinstance(payload, pd.DataFrame):
         dtypes = tuple(str(dtype) for dtype in payload.dtypes)
         return ("frame", tuple(payload.columns), dtypes, tuple(outputs))
-    return ("alone", position)
+    return None
 
 
 def concatenate(payloads: list[Any]) -> Any:

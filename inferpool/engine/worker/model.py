@@ -1,10 +1,12 @@
-"""A loaded model: its runtime plus what the inference path needs precomputed at load time."""
+"""A loaded model: its runtime plus what the inference path needs precomputed at load time
+(its metadata, its batching policy)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from inferpool.codecs.payload import check_model_content_type
+from inferpool.engine.worker.batching import BatchPolicy, policy
 from inferpool.errors import ModelLoadError
 from inferpool.runtimes.base import Runtime
 from inferpool.runtimes.registry import runtime_class
@@ -14,7 +16,9 @@ from inferpool.settings import ModelSettings
 class LoadedModel:
     """A runtime that has loaded its artefact, with its metadata computed once."""
 
-    __slots__ = ("input_content_types", "metadata", "output_names", "runtime", "settings")
+    __slots__ = (
+        "batching", "input_content_types", "metadata", "output_names", "runtime", "settings",
+    )  # fmt: skip
 
     def __init__(self, settings: ModelSettings, runtime: Runtime) -> None:
         self.settings = settings
@@ -26,6 +30,7 @@ class LoadedModel:
             if spec.parameters.get("content_type")
         }
         self.output_names = [spec.name for spec in runtime.outputs()]
+        self.batching: BatchPolicy = policy(settings, runtime)
 
     @property
     def name(self) -> str:

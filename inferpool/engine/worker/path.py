@@ -1,17 +1,20 @@
 """The one worker path: raw request bodies in, a reply for each out. A single request is a
-group of one; a worker (and ``workers=0``) runs every request through ``run_group``.
+group of one; a worker (and ``workers=0``) runs every request through ``run_executions``
+(``run_group`` collects its replies).
 
 For each job of a group, in order: refuse it if its deadline has passed, decode its body,
-prepare the runtime's payload; then predict once per set of payloads that can be joined
-(a failing joined predict falls back to one predict per request, so that a bad request does
-not fail the others); then encode each result in its request's wire format. A custom
-endpoint (``Kind.CUSTOM``) is called on its own. Every stage is timed on one clock
-(``time.monotonic_ns``, the clock of the header's ``enqueued_ns``) into the reply's
+prepare the runtime's payload; then predict once per set of payloads that can be joined,
+up to the model's batch rows (``batching.BatchPolicy``; a failing joined predict falls
+back to one predict per request, so that a bad request does not fail the others); then
+encode each result in its request's wire format. The replies of each execution are handed
+out as soon as it is done, so that a request does not wait for the executions after its
+own. A custom endpoint (``Kind.CUSTOM``) is called on its own. Every stage is timed on one
+clock (``time.monotonic_ns``, the clock of the header's ``enqueued_ns``) into the reply's
 ``StageTimes``, the same way for one request as for a batch, and each reply says how many
 rows its request held and the rows of the execution (one predict) it ran in, for Triton's
 statistics, and the replies of requests predicted together share an execution id, which
 tracing links. Whatever a job raises becomes its reply through ``Reply.from_error``;
-``run_group`` never raises.
+``run_executions`` never raises.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -69,35 +72,77 @@ class _Decoded:
     request: InferenceRequest
     payload: Any
     outputs: list[str]
+    rows: int  # ``rows_of(payload)``
     times: StageTimes
 
 
 def run_group(model: LoadedModel, jobs: Sequence[Job]) -> list[Reply]:
-    """The reply for each job, in order; never raises.
-
-    Payloads are joined only when the model batches (``max_batch_size`` > 1); otherwise
-    each job is predicted alone.
-    """
+    """The reply for each job, in order; never raises."""
     replies: list[Reply | None] = [None] * len(jobs)
-    sets: dict[Hashable, list[_Decoded]] = {}
-    joins = len(jobs) > 1 and model.settings.max_batch_size > 1
+    for positions, answers in run_executions(model, jobs):
+        for position, reply in zip(positions, answers, strict=True):
+            replies[position] = reply
+    return cast(list[Reply], replies)  # every position is answered by now
+
+
+def run_executions(
+    model: LoadedModel, jobs: Sequence[Job]
+) -> Iterator[tuple[list[int], list[Reply]]]:
+    """The replies of ``jobs`` as they are ready, with their positions: after each
+    execution (one predict, or the requests of a joined predict that failed, each alone)
+    and at once for a job that does not run (expired, undecodable, a custom endpoint).
+    Never raises.
+
+    Payloads are joined only when the model batches (``model.batching``): jobs are
+    decoded in order, and a set of joinable payloads runs as soon as it holds the
+    policy's rows, or when the next payload would take it past them (a payload of more
+    rows than that runs alone); the sets still open run at the end, oldest first.
+    """
+    limit = model.batching.rows if len(jobs) > 1 else 1
+    sets: dict[Hashable, _Set] = {}
     for position, job in enumerate(jobs):
         started = time.monotonic_ns()
         try:
             if job.deadline_ns and started > job.deadline_ns:
                 raise DeadlineExceeded(_EXPIRED)
             if job.kind == Kind.CUSTOM:
-                replies[position] = _call_custom(model, job, started)
+                yield [position], [_call_custom(model, job, started)]
                 continue
             decoded = _decode(model, job, position, started)
         except Exception as exc:
-            replies[position] = Reply.from_error(exc, model.name)
+            yield [position], [Reply.from_error(exc, model.name)]
             continue
-        key = batching.join_key(decoded.payload, decoded.outputs, position) if joins else position
-        sets.setdefault(key, []).append(decoded)
-    for members in sets.values():
-        _predict(model, members, replies)
-    return cast(list[Reply], replies)  # every position is answered by now
+        key = batching.join_key(decoded.payload, decoded.outputs) if limit > 1 else None
+        if key is None:
+            yield _execute(model, [decoded])
+            continue
+        joining = sets.get(key)
+        if joining is not None and joining.rows + decoded.rows > limit:
+            del sets[key]
+            yield _execute(model, joining.members)
+            joining = None
+        if joining is None:
+            joining = sets[key] = _Set()
+        joining.add(decoded)
+        if joining.rows >= limit:
+            del sets[key]
+            yield _execute(model, joining.members)
+    for joining in sets.values():
+        yield _execute(model, joining.members)
+
+
+class _Set:
+    """Decoded payloads that can be joined, and their rows."""
+
+    __slots__ = ("members", "rows")
+
+    def __init__(self) -> None:
+        self.members: list[_Decoded] = []
+        self.rows = 0
+
+    def add(self, member: _Decoded) -> None:
+        self.members.append(member)
+        self.rows += member.rows
 
 
 def _decode(model: LoadedModel, job: Job, position: int, started: int) -> _Decoded:
@@ -105,35 +150,46 @@ def _decode(model: LoadedModel, job: Job, position: int, started: int) -> _Decod
     request = decode(job.body, job.json_length)
     payload, outputs = inference.prepare(model, request)
     times = StageTimes(started - job.enqueued_ns, time.monotonic_ns() - started)
-    return _Decoded(position, job.kind, request, payload, outputs, times)
+    return _Decoded(position, job.kind, request, payload, outputs, rows_of(payload), times)
 
 
-def _predict(model: LoadedModel, members: list[_Decoded], replies: list[Reply | None]) -> None:
-    """Predict a set of joinable payloads: once for all of them, else one by one."""
+def _execute(model: LoadedModel, members: list[_Decoded]) -> tuple[list[int], list[Reply]]:
+    """Predict a set of joinable payloads: once for all of them, else one by one; the
+    members' positions and replies."""
+    positions = [member.position for member in members]
     if len(members) > 1:
-        rows = [rows_of(member.payload) for member in members]
+        rows = [member.rows for member in members]
         parts = _predict_joined(model, members, rows)
         if parts is not None:
-            # One execution of all the rows: the first reply counts it, the others only
-            # add their own stages to it (the sign says which).
-            total = sum(rows)
-            execution_id = next(_EXECUTIONS) % 0xFFFFFFFF + 1
-            for position, (member, part) in enumerate(zip(members, parts, strict=True)):
-                execution = total if position == 0 else -total
-                replies[member.position] = _encode(
-                    model, member, part, rows[position], execution, execution_id
-                )
-            return
+            return positions, _encode_joined(model, members, parts, sum(rows))
+    replies = []
     for member in members:
         started = time.monotonic_ns()
         try:
             result = inference.predict(model, member.payload, member.outputs, member.request)
         except Exception as exc:
-            replies[member.position] = Reply.from_error(exc, model.name)
+            replies.append(Reply.from_error(exc, model.name))
             continue
         member.times.compute_infer = time.monotonic_ns() - started
-        count = rows_of(member.payload)
-        replies[member.position] = _encode(model, member, result, count, count)
+        replies.append(_encode(model, member, result, member.rows, member.rows))
+    return positions, replies
+
+
+def _encode_joined(
+    model: LoadedModel, members: list[_Decoded], parts: list[dict[str, Any]], total: int
+) -> list[Reply]:
+    """The replies of one execution of ``total`` rows: its first successful reply counts
+    the execution, the others only add their own stages to it (the sign says which)."""
+    execution_id = next(_EXECUTIONS) % 0xFFFFFFFF + 1
+    replies = [
+        _encode(model, member, part, member.rows, -total, execution_id)
+        for member, part in zip(members, parts, strict=True)
+    ]
+    for reply in replies:
+        if reply.status == 200:
+            reply.execution = total
+            break
+    return replies
 
 
 def rows_of(payload: Any) -> int:

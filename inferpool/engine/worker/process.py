@@ -3,10 +3,12 @@
 It is forked by the template process (``template.py``) with its fds already open: the
 request and response rings, one eventfd doorbell per direction and its end of the
 control socketpair. It sleeps in ``poll`` on the request doorbell and the control
-channel, takes every pending request at each wake-up, and rings the response doorbell
-once per group it answers. It exits when told to stop (after finishing what is queued)
-or at once when the frontend's end of the control channel closes (the frontend was
-killed); SIGTERM and SIGINT, sent to the whole process group, are ignored.
+channel, takes every pending request at each wake-up, runs those of a model that batches
+together (``batching.py``: joined up to its rows, never waiting unless its settings ask),
+and rings the response doorbell once per execution it answers. It exits when told to stop
+(after finishing what is queued) or at once when the frontend's end of the control
+channel closes (the frontend was killed); SIGTERM and SIGINT, sent to the whole process
+group, are ignored.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from inferpool.engine.ipc.ring import Ring
 from inferpool.engine.worker.batching import Batcher
 from inferpool.engine.worker.heap import release_freed_memory
 from inferpool.engine.worker.model import LoadedModel, failure_reason, load_model
-from inferpool.engine.worker.path import Job, run_group
+from inferpool.engine.worker.path import Job, run_executions
 from inferpool.engine.worker.preload import forget, preloaded
 from inferpool.engine.worker.warmup import warm_up
 from inferpool.errors import ClientGone, NotReady
@@ -115,18 +117,36 @@ class Worker:
         main loop keeps the last model run alive after it is unloaded.)"""
         due = self.batcher.due(time.monotonic_ns(), flush=self.stopping)
         for model, jobs in due:
-            # Unbatched requests are answered one by one, so none waits for the rest.
-            batched = model.settings.max_batch_size > 1
-            for chunk in [jobs] if batched else [[job] for job in jobs]:
-                # What runs, and since when: the frontend blames a crash on it and
-                # recycles this worker when it runs past its model's timeout.
-                running = [job.request_id for job in chunk]
-                self.requests.mark_running(chunk[0].model_index, running, time.monotonic_ns())
-                self.log.running = running  # the requests its log records name
-                self._answer(chunk, run_group(model, chunk))
+            if model.batching.joins:
+                self._run(model, jobs)
+            else:  # answered one by one, so that none waits for the rest
+                for job in jobs:
+                    self._run(model, [job])
         if due:
             self.requests.mark_idle()
             self.log.running = ()
+
+    def _run(self, model: LoadedModel, jobs: list[Job]) -> None:
+        """Run a group, answering each execution's requests as soon as it is done."""
+        self._mark_running(jobs)
+        answered = [False] * len(jobs)
+        left = len(jobs)
+        for positions, replies in run_executions(model, jobs):
+            self._answer([jobs[position] for position in positions], replies)
+            for position in positions:
+                answered[position] = True
+            left -= len(positions)
+            if left:
+                pending = zip(jobs, answered, strict=True)
+                self._mark_running([job for job, done in pending if not done])
+
+    def _mark_running(self, jobs: list[Job]) -> None:
+        """Record what runs, and since when: the frontend blames a crash on it and
+        recycles this worker when it runs past its model's timeout (re-marked after each
+        execution of a group, so that the timeout applies to each one)."""
+        running = [job.request_id for job in jobs]
+        self.requests.mark_running(jobs[0].model_index, running, time.monotonic_ns())
+        self.log.running = running  # the requests its log records name
 
     def _take_requests(self) -> None:
         for fields, body in self.requests.pop_all():

@@ -5,6 +5,7 @@ call per answer, and the ASGI messages whenever the protocol cannot write direct
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,9 @@ def test_an_unexpected_error_is_a_json_500_without_a_traceback(tmp_path, caplog)
 
 
 def test_an_overloaded_answer_says_when_to_retry():
-    status, head, body = rest_answer.failed({}, Overloaded("queue full"))
+    # In a context of its own: failed() sets the request id the way a request's task does.
+    context = contextvars.copy_context()
+    status, head, body = context.run(rest_answer.failed, {}, Overloaded("queue full"))
     pairs = dict(rest_answer.header_pairs(head))
     assert status == 503 and orjson.loads(body) == {"error": "queue full"}
     assert pairs[b"retry-after"] == b"1"
