@@ -6,6 +6,8 @@
   too, for x86-64 alone: its store order makes plain loads and stores exact there
   (inferpool/engine/ipc/atomics.py). On any other CPU (arm64) the worker pool refuses to
   start without them, saying why.
+- The JSON tensor scanner (inferpool/protocol/_jsonscan.c) is ``optional``: without it a
+  REST JSON request's data is parsed by orjson alone (inferpool/protocol/json_scan.py).
 """
 
 from setuptools import Extension, setup
@@ -20,6 +22,11 @@ setup(
         Extension(
             "inferpool.engine.ipc._atomics",
             sources=["inferpool/engine/ipc/_atomics.c"],
+            optional=True,
+        ),
+        Extension(
+            "inferpool.protocol._jsonscan",
+            sources=["inferpool/protocol/_jsonscan.c"],
             optional=True,
         ),
     ]

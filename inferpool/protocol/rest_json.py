@@ -2,7 +2,10 @@
 
 Runs where the tensors are handled (a worker, or the frontend with ``workers=0``).
 Numeric data goes JSON → numpy in one vectorised step (orjson, then ``np.asarray``), and
-numpy → JSON with orjson's native numpy serialisation: no Python loop per element.
+numpy → JSON with orjson's native numpy serialisation: no Python loop per element. A
+request body's large numeric arrays skip the Python list altogether when the JSON tensor
+scanner is built: it reads them straight into numpy buffers (``json_scan``), with the
+outcome of the path above, errors included.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import numpy as np
 import orjson
 
 from inferpool.errors import BadRequest
-from inferpool.protocol import limits
+from inferpool.protocol import json_scan, limits
 from inferpool.protocol.datatypes import (
     admit,
     cast_checked,
@@ -44,6 +47,11 @@ def parse_json_object(body: bytes, what: str = "request body") -> dict[str, Any]
         document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         document = _loads_with_constants(body, exc, what)
+    return check_document(document, what)
+
+
+def check_document(document: Any, what: str) -> dict[str, Any]:
+    """A parsed document as a JSON object within ``max_json_depth``; else a 400."""
     if not isinstance(document, dict):
         raise BadRequest(f"{what} must be a JSON object")
     depth = limits.current().max_json_depth
@@ -99,8 +107,38 @@ def _loads_with_constants(body: bytes, error: Exception, what: str) -> Any:
 
 def decode_request(body: bytes) -> InferenceRequest:
     """Parse a V2 JSON inference request; every problem is a 400 naming the input."""
+    scanned = json_scan.scan(body, limits.current(), limits.current().max_json_depth - _DATA_DEPTH)
+    if scanned is not None:
+        request = _decode_scanned(*scanned)
+        if request is not None:
+            return request
     document = parse_json_object(body)
     return request_from_document(document, binary_tail=None)
+
+
+def _decode_scanned(
+    skeleton: bytes, found: dict[int, json_scan.ScannedData]
+) -> InferenceRequest | None:
+    """The request from a body whose numeric data arrays the scanner read (json_scan says
+    why it is the whole body's); None to decode the whole body instead."""
+    try:
+        document = orjson.loads(skeleton)
+    except orjson.JSONDecodeError:
+        return None  # the body's own error, or its NaN/Infinity literals: parse it all
+    inputs = document.get("inputs") if type(document) is dict else None
+    if type(inputs) is not list:
+        return None
+    for index, data in found.items():
+        # The scanner found each array at inputs[index].data, where it left a 0.
+        tensor = inputs[index] if index < len(inputs) else None
+        if type(tensor) is not dict or tensor.get("data") != 0:
+            return None
+        tensor["data"] = data
+    check_document(document, "request body")
+    try:
+        return request_from_document(document, binary_tail=None)
+    except json_scan.StaleScan:
+        return None
 
 
 def request_from_document(
@@ -197,7 +235,11 @@ def _tensor(
         return Tensor(name, datatype, shape, np.empty(0), parameters)
     if "data" not in raw:
         raise BadRequest(f"{what} '{name}' has no 'data'")
-    data = tensor_data_from_json(raw["data"], datatype, shape, name)
+    raw_data = raw["data"]
+    if type(raw_data) is json_scan.ScannedData:
+        data = json_scan.values_for(raw_data, datatype, shape, element_count(shape), name)
+    else:
+        data = tensor_data_from_json(raw_data, datatype, shape, name)
     return Tensor(name, datatype, shape, data, parameters)
 
 
@@ -219,9 +261,7 @@ def tensor_data_from_json(
             values = _wide_integers(data, values, datatype, name)
         values = cast_checked(values, datatype, name)
     if values.size != expected:
-        raise BadRequest(
-            f"input '{name}': shape {list(shape)} needs {expected} values, got {values.size}"
-        )
+        raise BadRequest(json_scan.count_mismatch(name, shape, expected, values.size))
     return values.reshape(shape)
 
 

@@ -1,0 +1,805 @@
+/* inferpool's JSON tensor scanner: reads the numeric `data` arrays of a V2 REST request
+ * straight into numpy buffers, so orjson never builds a Python list of floats for them.
+ *
+ * `scan` walks the request body once. For each `inputs[i].data` array whose tensor's
+ * `datatype` and `shape` are plain (a known name, a list of small integers) it converts
+ * the array's numbers into a buffer of that datatype, then cuts the array out of the body:
+ * the rest (the "skeleton", with `0` in the array's place) is what orjson then parses.
+ * inferpool/protocol/json_scan.py owns the Python side and the argument for why the
+ * outcome is the one orjson + numpy give on the whole body.
+ *
+ * The rule that makes it exact: an array is cut out only when every token in it was read
+ * here and is one orjson accepts with the value it gives (strict JSON number grammar, no
+ * infinity after rounding), in a nesting numpy turns into an array of the same values.
+ * Anything else -- strings, null, NaN, objects, ragged nesting, empty inner lists, long
+ * integers, a value out of the datatype's range, a datatype not handled here -- leaves
+ * the array in the skeleton, where orjson and the existing decoder see it as before.
+ *
+ * Floats are correctly rounded: a decimal whose digits make an integer w <= 2^53, times a
+ * power of ten within 10^22, is one IEEE multiplication or division of two exact doubles
+ * (Clinger's fast path, exact when the CPU rounds each double operation once:
+ * FLT_EVAL_METHOD 0); every other number goes through PyOS_string_to_double, Python's own
+ * float() parser, on a copy of the token. FP32 is that double cast to float, as numpy casts
+ * the float64 array orjson's floats make.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Deeper data is left to orjson and numpy (numpy's own limit is 64 dimensions, the V2
+ * shape's is 32: inferpool/protocol/datatypes.py MAX_DIMS). */
+#define MAX_DATA_DEPTH 32
+/* orjson refuses documents deeper than 1024 levels; deeper ones are left to it. */
+#define MAX_STACK 1040
+/* A number token longer than this is left to orjson. */
+#define MAX_TOKEN 512
+/* Integers of up to 18 digits fit int64 whatever they are. */
+#define MAX_INT_DIGITS 18
+/* ... and up to 15 digits they are exact as doubles too (10^15 < 2^53), so an FP32 or FP64
+ * tensor's integers cast the same whether numpy made an int64 or a float64 array. */
+#define MAX_EXACT_FLOAT_INT_DIGITS 15
+
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
+#define FAST_PATH 1
+#else
+#define FAST_PATH 0
+#endif
+
+typedef enum { T_BOOL, T_INT, T_UINT, T_FLOAT } Family;
+
+typedef struct {
+    const char *name;
+    Family family;
+    int size;
+    int64_t lo, hi; /* the range of an integer datatype */
+} DType;
+
+static const DType DTYPES[] = {
+    {"BOOL", T_BOOL, 1, 0, 1},
+    {"INT8", T_INT, 1, INT8_MIN, INT8_MAX},
+    {"INT16", T_INT, 2, INT16_MIN, INT16_MAX},
+    {"INT32", T_INT, 4, INT32_MIN, INT32_MAX},
+    {"INT64", T_INT, 8, INT64_MIN, INT64_MAX},
+    {"UINT8", T_UINT, 1, 0, UINT8_MAX},
+    {"UINT16", T_UINT, 2, 0, UINT16_MAX},
+    {"UINT32", T_UINT, 4, 0, UINT32_MAX},
+    {"UINT64", T_UINT, 8, 0, INT64_MAX}, /* 18-digit integers never reach past int64 */
+    {"FP32", T_FLOAT, 4, 0, 0},
+    {"FP64", T_FLOAT, 8, 0, 0},
+};
+#define N_DTYPES (sizeof(DTYPES) / sizeof(DTYPES[0]))
+
+static const double POW10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                 1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+static inline int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+static inline int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+static inline Py_ssize_t skip_ws(const char *s, Py_ssize_t p, Py_ssize_t n) {
+    while (p < n && is_ws(s[p])) p++;
+    return p;
+}
+
+/* ---------------------------------------------------------------- numbers ---------- */
+
+typedef enum { CONVERTED, UNSUPPORTED, FAILED } Outcome; /* FAILED: a Python error is set */
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define SWAR 1
+#else
+#define SWAR 0
+#endif
+
+/* Digits eight bytes at a time (little-endian loads; a decimal float32 has about nine).
+ * A byte is a digit when it XOR '0' is below 10; `non_digits` marks the others. */
+static const uint64_t POW10_INT[9] = {1,      10,      100,      1000,     10000,
+                                      100000, 1000000, 10000000, 100000000};
+
+static inline uint64_t load8(const char *q) {
+    uint64_t v;
+    memcpy(&v, q, 8);
+    return v;
+}
+
+static inline uint64_t non_digits(uint64_t word) {
+    const uint64_t t = word ^ UINT64_C(0x3030303030303030);
+    return (((t & UINT64_C(0x7F7F7F7F7F7F7F7F)) + UINT64_C(0x7676767676767676)) | t) &
+           UINT64_C(0x8080808080808080);
+}
+
+/* The value of eight ASCII digits, the first in the lowest byte. */
+static inline uint64_t eight_digits_value(uint64_t v) {
+    v -= UINT64_C(0x3030303030303030);
+    v = v * 10 + (v >> 8); /* pairs of digits, in every other byte */
+    const uint64_t mask = UINT64_C(0x000000FF000000FF);
+    const uint64_t mul1 = UINT64_C(100) + (UINT64_C(1000000) << 32);
+    const uint64_t mul2 = UINT64_C(1) + (UINT64_C(10000) << 32);
+    return ((v & mask) * mul1 + ((v >> 16) & mask) * mul2) >> 32;
+}
+
+/* Digits from q into w (w * 10 + digit each); where they stop. */
+static inline const char *read_digits(const char *q, const char *stop, uint64_t *w) {
+    uint64_t value = *w;
+    if (SWAR) {
+        while (stop - q >= 8) {
+            if (!is_digit(q[1])) break; /* one digit or none: the loop below */
+            const uint64_t word = load8(q);
+            const uint64_t others = non_digits(word);
+            if (others == 0) {
+                value = value * POW10_INT[8] + eight_digits_value(word);
+                q += 8;
+                continue;
+            }
+            const int k = __builtin_ctzll(others) >> 3; /* the digits before the first other */
+            if (k > 0) {
+                /* The k digits moved to the top bytes, '0's below: the same value. */
+                const uint64_t padded =
+                    (word << (8 * (8 - k))) | (UINT64_C(0x3030303030303030) >> (8 * k));
+                value = value * POW10_INT[k] + eight_digits_value(padded);
+                q += k;
+            }
+            *w = value;
+            return q;
+        }
+    }
+    while (q < stop && is_digit(*q)) value = value * 10 + (uint64_t)(*q++ - '0');
+    *w = value;
+    return q;
+}
+
+/* The power of ten of a number's first non-zero digit (its exponent aside), or INT32_MIN
+ * when every digit is zero; `digits` .. `stop` is "int[.frac]". */
+static long leading_power(const char *digits, const char *stop) {
+    const char *point = digits;
+    while (point < stop && *point != '.') point++;
+    for (const char *q = digits; q < stop; q++) {
+        if (*q == '.' || *q == '0') continue;
+        return q < point ? (long)(point - q) - 1 : -(long)(q - point);
+    }
+    return INT32_MIN;
+}
+
+/* One number token at s[p] into out[index] as the datatype; *end is where it stops.
+ * UNSUPPORTED for anything not exactly handled (the grammar included). */
+static inline __attribute__((always_inline)) Outcome
+read_number(const char *s, Py_ssize_t p, Py_ssize_t n, const DType dt, char *out, Py_ssize_t index,
+            int store, Py_ssize_t *end) {
+    const char *const token = s + p, *const stop = s + n;
+    const char *q = token;
+    const int neg = *q == '-';
+    q += neg;
+    /* Integer part: "0" or [1-9][0-9]*. */
+    if (q >= stop || !is_digit(*q)) return UNSUPPORTED;
+    const char *const int_start = q;
+    uint64_t w = 0; /* the digits, int and fraction, as an integer (exact up to 19 of them) */
+    if (*q == '0')
+        q++;
+    else
+        q = read_digits(q, stop, &w);
+    const Py_ssize_t int_len = q - int_start;
+    Py_ssize_t digits = *int_start == '0' ? 0 : int_len; /* those that went into w */
+    Py_ssize_t frac_len = 0;
+    int is_float = 0;
+    if (q < stop && *q == '.') {
+        is_float = 1;
+        const char *const frac_start = ++q;
+        q = read_digits(q, stop, &w);
+        frac_len = q - frac_start;
+        if (frac_len == 0) return UNSUPPORTED;
+        digits += frac_len;
+    }
+    const char *const digits_end = q;
+    long exp = 0;
+    if (q < stop && (*q == 'e' || *q == 'E')) {
+        is_float = 1;
+        q++;
+        int exp_neg = 0;
+        if (q < stop && (*q == '+' || *q == '-')) exp_neg = *q++ == '-';
+        if (q >= stop || !is_digit(*q)) return UNSUPPORTED;
+        while (q < stop && is_digit(*q)) {
+            if (exp < 100000) exp = exp * 10 + (*q - '0');
+            q++;
+        }
+        if (exp >= 100000) return UNSUPPORTED; /* left to orjson (it gives 0 or an error) */
+        if (exp_neg) exp = -exp;
+    }
+    *end = q - s;
+
+    if (!is_float) {
+        /* An integer: orjson gives a Python int; numpy an int64 array (or float64 beside
+         * floats, exact below 2^53). */
+        if (dt.family == T_BOOL || int_len > MAX_INT_DIGITS) return UNSUPPORTED;
+        const int64_t v = neg ? -(int64_t)w : (int64_t)w;
+        if (dt.family == T_FLOAT) {
+            if (int_len > MAX_EXACT_FLOAT_INT_DIGITS) return UNSUPPORTED;
+            if (store) {
+                if (dt.size == 4)
+                    ((float *)out)[index] = (float)(double)v;
+                else
+                    ((double *)out)[index] = (double)v;
+            }
+            return CONVERTED;
+        }
+        if (v < dt.lo || v > dt.hi) return UNSUPPORTED; /* the decoder's range error */
+        if (store) {
+            switch (dt.size) {
+            case 1: ((int8_t *)out)[index] = (int8_t)v; break;
+            case 2: ((int16_t *)out)[index] = (int16_t)v; break;
+            case 4: ((int32_t *)out)[index] = (int32_t)v; break;
+            default: ((int64_t *)out)[index] = v; break;
+            }
+        }
+        return CONVERTED;
+    }
+
+    if (dt.family != T_FLOAT) return UNSUPPORTED; /* the decoder's "must be integers" */
+    double d;
+    const long e10 = exp - (long)frac_len;
+    if (FAST_PATH && digits <= 19 && w <= (UINT64_C(1) << 53) && e10 >= -22 && e10 <= 22) {
+        /* w and 10^|e10| are exact doubles: one correctly rounded operation (w == 0 gives
+         * a zero of the token's sign, as float() does). */
+        d = e10 >= 0 ? (double)w * POW10[e10] : (double)w / POW10[-e10];
+        if (neg) d = -d;
+    } else {
+        const long lead = leading_power(int_start, digits_end);
+        if (lead == INT32_MIN) {
+            d = neg ? -0.0 : 0.0; /* every digit is zero, whatever the exponent */
+        } else {
+            /* Past 10^308 the value is infinite or nearly so (orjson refuses infinity);
+             * below 10^-400 it is zero: both left to orjson. */
+            if (lead + exp > 308 || lead + exp < -400) return UNSUPPORTED;
+            char buffer[MAX_TOKEN + 1];
+            const Py_ssize_t len = q - token;
+            if (len > MAX_TOKEN) return UNSUPPORTED;
+            memcpy(buffer, token, (size_t)len);
+            buffer[len] = '\0';
+            char *parsed_to = NULL;
+            d = PyOS_string_to_double(buffer, &parsed_to, NULL);
+            if (d == -1.0 && PyErr_Occurred()) return FAILED;
+            if (parsed_to != buffer + len) return UNSUPPORTED;
+            if (isinf(d)) return UNSUPPORTED; /* orjson refuses it */
+        }
+    }
+    if (dt.size == 4) {
+        const float f = (float)d;
+        if (isinf(f)) return UNSUPPORTED; /* the decoder's "out of range for FP32" */
+        if (store) ((float *)out)[index] = f;
+    } else if (store) {
+        ((double *)out)[index] = d;
+    }
+    return CONVERTED;
+}
+
+/* ---------------------------------------------------------------- one array --------- */
+
+typedef struct {
+    Py_ssize_t end;   /* just after the array's closing bracket */
+    Py_ssize_t count; /* numbers read (all of them, also past `expected`) */
+} ArrayResult;
+
+/* The array at s[p] == '[' into `out` (room for `expected` elements), row-major, as numpy
+ * reads nested lists. CONVERTED only when the nesting is regular (every list at one level
+ * as long as the others, all numbers at one depth, no empty inner list) and no deeper than
+ * `max_ndim`: then numpy builds an array of `count` elements from it, and these are they. */
+static inline __attribute__((always_inline)) Outcome
+read_array_as(const char *s, Py_ssize_t p, Py_ssize_t n, const DType dt, char *out,
+              Py_ssize_t expected, int max_ndim, ArrayResult *result) {
+    Py_ssize_t dims[MAX_DATA_DEPTH + 1];
+    Py_ssize_t counts[MAX_DATA_DEPTH + 1];
+    int depth = 1, leaf_depth = -1;
+    for (int i = 0; i <= MAX_DATA_DEPTH; i++) dims[i] = -1;
+    counts[1] = 0;
+    Py_ssize_t count = 0;
+    p++; /* the '[' */
+    for (;;) {
+        /* A value (or, right after '[', the closing ']' of an empty list). */
+        p = skip_ws(s, p, n);
+        if (p >= n) return UNSUPPORTED;
+        char c = s[p];
+        if (c == '[') {
+            if (depth >= MAX_DATA_DEPTH || (leaf_depth >= 0 && depth + 1 > leaf_depth))
+                return UNSUPPORTED;
+            depth++;
+            counts[depth] = 0;
+            p++;
+            continue;
+        }
+        if (c == ']') {
+            /* Only the whole data may be empty: numpy reads [] as a 1-D array of none. */
+            if (depth != 1 || counts[1] != 0) return UNSUPPORTED;
+            result->end = p + 1;
+            result->count = 0;
+            return max_ndim >= 1 ? CONVERTED : UNSUPPORTED;
+        }
+        if (leaf_depth < 0) {
+            if (depth > max_ndim) return UNSUPPORTED; /* the decoder's depth error */
+            leaf_depth = depth;
+        } else if (depth != leaf_depth) {
+            return UNSUPPORTED; /* ragged */
+        }
+        const int store = count < expected;
+        if (c == '-' || is_digit(c)) {
+            if (dt.family == T_BOOL) return UNSUPPORTED;
+            Py_ssize_t stop;
+            Outcome outcome = read_number(s, p, n, dt, out, count, store, &stop);
+            if (outcome != CONVERTED) return outcome;
+            p = stop;
+        } else if (c == 't' || c == 'f') {
+            if (dt.family != T_BOOL) return UNSUPPORTED;
+            const int truth = c == 't';
+            const char *word = truth ? "true" : "false";
+            const Py_ssize_t len = truth ? 4 : 5;
+            if (n - p < len || memcmp(s + p, word, (size_t)len) != 0) return UNSUPPORTED;
+            if (store) ((uint8_t *)out)[count] = (uint8_t)truth;
+            p += len;
+        } else {
+            return UNSUPPORTED; /* strings, null, NaN, objects, garbage: orjson's to judge */
+        }
+        count++;
+        counts[depth]++;
+        /* After a value: ',' then another, or ']' closing one list or more. */
+        for (;;) {
+            p = skip_ws(s, p, n);
+            if (p >= n) return UNSUPPORTED;
+            c = s[p];
+            if (c == ',') {
+                p++;
+                break;
+            }
+            if (c != ']') return UNSUPPORTED;
+            p++;
+            if (dims[depth] < 0)
+                dims[depth] = counts[depth];
+            else if (dims[depth] != counts[depth])
+                return UNSUPPORTED; /* ragged */
+            depth--;
+            if (depth == 0) {
+                result->end = p;
+                result->count = count;
+                return CONVERTED;
+            }
+            counts[depth]++;
+        }
+    }
+}
+
+/* read_array_as compiled for FP32 and FP64 apart: their datatype is a constant there. */
+static Outcome read_array(const char *s, Py_ssize_t p, Py_ssize_t n, const DType *dt, char *out,
+                          Py_ssize_t expected, int max_ndim, ArrayResult *result) {
+    if (dt->family == T_FLOAT && dt->size == 4)
+        return read_array_as(s, p, n, (DType){"FP32", T_FLOAT, 4, 0, 0}, out, expected,
+                             max_ndim, result);
+    if (dt->family == T_FLOAT)
+        return read_array_as(s, p, n, (DType){"FP64", T_FLOAT, 8, 0, 0}, out, expected,
+                             max_ndim, result);
+    return read_array_as(s, p, n, *dt, out, expected, max_ndim, result);
+}
+
+/* Where a data array ends when its tensor's datatype and shape come after it: only the
+ * bytes a numeric or boolean array can hold, brackets balanced within MAX_DATA_DEPTH.
+ * -1 when it holds anything else (then it is walked as any other JSON). */
+static Py_ssize_t numeric_array_end(const char *s, Py_ssize_t p, Py_ssize_t n) {
+    int depth = 0;
+    for (; p < n; p++) {
+        const char c = s[p];
+        if (c == '[') {
+            if (++depth > MAX_DATA_DEPTH) return -1;
+        } else if (c == ']') {
+            if (--depth == 0) return p + 1;
+        } else if (!(is_digit(c) || is_ws(c) || c == ',' || c == '-' || c == '+' || c == '.' ||
+                     c == 'e' || c == 'E' || c == 't' || c == 'r' || c == 'u' || c == 'f' ||
+                     c == 'a' || c == 'l' || c == 's')) {
+            return -1;
+        }
+    }
+    return -1;
+}
+
+/* ---------------------------------------------------------------- the body --------- */
+
+typedef enum { R_TOP, R_INPUTS, R_TENSOR, R_OTHER } Role;
+typedef enum { K_NONE, K_INPUTS, K_DATA, K_DATATYPE, K_SHAPE } Key;
+
+typedef struct {
+    Py_ssize_t index;
+    int tainted;         /* an escaped or repeated key: leave this tensor to orjson */
+    int seen_data, seen_datatype, seen_shape;
+    const DType *dtype;  /* NULL unless the datatype is a plain name handled here */
+    int shape_ok;
+    int ndims;
+    Py_ssize_t dims[MAX_DATA_DEPTH];
+    Py_ssize_t data_start, data_end; /* the data array, once its end is known */
+    int data_done;                   /* converted when it was met */
+    PyObject *values;                /* the converted array or the count it held */
+} TensorState;
+
+typedef struct {
+    const char *s;
+    Py_ssize_t n;
+    PyObject *allocate;
+    Py_ssize_t max_elements, max_bytes, spent;
+    int max_ndim;
+    PyObject *found; /* list of (index, datatype, shape, values, start, end) */
+    TensorState tensor; /* the tensor object being walked */
+} Scan;
+
+/* A string at s[p] == '"': its end (after the closing quote), whether it has escapes. */
+static Py_ssize_t string_end(const char *s, Py_ssize_t p, Py_ssize_t n, int *escaped) {
+    *escaped = 0;
+    for (p++; p < n; p++) {
+        if (s[p] == '"') return p + 1;
+        if (s[p] == '\\') {
+            *escaped = 1;
+            p++;
+        }
+    }
+    return -1;
+}
+
+static Key key_of(const char *s, Py_ssize_t len) {
+    if (len == 4 && memcmp(s, "data", 4) == 0) return K_DATA;
+    if (len == 8 && memcmp(s, "datatype", 8) == 0) return K_DATATYPE;
+    if (len == 5 && memcmp(s, "shape", 5) == 0) return K_SHAPE;
+    return K_NONE;
+}
+
+/* A shape written as a list of plain non-negative integers; 0 otherwise. */
+static int read_shape(const char *s, Py_ssize_t p, Py_ssize_t n, TensorState *t,
+                      Py_ssize_t *end) {
+    int ndims = 0;
+    p = skip_ws(s, p + 1, n);
+    if (p < n && s[p] == ']') {
+        t->ndims = 0;
+        *end = p + 1;
+        return 1;
+    }
+    for (;;) {
+        p = skip_ws(s, p, n);
+        if (p >= n || !is_digit(s[p]) || ndims >= MAX_DATA_DEPTH) return 0;
+        const Py_ssize_t start = p;
+        Py_ssize_t v = 0;
+        while (p < n && is_digit(s[p])) {
+            if (p - start >= MAX_INT_DIGITS) return 0;
+            v = v * 10 + (s[p++] - '0');
+        }
+        if (s[start] == '0' && p - start > 1) return 0;
+        t->dims[ndims++] = v;
+        p = skip_ws(s, p, n);
+        if (p >= n) return 0;
+        if (s[p] == ']') break;
+        if (s[p] != ',') return 0;
+        p++;
+    }
+    t->ndims = ndims;
+    *end = p + 1;
+    return 1;
+}
+
+static const DType *dtype_named(const char *s, Py_ssize_t len) {
+    for (size_t i = 0; i < N_DTYPES; i++)
+        if ((Py_ssize_t)strlen(DTYPES[i].name) == len && memcmp(DTYPES[i].name, s, len) == 0)
+            return &DTYPES[i];
+    return NULL;
+}
+
+static PyObject *shape_tuple(const TensorState *t) {
+    PyObject *shape = PyTuple_New(t->ndims);
+    if (shape == NULL) return NULL;
+    for (int i = 0; i < t->ndims; i++) {
+        PyObject *dim = PyLong_FromSsize_t(t->dims[i]);
+        if (dim == NULL) {
+            Py_DECREF(shape);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(shape, i, dim);
+    }
+    return shape;
+}
+
+/* Convert the tensor's data array at s[start] with its declared datatype and shape.
+ * 1: converted (t->values set, *end after the array); 0: left to orjson; -1: error. */
+static int convert(Scan *scan, TensorState *t, Py_ssize_t start, Py_ssize_t *end) {
+    if (t->dtype == NULL || !t->shape_ok || t->tainted) return 0;
+    Py_ssize_t expected = 1;
+    for (int i = 0; i < t->ndims; i++) {
+        /* Over the limits the decoder refuses the tensor before reading its data. */
+        if (t->dims[i] > scan->max_elements) return 0;
+        if (__builtin_mul_overflow(expected, t->dims[i], &expected)) return 0;
+    }
+    Py_ssize_t bytes;
+    if (expected > scan->max_elements ||
+        __builtin_mul_overflow(expected, (Py_ssize_t)t->dtype->size, &bytes) ||
+        bytes > scan->max_bytes - scan->spent)
+        return 0;
+    PyObject *array = PyObject_CallFunction(scan->allocate, "ns", expected, t->dtype->name);
+    if (array == NULL) return -1;
+    Py_buffer view;
+    if (PyObject_GetBuffer(array, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        Py_DECREF(array);
+        return -1;
+    }
+    if (view.len != bytes) {
+        PyBuffer_Release(&view);
+        Py_DECREF(array);
+        PyErr_SetString(PyExc_ValueError, "allocate returned a buffer of the wrong size");
+        return -1;
+    }
+    ArrayResult result;
+    const Outcome outcome = read_array(scan->s, start, scan->n, t->dtype, (char *)view.buf,
+                                       expected, scan->max_ndim, &result);
+    PyBuffer_Release(&view);
+    if (outcome != CONVERTED) {
+        Py_DECREF(array);
+        return outcome == FAILED ? -1 : 0;
+    }
+    if (result.count != expected) {
+        /* The decoder's "shape needs N values, got M": the count is all it needs. */
+        Py_DECREF(array);
+        array = PyLong_FromSsize_t(result.count);
+        if (array == NULL) return -1;
+    } else {
+        scan->spent += bytes;
+    }
+    t->values = array;
+    *end = result.end;
+    return 1;
+}
+
+/* A tensor object closed: keep its converted data, converting it now if it came before
+ * the datatype and shape. 0, or -1 on error. */
+static int finish_tensor(Scan *scan, TensorState *t) {
+    if (t->data_end > 0 && !t->data_done && !t->tainted) {
+        Py_ssize_t end;
+        const int done = convert(scan, t, t->data_start, &end);
+        if (done < 0) return -1;
+        if (done == 1 && end != t->data_end) Py_CLEAR(t->values); /* cannot happen */
+    }
+    if (t->values == NULL || t->tainted) {
+        Py_CLEAR(t->values);
+        return 0;
+    }
+    PyObject *shape = shape_tuple(t);
+    if (shape == NULL) return -1;
+    PyObject *entry = Py_BuildValue("(nsNOnn)", t->index, t->dtype->name, shape, t->values,
+                                    t->data_start, t->data_end);
+    Py_CLEAR(t->values);
+    if (entry == NULL) return -1;
+    const int status = PyList_Append(scan->found, entry);
+    Py_DECREF(entry);
+    return status;
+}
+
+/* Walk the body; 1 when done, 0 to give up on it (then orjson reads all of it), -1 on
+ * error. The walk trusts the body to be JSON: where it is not, orjson refuses the
+ * skeleton at the same place, and the caller falls back to the whole body. */
+static int walk(Scan *scan) {
+    const char *s = scan->s;
+    const Py_ssize_t n = scan->n;
+    uint8_t roles[MAX_STACK];
+    uint8_t is_object[MAX_STACK];
+    int d = 0;
+    int expect_key = 0, seen_inputs = 0;
+    Key pending = K_NONE;
+    Py_ssize_t inputs_seen = 0;
+    TensorState *tensor = &scan->tensor;
+    int in_tensor = 0;
+
+    Py_ssize_t p = skip_ws(s, 0, n);
+    if (p >= n || s[p] != '{') return 0;
+    while (p < n) {
+        const char c = s[p];
+        if (is_ws(c)) {
+            p++;
+            continue;
+        }
+        if (c == ',') {
+            expect_key = d > 0 && is_object[d - 1];
+            p++;
+            continue;
+        }
+        if (c == ':') {
+            expect_key = 0;
+            p++;
+            continue;
+        }
+        if (c == '}' || c == ']') {
+            if (d == 0) return 0;
+            d--;
+            if (roles[d] == R_TENSOR) {
+                const int status = c == '}' ? finish_tensor(scan, tensor) : 0;
+                Py_CLEAR(tensor->values);
+                in_tensor = 0;
+                if (status < 0) return -1;
+            }
+            expect_key = 0;
+            pending = K_NONE;
+            p++;
+            if (d == 0) return 1; /* the top-level object: orjson judges what follows */
+            continue;
+        }
+        const Role parent = d > 0 ? (Role)roles[d - 1] : R_TOP;
+        if (c == '"' && d > 0 && is_object[d - 1] && expect_key) {
+            int escaped;
+            const Py_ssize_t end = string_end(s, p, n, &escaped);
+            if (end < 0) return 0;
+            const char *key = s + p + 1;
+            const Py_ssize_t len = end - p - 2;
+            pending = K_NONE;
+            if (parent == R_TOP && d == 1) {
+                if (escaped) return 0; /* it might spell "inputs" */
+                if (len == 6 && memcmp(key, "inputs", 6) == 0) {
+                    if (seen_inputs) return 0; /* a repeated key: orjson keeps the last */
+                    seen_inputs = 1;
+                    pending = K_INPUTS;
+                }
+            } else if (parent == R_TENSOR) {
+                if (escaped) {
+                    tensor->tainted = 1;
+                } else {
+                    pending = key_of(key, len);
+                    int *seen = pending == K_DATA       ? &tensor->seen_data
+                                : pending == K_DATATYPE ? &tensor->seen_datatype
+                                : pending == K_SHAPE    ? &tensor->seen_shape
+                                                        : NULL;
+                    if (seen != NULL && (*seen)++) tensor->tainted = 1;
+                }
+            }
+            expect_key = 0;
+            p = end;
+            continue;
+        }
+        /* A value starts here. */
+        const Key key = pending;
+        pending = K_NONE;
+        Py_ssize_t element = -1;
+        if (parent == R_INPUTS && d > 0 && !is_object[d - 1]) element = inputs_seen++;
+        if (parent == R_TENSOR && in_tensor) {
+            if (key == K_DATATYPE && c == '"') {
+                int escaped;
+                const Py_ssize_t end = string_end(s, p, n, &escaped);
+                if (end < 0) return 0;
+                tensor->dtype = escaped ? NULL : dtype_named(s + p + 1, end - p - 2);
+                p = end;
+                continue;
+            }
+            if (key == K_SHAPE && c == '[') {
+                Py_ssize_t end;
+                if (read_shape(s, p, n, tensor, &end)) {
+                    tensor->shape_ok = 1;
+                    p = end;
+                    continue;
+                }
+            }
+            if (key == K_DATA && c == '[') {
+                Py_ssize_t end = -1;
+                if (tensor->dtype != NULL && tensor->shape_ok) {
+                    const int done = convert(scan, tensor, p, &end);
+                    if (done < 0) return -1;
+                    if (done == 1) tensor->data_done = 1;
+                    else end = -1;
+                } else {
+                    end = numeric_array_end(s, p, n);
+                }
+                if (end > 0) {
+                    tensor->data_start = p;
+                    tensor->data_end = end;
+                    p = end;
+                    continue;
+                }
+            }
+        }
+        if (c == '{' || c == '[') {
+            if (d >= MAX_STACK) return 0;
+            Role role = R_OTHER;
+            if (c == '{' && d == 0) role = R_TOP;
+            else if (c == '[' && key == K_INPUTS && d == 1) role = R_INPUTS;
+            else if (c == '{' && element >= 0) role = R_TENSOR;
+            if (role == R_TENSOR) {
+                Py_CLEAR(tensor->values);
+                memset(tensor, 0, sizeof *tensor);
+                tensor->index = element;
+                in_tensor = 1;
+            }
+            roles[d] = (uint8_t)role;
+            is_object[d] = c == '{';
+            d++;
+            expect_key = c == '{';
+            p++;
+            continue;
+        }
+        if (d == 0) return 0;
+        if (c == '"') {
+            int escaped;
+            const Py_ssize_t end = string_end(s, p, n, &escaped);
+            if (end < 0) return 0;
+            p = end;
+            continue;
+        }
+        /* A number or a literal: up to the next delimiter. */
+        while (p < n && !is_ws(s[p]) && s[p] != ',' && s[p] != ']' && s[p] != '}' &&
+               s[p] != ':' && s[p] != '"' && s[p] != '[' && s[p] != '{')
+            p++;
+    }
+    return 0; /* truncated */
+}
+
+PyDoc_STRVAR(scan_doc,
+"scan(body, allocate, max_elements, max_bytes, max_ndim)\n\n"
+"Read the numeric data arrays of a V2 JSON request body. Returns None when none was\n"
+"read, else (skeleton, found): the body with each such array replaced by 0, and a list\n"
+"of (input index, datatype, shape, values, start, end), values being the flat array\n"
+"(allocate(count, datatype) made it) or, when the array held another number of values\n"
+"than the shape declares, that number. max_elements and max_bytes bound what is\n"
+"allocated (a tensor and the request); max_ndim is the deepest nesting read.");
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    Py_buffer body;
+    PyObject *allocate;
+    Py_ssize_t max_elements, max_bytes;
+    int max_ndim;
+    if (!PyArg_ParseTuple(args, "y*Onni", &body, &allocate, &max_elements, &max_bytes,
+                          &max_ndim))
+        return NULL;
+    Scan state;
+    memset(&state, 0, sizeof state);
+    state.s = body.buf;
+    state.n = body.len;
+    state.allocate = allocate;
+    state.max_elements = max_elements;
+    state.max_bytes = max_bytes;
+    state.max_ndim = max_ndim;
+    PyObject *result = NULL;
+    state.found = PyList_New(0);
+    if (state.found == NULL) goto done;
+    const int status = walk(&state);
+    if (status < 0) goto done;
+    const Py_ssize_t found = PyList_GET_SIZE(state.found);
+    if (status == 0 || found == 0) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    /* The skeleton: the body without the converted arrays, a 0 in each one's place. */
+    Py_ssize_t size = body.len;
+    for (Py_ssize_t i = 0; i < found; i++) {
+        PyObject *entry = PyList_GET_ITEM(state.found, i);
+        size -= PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 5)) -
+                PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 4)) - 1;
+    }
+    PyObject *skeleton = PyBytes_FromStringAndSize(NULL, size);
+    if (skeleton == NULL) goto done;
+    char *to = PyBytes_AS_STRING(skeleton);
+    Py_ssize_t from = 0;
+    for (Py_ssize_t i = 0; i < found; i++) {
+        PyObject *entry = PyList_GET_ITEM(state.found, i);
+        const Py_ssize_t start = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 4));
+        const Py_ssize_t end = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 5));
+        memcpy(to, (const char *)body.buf + from, (size_t)(start - from));
+        to += start - from;
+        *to++ = '0';
+        from = end;
+    }
+    memcpy(to, (const char *)body.buf + from, (size_t)(body.len - from));
+    result = Py_BuildValue("(NO)", skeleton, state.found);
+done:
+    Py_XDECREF(state.tensor.values);
+    Py_XDECREF(state.found);
+    PyBuffer_Release(&body);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS, scan_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_jsonscan",
+    "inferpool's JSON tensor scanner (numeric data arrays straight into numpy buffers).", -1,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__jsonscan(void) { return PyModule_Create(&module); }

@@ -1,0 +1,14 @@
+"""Types of the C extension built from ``_jsonscan.c`` (the JSON tensor scanner)."""
+
+from collections.abc import Callable
+
+import numpy as np
+
+def scan(
+    body: bytes,
+    allocate: Callable[[int, str], np.ndarray],
+    max_elements: int,
+    max_bytes: int,
+    max_ndim: int,
+    /,
+) -> tuple[bytes, list[tuple[int, str, tuple[int, ...], np.ndarray | int, int, int]]] | None: ...

@@ -1,0 +1,83 @@
+"""A large REST JSON tensor through a real server (issue 18 point 4): the JSON tensor
+scanner's answer is the one of the path without it.
+
+The same 256 x 50 FP32 tensor goes three ways: as a client writes it (the scanner reads
+the data), with the data before the datatype and shape (the scanner reads it when the
+tensor's object closes), and with the ``data`` key escaped (``"d\\u0061ta"``: orjson reads
+it, as it does every body without the scanner). An identity model sends the tensor back;
+the three replies are the same bytes and hold the tensor exactly. A wrong value count is
+the same 400 both ways.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import numpy as np
+import orjson
+import pytest
+
+from inferpool.protocol import json_scan
+from tests.support import Server
+from tests.support.runtimes import write_echo_model
+
+ROWS, COLUMNS = 256, 50
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("json-scan-repo")
+    write_echo_model(root, "identity", [{"name": "x", "datatype": "FP32", "shape": [-1, COLUMNS]}])
+    with Server(root, "--workers", "1") as running:
+        running.wait_ready()
+        yield running
+
+
+def tensor() -> np.ndarray:
+    x = np.random.default_rng(7).standard_normal((ROWS, COLUMNS)).astype(np.float32)
+    # Values where rounding or signs go wrong first: -0, subnormals, the largest float32.
+    x[0, :4] = [-0.0, 1e-45, -3.4028235e38, 1.1754942e-38]
+    return x
+
+
+def body(x: np.ndarray, variant: str, shape: list[int] | None = None) -> bytes:
+    data = "[" + ",".join(str(v) for v in x.ravel()) + "]"  # how a float32 client writes
+    key = '"d\\u0061ta"' if variant == "escaped" else '"data"'
+    header = f'"name": "x", "shape": {shape or list(x.shape)}, "datatype": "FP32"'
+    fields = f"{key}: {data}, {header}" if variant == "data-first" else f"{header}, {key}: {data}"
+    return ('{"id": "same", "inputs": [{' + fields + "}]}").encode()
+
+
+def infer(server: Server, payload: bytes) -> httpx.Response:
+    return httpx.post(
+        f"{server.url}/v2/models/identity/infer",
+        content=payload,
+        headers={"Content-Type": "application/json"},
+        timeout=60,
+    )
+
+
+@pytest.mark.skipif(not json_scan.AVAILABLE, reason="the _jsonscan extension is not built")
+def test_a_large_json_tensor_decodes_as_without_the_scanner(server: Server) -> None:
+    x = tensor()
+    replies = {
+        variant: infer(server, body(x, variant)) for variant in ("plain", "data-first", "escaped")
+    }
+    for variant, reply in replies.items():
+        assert reply.status_code == 200, (variant, reply.text[:300])
+    assert replies["plain"].content == replies["escaped"].content
+    assert replies["data-first"].content == replies["escaped"].content
+    (output,) = orjson.loads(replies["plain"].content)["outputs"]
+    got = np.array(output["data"], dtype=np.float32).reshape(output["shape"])
+    assert got.tobytes() == x.tobytes()  # bit for bit, -0.0 and subnormals included
+
+
+@pytest.mark.skipif(not json_scan.AVAILABLE, reason="the _jsonscan extension is not built")
+def test_a_wrong_value_count_is_the_same_400(server: Server) -> None:
+    x = tensor()
+    wrong = [ROWS, COLUMNS + 1]
+    fast, slow = (infer(server, body(x, variant, wrong)) for variant in ("plain", "escaped"))
+    assert fast.status_code == slow.status_code == 400
+    assert fast.json() == slow.json()
+    assert "needs 13056 values, got 12800" in fast.text

@@ -1,0 +1,467 @@
+"""The JSON tensor scanner (issue 18 point 4): a REST JSON request decodes to exactly what
+orjson + numpy make of it (the path without the scanner), errors included.
+
+Every property compares ``decode_request`` (scanner first) with ``reference`` (orjson on
+the whole body, then the decoder): the same tensors bit for bit (NaN positions and the
+sign of zero included), or the same error class and message. The ``engaged`` checks make
+sure the scanner really read the arrays a property is about, so that a scanner that
+gives up on everything cannot pass.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from inferpool.errors import BadRequest, InferpoolError
+from inferpool.protocol import json_scan, limits, rest_json
+from inferpool.protocol.datatypes import DATATYPES
+from inferpool.protocol.types import InferenceRequest
+
+pytestmark = pytest.mark.skipif(
+    not json_scan.AVAILABLE, reason="the _jsonscan extension is not built"
+)
+
+PROPERTY = settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+FLOAT_TYPES = ["FP32", "FP64"]
+INT_TYPES = ["INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"]
+
+
+def reference(body: bytes) -> InferenceRequest:
+    """The decoder without the scanner: orjson (or the standard library) on the body."""
+    return rest_json.request_from_document(rest_json.parse_json_object(body), binary_tail=None)
+
+
+def described(decode: Callable[[bytes], InferenceRequest], body: bytes) -> tuple[Any, ...]:
+    """A request as comparable values (data as raw bytes), or the error it raised."""
+    try:
+        request = decode(body)
+    except InferpoolError as exc:
+        return ("error", type(exc).__name__, exc.message)
+    tensors = []
+    for tensor in request.inputs:
+        data = tensor.data
+        content = data.reshape(-1).tolist() if data.dtype == object else data.tobytes()
+        tensors.append(
+            (
+                tensor.name,
+                tensor.datatype,
+                tensor.shape,
+                tensor.parameters,
+                data.dtype.str,
+                data.shape,
+                data.flags.c_contiguous,
+                data.flags.writeable,
+                content,
+            )
+        )
+    outputs = [(o.name, o.parameters) for o in request.outputs]
+    return ("ok", request.id, request.parameters, outputs, tensors)
+
+
+def same_outcome(body: bytes) -> tuple[Any, ...]:
+    """Assert the scanner's decoding is the reference's; return it."""
+    fast = described(rest_json.decode_request, body)
+    assert fast == described(reference, body), body[:300]
+    return fast
+
+
+def engaged(body: bytes) -> dict[int, json_scan.ScannedData]:
+    """The data arrays the scanner read in the body, by input index."""
+    current = limits.current()
+    scanned = json_scan.scan(body, current, current.max_json_depth - 3)
+    return {} if scanned is None else scanned[1]
+
+
+def request_text(data: str, datatype: str, shape: list[int], data_first: bool = False) -> bytes:
+    header = f'"name": "x", "shape": {shape}, "datatype": "{datatype}"'
+    fields = f'"data": {data}, {header}' if data_first else f'{header}, "data": {data}'
+    return ('{"id": "r", "inputs": [{' + fields + '}], "outputs": [{"name": "y"}]}').encode()
+
+
+def nest(tokens: list[str], dims: list[int], seps: Iterator[str]) -> str:
+    """Tokens nested row-major as ``dims`` (whose product is their count)."""
+    if len(dims) <= 1:
+        text = tokens[0]
+        for token in tokens[1:]:
+            text += next(seps) + token
+        return "[" + text + "]"
+    step = len(tokens) // dims[0]
+    rows = [nest(tokens[i * step : (i + 1) * step], dims[1:], seps) for i in range(dims[0])]
+    return "[" + ", ".join(rows) + "]"
+
+
+separators = st.sampled_from([",", ", ", " ,", ",\n", "\t,\r\n ", " , "])
+
+FLOAT_FORMATS: list[Callable[[float], str]] = [
+    repr,
+    lambda v: orjson.dumps(v).decode(),
+    lambda v: f"{v:.17g}",
+    lambda v: f"{v:.9g}",
+    lambda v: f"{v:e}",
+    lambda v: f"{v:.6E}",
+    lambda v: f"{v:.3f}",
+    lambda v: f"{v:.25e}",
+]
+
+
+# --------------------------------------------------------------------------- floats
+
+
+@PROPERTY
+@given(
+    values=st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=60),
+    form=st.sampled_from(FLOAT_FORMATS),
+    datatype=st.sampled_from(FLOAT_TYPES),
+    sep=separators,
+    data_first=st.booleans(),
+)
+@example(values=[-0.0, 0.0, 5e-324, 1.7976931348623157e308], form=repr, datatype="FP64",
+         sep=",", data_first=False)  # fmt: skip
+@example(values=[3.4028235e38, 3.4028236e38, 1e-46], form=repr, datatype="FP32", sep=",",
+         data_first=False)  # fmt: skip
+def test_float_lists_decode_as_orjson_and_numpy(values, form, datatype, sep, data_first):
+    text = "[" + sep.join(form(v) for v in values) + "]"
+    body = request_text(text, datatype, [len(values)], data_first)
+    same_outcome(body)
+    if form in (repr, FLOAT_FORMATS[1]) and datatype == "FP64":
+        # Shortest round-trip forms of finite doubles: read by the scanner every time.
+        assert isinstance(engaged(body)[0].values, np.ndarray)
+
+
+@PROPERTY
+@given(
+    values=st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), min_size=1,
+                    max_size=60),
+    sep=separators,
+)  # fmt: skip
+def test_float32_values_are_read_by_the_scanner(values, sep):
+    tokens = [str(np.float32(v)) for v in values]  # how a float32 client writes them
+    body = request_text("[" + sep.join(tokens) + "]", "FP32", [len(values)])
+    outcome = same_outcome(body)
+    assert outcome[0] == "ok"
+    assert isinstance(engaged(body)[0].values, np.ndarray)
+
+
+@st.composite
+def number_tokens(draw: st.DrawFn) -> str:
+    """Any JSON number: long digit strings, exponents of every form, -0 and 0.0e0."""
+    sign = draw(st.sampled_from(["", "-"]))
+    whole = draw(st.just("0") | st.from_regex(r"[1-9][0-9]{0,24}", fullmatch=True))
+    fraction = draw(st.just("") | st.from_regex(r"\.[0-9]{1,40}", fullmatch=True))
+    exponent = draw(
+        st.just("")
+        | st.from_regex(r"[eE][+-]?0{0,3}[0-9]{1,2}", fullmatch=True)
+        | st.from_regex(r"[eE][+-]?[0-9]{3,6}", fullmatch=True)
+    )
+    return sign + whole + fraction + exponent
+
+
+@PROPERTY
+@given(
+    tokens=st.lists(number_tokens(), min_size=1, max_size=30),
+    datatype=st.sampled_from(FLOAT_TYPES + INT_TYPES + ["BOOL", "FP16"]),
+    sep=separators,
+)
+@example(tokens=["1E5", "1e-5", "-0", "0.0e0", "-0.0", "-0e-5", "1e-400", "1e400"],
+         datatype="FP64", sep=",")  # fmt: skip
+@example(tokens=["-0", "0.0e0", "1E5", "1e-5", "2.4703282292062328e-324"], datatype="FP32",
+         sep=", ")  # fmt: skip
+@example(tokens=["9007199254740993", "1.5"], datatype="FP64", sep=",")
+@example(tokens=["123456789012345", "-999999999999999999"], datatype="INT64", sep=",")
+@example(tokens=["9223372036854775807", "18446744073709551615"], datatype="UINT64", sep=",")
+@example(tokens=["1" + "0" * 400], datatype="FP64", sep=",")
+@example(tokens=["0." + "0" * 30 + "1e330"], datatype="FP64", sep=",")
+def test_number_forms_decode_as_orjson_and_numpy(tokens, datatype, sep):
+    same_outcome(request_text("[" + sep.join(tokens) + "]", datatype, [len(tokens)]))
+
+
+# --------------------------------------------------------------------------- integers
+
+
+@PROPERTY
+@given(
+    values=st.lists(
+        st.integers(-(2**63), 2**63) | st.integers(-300, 300) | st.integers(-(2**70), 2**70),
+        min_size=1,
+        max_size=40,
+    ),
+    datatype=st.sampled_from(INT_TYPES + FLOAT_TYPES),
+    sep=separators,
+)
+def test_integer_lists_decode_as_orjson_and_numpy(values, datatype, sep):
+    body = request_text("[" + sep.join(map(str, values)) + "]", datatype, [len(values)])
+    outcome = same_outcome(body)
+    if outcome[0] == "ok" and all(abs(v) < 10**15 for v in values):
+        assert isinstance(engaged(body)[0].values, np.ndarray)
+
+
+@PROPERTY
+@given(
+    values=st.lists(st.booleans(), min_size=1, max_size=40),
+    datatype=st.sampled_from(["BOOL", "FP32", "INT8"]),
+    sep=separators,
+)
+def test_booleans_decode_as_orjson_and_numpy(values, datatype, sep):
+    body = request_text("[" + sep.join(orjson.dumps(v).decode() for v in values) + "]",
+                        datatype, [len(values)])  # fmt: skip
+    outcome = same_outcome(body)
+    if datatype == "BOOL":
+        assert outcome[0] == "ok" and isinstance(engaged(body)[0].values, np.ndarray)
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+@st.composite
+def nested_requests(draw: st.DrawFn) -> tuple[bytes, bool]:
+    """Data nested as some dims, declared as those, flat, or another shape; sometimes
+    made ragged. Also says whether the nesting is regular."""
+    dims = draw(st.lists(st.integers(1, 4), min_size=1, max_size=4))
+    count = int(np.prod(dims))
+    tokens = [str(draw(st.integers(-50, 50) | st.floats(-1e6, 1e6))) for _ in range(count)]
+    seps = iter(draw(st.lists(separators, min_size=count, max_size=count)))
+    text = nest(tokens, dims, seps)
+    regular = True
+    if draw(st.booleans()) and len(dims) > 1:
+        # Ragged: one more value in the first row of the innermost level.
+        text = text.replace("]", f", {tokens[0]}]", 1)
+        regular = False
+    declared = draw(
+        st.sampled_from([dims, [count], [count + 1], list(reversed(dims)), [count, 1], []])
+    )
+    datatype = draw(st.sampled_from(["FP32", "FP64", "INT32", "INT64"]))
+    return request_text(text, datatype, declared, draw(st.booleans())), regular
+
+
+@PROPERTY
+@given(nested_requests())
+def test_nested_data_decodes_as_orjson_and_numpy(case):
+    body, _regular = case
+    outcome = same_outcome(body)
+    if outcome[0] == "ok":
+        assert 0 in engaged(body)
+
+
+@pytest.mark.parametrize(
+    "data",
+    ["[]", "[[]]", "[[], []]", "[[1], []]", "[[1, 2], [3]]", "[1, [2]]", "[[1], 2]",
+     "[[[1]], [2]]", "[[1], [[2]]]", "[[[[[[1]]]]]]", "[" * 33 + "1" + "]" * 33,
+     "[" * 100_000 + "]" * 100_000],
+)  # fmt: skip
+@pytest.mark.parametrize("shape", [[0], [1], [2], [1, 1], [2, 1], [1, 1, 1, 1, 1, 1]])
+def test_odd_nestings_decode_as_orjson_and_numpy(data, shape):
+    same_outcome(request_text(data, "FP32", shape))
+
+
+def test_nesting_over_the_depth_limit_is_the_decoders_error(small_depth):
+    body = request_text("[[[1]]]", "FP32", [1])
+    assert same_outcome(body)[0] == "error"
+    assert same_outcome(request_text("[[1]]", "FP32", [1]))[0] == "ok"
+
+
+@pytest.fixture
+def small_depth() -> Iterator[None]:
+    before = limits.current()
+    limits.configure(limits.DecodeLimits(max_json_depth=5))  # data at most 2 deep
+    yield
+    limits.configure(before)
+
+
+# --------------------------------------------------------------------------- anything
+
+
+scalars = (
+    number_tokens()
+    | st.sampled_from(["true", "false", "null", '"a"', '""', "NaN", "Infinity", "-Infinity",
+                       "-NaN", "{}", '{"a": 1}', "[]", "[1]", "1.", ".5", "+1", "01", "-",
+                       "1e", "tru", "0x10", "1_000", "\u00a0"])
+)  # fmt: skip
+
+
+@PROPERTY
+@given(
+    tokens=st.lists(scalars, min_size=0, max_size=12),
+    datatype=st.sampled_from(DATATYPES),
+    shape=st.lists(st.integers(0, 13), max_size=2),
+    sep=separators,
+    data_first=st.booleans(),
+)
+def test_any_data_decodes_as_orjson_and_numpy(tokens, datatype, shape, sep, data_first):
+    same_outcome(request_text("[" + sep.join(tokens) + "]", datatype, shape, data_first))
+
+
+@st.composite
+def inputs_lists(draw: st.DrawFn) -> bytes:
+    """Several inputs, some the scanner reads and some it cannot, some in error."""
+    tensors = []
+    for index in range(draw(st.integers(1, 4))):
+        count = draw(st.integers(0, 5))
+        tokens = [draw(scalars) for _ in range(count)]
+        datatype = draw(st.sampled_from([*DATATYPES, "FP33"]))
+        shape = draw(st.sampled_from([[count], [count + 1], [1, count], "[-1]", '"x"']))
+        fields = [
+            f'"name": "in{index}"',
+            f'"datatype": "{datatype}"',
+            f'"shape": {shape}',
+            f'"data": [{", ".join(tokens)}]',
+        ]
+        extra = draw(st.sampled_from(['', '"parameters": {"a": [1, 2]}', '"data": [1]',
+                                      '"d\\u0061ta": [2]', '"shape": [1]']))  # fmt: skip
+        if extra:
+            fields.append(extra)
+        order = draw(st.permutations(fields))
+        tensors.append("{" + ", ".join(order) + "}")
+    top = draw(st.sampled_from(['', ', "id": 5', ', "inputs": []', ', "inp\\u0075ts": []',
+                                ', "parameters": {"inputs": [{"data": [1]}]}']))  # fmt: skip
+    return ('{"inputs": [' + ", ".join(tensors) + "]" + top + "}").encode()
+
+
+@PROPERTY
+@given(inputs_lists())
+@example(b'{"inputs": [{"name": "a", "datatype": "FP32", "shape": [2], "data": [1, 2]}, '
+         b'{"name": "b", "datatype": "FP33", "shape": [1], "data": [1e999]}]}')  # fmt: skip
+@example(b'{"inputs": [{"name": "a", "datatype": "FP32", "shape": [2], "data": [1, 2]}, '
+         b'{"name": "b", "datatype": "FP32", "shape": [1], "data": [NaN]}]}')  # fmt: skip
+def test_several_inputs_decode_as_orjson_and_numpy(body):
+    same_outcome(body)
+
+
+@st.composite
+def mutated_bodies(draw: st.DrawFn) -> bytes:
+    """A valid request with one byte cut, added or changed, or truncated."""
+    values = draw(st.lists(st.floats(-1e3, 1e3) | st.integers(-9, 9), min_size=1, max_size=8))
+    body = request_text(orjson.dumps(values).decode(), "FP64", [len(values)], draw(st.booleans()))
+    at = draw(st.integers(0, len(body)))
+    change = draw(st.sampled_from(["truncate", "delete", "insert", "replace"]))
+    byte = draw(st.sampled_from([*b'[]{},:"-.eE0123456789 xNItfn\\', 0, 0xFF]))
+    if change == "truncate":
+        return body[:at]
+    if change == "delete":
+        return body[:at] + body[at + 1 :]
+    if change == "insert":
+        return body[:at] + bytes([byte]) + body[at:]
+    return body[:at] + bytes([byte]) + body[at + 1 :]
+
+
+@PROPERTY
+@given(mutated_bodies())
+def test_malformed_bodies_fail_as_orjson_and_numpy(body):
+    same_outcome(body)
+
+
+# --------------------------------------------------------------------------- examples
+
+
+def test_the_scanner_reads_data_and_leaves_the_rest_to_orjson():
+    body = request_text("[[1.5, -0.0], [2, 3e2]]", "FP32", [2, 2])
+    skeleton, found = json_scan.scan(body, limits.current(), 61)
+    assert orjson.loads(skeleton)["inputs"][0]["data"] == 0
+    assert found[0].shape == (2, 2) and found[0].datatype == "FP32"
+    (tensor,) = rest_json.decode_request(body).inputs
+    assert tensor.data.tolist() == [[1.5, -0.0], [2.0, 300.0]]
+    assert np.signbit(tensor.data[0, 1])
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # A repeated or escaped key: orjson keeps the last, the scanner leaves the tensor.
+        b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1], "data": [2]}]}',
+        b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1], '
+        b'"d\\u0061ta": [2]}]}',
+        b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [2], "data": [1], "shape": [1]}]}',
+        b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1], '
+        b'"datatype": "INT8"}]}',
+        b'{"inputs": [{"name": "x", "datatype": "FP\\u0033\\u0032", "shape": [1], "data": [1]}]}',
+        b'{"inputs": [], "inp\\u0075ts": [{"name": "x", "datatype": "FP32", "shape": [1], '
+        b'"data": [1]}]}',
+        b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}], '
+        b'"inputs": [{"name": "y", "datatype": "FP32", "shape": [1], "data": [2]}]}',
+    ],
+)
+def test_repeated_and_escaped_keys_decode_as_orjson(body):
+    outcome = same_outcome(body)
+    assert outcome[0] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("data", "datatype"),
+    [("[1.0, NaN, -Infinity]", "FP32"), ("[NaN, Infinity]", "FP64"), ("[1, NaN]", "INT32")],
+)
+def test_nan_and_infinity_literals_take_the_standard_library_path(data, datatype):
+    outcome = same_outcome(request_text(data, datatype, [len(data.split(","))]))
+    if datatype != "INT32":
+        assert outcome[0] == "ok"
+
+
+def test_the_scanner_checks_the_header_it_read_against_the_document():
+    data = json_scan.ScannedData("FP32", (2,), np.zeros(2, np.float32))
+    with pytest.raises(json_scan.StaleScan):
+        json_scan.values_for(data, "FP64", (2,), 2, "x")
+    with pytest.raises(json_scan.StaleScan):
+        json_scan.values_for(data, "FP32", (1, 2), 2, "x")
+    short = json_scan.ScannedData("FP32", (3,), 2)
+    with pytest.raises(BadRequest, match=r"input 'x': shape \[3\] needs 3 values, got 2"):
+        json_scan.values_for(short, "FP32", (3,), 3, "x")
+
+
+# --------------------------------------------------------------------------- hostile
+
+
+def test_ten_million_values_for_a_small_shape_are_a_400_without_a_big_allocation():
+    body = request_text("[" + "0," * (10**7 - 1) + "0]", "FP32", [2, 2])
+    tracemalloc.start()
+    try:
+        with pytest.raises(BadRequest, match=r"needs 4 values, got 10000000$"):
+            rest_json.decode_request(body)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000  # orjson would build a list of 10 million ints (~360 MB)
+
+
+@pytest.mark.parametrize("depth", [62, 2000, 500_000])
+def test_deep_nesting_is_a_clear_400(depth):
+    body = request_text("[" * depth + "1" + "]" * depth, "FP32", [1])
+    with pytest.raises(BadRequest, match=r"nested deeper|not valid JSON"):
+        rest_json.decode_request(body)
+    same_outcome(body)
+
+
+@pytest.mark.parametrize("cut", [1, 30, 60, 75, 100, -3, -2, -1])
+def test_truncated_bodies_are_a_clear_400(cut):
+    body = request_text("[" + ", ".join(["1.25"] * 30) + "]", "FP32", [30])
+    with pytest.raises(BadRequest, match="not valid JSON"):
+        rest_json.decode_request(body[:cut])
+
+
+def test_the_scanner_allocates_no_more_than_the_limits_admit():
+    before = limits.current()
+    limits.configure(limits.DecodeLimits(max_tensor_elements=100, max_request_tensor_bytes=600))
+    try:
+        small = request_text("[" + ",".join(["1"] * 100) + "]", "FP32", [100])
+        assert 0 in engaged(small)
+        big = request_text("[" + ",".join(["1"] * 101) + "]", "FP32", [101])
+        assert engaged(big) == {}
+        assert same_outcome(big)[0] == "error"
+        # Two tensors of 400 bytes: the second is over the request's 600 bytes.
+        two = (
+            b'{"inputs": [{"name": "a", "datatype": "FP32", "shape": [100], "data": [%s]}, '
+            b'{"name": "b", "datatype": "FP32", "shape": [100], "data": [%s]}]}'
+        ) % ((b",".join([b"1"] * 100),) * 2)
+        assert list(engaged(two)) == [0]
+        assert same_outcome(two) == ("error", "TooLarge", same_outcome(two)[2])
+    finally:
+        limits.configure(before)
