@@ -18,6 +18,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from inferpool.engine.handles import SLOT_SIZE
 from inferpool.engine.ipc.messages import Kind
 from inferpool.engine.pool import PoolClient
 from inferpool.errors import BadRequest
@@ -54,9 +55,9 @@ def test_every_path_frees_its_slot(tmp_path: Path) -> None:
     write_counting_model(tmp_path, "sum", tmp_path / "calls.txt")
     write_counting_model(tmp_path, "slow", tmp_path / "slow.txt", delay=0.3)
     small = orjson.dumps(sum_request([[1, 2, 3]], "small"))
-    rows = [[float(i), 1.0, 1.0] for i in range(4000)]
-    big = orjson.dumps(sum_request(rows, "big"))  # > one 64 KiB slot: its own memfd
-    assert len(big) > 64 * 1024
+    rows = [[float(i), 1.0, 1.0] for i in range(16000)]
+    big = orjson.dumps(sum_request(rows, "big"))  # > one slot: its own memfd
+    assert len(big) > SLOT_SIZE
 
     async def run() -> None:
         settings = ServerSettings(model_repository=tmp_path, workers=2, max_queue=QUEUE)

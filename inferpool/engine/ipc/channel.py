@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import array
 import itertools
-import mmap
 import os
 import socket
 from collections.abc import Callable, Sequence
@@ -29,16 +28,14 @@ def socket_pair() -> tuple[socket.socket, socket.socket]:
 
 def memfd_with(parts: Sequence[bytes]) -> int:
     """A memfd holding ``parts`` back to back (one copy of the data)."""
-    size = sum(len(part) for part in parts)
     fd = os.memfd_create("inferpool-payload", os.MFD_CLOEXEC)
     try:
-        os.ftruncate(fd, size)
-        if size:
-            with mmap.mmap(fd, size) as mapped:
-                offset = 0
-                for part in parts:
-                    mapped[offset : offset + len(part)] = part
-                    offset += len(part)
+        # writev, not a mapping: a fresh mapping's page faults and unmapping cost 2-3x more.
+        size = sum(len(part) for part in parts)
+        written = os.writev(fd, parts) if size else 0
+        while written < size:  # a short write (a signal, a huge payload): the rest
+            rest = b"".join(parts)[written:]
+            written += os.write(fd, rest)
     except BaseException:
         os.close(fd)
         raise
@@ -51,8 +48,10 @@ def read_memfd(fd: int) -> bytes:
         size = os.fstat(fd).st_size
         if size == 0:
             return b""
-        with mmap.mmap(fd, size, prot=mmap.PROT_READ) as mapped:
-            return mapped[:]
+        data = os.pread(fd, size, 0)
+        while len(data) < size:  # a short read: the rest
+            data += os.pread(fd, size - len(data), len(data))
+        return data
     finally:
         os.close(fd)
 
