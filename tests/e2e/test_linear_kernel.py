@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
-from tests.support import Server, iris_data, write_sklearn_model
-from tests.support.grpc import WORKER_COUNTS
+from tests.support import iris_data, write_sklearn_model
+from tests.support.grpc import models_server
 from tests.support.runtimes import output_array, rows_request
+
+server = models_server  # the module's server fixture, over its models
 
 
 @pytest.fixture(scope="module")
@@ -37,13 +38,6 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
         json.dumps({"parameters": {"extra": {"tree_kernel": False}}})
     )
     return root, {"logreg": plain, "scaled-logreg": scaled, "logreg-library": plain}
-
-
-@pytest.fixture(scope="module", params=WORKER_COUNTS, ids=lambda w: f"w{w}")
-def server(request, models) -> Iterator[Server]:
-    with Server(models[0], "--workers", str(request.param)) as server:
-        server.wait_ready()
-        yield server
 
 
 def test_the_log_says_the_linear_kernel_predicts(server):

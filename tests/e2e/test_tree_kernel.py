@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.support import Server
-from tests.support.grpc import WORKER_COUNTS
+from tests.support import rest_output
+from tests.support.grpc import models_server
 from tests.support.runtimes import N_FEATURES, save_booster, save_pickle
+
+server = models_server  # the module's server fixture, over its models
 
 LABELS = np.array(["low", "middle", "high"])
 
@@ -70,13 +70,6 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return root, references
 
 
-@pytest.fixture(scope="module", params=WORKER_COUNTS, ids=lambda w: f"w{w}")
-def server(request, models) -> Iterator[Server]:
-    with Server(models[0], "--workers", str(request.param)) as server:
-        server.wait_ready()
-        yield server
-
-
 def probability_of(model: str, response_rows: np.ndarray) -> np.ndarray:
     """P(class 1) of a binary model, all classes of the others: as the reference gives."""
     binary = model in ("lgb-binary", "lgb-library", "xgb-binary")
@@ -100,21 +93,7 @@ def test_the_log_says_which_predictor_serves_each_model(server):
 def test_rest_answers_match_the_library(server, models, model):
     rows = np.random.default_rng(1).normal(size=(40, N_FEATURES))
     rows[::5, 3] = 0.0
-    body = {
-        "inputs": [
-            {
-                "name": "x",
-                "datatype": "FP64",
-                "shape": list(rows.shape),
-                "data": rows.ravel().tolist(),
-            }
-        ],
-        "outputs": [{"name": "predict_proba"}],
-    }
-    reply = httpx.post(f"{server.url}/v2/models/{model}/infer", json=body, timeout=30)
-    assert reply.status_code == 200, reply.text
-    (output,) = reply.json()["outputs"]
-    got = np.array(output["data"]).reshape(output["shape"])
+    got = rest_output(server.url, model, rows)
     expected, tolerance = models[1][model](rows), TOLERANCE.get(model, 1e-12)
     np.testing.assert_allclose(probability_of(model, got), expected, rtol=tolerance)
 

@@ -7,17 +7,17 @@ one) are the library's to the bit."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.support import Server
-from tests.support.grpc import WORKER_COUNTS
+from tests.support import rest_output
+from tests.support.grpc import models_server
 from tests.support.runtimes import N_FEATURES, save_booster, save_pickle
+
+server = models_server  # the module's server fixture, over its models
 
 LABELS = np.array(["low", "middle", "high"])
 
@@ -59,13 +59,6 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return root, references
 
 
-@pytest.fixture(scope="module", params=WORKER_COUNTS, ids=lambda w: f"w{w}")
-def server(request, models) -> Iterator[Server]:
-    with Server(models[0], "--workers", str(request.param)) as server:
-        server.wait_ready()
-        yield server
-
-
 def test_the_log_says_the_tree_kernel_serves_both(server):
     log = server.output()
     for model in ("hgb", "lgb-categorical"):
@@ -83,21 +76,7 @@ def test_rest_answers_match_the_library(server, models):
     rows = request_rows(np.random.default_rng(1), 40)
     rows = np.nan_to_num(rows, nan=0.0)  # JSON carries no NaN
     for model in ("hgb", "lgb-categorical"):
-        body = {
-            "inputs": [
-                {
-                    "name": "x",
-                    "datatype": "FP64",
-                    "shape": list(rows.shape),
-                    "data": rows.ravel().tolist(),
-                }
-            ],
-            "outputs": [{"name": "predict_proba"}],
-        }
-        reply = httpx.post(f"{server.url}/v2/models/{model}/infer", json=body, timeout=30)
-        assert reply.status_code == 200, reply.text
-        (output,) = reply.json()["outputs"]
-        got = np.array(output["data"]).reshape(output["shape"])
+        got = rest_output(server.url, model, rows)
         assert np.array_equal(got, models[1][model](rows)), model
 
 

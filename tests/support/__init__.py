@@ -173,3 +173,15 @@ def write_custom_model(
     document = {"name": folder.name, "implementation": f"{module}.{class_name}", **settings}
     (folder / "model-settings.json").write_text(json.dumps(document))
     return folder
+
+
+def rest_output(url: str, model: str, rows, output: str = "predict_proba"):
+    """One output of a model for FP64 ``rows`` over REST, as a numpy array of its shape."""
+    import numpy as np
+
+    tensor = {"name": "x", "datatype": "FP64", "shape": list(rows.shape)}
+    body = {"inputs": [{**tensor, "data": rows.ravel().tolist()}], "outputs": [{"name": output}]}
+    reply = httpx.post(f"{url}/v2/models/{model}/infer", json=body, timeout=30)
+    assert reply.status_code == 200, reply.text
+    (answer,) = reply.json()["outputs"]
+    return np.array(answer["data"]).reshape(answer["shape"])

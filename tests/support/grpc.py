@@ -22,6 +22,17 @@ needs_pool = pytest.mark.skipif(
 )
 # Every e2e test runs in-process (0) and with a worker pool (2) once the pool exists.
 WORKER_COUNTS = [0, pytest.param(2, marks=needs_pool)]
+
+
+@pytest.fixture(scope="module", params=WORKER_COUNTS, ids=lambda w: f"w{w}")
+def models_server(request, models) -> Iterator[Server]:
+    """A server of the module's ``models`` fixture (its repository first), with 0 and 2
+    workers; a module takes it as its ``server`` with ``server = models_server``."""
+    with Server(models[0], "--workers", str(request.param)) as running:
+        running.wait_ready()
+        yield running
+
+
 # Both gRPC implementations (``--grpc-implementation``) serve the same service.
 IMPLEMENTATIONS = ["builtin", "grpcio"]
 # (workers, implementation): every combination of the two lists above.

@@ -22,6 +22,20 @@ from inferpool.settings import ModelSettings, read_model_settings
 N_FEATURES = 8
 
 
+class RowSums(Runtime):
+    """Sums each row, recording the rows of each call; refuses negative values the way a
+    library's input check would (a ValueError)."""
+
+    def load(self) -> None:
+        self.calls: list[int] = []
+
+    def predict(self, payload: Any, outputs: list[str]) -> dict[str, Any]:
+        self.calls.append(len(payload))
+        if (payload < 0).any():
+            raise ValueError("Input contains negative values.")
+        return {outputs[0]: payload.sum(axis=1)}
+
+
 def classification_data(n_classes: int = 3, rows: int = 300):
     from sklearn.datasets import make_classification
 

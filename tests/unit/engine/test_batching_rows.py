@@ -11,7 +11,6 @@ import orjson
 import pytest
 from sklearn.linear_model import LogisticRegression
 
-from inferpool import Runtime
 from inferpool.engine.ipc.messages import Kind, RequestHeader
 from inferpool.engine.worker.batching import AUTO_BATCH_ROWS, Batcher, BatchPolicy, policy
 from inferpool.engine.worker.model import LoadedModel, load_model
@@ -19,20 +18,7 @@ from inferpool.engine.worker.path import Job, run_executions, run_group
 from inferpool.runtimes.sklearn import SKLearnRuntime
 from inferpool.settings import ModelSettings
 from tests.support import iris_data, write_sklearn_model
-from tests.support.runtimes import loaded_sums_model
-
-
-class RowSums(Runtime):
-    """Sums each row, recording the rows of each call; says nothing of its rows."""
-
-    def load(self) -> None:
-        self.calls: list[int] = []
-
-    def predict(self, payload, outputs):
-        self.calls.append(len(payload))
-        if (payload < 0).any():
-            raise ValueError("Input contains negative values.")
-        return {outputs[0]: payload.sum(axis=1)}
+from tests.support.runtimes import RowSums, loaded_sums_model
 
 
 class IndependentRowSums(RowSums):

@@ -11,7 +11,6 @@ import numpy as np
 import orjson
 import pytest
 
-from inferpool import Runtime
 from inferpool.engine.inprocess import InProcessClient
 from inferpool.engine.ipc.messages import Kind, Reply, RequestHeader, custom_body
 from inferpool.engine.worker import inference
@@ -20,23 +19,14 @@ from inferpool.engine.worker.path import Job, run_group
 from inferpool.errors import BadRequest, ModelLoadError, RuntimeNotFound
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.settings import ServerSettings
-from tests.support.runtimes import loaded_sums_model
+from tests.support.runtimes import RowSums, loaded_sums_model
 
 
-class Sums(Runtime):
+class Sums(RowSums):
     """Sums each row. Refuses negative values as a library's input check would
     (``input_errors``); has custom endpoints."""
 
     input_errors = (ValueError,)
-
-    def load(self) -> None:
-        self.calls: list[int] = []
-
-    def predict(self, payload, outputs):
-        self.calls.append(len(payload))
-        if (payload < 0).any():
-            raise ValueError("Input contains negative values.")
-        return {outputs[0]: payload.sum(axis=1)}
 
     def custom_endpoints(self):
         return {"double": self.double, "raw": lambda body: body[::-1], "fail": self.fail}

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,6 +23,7 @@ from inferpool.frontends.rest import build_app
 from inferpool.frontends.rest_infer import InferRoutes, infer_target
 from inferpool.settings import ServerSettings
 from tests.support import build_iris_repository
+from tests.unit.frontends.test_request_context import loaded_client
 
 BODY = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64", "data": [1, 2, 3, 4]}]}
 
@@ -48,16 +48,9 @@ def test_infer_paths_are_recognised_as_starlette_routes_them(path, root, target)
     assert infer_target(path, root) == target
 
 
-async def _client(tmp_path: Path) -> InProcessClient:
-    repository = build_iris_repository(tmp_path / "repo")
-    client = InProcessClient(ServerSettings(model_repository=repository, workers=0))
-    await client.start()
-    return client
-
-
 def test_the_routes_in_front_answer_as_starlette_did(tmp_path):
     async def scenario() -> dict[str, httpx.Response]:
-        client = await _client(tmp_path)
+        client = await loaded_client(tmp_path)
         app = build_app(client)
         assert isinstance(app, InferRoutes)  # no middleware: nothing in front of it
         transport = httpx.ASGITransport(app=app)
@@ -90,7 +83,7 @@ def test_the_routes_in_front_answer_as_starlette_did(tmp_path):
 
 def test_an_unexpected_error_is_a_json_500_without_a_traceback(tmp_path, caplog):
     async def scenario() -> httpx.Response:
-        client = await _client(tmp_path)
+        client = await loaded_client(tmp_path)
         app = build_app(client)
         assert isinstance(app, InferRoutes)
 
@@ -185,7 +178,7 @@ def _request(path: str, body: bytes, close: bool = False) -> bytes:
 
 def test_an_answer_is_one_write_with_the_servers_headers(tmp_path):
     async def scenario() -> tuple[list[bytes], list[bytes]]:
-        client = await _client(tmp_path)
+        client = await loaded_client(tmp_path)
         app = build_app(client)
         keep = await _serve_one(app, _request("/v2/models/iris-rf/infer", orjson.dumps(BODY)))
         close = await _serve_one(
