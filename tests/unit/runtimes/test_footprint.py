@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import warnings
@@ -127,12 +128,16 @@ def in_process(models: dict[str, Path]) -> dict[str, list[int]]:
 @pytest.fixture(scope="module")
 def in_child(models: dict[str, Path]) -> dict[str, list[int]]:
     """[footprint, RSS growth] of each model, measured in a fresh process."""
+    # One native thread, as in a worker: the stacks and arenas of the threads a library
+    # (or the tree kernel, for the load's large probe batch) starts stay in RSS, cached by
+    # glibc, and would be counted as the model's.
     child = subprocess.run(
         [sys.executable, "-c", CHILD, *map(str, models.values())],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=Path(__file__).parents[3],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert child.returncode == 0, child.stderr
     figures: dict[str, list[int]] = json.loads(child.stdout)
