@@ -47,6 +47,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(getattr(pytest.mark, marker))
 
 
+# How much of each running server's log a failing test's report shows.
+LOG_TAIL = 6000
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport:
+    """A failing test's report ends with the logs of the servers still running: CI keeps
+    nothing else of them, and a timeout in the test says little of why."""
+    report = yield
+    if report.failed:
+        for server in list(Server.running):
+            try:
+                tail = server.output()[-LOG_TAIL:]
+            except OSError:  # its log is gone
+                continue
+            report.sections.append((f"server on port {server.http_port}: end of its log", tail))
+    return report
+
+
 @pytest.fixture(scope="session")
 def iris_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_iris_repository(tmp_path_factory.mktemp("iris-repo"))

@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 
@@ -79,6 +80,10 @@ def wait_for_200(
 class Server:
     """``python -m inferpool serve`` as a subprocess on free ports, stopped with SIGTERM."""
 
+    # Those not stopped yet: a failing test's report shows the end of their logs
+    # (``tests/conftest.py``), which is all CI keeps of a server.
+    running: ClassVar[set[Server]] = set()
+
     def __init__(
         self,
         repository: Path | None,
@@ -111,6 +116,7 @@ class Server:
             start_new_session=new_session,
         )
         self.returncode: int | None = None
+        Server.running.add(self)
 
     def output(self) -> str:
         return Path(self.log.name).read_text(errors="replace")
@@ -143,6 +149,7 @@ class Server:
         return self.returncode
 
     def stop(self, timeout: float = 60) -> int:
+        Server.running.discard(self)
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         try:

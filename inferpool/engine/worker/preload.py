@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -57,9 +58,25 @@ def fingerprint(document: dict[str, Any]) -> bytes:
     return orjson.dumps([document, files])
 
 
+# How long threads a load leaves behind may take to end on their own. A library that ran
+# a thread pool for one call (joblib's, for a scikit-learn forest with ``n_jobs`` set,
+# which the tree kernel's check at load calls) lets the pool's threads end after it
+# returns: on a busy host they were still listed for a few milliseconds.
+THREADS_SETTLE = 2.0
+
+
 def thread_count() -> int:
     """The threads of this process (a fork copies only the calling one)."""
     return len(os.listdir("/proc/self/task"))
+
+
+def threads_left(before: int, settle: float = THREADS_SETTLE) -> int:
+    """How many more threads than ``before`` this process has once those that are ending
+    have ended, waiting up to ``settle`` seconds for them."""
+    deadline = time.monotonic() + settle
+    while (started := thread_count() - before) > 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return started
 
 
 def preload(documents: list[dict[str, Any]], epoch: int) -> tuple[list[PreloadResult], int]:
@@ -102,7 +119,7 @@ def _preload_one(document: dict[str, Any], epoch: int) -> PreloadResult:
     except Exception as exc:
         # A copy loaded from older files stays: the workers serving it share its pages.
         return PreloadResult(name, version, False, failure_reason(exc))
-    started = thread_count() - threads
+    started = threads_left(threads)
     if started > 0:
         error = (
             f"loading it started {started} thread(s) in the worker template process, "
