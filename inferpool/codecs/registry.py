@@ -15,6 +15,7 @@ from inferpool.codecs.base import InputCodec, RequestCodec
 from inferpool.codecs.base64 import Base64Codec
 from inferpool.codecs.datetime import DatetimeCodec
 from inferpool.codecs.dict_codec import DictCodec
+from inferpool.codecs.image import ImageCodec
 from inferpool.codecs.json import JsonCodec, PandasJsonCodec
 from inferpool.codecs.numpy import NumpyCodec
 from inferpool.codecs.pandas import PandasCodec, column_values, is_pandas
@@ -30,6 +31,7 @@ INPUT_CODECS: list[type[InputCodec]] = [
     Base64Codec,
     JsonCodec,
     PandasJsonCodec,  # never encodes by value (JsonCodec does): decodes MLServer's pd_json
+    ImageCodec,  # never encodes by value: only outputs declared as images are PNG files
 ]
 REQUEST_CODECS: list[type[RequestCodec]] = [PandasCodec, DictCodec]
 _BY_CONTENT_TYPE = {ct: codec for codec in INPUT_CODECS for ct in codec.content_types}

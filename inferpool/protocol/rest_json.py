@@ -377,8 +377,10 @@ def _bytes_to_json(output: Tensor, data: np.ndarray) -> list[str]:
     try:
         return [item.decode() if isinstance(item, bytes) else str(item) for item in items]
     except UnicodeDecodeError:
-        # JSON cannot carry raw bytes: send base64 and say so, as the base64 codec would.
-        output.parameters["content_type"] = "base64"
+        # JSON cannot carry raw bytes: send base64 and say so, as the base64 codec would
+        # (the image codec reads base64 text itself: an image output keeps its label).
+        if output.parameters.get("content_type") != "image":
+            output.parameters["content_type"] = "base64"
         return [
             base64.b64encode(item if isinstance(item, bytes) else str(item).encode()).decode()
             for item in items

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from inferpool.codecs.image import decode_declared, encode_declared
 from inferpool.codecs.payload import decode_payload
 from inferpool.codecs.registry import encode_outputs
 from inferpool.engine.worker.model import LoadedModel
@@ -28,6 +29,8 @@ def prepare(model: LoadedModel, request: InferenceRequest) -> tuple[Any, list[st
     inputs = request.inputs
     if len(inputs) > 1 and len({tensor.name for tensor in inputs}) != len(inputs):
         raise BadRequest(f"input {_repeated(tensor.name for tensor in inputs)} appears twice")
+    if model.image_inputs:
+        decode_declared(inputs, model.image_inputs)
     column_names = [spec["name"] for spec in model.metadata["inputs"]]
     payload = decode_payload(
         request,
@@ -123,7 +126,9 @@ def model_failure(
 def respond(
     model: LoadedModel, request: InferenceRequest, result: Mapping[str, Any]
 ) -> InferenceResponse:
-    outputs, content_type = encode_outputs(result)
+    outputs, content_type = encode_outputs(
+        encode_declared(result, model.image_outputs) if model.image_outputs else result
+    )
     # Echo the request's parameters, except those that described the request itself.
     parameters = {k: v for k, v in request.parameters.items() if k not in _REQUEST_ONLY}
     if content_type is not None:

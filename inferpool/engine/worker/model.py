@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from inferpool.codecs.image import declared_images
+from inferpool.codecs.image_spec import ImageSpec
 from inferpool.codecs.payload import check_model_content_type
 from inferpool.engine.worker.batching import BatchPolicy, policy
 from inferpool.errors import ModelLoadError
@@ -17,7 +19,8 @@ class LoadedModel:
     """A runtime that has loaded its artefact, with its metadata computed once."""
 
     __slots__ = (
-        "batching", "input_content_types", "metadata", "output_names", "runtime", "settings",
+        "batching", "image_inputs", "image_outputs", "input_content_types", "metadata",
+        "output_names", "runtime", "settings",
     )  # fmt: skip
 
     def __init__(self, settings: ModelSettings, runtime: Runtime) -> None:
@@ -30,6 +33,10 @@ class LoadedModel:
             if spec.parameters.get("content_type")
         }
         self.output_names = [spec.name for spec in runtime.outputs()]
+        # Inputs and outputs declared as PNG/JPEG images (empty for almost every model, so
+        # the path pays one truth test for them).
+        self.image_inputs: dict[str, ImageSpec] = declared_images(runtime.inputs(), "input")
+        self.image_outputs: dict[str, ImageSpec] = declared_images(runtime.outputs(), "output")
         self.batching: BatchPolicy = policy(settings, runtime)
 
     @property
