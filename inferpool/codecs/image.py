@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import struct
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +37,8 @@ _MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff")
 _EIGHT_BIT_MODES = frozenset({"1", "L", "LA", "La", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX",
                               "CMYK", "YCbCr"})  # fmt: skip
 _CHANNELS_TO_MODE = {1: "L", 3: "RGB", 4: "RGBA"}
+# What Pillow raises for a corrupt or truncated file: the client's file, never a server fault.
+_CORRUPT = (OSError, SyntaxError, ValueError, EOFError, IndexError, TypeError, struct.error)
 
 
 def pillow() -> Any:
@@ -57,9 +60,9 @@ class ImageCodec(InputCodec):
 
     @classmethod
     def decode(cls, tensor: Tensor) -> np.ndarray:
-        """Decode by the declaration in the tensor's own parameters."""
+        """Decode by the declaration in the tensor's own parameters (among others)."""
         try:
-            spec = parse_spec(tensor.parameters)
+            spec = parse_spec(tensor.parameters, strict=False)
         except ValueError as exc:
             raise BadRequest(f"input '{tensor.name}': {exc}") from None
         return decode_images(tensor, spec)
@@ -77,8 +80,8 @@ def decode_images(tensor: Tensor, spec: ImageSpec) -> np.ndarray:
     except ImportError as exc:
         raise ModelError(str(exc)) from None
     items = tensor.data.reshape(-1).tolist()
-    if spec.height is not None:
-        total = len(items) * spec.height * spec.width  # type: ignore[operator]
+    if spec.height is not None and spec.width is not None:
+        total = len(items) * spec.height * spec.width
         if total > spec.max_pixels:
             raise BadRequest(
                 f"input '{tensor.name}': {len(items)} images of {spec.width}x{spec.height} "
@@ -127,30 +130,24 @@ class _Decoder:
         spec = self.spec
         try:
             image = Image.open(io.BytesIO(_file_bytes(item)), formats=("PNG", "JPEG"))
-        except Image.DecompressionBombError:
-            raise _Refused(f"declares more pixels than max_pixels ({spec.max_pixels})") from None
+        except Image.DecompressionBombError as exc:  # beyond Pillow's own limit
+            raise _Refused(f"is refused as a decompression bomb ({_first_line(exc)})") from None
         except Image.UnidentifiedImageError:
             raise _Refused("is not a PNG or JPEG image") from None
-        except (OSError, SyntaxError, ValueError) as exc:  # a header Pillow cannot read
+        except _CORRUPT as exc:  # a header Pillow cannot read
             raise _Refused(f"is not a PNG or JPEG image ({_first_line(exc)})") from None
         width, height = image.size
         pixels = width * height
-        if (
-            spec.height is not None
-            and spec.resize is None
-            and (height, width)
-            != (
-                spec.height,
-                spec.width,
-            )
-        ):
-            raise _Refused(
-                f"is {width}x{height}; the model takes {spec.width}x{spec.height} (declare "
-                "resize to have images resized)"
-            )
-        if spec.resize is not None:
+        if spec.width is not None and spec.height is not None and (width, height) != (
+            spec.width, spec.height
+        ):  # fmt: skip
+            if spec.resize is None:
+                raise _Refused(
+                    f"is {width}x{height}; the model takes {spec.width}x{spec.height} "
+                    "(declare resize to have images resized)"
+                )
             # A resized image costs the larger of what is decoded and what is kept.
-            pixels = max(pixels, spec.height * spec.width)  # type: ignore[operator]
+            pixels = max(pixels, spec.height * spec.width)
         if pixels > self.pixels_left:
             raise _Refused(
                 f"is {width}x{height}: more pixels than max_pixels ({spec.max_pixels}) leaves"
@@ -161,10 +158,10 @@ class _Decoder:
         try:
             image.load()
             image = image.convert(PILLOW_MODE[spec.channel_order])
-            if spec.resize is not None and (height, width) != (spec.height, spec.width):
+            if image.size != (spec.width, spec.height) and spec.resize is not None:
                 image = image.resize((spec.width, spec.height), resample=spec.resize)
             array = np.asarray(image)
-        except (OSError, SyntaxError, ValueError) as exc:  # truncated or corrupt data
+        except _CORRUPT as exc:  # truncated or corrupt data
             raise _Refused(f"cannot be decoded ({_first_line(exc)})") from None
         return _arranged(array, spec)
 

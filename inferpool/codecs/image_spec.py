@@ -77,10 +77,14 @@ class ImageSpec:
         return out
 
 
-def parse_spec(parameters: Mapping[str, Any]) -> ImageSpec:
-    """The spec the ``parameters`` of a tensor declare; ValueError says what is wrong."""
+def parse_spec(parameters: Mapping[str, Any], strict: bool = True) -> ImageSpec:
+    """The spec the ``parameters`` of a tensor declare; ValueError says what is wrong.
+
+    ``strict``: any other key is an error (a model's declaration, where a misspelt key
+    would otherwise do nothing); a request's input may carry other parameters (the binary
+    extension's ``binary_data_size``, a client's own)."""
     unknown = sorted(set(parameters) - KEYS)
-    if unknown:
+    if strict and unknown:
         raise ValueError(f"unknown image parameter(s) {', '.join(unknown)}; known: "
                          f"{', '.join(sorted(KEYS - {'content_type'}))}")  # fmt: skip
     height = _positive(parameters, "height")

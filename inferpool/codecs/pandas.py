@@ -76,6 +76,11 @@ def _columns(tensor: Tensor, value: Any) -> list[tuple[str, Any]]:
     array = np.asarray(value)
     if array.ndim == 1:
         return [(tensor.name, array)]
+    if array.ndim > 2:  # a codec that adds dimensions (images) cannot make a column
+        raise BadRequest(
+            f"pd input '{tensor.name}' decodes to shape {list(array.shape)}; a column is "
+            "[rows] or [rows, k]"
+        )
     if array.shape[1] == 1:
         return [(tensor.name, array[:, 0])]
     return [(f"{tensor.name}_{j}", array[:, j]) for j in range(array.shape[1])]
