@@ -130,7 +130,9 @@ class _Decoder:
         spec = self.spec
         try:
             image = Image.open(io.BytesIO(_file_bytes(item)), formats=("PNG", "JPEG"))
-        except Image.DecompressionBombError as exc:  # beyond Pillow's own limit
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+            # Beyond Pillow's own limit (its warning, between 1x and 2x the limit, is only
+            # raised where warnings are errors; elsewhere max_pixels refuses the image).
             raise _Refused(f"is refused as a decompression bomb ({_first_line(exc)})") from None
         except Image.UnidentifiedImageError:
             raise _Refused("is not a PNG or JPEG image") from None
