@@ -20,16 +20,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from inferpool.engine.client import EngineClient, make_client
-from inferpool.engine.embedded_io import (
-    DEFAULT_INPUT,
-    InferenceResult,
-    build_request,
-    from_wire,
-    to_wire,
-)
+from inferpool.engine.embedded_io import DEFAULT_INPUT, InferenceResult, build_request
 from inferpool.engine.inprocess import InProcessClient
 from inferpool.engine.ipc.messages import Kind
 from inferpool.errors import from_status
+from inferpool.protocol.grpc_raw import from_wire, to_wire
 from inferpool.settings import ServerSettings
 
 T = TypeVar("T")

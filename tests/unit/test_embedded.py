@@ -12,9 +12,10 @@ import pytest
 
 import inferpool
 from inferpool.engine.client import StartupFailed
-from inferpool.engine.embedded_io import build_request, from_wire, to_wire
+from inferpool.engine.embedded_io import build_request
 from inferpool.errors import BadRequest, Forbidden, ModelNotFound, NotReady
 from inferpool.protocol import grpc_wire
+from inferpool.protocol.grpc_raw import from_wire, to_wire
 from inferpool.protocol.types import InferenceResponse, Tensor
 from tests.support import iris_data
 

@@ -108,13 +108,7 @@ def build_plan(settings: ModelSettings, table: ModelTable, spec_of: SpecOf) -> P
         known[step.name] = {str(a["name"]) for a in answers} if answers else None
         produced[step.name] = answers
         steps.append(step)
-    outputs = None
-    if spec.outputs is not None:
-        outputs = {}
-        for output, text in spec.outputs.items():
-            reference = parse_reference(text)
-            _check_reference(reference, known, f"pipeline '{name}', output '{output}'")
-            outputs[output] = reference
+    outputs = _mapping(spec.outputs, known, f"pipeline '{name}', output")
     metadata = {
         "name": name,
         "versions": [settings.version] if settings.version else [],
@@ -210,13 +204,7 @@ def _call(
                 f"{where}: model '{spec.model}' has no output {_names(missing)} "
                 f"(its metadata lists {_names(names)})"
             )
-    inputs = None
-    if spec.inputs is not None:
-        inputs = {}
-        for child_input, text in spec.inputs.items():
-            reference = parse_reference(text)
-            _check_reference(reference, known, f"{where}, input '{child_input}'")
-            inputs[child_input] = reference
+    inputs = _mapping(spec.inputs, known, f"{where}, input")
     wanted = spec.outputs if spec.outputs is not None else names[:1]
     answers = [s for s in listed if s["name"] in wanted] if names else []
     if spec.outputs is not None and not names:
@@ -231,6 +219,20 @@ def _call(
         input_specs,
         answers,
     )
+
+
+def _mapping(
+    mapping: dict[str, str] | None, known: dict[str, set[str] | None], where: str
+) -> dict[str, Reference] | None:
+    """A name → reference map parsed, each reference checked (``where 'name'`` in errors)."""
+    if mapping is None:
+        return None
+    parsed = {}
+    for name, text in mapping.items():
+        reference = parse_reference(text)
+        _check_reference(reference, known, f"{where} '{name}'")
+        parsed[name] = reference
+    return parsed
 
 
 def _check_reference(reference: Reference, known: dict[str, set[str] | None], where: str) -> None:

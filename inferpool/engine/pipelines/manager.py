@@ -25,7 +25,7 @@ from inferpool.engine.pipelines.runner import Run, StepTrace
 from inferpool.engine.states import ModelKey, ModelState, describe_key, model_key
 from inferpool.errors import InferpoolError, ModelNotFound
 from inferpool.pipeline_settings import PipelineSpec
-from inferpool.protocol.types import InferenceResponse, Tensor
+from inferpool.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from inferpool.settings import ModelSettings
 
 if TYPE_CHECKING:
@@ -196,13 +196,15 @@ class Pipelines:
         self, call: Call, inputs: list[Tensor], deadline: float | None
     ) -> tuple[list[Tensor], Reply]:
         """One child call through the engine, as any gRPC request with raw contents."""
-        from inferpool.engine.pipelines.wire import request_bytes, response_tensors
+        from inferpool.protocol.grpc_raw import from_wire, to_wire
 
-        body = request_bytes(call.model, call.version, inputs, call.outputs, call.parameters)
+        requested = [RequestedOutput(name) for name in call.outputs or ()]
+        body = to_wire(InferenceRequest(inputs, None, requested, call.parameters))
         reply = await self.client.infer(call.model, call.version, Kind.GRPC, body, None, deadline)
         if reply.status != 200:
             return [], reply
-        return response_tensors(reply.body), reply
+        # Read-only views of the reply's bytes: a step's outputs are only read.
+        return from_wire(reply.body, writable=False).outputs, reply
 
 
 def load_order(settings: list[ModelSettings]) -> list[ModelSettings]:

@@ -1,5 +1,6 @@
 """The pipeline parts that need no server: the settings format, the combinations and
-the routers' keys, the load order and the cycle check, and a child's wire round trip."""
+the routers' keys, the load order and the cycle check, and a step's call in the raw
+gRPC form (typed replies read too)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from pydantic import ValidationError
 from inferpool.engine.pipelines.combine import combine, route_key
 from inferpool.engine.pipelines.graph import find_cycle
 from inferpool.engine.pipelines.manager import load_order
-from inferpool.engine.pipelines.wire import request_bytes, response_tensors
 from inferpool.errors import BadRequest, InferpoolError
 from inferpool.pipeline_settings import Reference, parse_reference
 from inferpool.protocol import grpc_wire
-from inferpool.protocol.types import InferenceResponse, Tensor
+from inferpool.protocol.grpc_raw import from_wire, to_wire
+from inferpool.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from inferpool.settings import ModelSettings
 
 
@@ -147,7 +148,8 @@ def test_a_childs_request_and_reply_keep_every_datatype() -> None:
         tensor("i", [[-(2**62), 3]]),
         tensor("s", [b"a", b"\x00\xff"]),
     ]
-    request = grpc_wire.decode(request_bytes("m", "2", tensors, ["y"], {"k": "v"}))
+    sent_request = InferenceRequest(tensors, None, [RequestedOutput("y")], {"k": "v"})
+    request = grpc_wire.decode(to_wire(sent_request))
     assert request.raw_contents and request.parameters == {"k": "v"}
     assert [o.name for o in request.outputs] == ["y"]
     for sent, got in zip(tensors, request.inputs, strict=True):
@@ -156,6 +158,6 @@ def test_a_childs_request_and_reply_keep_every_datatype() -> None:
     for raw in (True, False):  # a child answers raw when asked raw; typed is read too
         request.raw_contents = raw
         body, _ = grpc_wire.encode(InferenceResponse("m", tensors), request)
-        for sent, got in zip(tensors, response_tensors(body), strict=True):
+        for sent, got in zip(tensors, from_wire(body, writable=False).outputs, strict=True):
             assert (got.name, got.datatype, got.shape) == (sent.name, sent.datatype, sent.shape)
             np.testing.assert_array_equal(got.data, sent.data)
