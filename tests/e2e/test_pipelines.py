@@ -229,7 +229,7 @@ def test_a_failing_step_is_named_with_the_childs_status(setup) -> None:
 
 
 def test_children_count_their_calls_and_the_pipeline_its_own(setup) -> None:
-    server, _, _, _ = setup
+    server, _, _, stub = setup
     before = {name: stats(server, name) for name in ("chain", "scale", "reg-a")}
     assert rest_infer(server, "chain", X[:3]).status_code == 200
     after = {name: stats(server, name) for name in ("chain", "scale", "reg-a")}
@@ -244,6 +244,14 @@ def test_children_count_their_calls_and_the_pipeline_its_own(setup) -> None:
     assert successes("scale") == 2  # the chain's first and second steps
     assert successes("reg-a") == 1
     assert after["chain"]["inference_count"] - before["chain"]["inference_count"] == 3
+    # The same counts over gRPC, after a gRPC request.
+    grpc_output(stub, "chain", X[:2])
+    for name, calls in (("chain", 1), ("scale", 2), ("reg-a", 1)):
+        answer = stub.ModelStatistics(pb.ModelStatisticsRequest(name=name), timeout=10)
+        (entry,) = answer.model_stats
+        assert entry.inference_stats.success.count == (
+            after[name]["inference_stats"]["success"]["count"] + calls
+        )
 
 
 def test_each_step_has_a_span(setup, receiver: tuple[str, Received]) -> None:

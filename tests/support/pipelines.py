@@ -13,9 +13,8 @@ import numpy as np
 from tests.support import iris_data, write_custom_model
 from tests.support.runtimes import save_pickle
 
-# Multiplies its input by ``parameters.extra.factor``; refuses negative values the way a
-# library's input check would (a ValueError: the model's failure, 500... as the engine
-# answers a runtime's error).
+# Multiplies its input by ``parameters.extra.factor``; refuses negative values with a
+# BadRequest (400), so a failing step's status shows in the pipeline's answer.
 SCALE_SOURCE = """
 import numpy as np
 

@@ -130,6 +130,10 @@ class Pipelines:
                 return found.settings.pipeline
         return None
 
+    def serves(self, name: str, version: str | None) -> bool:
+        """Whether the model a request names is a pipeline loaded here (404 if unknown)."""
+        return bool(self.plans) and self.client.table.find(name, version).key in self.plans
+
     # -- readiness ---------------------------------------------------------------------------
     def sync(self) -> None:
         """Each loaded pipeline READY exactly when every child it may call is READY."""
