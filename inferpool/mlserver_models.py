@@ -46,7 +46,7 @@ MODEL_SUPPORTED = frozenset(
 )
 PARAMETERS_SUPPORTED = frozenset({"uri", "version", "content_type", "extra"})
 # inferpool's own model-settings keys.
-MODEL_OURS = frozenset({"runtime", "replicas", "timeout", "version_policy", "warmup"})
+MODEL_OURS = frozenset({"runtime", "replicas", "timeout", "version_policy", "warmup", "pipeline"})
 
 _ENVIRONMENTS = (
     "per-model Python environments are not implemented; the model would run in "

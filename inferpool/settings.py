@@ -46,6 +46,7 @@ from inferpool.mlserver_models import (
     single_model_repository,
     with_model_environment,
 )
+from inferpool.pipeline_settings import PipelineSpec
 from inferpool.protocol.datatypes import DATATYPES, element_count
 from inferpool.protocol.types import TensorSpec
 
@@ -523,6 +524,8 @@ class ModelSettings(BaseModel):
     version_policy: VersionPolicy | None = None
     # Requests run on each replica after it loads, before it is READY (worker/warmup.py).
     warmup: list[WarmupSample] = Field(default_factory=list)
+    # A pipeline of other models instead of an artefact (engine/pipelines, docs/pipelines.md).
+    pipeline: PipelineSpec | None = None
     folder: Path | None = None
 
     @field_validator("warmup")

@@ -17,6 +17,7 @@ from typing import Any
 
 from inferpool.engine.admin import AdminPolicy
 from inferpool.engine.ipc.messages import Reply, StageTimes
+from inferpool.engine.pipelines.manager import Pipelines, is_pipeline, load_order
 from inferpool.engine.repository import Discovered, discover, find_models
 from inferpool.engine.states import (
     UNLOADED,
@@ -78,6 +79,7 @@ class EngineClient(ABC):
         # this.
         self._locks = _NamedLocks()
         self._watcher: RepositoryWatcher | None = None  # --model-control-mode poll
+        self.pipelines = Pipelines(self)  # models whose settings list steps
 
     # -- health ---------------------------------------------------------------------------
     @property
@@ -109,6 +111,7 @@ class EngineClient(ABC):
             return "server is shutting down"
         if not self.started:
             return "server is starting up"
+        self.pipelines.sync()
         return self.table.not_ready_reason(self.settings.allow_empty)
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -173,7 +176,15 @@ class EngineClient(ABC):
             # Started first: what changes while these load is acted on after them.
             self._watcher = RepositoryWatcher(self, repository, self.settings.repository_debounce)
             self._watcher.start(found)
-        return list(await asyncio.gather(*(self._load_discovered(d, required=True) for d in found)))
+        # Pipelines load after the models they call, each after the pipelines it calls.
+        models = [d for d in found if not is_pipeline(d.settings)]
+        statuses = await asyncio.gather(*(self._load_discovered(d, required=True) for d in models))
+        pipelines = {id(d.settings): d for d in found if is_pipeline(d.settings)}
+        ordered = load_order([d.settings for d in pipelines.values() if d.settings is not None])
+        self.pipelines.declare(ordered)
+        for settings in ordered:
+            statuses.append(await self._load_discovered(pipelines[id(settings)], required=True))
+        return list(statuses)
 
     async def load_model(self, name: str) -> list[ModelStatus]:
         """(Re)load every version of a model the repository holds, by name (the
@@ -257,7 +268,8 @@ class EngineClient(ABC):
         was_loaded = not status.unloaded
         status.state = ModelState.UNLOADING
         try:
-            await self._unload(status.key)
+            if not self.pipelines.drop(status.key):
+                await self._unload(status.key)
         finally:
             self.stats.pop(status.key, None)
             self.load_seconds.pop(status.key, None)
@@ -292,7 +304,10 @@ class EngineClient(ABC):
                 self.table.set(status)
             loading = time.perf_counter()
             try:
-                status.metadata = await self._load(settings)
+                if settings.pipeline is not None:
+                    status.metadata = await self.pipelines.load(settings)
+                else:
+                    status.metadata = await self._load(settings)
             except InferpoolError as exc:
                 status.state, status.reason = ModelState.FAILED, exc.message
             else:
@@ -354,11 +369,17 @@ class EngineClient(ABC):
         protocol = PROTOCOL_OF_KIND[kind]
         started = time.perf_counter_ns()
         stats.in_flight += 1  # the in-flight gauge: in until answered, refused or cancelled
+        plan = self.pipelines.plans.get(key)
         try:
+            if plan is not None:
+                self.pipelines.sync()  # its readiness follows its children's
             if status.state is not ModelState.READY:
                 raise NotReady(status.describe())
             check_deadline(deadline)
-            reply = await self._infer(key, kind, body, json_length, deadline)
+            if plan is None:
+                reply = await self._infer(key, kind, body, json_length, deadline)
+            else:
+                reply = await self.pipelines.infer(plan, kind, body, json_length, deadline)
         except asyncio.CancelledError:
             # The frontend gave up on it: at its deadline (it answers 504), else because
             # the client went away (499). The deadline's timer is uvloop's, in whole

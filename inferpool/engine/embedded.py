@@ -20,16 +20,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from inferpool.engine.client import EngineClient, make_client
-from inferpool.engine.embedded_io import (
-    DEFAULT_INPUT,
-    InferenceResult,
-    build_request,
-    from_wire,
-    to_wire,
-)
+from inferpool.engine.embedded_io import DEFAULT_INPUT, InferenceResult, build_request
 from inferpool.engine.inprocess import InProcessClient
 from inferpool.engine.ipc.messages import Kind
 from inferpool.errors import from_status
+from inferpool.protocol.grpc_raw import from_wire, to_wire
 from inferpool.settings import ServerSettings
 
 T = TypeVar("T")
@@ -94,7 +89,7 @@ class Engine:
         """
         client = self._client()
         request = build_request(inputs, outputs, parameters, _input_name(client, model, version))
-        if isinstance(client, InProcessClient):
+        if isinstance(client, InProcessClient) and not client.pipelines.serves(model, version):
             return InferenceResult(await client.infer_request(model, version, request))
         reply = await client.infer(model, version, Kind.GRPC, to_wire(request), None)
         if reply.status != 200:

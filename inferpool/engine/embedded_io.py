@@ -6,8 +6,8 @@ the typed ``InferenceRequest`` the worker path runs. ``InferenceResult`` is what
 back: output name to numpy array, and the whole response as a DataFrame on demand.
 
 With worker processes the request still has to cross a process boundary as bytes:
-``to_wire`` and ``from_wire`` use the gRPC format with raw tensor contents (the tensors'
-own bytes, no per-element encoding), which every worker already decodes.
+``protocol/grpc_raw.py``'s ``to_wire`` and ``from_wire`` carry it in the gRPC format
+with raw tensor contents.
 """
 
 from __future__ import annotations
@@ -21,10 +21,7 @@ import numpy as np
 from inferpool.codecs.pandas import is_pandas
 from inferpool.codecs.registry import decode_output, decode_response, encode_outputs
 from inferpool.protocol import rest_json
-from inferpool.protocol.binary import tensor_from_bytes
-from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
-from inferpool.protocol.grpc_wire import parameters_dict, raw_bytes, set_parameters
-from inferpool.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from inferpool.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -105,40 +102,3 @@ class InferenceResult(Mapping[str, Any]):
         """One column per output (an output of shape [rows, k]: k columns ``name_0`` ...)."""
         frame: pd.DataFrame = decode_response(self.response.outputs, "pd")
         return frame
-
-
-def to_wire(request: InferenceRequest) -> bytes:
-    """A serialized ``ModelInferRequest`` carrying every input as raw contents."""
-    message = pb.ModelInferRequest(id=request.id or "")
-    set_parameters(message.parameters, request.parameters)
-    for tensor in request.inputs:
-        entry = message.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
-        set_parameters(entry.parameters, tensor.parameters)
-        message.raw_input_contents.append(raw_bytes(tensor))
-    for output in request.outputs:
-        requested = message.outputs.add(name=output.name)
-        set_parameters(requested.parameters, output.parameters)
-    body: bytes = message.SerializeToString()
-    return body
-
-
-def from_wire(body: bytes) -> InferenceResponse:
-    """The response to a ``to_wire`` request (the worker answers raw, as it was asked)."""
-    message = pb.ModelInferResponse.FromString(body)
-    raw = message.raw_output_contents
-    outputs = []
-    for tensor, contents in zip(message.outputs, raw, strict=True):
-        shape = tuple(tensor.shape)
-        data = tensor_from_bytes(memoryview(contents), tensor.datatype, shape, tensor.name)
-        if isinstance(data, np.ndarray) and not data.flags.writeable:
-            data = data.copy()  # a view of the message's bytes: the caller may write to it
-        outputs.append(
-            Tensor(tensor.name, tensor.datatype, shape, data, parameters_dict(tensor.parameters))
-        )
-    return InferenceResponse(
-        model_name=message.model_name,
-        outputs=outputs,
-        model_version=message.model_version or None,
-        id=message.id or None,
-        parameters=parameters_dict(message.parameters),
-    )

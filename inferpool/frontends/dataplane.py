@@ -49,6 +49,7 @@ class DataPlane:
 
     def model_ready(self, name: str, version: str | None) -> dict[str, Any]:
         """``{"name", "ready"}`` and ``error`` when not READY; ModelNotFound if unknown."""
+        self.client.pipelines.sync()  # a pipeline is ready when its children are
         status = self.client.table.find(name, version)
         if status.state is ModelState.READY:
             return {"name": status.name, "ready": True}
@@ -68,6 +69,7 @@ class DataPlane:
         read here too.
         """
         table = self.client.table
+        self.client.pipelines.sync()
         status = table.find(name, version)
         document = dict(status.metadata)
         document.setdefault("name", status.name)
@@ -86,6 +88,7 @@ class DataPlane:
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         """Every model asked for (``name``, ``state``, ``reason``, ``version`` if any);
         with ``ready_only``, only the READY ones (the extension's ``ready`` flag)."""
+        self.client.pipelines.sync()
         return [
             status.index_entry()
             for status in self.client.table.all()

@@ -13,6 +13,9 @@ sends back in the reply header (``Reply.times``). The spans of one request::
     ├── predict   the runtime's predict (a link to the execution span when batched)
     └── encode    the result written into the response's bytes
 
+A pipeline's request (``engine/pipelines``) has a ``step <name>`` child per child call
+instead, each with that call's queue/decode/predict/encode under it.
+
 The reply carries how long each stage took, not when it ran: the four are laid end to end,
 backwards from the request's end (the frontend writes a reply out as soon as it arrives,
 while a large body is read before the request is handed over, so the end is the nearer
@@ -49,6 +52,8 @@ from inferpool import __version__
 from inferpool.errors import grpc_code_for
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -56,6 +61,7 @@ if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
 
     from inferpool.engine.ipc.messages import Reply
+    from inferpool.engine.pipelines.runner import StepTrace
     from inferpool.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -233,7 +239,34 @@ class RequestTracer:
             # Only a reply that ran carries stage times (a worker's error reply has zeros).
             if reply is not None and reply.status == 200 and reply.times is not None:
                 self._stages(span, model, version, reply, start_ns, end_ns)
+            steps = getattr(reply, "steps", None)  # a pipeline's (engine/pipelines)
+            if steps:
+                self._steps(span, steps)
         span.end(end_ns)
+
+    def _steps(self, span: Span, steps: Sequence[StepTrace]) -> None:
+        """A pipeline's child calls: a ``step <name>`` span each, at the times the
+        pipeline called and heard from the child, with the child's own stages (or steps,
+        for a pipeline in a pipeline) under it."""
+        context = self._trace.set_span_in_context(span)
+        for step in steps:
+            attributes: dict[str, AttributeValue] = {
+                "inferpool.step.index": step.index,
+                "inferpool.step.name": step.step,
+                "inferpool.model.name": step.model,
+                "inferpool.step.status": step.status,
+            }
+            child = self._tracer.start_span(
+                f"step {step.step}", context, attributes=attributes, start_time=step.start_ns
+            )
+            if step.status >= 500:
+                child.set_status(self._trace.Status(self._trace.StatusCode.ERROR))
+            reply = step.reply
+            if reply is not None and reply.status == 200 and reply.times is not None:
+                self._stages(child, step.model, None, reply, step.start_ns, step.end_ns)
+            if reply is not None and getattr(reply, "steps", None):
+                self._steps(child, reply.steps)  # type: ignore[attr-defined]
+            child.end(step.end_ns)
 
     def _stages(
         self,

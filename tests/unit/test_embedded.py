@@ -12,9 +12,10 @@ import pytest
 
 import inferpool
 from inferpool.engine.client import StartupFailed
-from inferpool.engine.embedded_io import build_request, from_wire, to_wire
+from inferpool.engine.embedded_io import build_request
 from inferpool.errors import BadRequest, Forbidden, ModelNotFound, NotReady
 from inferpool.protocol import grpc_wire
+from inferpool.protocol.grpc_raw import from_wire, to_wire
 from inferpool.protocol.types import InferenceResponse, Tensor
 from tests.support import iris_data
 
@@ -131,3 +132,17 @@ def test_the_wire_to_workers_carries_raw_tensors() -> None:
     assert back.outputs[0].parameters == {"content_type": "np"}
     back.outputs[0].data[0] = 5  # the caller's own array
     assert back.outputs[0].data.tolist() == [5, 4]
+
+
+def test_a_pipeline_answers_the_embedded_api(tmp_path: Path) -> None:
+    # In-process, typed requests take the wire path for a pipeline (it has no runtime).
+    from tests.support.pipelines import build_pipeline_repository
+
+    models = build_pipeline_repository(tmp_path)
+    rows = np.array(ROWS, dtype=np.float64)
+    with inferpool.Engine(tmp_path) as engine:
+        result = engine.infer_sync("mean", rows)
+        expected = (models["reg-a"].predict(rows) + models["reg-b"].predict(rows)) / 2
+        np.testing.assert_allclose(result["predict"], expected, rtol=1e-9)
+        with pytest.raises(BadRequest, match=r"step 1 \('first'\)"):
+            engine.infer_sync("chain", -rows)

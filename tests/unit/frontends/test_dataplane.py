@@ -9,6 +9,7 @@ import pytest
 
 import inferpool
 from inferpool.engine.admin import AdminPolicy
+from inferpool.engine.pipelines.manager import Pipelines
 from inferpool.engine.states import ModelState, ModelStatus, ModelTable
 from inferpool.errors import Forbidden, ModelNotFound, Unauthorized
 from inferpool.frontends.dataplane import EXTENSIONS, DataPlane
@@ -31,6 +32,7 @@ class FakeClient:
         self.wedged: str | None = None
         self.not_ready: str | None = None
         self.calls: list[tuple[str, Any]] = []
+        self.pipelines = Pipelines(self)  # type: ignore[arg-type]  # none loaded: syncs nothing
 
     def live_reason(self) -> str | None:
         return self.wedged
