@@ -10,6 +10,8 @@
  * It also lays a forest out (`lay_out`, a tree at a time from its library's node arrays)
  * and, for a large batch, splits the rows between a few threads (`accumulate`'s
  * `threads`): every row is walked exactly as on one thread, so the sums are the same.
+ * `contributions` walks the same layout for explanations (Saabas: each split's change of
+ * the node's value credited to its feature), given every node's value alongside.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -340,6 +342,125 @@ done:
     return result;
 }
 
+/* Saabas contributions: one row's path through every tree, each step crediting the change
+ * of the node's value (`values`: every node's, slot by slot, laid out as `leaves`) to
+ * the split's feature, and the root's value to the bias (column n_features). `out` holds
+ * the row's n_columns x (n_features + 1) sums. The path's steps telescope, so a tree adds
+ * exactly its leaf's value minus its root's to the features. */
+static void contribute_row(const Node *nodes, const double *values, const uint32_t *bits,
+                           const Tree *trees, Py_ssize_t n_trees, Py_ssize_t width,
+                           const double *row, Py_ssize_t n_features, double *out) {
+    const Py_ssize_t stride = n_features + 1;
+    for (Py_ssize_t t = 0; t < n_trees; t++) {
+        const Tree tree = trees[t];
+        double *sums = out + tree.column * stride;
+        int32_t at = tree.root;
+        for (Py_ssize_t k = 0; k < width; k++)
+            sums[k * stride + n_features] += values[(Py_ssize_t)at * width + k];
+        for (int32_t level = 0; level < tree.depth; level++) {
+            const Node *node = &nodes[at];
+            if (node->left == at) break; /* a leaf */
+            const uint32_t feature = node->feature_flags & FEATURE_MASK;
+            const int32_t next = bits != NULL ? step_cat(node, row[feature], bits)
+                                              : step_full(node, row[feature]);
+            const double *from = values + (Py_ssize_t)at * width;
+            const double *to = values + (Py_ssize_t)next * width;
+            for (Py_ssize_t k = 0; k < width; k++)
+                sums[k * stride + feature] += to[k] - from[k];
+            at = next;
+        }
+    }
+}
+
+PyDoc_STRVAR(contributions_doc,
+"contributions(nodes, values, trees, width, n_features, x, out, bits=None)\n\n"
+"Add each row's Saabas contributions to out[row]: n_columns x (n_features + 1), float64,\n"
+"C order, the last column the root values (the bias). values: every node's values, laid\n"
+"out as accumulate's leaves. x: rows x n_features, float32 or float64, C order.");
+
+static PyObject *contributions(PyObject *self, PyObject *args) {
+    PyObject *nodes_obj, *values_obj, *trees_obj, *x_obj, *out_obj, *bits_obj = Py_None;
+    Py_ssize_t width, n_features;
+    if (!PyArg_ParseTuple(args, "OOOnnOO|O", &nodes_obj, &values_obj, &trees_obj, &width,
+                          &n_features, &x_obj, &out_obj, &bits_obj))
+        return NULL;
+    Py_buffer nodes = {0}, values = {0}, trees = {0}, x = {0}, out = {0}, bits = {0};
+    PyObject *result = NULL;
+    double *row = NULL;
+    if (contiguous(nodes_obj, &nodes, PyBUF_SIMPLE, "nodes") < 0) goto done;
+    if (contiguous(values_obj, &values, PyBUF_SIMPLE, "values") < 0) goto done;
+    if (contiguous(trees_obj, &trees, PyBUF_SIMPLE, "trees") < 0) goto done;
+    if (contiguous(x_obj, &x, PyBUF_ND | PyBUF_FORMAT, "x") < 0) goto done;
+    if (contiguous(out_obj, &out, PyBUF_ND | PyBUF_FORMAT | PyBUF_WRITABLE, "out") < 0) goto done;
+    if (bits_obj != Py_None && contiguous(bits_obj, &bits, PyBUF_SIMPLE, "bits") < 0) goto done;
+
+    const Py_ssize_t n_nodes = nodes.len / (Py_ssize_t)sizeof(Node);
+    const Py_ssize_t n_trees = trees.len / (Py_ssize_t)sizeof(Tree);
+    if (nodes.len % (Py_ssize_t)sizeof(Node) || trees.len % (Py_ssize_t)sizeof(Tree) ||
+        width < 1 || n_features < 1 ||
+        values.len != n_nodes * width * (Py_ssize_t)sizeof(double) ||
+        bits.len % (Py_ssize_t)sizeof(uint32_t)) {
+        PyErr_SetString(PyExc_ValueError, "inconsistent forest layout");
+        goto done;
+    }
+    const char kind = native_kind(x.format);
+    if (x.ndim != 2 || (kind != 'f' && kind != 'd') || x.shape[1] < n_features) {
+        PyErr_Format(PyExc_ValueError, "x must be a 2-D float32 or float64 array of %zd columns",
+                     n_features);
+        goto done;
+    }
+    if (out.ndim != 3 || native_kind(out.format) != 'd' || out.shape[0] != x.shape[0] ||
+        out.shape[2] != n_features + 1) {
+        PyErr_SetString(PyExc_ValueError,
+                        "out must be a float64 array of rows x columns x (n_features + 1)");
+        goto done;
+    }
+    const Node *node_table = (const Node *)nodes.buf;
+    const Tree *tree_table = (const Tree *)trees.buf;
+    for (Py_ssize_t t = 0; t < n_trees; t++) {
+        const Tree tree = tree_table[t];
+        if (tree.root < 0 || tree.root >= n_nodes || tree.depth < 0 || tree.column < 0 ||
+            tree.column + width > out.shape[1]) {
+            PyErr_SetString(PyExc_ValueError, "a tree lies outside the forest layout");
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n_nodes; i++) {
+        /* A child outside the layout would be read past its end. */
+        const int32_t left = node_table[i].left;
+        if (left != i && (left < 0 || (Py_ssize_t)left + 1 >= n_nodes)) {
+            PyErr_SetString(PyExc_ValueError, "a node's children lie outside the layout");
+            goto done;
+        }
+    }
+    const Py_ssize_t columns = x.shape[1];
+    row = PyMem_RawMalloc(sizeof(double) * (size_t)columns);
+    if (row == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const Widen widen = kind == 'f' ? widen_float : widen_double;
+    const uint32_t *bitsets = bits.len ? (const uint32_t *)bits.buf : NULL;
+    const Py_ssize_t per_row = out.shape[1] * (n_features + 1);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < x.shape[0]; r++) {
+        widen((const char *)x.buf + r * columns * x.itemsize, columns, row);
+        contribute_row(node_table, (const double *)values.buf, bitsets, tree_table, n_trees,
+                       width, row, n_features, (double *)out.buf + r * per_row);
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    if (nodes.obj) PyBuffer_Release(&nodes);
+    if (values.obj) PyBuffer_Release(&values);
+    if (trees.obj) PyBuffer_Release(&trees);
+    if (x.obj) PyBuffer_Release(&x);
+    if (out.obj) PyBuffer_Release(&out);
+    if (bits.obj) PyBuffer_Release(&bits);
+    PyMem_RawFree(row);
+    return result;
+}
+
 /* A breadth-first walk of one source tree, laying each node out as it comes: an inner
  * node's children take the next two free slots, so they are neighbours. Returns the
  * tree's depth, or -1 with a message in `error` for arrays that are not one tree. */
@@ -481,6 +602,7 @@ done:
 static PyMethodDef methods[] = {
     {"accumulate", accumulate, METH_VARARGS, accumulate_doc},
     {"lay_out", lay_out, METH_VARARGS, lay_out_doc},
+    {"contributions", contributions, METH_VARARGS, contributions_doc},
     {NULL, NULL, 0, NULL},
 };
 
