@@ -9,8 +9,8 @@ back to one predict per request, so that a bad request does not fail the others)
 encode each result in its request's wire format. The replies of each execution are handed
 out as soon as it is done, so that a request does not wait for the executions after its
 own. A custom endpoint (``Kind.CUSTOM``: a runtime's own, MLflow's scoring endpoints or
-``explain``) is called on its own. Every stage is timed on one
-clock (``time.monotonic_ns``, the clock of the header's ``enqueued_ns``) into the reply's
+``explain``) is called on its own. Every stage is timed on one clock
+(``time.monotonic_ns``, the clock of the header's ``enqueued_ns``) into the reply's
 ``StageTimes``, the same way for one request as for a batch, and each reply says how many
 rows its request held and the rows of the execution (one predict) it ran in, for Triton's
 statistics, and the replies of requests predicted together share an execution id, which

@@ -415,6 +415,7 @@ static PyObject *contributions(PyObject *self, PyObject *args) {
                         "out must be a float64 array of rows x columns x (n_features + 1)");
         goto done;
     }
+    /* The nodes are lay_out's (every child inside the layout), as accumulate trusts them. */
     const Node *node_table = (const Node *)nodes.buf;
     const Tree *tree_table = (const Tree *)trees.buf;
     for (Py_ssize_t t = 0; t < n_trees; t++) {
@@ -422,14 +423,6 @@ static PyObject *contributions(PyObject *self, PyObject *args) {
         if (tree.root < 0 || tree.root >= n_nodes || tree.depth < 0 || tree.column < 0 ||
             tree.column + width > out.shape[1]) {
             PyErr_SetString(PyExc_ValueError, "a tree lies outside the forest layout");
-            goto done;
-        }
-    }
-    for (Py_ssize_t i = 0; i < n_nodes; i++) {
-        /* A child outside the layout would be read past its end. */
-        const int32_t left = node_table[i].left;
-        if (left != i && (left < 0 || (Py_ssize_t)left + 1 >= n_nodes)) {
-            PyErr_SetString(PyExc_ValueError, "a node's children lie outside the layout");
             goto done;
         }
     }

@@ -339,3 +339,45 @@ def test_input_that_does_not_fit_is_refused_as_infer_refuses_it(tmp_path):
         explained(model, X[:2, :3])
     with pytest.raises(BadRequest, match="cannot take infinite values"):
         explained(model, np.full((1, N_FEATURES), np.inf))
+
+
+# -- the explainer runtime ------------------------------------------------------------------
+
+
+def test_an_explainer_model_answers_infer_with_its_models_explanation(tmp_path):
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    from inferpool.engine.worker import inference
+
+    X, y = regression_data()
+    boosting = GradientBoostingRegressor(n_estimators=5, random_state=0).fit(X, y)
+    target = loaded(tmp_path, boosting)
+    explainer = tmp_path / "explainer"
+    explainer.mkdir()
+    settings = {"runtime": "explainer", "parameters": {"extra": {"explains": "../model"}}}
+    (explainer / "model-settings.json").write_text(json.dumps(settings))
+    model = load(explainer)
+    assert model.metadata["inputs"] == target.metadata["inputs"]
+    request = InferenceRequest([Tensor("input-0", "FP64", (5, N_FEATURES), X[:5])])
+    [output] = inference.infer(model, request).outputs
+    assert output.name == "contributions" and output.parameters["score"] == "raw_score"
+    np.testing.assert_array_equal(output.data, explained(target, X[:5])[0])
+
+
+@pytest.mark.parametrize(
+    ("parameters", "reason"),
+    [
+        ({}, "an explainer names the model it explains: parameters.explains"),
+        ({"explains": "../nowhere"}, "is not a folder"),
+        ({"explains": "../explainer"}, "is an explainer too"),
+    ],
+)
+def test_an_explainer_without_a_model_to_explain_fails_to_load(tmp_path, parameters, reason):
+    from inferpool.errors import ModelLoadError
+
+    explainer = tmp_path / "explainer"
+    explainer.mkdir()
+    settings = {"implementation": "explainer", "parameters": parameters}
+    (explainer / "model-settings.json").write_text(json.dumps(settings))
+    with pytest.raises(ModelLoadError, match=reason):
+        load(explainer)
