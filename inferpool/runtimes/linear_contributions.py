@@ -26,7 +26,7 @@ import numpy as np
 
 from inferpool.runtimes.linear import CompiledLinear
 from inferpool.runtimes.linear_steps import Standardise
-from inferpool.runtimes.tabular import NUMERIC_KINDS, is_dataframe
+from inferpool.runtimes.tabular import numeric_matrix
 
 
 def reference_row(compiled: CompiledLinear) -> np.ndarray:
@@ -41,9 +41,10 @@ def linear_contributions(compiled: CompiledLinear, payload: Any) -> np.ndarray |
     """rows x scores x (features + 1) (one score column for a regressor of one target or
     a binary classifier), the bias last; None when the payload is not numbers or holds a
     category the encoder refuses."""
-    matrix = _matrix(payload, compiled.n_features)
-    if matrix is None:
+    numbers = numeric_matrix(payload, compiled.n_features)
+    if numbers is None:
         return None
+    matrix = numbers.astype(np.float64)  # a copy: the scalers work in place
     coef = compiled.coef_t.astype(np.float64).reshape(compiled.coef_t.shape[0], -1)
     intercept = np.broadcast_to(
         np.asarray(compiled.intercept, np.float64).reshape(-1), (coef.shape[1],)
@@ -74,16 +75,3 @@ def _scaled(compiled: CompiledLinear, matrix: np.ndarray) -> np.ndarray:
     for step in compiled.scalers:
         matrix = step(matrix)  # each scaler works in place, on this float64 copy
     return matrix
-
-
-def _matrix(payload: Any, n_features: int) -> np.ndarray | None:
-    """The payload as a float64 copy, rows x features, or None when it is not numbers."""
-    if is_dataframe(payload):
-        if any(dtype.kind not in NUMERIC_KINDS for dtype in payload.dtypes):
-            return None
-        payload = payload.to_numpy()
-    if not isinstance(payload, np.ndarray) or payload.dtype.kind not in NUMERIC_KINDS:
-        return None
-    if payload.ndim != 2 or payload.shape[1] != n_features:
-        return None
-    return payload.astype(np.float64)

@@ -6,7 +6,8 @@ XGBoost model is handed to that library's runtime, which offers more outputs. Ra
 forests and gradient boosting are predicted by the tree kernel (``trees/``), linear
 models, alone or after scalers or a one-hot encoder, by the linear kernel (``linear.py``):
 each verified against scikit-learn at load, which predicts whatever the kernel does not
-reproduce.
+reproduce. ``explain`` (``sklearn_explain.py``) answers the contributions of those tree
+models and decision trees, and of the linear models the linear kernel takes.
 
 ``parameters.extra.predict_fn`` names the method that answers a request which names no
 output (MLServer's setting); an unknown value fails the model at load. Settings naming

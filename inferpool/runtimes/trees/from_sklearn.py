@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from inferpool.runtimes.tabular import NUMERIC_KINDS, is_dataframe
+from inferpool.runtimes.tabular import numeric_matrix
 from inferpool.runtimes.trees.forest import (
     NAN_LEFT,
     Forest,
@@ -96,15 +96,10 @@ class CompiledSKLearnForest:
 def payload_rows(payload: Any, forest: Forest, finite: bool) -> np.ndarray | None:
     """The payload as the kernel's rows (numbers, ``forest.n_features`` columns; only
     finite values if ``finite``), or None to leave it to scikit-learn."""
-    if is_dataframe(payload):
-        if any(dtype.kind not in NUMERIC_KINDS for dtype in payload.dtypes):
-            return None
-        payload = payload.to_numpy()
-    if not isinstance(payload, np.ndarray) or payload.dtype.kind not in NUMERIC_KINDS:
+    matrix = numeric_matrix(payload, forest.n_features)
+    if matrix is None:
         return None
-    if payload.ndim != 2 or payload.shape[1] != forest.n_features:
-        return None
-    rows = forest.features(payload)
+    rows = forest.features(matrix)
     return rows if not finite or np.isfinite(rows).all() else None
 
 

@@ -381,3 +381,26 @@ def test_an_explainer_without_a_model_to_explain_fails_to_load(tmp_path, paramet
     (explainer / "model-settings.json").write_text(json.dumps(settings))
     with pytest.raises(ModelLoadError, match=reason):
         load(explainer)
+
+
+def test_the_kernel_walk_rejects_arrays_that_do_not_fit_the_forest():
+    from sklearn.tree import DecisionTreeRegressor
+
+    from inferpool.runtimes.trees import _kernel
+    from inferpool.runtimes.trees.sklearn_contributions import tree_contributions
+
+    X, y = regression_data()
+    path = tree_contributions(DecisionTreeRegressor(max_depth=3).fit(X, y), None).path
+    forest = path.forest
+    args = (forest.nodes, path.values, forest.trees, 1, N_FEATURES)
+    rows = np.zeros((2, N_FEATURES))
+    with pytest.raises(ValueError, match="rows x columns x"):
+        _kernel.contributions(*args, rows, np.zeros((2, 1, N_FEATURES)))
+    with pytest.raises(ValueError, match="rows x columns x"):
+        _kernel.contributions(*args, rows, np.zeros((2, 1, N_FEATURES + 1), np.float32))
+    with pytest.raises(ValueError, match="a row per row"):
+        _kernel.contributions(*args, rows, np.zeros((3, 1, N_FEATURES + 1)))
+    with pytest.raises(ValueError, match="inconsistent"):
+        _kernel.contributions(forest.nodes, path.values[:-1], *args[2:], rows, np.zeros((2, 1, 9)))
+    with pytest.raises(ValueError, match="outside the forest"):
+        _kernel.contributions(*args, rows, np.zeros((2, 0, N_FEATURES + 1)))
