@@ -221,14 +221,17 @@ def test_boosting_libraries_add_up_to_their_margin(tmp_path):
 def linear_models():
     from sklearn.linear_model import (
         ElasticNet,
+        Lasso,
         LinearRegression,
         LogisticRegression,
         Ridge,
+        RidgeClassifier,
+        SGDClassifier,
         SGDRegressor,
     )
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import MinMaxScaler, StandardScaler
-    from sklearn.svm import LinearSVC
+    from sklearn.svm import LinearSVC, LinearSVR
 
     multi, binary, regression = classification_data(3), classification_data(2), regression_data()
     two_targets = (regression[0], np.column_stack([regression[1], -2 * regression[1]]))
@@ -240,6 +243,10 @@ def linear_models():
         "ridge-two-targets": (Ridge(), two_targets),
         "elastic-net": (ElasticNet(alpha=0.1), regression),
         "sgd-regressor": (SGDRegressor(random_state=0), regression),
+        "sgd-classifier": (SGDClassifier(random_state=0), multi),
+        "ridge-classifier-binary": (RidgeClassifier(), binary),
+        "lasso": (Lasso(alpha=0.1), regression),
+        "linear-svr": (LinearSVR(random_state=0), regression),
         "scaled-logistic": (make_pipeline(StandardScaler(), LogisticRegression()), multi),
         "clipped-min-max-ridge": (make_pipeline(MinMaxScaler(clip=True), Ridge()), regression),
     }  # fmt: skip
