@@ -47,6 +47,8 @@ MODEL_SUPPORTED = frozenset(
 PARAMETERS_SUPPORTED = frozenset({"uri", "version", "content_type", "extra"})
 # inferpool's own model-settings keys.
 MODEL_OURS = frozenset({"runtime", "replicas", "timeout", "version_policy", "warmup", "pipeline"})
+# inferpool's own parameters keys (an explainer's model: ``runtimes/explainer.py``).
+PARAMETERS_OURS = frozenset({"explains"})
 
 _ENVIRONMENTS = (
     "per-model Python environments are not implemented; the model would run in "
@@ -89,7 +91,7 @@ def check_model_keys(raw: Mapping[str, Any], where: str) -> None:
     ]
     if isinstance(parameters, Mapping):
         checks += [
-            (f"parameters.{key}", value, PARAMETERS_SUPPORTED, PARAMETERS_REFUSED)
+            (f"parameters.{key}", value, PARAMETERS_SUPPORTED | PARAMETERS_OURS, PARAMETERS_REFUSED)
             for key, value in parameters.items()
         ]
     for shown, value, supported, refused in checks:

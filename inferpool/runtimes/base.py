@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from inferpool.engine.custom_metrics import ModelMetrics
 from inferpool.protocol.types import TensorSpec
 from inferpool.settings import ModelSettings
+
+if TYPE_CHECKING:
+    from inferpool.runtimes.explain import Attributions
 
 # What ``predict`` receives: the single input (or inputs side by side as columns) as an
 # ndarray, a pandas DataFrame with one column per input, a dict of decoded inputs by
@@ -122,6 +125,14 @@ class Runtime(ABC):
     def custom_endpoints(self) -> dict[str, Callable[[bytes], Any]]:
         """Extra routes, ``POST /v2/models/{name}/{endpoint}``: raw body in, JSON-able out."""
         return {}
+
+    def explain(self, payload: Any) -> Attributions:
+        """Per-feature attributions of the model's score for ``payload`` (what ``predict``
+        takes), answered by ``POST /v2/models/{name}/explain`` (``runtimes/explain.py``).
+        Raise ``CannotExplain`` saying why not; by default a runtime cannot explain."""
+        from inferpool.runtimes.explain import CannotExplain
+
+        raise CannotExplain(f"the {self.platform} runtime has no explainer")
 
     def metadata(self) -> dict[str, Any]:
         """V2 model metadata: never empty for a loaded model."""

@@ -2,9 +2,10 @@
 checks and the outputs a request can select.
 
 A subclass loads its library's model, sets the fields below from it, implements the
-three library calls (``_library_values``, ``_library_margin``, ``_contrib``) and offers
-the model to inferpool's tree kernel (``use_tree_kernel``), which then computes values
-and margins whenever it reproduces the library.
+three library calls (``_library_values``, ``_library_margin``, ``_contrib``, which also
+answers ``explain``) and offers the model to inferpool's tree kernel
+(``use_tree_kernel``), which then computes values and margins whenever it reproduces the
+library.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 from inferpool.protocol.datatypes import datatype_of
 from inferpool.protocol.types import TensorSpec
 from inferpool.runtimes.base import Runtime
+from inferpool.runtimes.explain import Attributions
 from inferpool.runtimes.tabular import (
     features_matrix,
     labels_from_probabilities,
@@ -165,6 +167,14 @@ class BoostedTreesRuntime(Runtime):
                 computed = ", ".join(spec.name for spec in BoostedTreesRuntime.outputs(self))
                 raise ValueError(f"{self.platform} computes {computed}, not {name!r}")
         return result
+
+    def explain(self, payload: Any) -> Attributions:
+        """The library's own contributions (LightGBM's ``pred_contrib``, XGBoost's
+        ``pred_contribs``: TreeSHAP) of the raw score, per score column."""
+        matrix = features_matrix(self.name, payload, self.feature_names)
+        contributions = np.asarray(self._contrib(matrix), dtype=np.float64)
+        values = contributions.reshape(matrix.shape[0], self.n_scores, self.n_features + 1)
+        return Attributions.of(values, "raw_score", self.feature_names, self.classes)
 
     def _class_probabilities(self, matrix: np.ndarray) -> np.ndarray:
         probabilities = self._values(matrix)

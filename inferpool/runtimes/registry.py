@@ -38,6 +38,7 @@ class RuntimeEntry:
     #: the pip extra that installs its library: ``pip install inferpool[extra]``
     extra: str
     #: MLServer's implementation string for it, so an MLServer repository serves unchanged
+    #: ("" for a runtime of inferpool's own)
     mlserver: str = ""
     #: artefact file names that choose this runtime for a model without settings
     artefacts: tuple[str, ...] = ()
@@ -99,6 +100,12 @@ RUNTIMES: dict[str, RuntimeEntry] = {
             artefacts=("model.json", "model.ubj", "model.bst", "model.xgb"),
             preload=("inferpool.runtimes.xgboost",),
             fork_safe=True,
+        ),
+        # Loads the model it explains (any runtime): in each worker, as that may need.
+        RuntimeEntry(
+            "explainer",
+            "inferpool.runtimes.explainer.ExplainerRuntime",
+            extra="",
         ),
     )
 }

@@ -6,7 +6,8 @@ XGBoost model is handed to that library's runtime, which offers more outputs. Ra
 forests and gradient boosting are predicted by the tree kernel (``trees/``), linear
 models, alone or after scalers or a one-hot encoder, by the linear kernel (``linear.py``):
 each verified against scikit-learn at load, which predicts whatever the kernel does not
-reproduce.
+reproduce. ``explain`` (``sklearn_explain.py``) answers the contributions of those tree
+models and decision trees, and of the linear models the linear kernel takes.
 
 ``parameters.extra.predict_fn`` names the method that answers a request which names no
 output (MLServer's setting); an unknown value fails the model at load. Settings naming
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from inferpool.protocol.types import TensorSpec
 from inferpool.runtimes.artefacts import find_artefact, library_of, unpickle
 from inferpool.runtimes.base import Runtime
 from inferpool.runtimes.boosted import BoostedTreesRuntime
+from inferpool.runtimes.explain import Attributions
 from inferpool.runtimes.linear import CompiledLinear, is_linear, kernel_checks
 from inferpool.runtimes.mlserver_outputs import (
     as_output,
@@ -52,6 +54,9 @@ from inferpool.runtimes.trees.sklearn_models import (
 )
 from inferpool.settings import ModelSettings
 
+if TYPE_CHECKING:
+    from inferpool.runtimes.sklearn_explain import SKLearnExplainer
+
 ARTEFACT_NAMES = ("model.joblib", "model.pkl", "model.pickle")
 # Estimator methods served as outputs, in the order they are offered.
 METHODS = ("predict", "predict_proba", "decision_function", "transform")
@@ -69,6 +74,8 @@ class SKLearnRuntime(Runtime):
     # scikit-learn's input checks raise these for input it refuses (a client's fault).
     input_errors = (ValueError, TypeError)
     rows_independent = True  # a fitted estimator predicts each row alone
+    #: the model's explainer, built by its first explanation (``explain``)
+    explainer: SKLearnExplainer | None = None
 
     def load(self) -> None:
         if mlserver_flavour(self.settings, "sklearn"):
@@ -226,6 +233,17 @@ class SKLearnRuntime(Runtime):
             for name in outputs
         }
 
+    def explain(self, payload: Any) -> Attributions:
+        if self.feature_names is not None:
+            payload = self._frame(payload, self.feature_names)
+        # Built on the first explanation: a model never explained pays nothing for it.
+        if self.explainer is None:
+            from inferpool.runtimes.sklearn_explain import SKLearnExplainer
+
+            names = self.feature_names or _input_names(self.inputs(), self.n_features)
+            self.explainer = SKLearnExplainer(self.model, self.compiled, names)
+        return self.explainer.explain(payload)
+
     def _frame(self, payload: Any, feature_names: list[str]) -> Any:
         """The payload as a DataFrame with the fitted columns, in the fitted order."""
         if is_dataframe(payload):
@@ -270,6 +288,20 @@ class MLServerSKLearnRuntime(SKLearnRuntime):
             else:  # a transform's DataFrame (set_output): one output per column
                 return frame_outputs(value)
         return result
+
+
+def _input_names(inputs: list[TensorSpec], n_features: int | None) -> list[str] | None:
+    """The feature names the model's declared inputs give: one name per feature (an input
+    per column), or a 2-D input's ``parameters.feature_names``; else None."""
+    if n_features is None:
+        return None
+    if len(inputs) == n_features and n_features > 1:
+        return [spec.name for spec in inputs]
+    if len(inputs) == 1:
+        names = inputs[0].parameters.get("feature_names")
+        if isinstance(names, list) and len(names) == n_features:
+            return [str(name) for name in names]
+    return None
 
 
 def _unpickle(path: Path) -> Any:

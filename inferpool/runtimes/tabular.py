@@ -22,6 +22,20 @@ def is_dataframe(payload: Any) -> bool:
     return hasattr(payload, "columns") and hasattr(payload, "iloc")
 
 
+def numeric_matrix(payload: Any, n_features: int) -> np.ndarray | None:
+    """An array or DataFrame payload of numbers in ``n_features`` columns as a 2-D array
+    (as it is: no copy, no cast), or None when it is anything else."""
+    if is_dataframe(payload):
+        if any(dtype.kind not in NUMERIC_KINDS for dtype in payload.dtypes):
+            return None
+        payload = payload.to_numpy()
+    if not isinstance(payload, np.ndarray) or payload.dtype.kind not in NUMERIC_KINDS:
+        return None
+    if payload.ndim != 2 or payload.shape[1] != n_features:
+        return None
+    return payload
+
+
 def check_matrix(model: str, payload: Any, n_features: int, numeric: bool = True) -> np.ndarray:
     """A 2-D array of ``n_features`` columns, or a 400 that says what was expected."""
     array = np.asarray(payload)

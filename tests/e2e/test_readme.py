@@ -43,6 +43,11 @@ def test_curl_and_tritonclient_examples(tmp_path):
             ["python", "-c", python], capture_output=True, text=True, check=True
         ).stdout
         assert printed.strip() == "[0 2]"
+        [explain] = [block for block in code_blocks("bash") if "/explain" in block]
+        argv = shlex.split(explain.replace("8080", port).replace("\\\n", " "))
+        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        assert '"name":"contributions","shape":[1,3,5],"datatype":"FP64"' in out
+        assert '"parameters":{"score":"probability","class_labels":[0,1,2]}' in out
 
 
 def test_every_relative_link_names_a_file_in_the_repository():

@@ -8,8 +8,9 @@ up to the model's batch rows (``batching.BatchPolicy``; a failing joined predict
 back to one predict per request, so that a bad request does not fail the others); then
 encode each result in its request's wire format. The replies of each execution are handed
 out as soon as it is done, so that a request does not wait for the executions after its
-own. A custom endpoint (``Kind.CUSTOM``) is called on its own. Every stage is timed on one
-clock (``time.monotonic_ns``, the clock of the header's ``enqueued_ns``) into the reply's
+own. A custom endpoint (``Kind.CUSTOM``: a runtime's own, MLflow's scoring endpoints or
+``explain``) is called on its own. Every stage is timed on one clock
+(``time.monotonic_ns``, the clock of the header's ``enqueued_ns``) into the reply's
 ``StageTimes``, the same way for one request as for a batch, and each reply says how many
 rows its request held and the rows of the execution (one predict) it ran in, for Triton's
 statistics, and the replies of requests predicted together share an execution id, which
@@ -34,6 +35,7 @@ import pandas as pd
 from inferpool.codecs.mlflow_scoring import scoring_endpoint
 from inferpool.engine.ipc.messages import Kind, Reply, RequestHeader, StageTimes
 from inferpool.engine.worker import batching, inference
+from inferpool.engine.worker.explain import explain_endpoint
 from inferpool.engine.worker.model import LoadedModel
 from inferpool.engine.worker.wire_formats import wire_format
 from inferpool.errors import DeadlineExceeded, InferpoolError, ModelNotFound
@@ -243,8 +245,10 @@ def _call_custom(model: LoadedModel, job: Job, started: int) -> Reply:
     endpoint, _, payload = job.body.partition(b"\0")
     name = endpoint.decode("utf-8", "replace")
     endpoints = model.runtime.custom_endpoints()
-    function = endpoints.get(name) or scoring_endpoint(
-        name, endpoints, functools.partial(inference.infer, model)
+    function = (
+        endpoints.get(name)
+        or scoring_endpoint(name, endpoints, functools.partial(inference.infer, model))
+        or explain_endpoint(name, model)
     )
     if function is None:
         raise ModelNotFound(f"model '{model.name}' has no endpoint '{name}'")

@@ -9,7 +9,7 @@ reproduce exactly (XGBoost's categorical splits, scikit-learn categories that ar
 numbers, linear trees, an unknown objective, a kernel that was not compiled) gives
 ``Unsupported`` with the reason, and the runtime keeps its library's predictor.
 A compiled model is checked against the library on probe rows before it serves
-(``verify``).
+(``verify``). ``contributions`` walks the same layout for explanations (Saabas).
 """
 
 from inferpool.runtimes.trees.choose import compile_model, kernel_enabled

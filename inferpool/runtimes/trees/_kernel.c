@@ -10,6 +10,8 @@
  * It also lays a forest out (`lay_out`, a tree at a time from its library's node arrays)
  * and, for a large batch, splits the rows between a few threads (`accumulate`'s
  * `threads`): every row is walked exactly as on one thread, so the sums are the same.
+ * `contributions` walks the same layout for explanations (Saabas: each split's change of
+ * the node's value credited to its feature), given every node's value alongside.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -260,70 +262,102 @@ PyDoc_STRVAR(accumulate_doc,
 "bits: the category bitsets (uint32) of a forest with category splits, else None.\n"
 "threads: split the rows between this many threads (the sums are the same).");
 
-static PyObject *accumulate(PyObject *self, PyObject *args) {
-    PyObject *nodes_obj, *leaves_obj, *trees_obj, *x_obj, *out_obj, *bits_obj = Py_None;
-    Py_ssize_t width, n_features;
-    int threads = 1;
-    if (!PyArg_ParseTuple(args, "OOOnnOO|Oi", &nodes_obj, &leaves_obj, &trees_obj, &width,
-                          &n_features, &x_obj, &out_obj, &bits_obj, &threads))
-        return NULL;
-    Py_buffer nodes = {0}, leaves = {0}, trees = {0}, x = {0}, out = {0}, bits = {0};
-    PyObject *result = NULL;
-    if (contiguous(nodes_obj, &nodes, PyBUF_SIMPLE, "nodes") < 0) goto done;
-    if (contiguous(leaves_obj, &leaves, PyBUF_SIMPLE, "leaves") < 0) goto done;
-    if (contiguous(trees_obj, &trees, PyBUF_SIMPLE, "trees") < 0) goto done;
-    if (contiguous(x_obj, &x, PyBUF_ND | PyBUF_FORMAT, "x") < 0) goto done;
-    if (contiguous(out_obj, &out, PyBUF_ND | PyBUF_FORMAT | PyBUF_WRITABLE, "out") < 0) goto done;
-    if (bits_obj != Py_None && contiguous(bits_obj, &bits, PyBUF_SIMPLE, "bits") < 0) goto done;
+/* The buffers of a call on a laid-out forest (open_call acquires them, close_call
+ * releases them): the nodes, the values per node (accumulate's leaves, contributions'
+ * values), the trees, the rows x, the sums out and the category bitsets. */
+typedef struct {
+    Py_buffer nodes, values, trees, x, out, bits;
+    Py_ssize_t n_trees;
+    int x_is_float;
+} ForestCall;
 
-    Py_ssize_t n_nodes = nodes.len / (Py_ssize_t)sizeof(Node);
-    Py_ssize_t n_trees = trees.len / (Py_ssize_t)sizeof(Tree);
-    if (nodes.len % (Py_ssize_t)sizeof(Node) || trees.len % (Py_ssize_t)sizeof(Tree) ||
-        width < 1 || leaves.len != n_nodes * width * (Py_ssize_t)sizeof(double) ||
-        bits.len % (Py_ssize_t)sizeof(uint32_t)) {
+static void close_call(ForestCall *c) {
+    Py_buffer *views[6] = {&c->nodes, &c->values, &c->trees, &c->x, &c->out, &c->bits};
+    for (int i = 0; i < 6; i++)
+        if (views[i]->obj) PyBuffer_Release(views[i]);
+}
+
+/* Acquire a call's buffers (objs: nodes, values, trees, x, out, bits or None) and check
+ * what every walk relies on: the layout's sizes, x (rows x at least n_features, float32
+ * or float64), out (`out_ndim` dimensions, a row per row of x) and every tree inside the
+ * layout and inside out's columns. -1 with an exception set on failure (close_call
+ * releases what was acquired). */
+static int open_call(ForestCall *c, PyObject *const objs[6], const char *values_name,
+                     Py_ssize_t width, Py_ssize_t n_features, int out_ndim) {
+    if (contiguous(objs[0], &c->nodes, PyBUF_SIMPLE, "nodes") < 0) return -1;
+    if (contiguous(objs[1], &c->values, PyBUF_SIMPLE, values_name) < 0) return -1;
+    if (contiguous(objs[2], &c->trees, PyBUF_SIMPLE, "trees") < 0) return -1;
+    if (contiguous(objs[3], &c->x, PyBUF_ND | PyBUF_FORMAT, "x") < 0) return -1;
+    if (contiguous(objs[4], &c->out, PyBUF_ND | PyBUF_FORMAT | PyBUF_WRITABLE, "out") < 0)
+        return -1;
+    if (objs[5] != Py_None && contiguous(objs[5], &c->bits, PyBUF_SIMPLE, "bits") < 0)
+        return -1;
+    const Py_ssize_t n_nodes = c->nodes.len / (Py_ssize_t)sizeof(Node);
+    c->n_trees = c->trees.len / (Py_ssize_t)sizeof(Tree);
+    if (c->nodes.len % (Py_ssize_t)sizeof(Node) || c->trees.len % (Py_ssize_t)sizeof(Tree) ||
+        width < 1 || n_features < 1 ||
+        c->values.len != n_nodes * width * (Py_ssize_t)sizeof(double) ||
+        c->bits.len % (Py_ssize_t)sizeof(uint32_t)) {
         PyErr_SetString(PyExc_ValueError, "inconsistent forest layout");
-        goto done;
+        return -1;
     }
-    const char kind = native_kind(x.format);
-    const int is_float = kind == 'f', is_double = kind == 'd';
-    if (x.ndim != 2 || !(is_float || is_double) || x.shape[1] < n_features) {
+    const char kind = native_kind(c->x.format);
+    c->x_is_float = kind == 'f';
+    if (c->x.ndim != 2 || (kind != 'f' && kind != 'd') || c->x.shape[1] < n_features) {
         PyErr_Format(PyExc_ValueError, "x must be a 2-D float32 or float64 array of %zd columns",
                      n_features);
-        goto done;
+        return -1;
     }
-    const char out_kind = native_kind(out.format);
-    if (out.ndim != 2 || (out_kind != 'd' && out_kind != 'f') || out.shape[0] != x.shape[0]) {
-        PyErr_SetString(PyExc_ValueError,
-                        "out must be a float64 or float32 array with a row per row of x");
-        goto done;
+    if (c->out.ndim != out_ndim || c->out.shape[0] != c->x.shape[0]) {
+        PyErr_Format(PyExc_ValueError, "out must have %d dimensions and a row per row of x",
+                     out_ndim);
+        return -1;
     }
-    const Tree *tree_table = (const Tree *)trees.buf;
-    for (Py_ssize_t t = 0; t < n_trees; t++) {
+    const Tree *tree_table = (const Tree *)c->trees.buf;
+    for (Py_ssize_t t = 0; t < c->n_trees; t++) {
         const Tree tree = tree_table[t];
         if (tree.root < 0 || tree.root >= n_nodes || tree.depth < 0 || tree.column < 0 ||
-            tree.column + width > out.shape[1]) {
+            tree.column + width > c->out.shape[1]) {
             PyErr_SetString(PyExc_ValueError, "a tree lies outside the forest layout");
-            goto done;
+            return -1;
         }
     }
+    return 0;
+}
+
+static PyObject *accumulate(PyObject *self, PyObject *args) {
+    PyObject *objs[6] = {NULL, NULL, NULL, NULL, NULL, Py_None};
+    Py_ssize_t width, n_features;
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "OOOnnOO|Oi", &objs[0], &objs[1], &objs[2], &width,
+                          &n_features, &objs[3], &objs[4], &objs[5], &threads))
+        return NULL;
+    ForestCall c = {0};
+    PyObject *result = NULL;
+    if (open_call(&c, objs, "leaves", width, n_features, 2) < 0) goto done;
+    const char out_kind = native_kind(c.out.format);
+    if (out_kind != 'd' && out_kind != 'f') {
+        PyErr_SetString(PyExc_ValueError, "out must be a float64 or float32 array");
+        goto done;
+    }
     const Batch batch = {
-        .nodes = (const Node *)nodes.buf,
-        .leaves = (const double *)leaves.buf,
-        .bits = bits.len ? (const uint32_t *)bits.buf : NULL,
-        .trees = tree_table,
-        .n_trees = n_trees,
+        .nodes = (const Node *)c.nodes.buf,
+        .leaves = (const double *)c.values.buf,
+        .bits = c.bits.len ? (const uint32_t *)c.bits.buf : NULL,
+        .trees = (const Tree *)c.trees.buf,
+        .n_trees = c.n_trees,
         .width = width,
-        .x = (const char *)x.buf,
-        .itemsize = x.itemsize,
-        .n_columns = x.shape[1],
-        .widen = is_float ? widen_float : widen_double,
-        .out = out.buf,
-        .out_columns = out.shape[1],
+        .x = (const char *)c.x.buf,
+        .itemsize = c.x.itemsize,
+        .n_columns = c.x.shape[1],
+        .widen = c.x_is_float ? widen_float : widen_double,
+        .out = c.out.buf,
+        .out_columns = c.out.shape[1],
         .sum_double = out_kind == 'd',
     };
     int failed;
     Py_BEGIN_ALLOW_THREADS
-    failed = predict_batch(&batch, x.shape[0], threads);
+    failed = predict_batch(&batch, c.x.shape[0], threads);
     Py_END_ALLOW_THREADS
     if (failed) {
         PyErr_NoMemory();
@@ -331,12 +365,83 @@ static PyObject *accumulate(PyObject *self, PyObject *args) {
     }
     result = Py_NewRef(Py_None);
 done:
-    if (nodes.obj) PyBuffer_Release(&nodes);
-    if (leaves.obj) PyBuffer_Release(&leaves);
-    if (trees.obj) PyBuffer_Release(&trees);
-    if (x.obj) PyBuffer_Release(&x);
-    if (out.obj) PyBuffer_Release(&out);
-    if (bits.obj) PyBuffer_Release(&bits);
+    close_call(&c);
+    return result;
+}
+
+/* Saabas contributions: one row's path through every tree, each step crediting the change
+ * of the node's value (`values`: every node's, slot by slot, laid out as `leaves`) to
+ * the split's feature, and the root's value to the bias (column n_features). `out` holds
+ * the row's n_columns x (n_features + 1) sums. The path's steps telescope, so a tree adds
+ * exactly its leaf's value minus its root's to the features. */
+static void contribute_row(const Node *nodes, const double *values, const uint32_t *bits,
+                           const Tree *trees, Py_ssize_t n_trees, Py_ssize_t width,
+                           const double *row, Py_ssize_t n_features, double *out) {
+    const Py_ssize_t stride = n_features + 1;
+    for (Py_ssize_t t = 0; t < n_trees; t++) {
+        const Tree tree = trees[t];
+        double *sums = out + tree.column * stride;
+        int32_t at = tree.root;
+        for (Py_ssize_t k = 0; k < width; k++)
+            sums[k * stride + n_features] += values[(Py_ssize_t)at * width + k];
+        for (int32_t level = 0; level < tree.depth; level++) {
+            const Node *node = &nodes[at];
+            if (node->left == at) break; /* a leaf */
+            const uint32_t feature = node->feature_flags & FEATURE_MASK;
+            const int32_t next = bits != NULL ? step_cat(node, row[feature], bits)
+                                              : step_full(node, row[feature]);
+            const double *from = values + (Py_ssize_t)at * width;
+            const double *to = values + (Py_ssize_t)next * width;
+            for (Py_ssize_t k = 0; k < width; k++)
+                sums[k * stride + feature] += to[k] - from[k];
+            at = next;
+        }
+    }
+}
+
+PyDoc_STRVAR(contributions_doc,
+"contributions(nodes, values, trees, width, n_features, x, out, bits=None)\n\n"
+"Add each row's Saabas contributions to out[row]: n_columns x (n_features + 1), float64,\n"
+"C order, the last column the root values (the bias). values: every node's values, laid\n"
+"out as accumulate's leaves. x: rows x n_features, float32 or float64, C order.");
+
+static PyObject *contributions(PyObject *self, PyObject *args) {
+    PyObject *objs[6] = {NULL, NULL, NULL, NULL, NULL, Py_None};
+    Py_ssize_t width, n_features;
+    if (!PyArg_ParseTuple(args, "OOOnnOO|O", &objs[0], &objs[1], &objs[2], &width,
+                          &n_features, &objs[3], &objs[4], &objs[5]))
+        return NULL;
+    ForestCall c = {0};
+    PyObject *result = NULL;
+    double *row = NULL;
+    if (open_call(&c, objs, "values", width, n_features, 3) < 0) goto done;
+    if (native_kind(c.out.format) != 'd' || c.out.shape[2] != n_features + 1) {
+        PyErr_SetString(PyExc_ValueError,
+                        "out must be a float64 array of rows x columns x (n_features + 1)");
+        goto done;
+    }
+    /* The nodes are lay_out's (every child inside the layout), as accumulate trusts them. */
+    const Py_ssize_t columns = c.x.shape[1];
+    row = PyMem_RawMalloc(sizeof(double) * (size_t)columns);
+    if (row == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const Widen widen = c.x_is_float ? widen_float : widen_double;
+    const uint32_t *bits = c.bits.len ? (const uint32_t *)c.bits.buf : NULL;
+    const Py_ssize_t per_row = c.out.shape[1] * (n_features + 1);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < c.x.shape[0]; r++) {
+        widen((const char *)c.x.buf + r * columns * c.x.itemsize, columns, row);
+        contribute_row((const Node *)c.nodes.buf, (const double *)c.values.buf, bits,
+                       (const Tree *)c.trees.buf, c.n_trees, width, row, n_features,
+                       (double *)c.out.buf + r * per_row);
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    close_call(&c);
+    PyMem_RawFree(row);
     return result;
 }
 
@@ -481,6 +586,7 @@ done:
 static PyMethodDef methods[] = {
     {"accumulate", accumulate, METH_VARARGS, accumulate_doc},
     {"lay_out", lay_out, METH_VARARGS, lay_out_doc},
+    {"contributions", contributions, METH_VARARGS, contributions_doc},
     {NULL, NULL, 0, NULL},
 };
 

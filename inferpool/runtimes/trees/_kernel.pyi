@@ -31,3 +31,14 @@ def lay_out(
     first: int,
     /,
 ) -> int: ...
+def contributions(
+    nodes: np.ndarray,
+    values: np.ndarray,
+    trees: np.ndarray,
+    width: int,
+    n_features: int,
+    x: np.ndarray,
+    out: np.ndarray,
+    bits: np.ndarray | None = None,
+    /,
+) -> None: ...

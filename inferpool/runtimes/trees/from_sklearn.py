@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from inferpool.runtimes.tabular import NUMERIC_KINDS, is_dataframe
+from inferpool.runtimes.tabular import numeric_matrix
 from inferpool.runtimes.trees.forest import (
     NAN_LEFT,
     Forest,
@@ -59,7 +59,7 @@ class CompiledSKLearnForest:
         width = len(self.classes) if self.classes is not None else self.n_outputs
         builder = ForestBuilder(int(model.n_features_in_), width)
         for estimator in model.estimators_:
-            _add_tree(builder, estimator.tree_, self.classes is not None, width)
+            add_tree(builder, estimator.tree_, self.classes is not None, width)
         self.n_trees = len(model.estimators_)
         self.forest: Forest = builder.build(width, input_dtype=np.float32)
 
@@ -96,15 +96,10 @@ class CompiledSKLearnForest:
 def payload_rows(payload: Any, forest: Forest, finite: bool) -> np.ndarray | None:
     """The payload as the kernel's rows (numbers, ``forest.n_features`` columns; only
     finite values if ``finite``), or None to leave it to scikit-learn."""
-    if is_dataframe(payload):
-        if any(dtype.kind not in NUMERIC_KINDS for dtype in payload.dtypes):
-            return None
-        payload = payload.to_numpy()
-    if not isinstance(payload, np.ndarray) or payload.dtype.kind not in NUMERIC_KINDS:
+    matrix = numeric_matrix(payload, forest.n_features)
+    if matrix is None:
         return None
-    if payload.ndim != 2 or payload.shape[1] != forest.n_features:
-        return None
-    rows = forest.features(payload)
+    rows = forest.features(matrix)
     return rows if not finite or np.isfinite(rows).all() else None
 
 
@@ -125,13 +120,20 @@ def tree_arrays(tree: Any, values: np.ndarray) -> NodeArrays:
     )
 
 
-def _add_tree(builder: ForestBuilder, tree: Any, classifier: bool, width: int) -> None:
+def add_tree(builder: ForestBuilder, tree: Any, classifier: bool, width: int) -> None:
+    """Add a scikit-learn ``Tree`` of a forest (or a lone decision tree) to ``builder``."""
+    builder.add_arrays(*tree_arrays(tree, node_values(tree, classifier, width)))
+
+
+def node_values(tree: Any, classifier: bool, width: int) -> np.ndarray:
+    """Each node's values (nodes x width) as the tree predicts them at its leaves: a
+    classifier's class fractions, a regressor's values."""
     if classifier:
         # DecisionTreeClassifier.predict_proba's normalisation, leaf by leaf.
-        values = tree.value[:, 0, :width].astype(np.float64)
+        values: np.ndarray = tree.value[:, 0, :width].astype(np.float64)
         normaliser = values.sum(axis=1)[:, np.newaxis]
         normaliser[normaliser == 0.0] = 1.0
-        values = values / normaliser
-    else:
-        values = tree.value[:, :, 0].astype(np.float64)
-    builder.add_arrays(*tree_arrays(tree, values))
+        fractions: np.ndarray = values / normaliser
+        return fractions
+    regression: np.ndarray = tree.value[:, :, 0].astype(np.float64)
+    return regression

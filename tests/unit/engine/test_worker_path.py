@@ -141,6 +141,19 @@ def test_custom_endpoints_go_through_the_same_entry(caplog: pytest.LogCaptureFix
     assert times is not None and times.queue >= 1000 and times.compute_infer > 0
 
 
+def test_explain_is_answered_by_the_runtime_or_refused_with_the_reason() -> None:
+    class OwnExplain(Sums):
+        def custom_endpoints(self):
+            return {"explain": lambda body: {"own": True}}
+
+    body = custom_body("explain", rest("a", [[1, 1]]))
+    (refused,) = run_group(make_model(), [job(body, Kind.CUSTOM)])
+    assert refused.status == 400
+    assert refused.body == b"model 'sums' cannot explain: the custom runtime has no explainer"
+    (own,) = run_group(loaded_sums_model(OwnExplain), [job(body, Kind.CUSTOM)])
+    assert own.status == 200 and orjson.loads(own.body) == {"own": True}
+
+
 def test_a_request_the_model_rejects_is_400_and_the_rest_of_its_batch_is_200() -> None:
     model = make_model()
     replies = run_group(model, [job(rest("a", [[1, 1]])), job(rest("b", [[-1, 2]])),

@@ -86,7 +86,7 @@ def test_the_native_layout_is_the_python_layout_of_random_trees(width):
 def test_the_native_layout_of_a_random_forest_is_the_python_layout(tmp_path):
     from sklearn.ensemble import RandomForestClassifier
 
-    from inferpool.runtimes.trees.from_sklearn import CompiledSKLearnForest, _add_tree
+    from inferpool.runtimes.trees.from_sklearn import CompiledSKLearnForest, add_tree
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 4))
@@ -94,7 +94,7 @@ def test_the_native_layout_of_a_random_forest_is_the_python_layout(tmp_path):
     compiled = CompiledSKLearnForest(model)
     builder = ForestBuilder(4, width=2)
     for estimator in model.estimators_:
-        _add_tree(builder, estimator.tree_, True, 2)
+        add_tree(builder, estimator.tree_, True, 2)
     assert_same_layout(builder, compiled.forest)
 
 
