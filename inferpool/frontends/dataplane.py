@@ -21,7 +21,11 @@ from inferpool.engine.states import ModelState
 
 SERVER_NAME = "inferpool"
 # The V2 extensions served on both protocols (binary tensors: Triton's REST extension).
-EXTENSIONS = ["model_repository", "statistics", "binary_tensor_data"]
+# "custom_endpoints": runtimes' own routes (REST and inferpool.CustomService/Call);
+# "feedback": Seldon Core's reward signal (/feedback and inferpool.FeedbackService).
+EXTENSIONS = [
+    "model_repository", "statistics", "binary_tensor_data", "custom_endpoints", "feedback",
+]  # fmt: skip
 
 
 class DataPlane:

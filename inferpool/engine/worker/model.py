@@ -1,5 +1,5 @@
 """A loaded model: its runtime plus what the inference path needs precomputed at load time
-(its metadata, its batching policy)."""
+(its metadata, its batching policy, its custom endpoints)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from typing import Any
 from inferpool.codecs.payload import check_model_content_type
 from inferpool.engine.worker.batching import BatchPolicy, policy
 from inferpool.errors import ModelLoadError
+from inferpool.protocol.endpoints import Announced, announce
 from inferpool.runtimes.base import Runtime
+from inferpool.runtimes.endpoints import Endpoint, endpoint_table
 from inferpool.runtimes.registry import runtime_class
 from inferpool.settings import ModelSettings
 
@@ -17,7 +19,8 @@ class LoadedModel:
     """A runtime that has loaded its artefact, with its metadata computed once."""
 
     __slots__ = (
-        "batching", "input_content_types", "metadata", "output_names", "runtime", "settings",
+        "batching", "endpoints", "input_content_types", "metadata", "output_names", "runtime",
+        "settings",
     )  # fmt: skip
 
     def __init__(self, settings: ModelSettings, runtime: Runtime) -> None:
@@ -31,6 +34,12 @@ class LoadedModel:
         }
         self.output_names = [spec.name for spec in runtime.outputs()]
         self.batching: BatchPolicy = policy(settings, runtime)
+        self.endpoints: dict[str, Endpoint] = endpoint_table(runtime)
+
+    def announced(self) -> dict[str, Any]:
+        """The metadata a load answers with: the model's, and its endpoints for routing."""
+        paths = {path: list(endpoint.methods) for path, endpoint in self.endpoints.items()}
+        return announce(self.metadata, Announced(paths, self.runtime.bare_endpoints))
 
     @property
     def name(self) -> str:
