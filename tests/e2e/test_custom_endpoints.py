@@ -117,7 +117,8 @@ FEEDBACK_RESPONSE = {
 
 
 def build_repository(root: Path) -> Path:
-    write_custom_model(root / "reports", SOURCE, "Reports", module="shop", parameters={"version": "2"})
+    versioned = {"parameters": {"version": "2"}}
+    write_custom_model(root / "reports", SOURCE, "Reports", module="shop", **versioned)
     write_custom_model(root / "twin", SOURCE, "Twin", module="shop")
     write_custom_model(root / "plain", SOURCE, "Plain", module="shop")
     return root
@@ -157,9 +158,7 @@ def sample(text: str, name: str, **labels: str) -> float:
 
 # -- REST -----------------------------------------------------------------------------------
 def test_get_with_query_and_headers(server: Server) -> None:
-    reply = httpx.get(
-        f"{server.url}/v2/models/reports/status?x=1&y=two", headers={"X-Probe": "p"}
-    )
+    reply = httpx.get(f"{server.url}/v2/models/reports/status?x=1&y=two", headers={"X-Probe": "p"})
     assert reply.status_code == 200, reply.text
     assert reply.headers["content-type"] == "application/json"
     assert reply.headers["x-request-id"]
@@ -286,9 +285,13 @@ def test_grpc_call(server: Server, channel: grpc.Channel) -> None:
     assert answer.body == b"id,value\n0,0\n"
     status = stub.Call(
         ext.CallRequest(
-            model_name="reports", model_version="2", path="status", method="GET",
-            metadata={"X-Probe": "grpc"}, query="a=b",
-        )  # fmt: skip
+            model_name="reports",
+            model_version="2",
+            path="status",
+            method="GET",
+            metadata={"X-Probe": "grpc"},
+            query="a=b",
+        )
     )
     assert status.status_code == 200
     assert b'"probe":"grpc"' in status.body and b'"query":"a=b"' in status.body
@@ -314,8 +317,7 @@ def test_grpc_call(server: Server, channel: grpc.Channel) -> None:
             "UNIMPLEMENTED",
             "answers GET, not POST",
         ),
-        (ext.CallRequest(model_name="reports", path="forbidden"), "PERMISSION_DENIED",
-         "not for you"),  # fmt: skip
+        (ext.CallRequest(model_name="reports", path="forbidden"), "PERMISSION_DENIED", "not for"),
         (ext.CallRequest(model_name="reports", path="broken"), "INTERNAL", "ZeroDivisionError"),
     ],
 )
@@ -364,9 +366,11 @@ def test_overridden_feedback_receives_typed_structs(server: Server) -> None:
         (b'{"request": {}, "response": {}}', "needs 'reward'"),
         (b'{"request": 1, "response": {}, "reward": 1}', "must be V2 JSON objects"),
         (b'{"request": {"inputs": []}, "response": {"outputs": []}, "reward": 1}', "inputs"),
-        (b'{"request": {"inputs": [{"name": "x", "datatype": "FP64", "shape": [1], '
-         b'"data": [1]}]}, "response": {"outputs": []}, "reward": "high"}',
-         "'reward' must be a finite number"),  # fmt: skip
+        (
+            b'{"request": {"inputs": [{"name": "x", "datatype": "FP64", "shape": [1], '
+            b'"data": [1]}]}, "response": {"outputs": []}, "reward": "high"}',
+            "'reward' must be a finite number",
+        ),
         (b'{"request": {}, "response": {}, "reward": 1, "extra": 1}', "unknown member(s) extra"),
     ],
 )

@@ -48,8 +48,8 @@ def test_engine_with_workers_sync_and_async(tmp_path: Path) -> None:
 
 def test_deadlines_and_custom_endpoints_cross_the_pool(tmp_path: Path) -> None:
     from inferpool.engine.ipc.messages import Kind
-    from inferpool.protocol.endpoints import call_body, read_answer
     from inferpool.engine.pool import PoolClient
+    from inferpool.protocol.endpoints import call_body, read_answer
     from inferpool.settings import ServerSettings
     from tests.support.pool import sum_request, write_counting_model
 
@@ -81,9 +81,7 @@ def test_deadlines_and_custom_endpoints_cross_the_pool(tmp_path: Path) -> None:
                     break
                 await asyncio.sleep(0.01)
             assert not any(w.inflight for w in client.workers)
-            reply = await client.infer(
-                "slow", None, Kind.CUSTOM, call_body("whoami", b"abc"), None
-            )
+            reply = await client.infer("slow", None, Kind.CUSTOM, call_body("whoami", b"abc"), None)
             assert reply.status == 200
             answer = orjson.loads(read_answer(reply)[1])
             assert answer["bytes"] == 3
