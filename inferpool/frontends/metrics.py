@@ -143,8 +143,8 @@ class EngineCollector(Collector):
             for stage, histogram in zip(_STAGES, stats.stages, strict=True):
                 self._add(stages, [*key, stage], histogram, self._latency_le, _NS)
             self._add(batch, key, stats.batch_rows, self._rows_le, 1)
-            for (via, path, method, status), count in stats.endpoint_codes.items():
-                endpoint_calls.add_metric([*key, via, "/" + path, method, str(status)], count)
+            for (via, path, method, answered), count in stats.endpoint_codes.items():
+                endpoint_calls.add_metric([*key, via, "/" + path, method, str(answered)], count)
             feedback.add_metric(key, stats.feedback_count)
             reward.add_metric(key, stats.feedback_reward)
         server_ready = GaugeMetricFamily(
