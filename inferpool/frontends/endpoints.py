@@ -116,7 +116,7 @@ class EndpointRouter:
 
     def count_feedback(self, name: str, version: str | None, reply: Reply) -> None:
         """Count a feedback the model took (a 2xx answer) and its reward."""
-        answer = read_answer(reply)
+        answer = read_answer(reply.body, reply.json_length)
         if answer is None or not 200 <= reply.status < 300 or answer[0].reward is None:
             return
         stats = self.client.stats.get(self.client.table.find(name, version).key)

@@ -110,7 +110,7 @@ def scoring_routes(plane: DataPlane) -> list[Route]:
             reply = await await_reply(scope, request.receive, call, timeout)
         except InferpoolError as exc:
             return mlflow_error(exc.status, exc.message)
-        answer = read_answer(reply)
+        answer = read_answer(reply.body, reply.json_length)
         if answer is None:  # the worker's error
             return mlflow_error(reply.status, reply.body.decode("utf-8", "replace"))
         return Response(answer[1], status_code=reply.status, media_type=JSON)

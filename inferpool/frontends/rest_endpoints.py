@@ -122,7 +122,7 @@ def answer(scope: Any, reply: Reply) -> Response:
     scope[REQUEST_ID] = request_id
     current_request_id.set(request_id)
     scope[REPLY] = reply
-    answered = read_answer(reply)
+    answered = read_answer(reply.body, reply.json_length)
     if answered is None:  # the worker's error: its message
         return rest_answer.answer_response(rest_answer.answered(scope, reply))
     head, body = answered

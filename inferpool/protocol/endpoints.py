@@ -16,7 +16,6 @@ from collections.abc import Iterable
 
 import msgspec
 
-from inferpool.engine.ipc.messages import Reply
 from inferpool.errors import BadRequest, InferpoolError
 
 # The paths under /v2/models/{name}[/versions/{v}] that the protocol itself answers (and
@@ -122,18 +121,17 @@ def read_call(body: bytes) -> tuple[Call, bytes]:
         raise BadRequest("malformed custom endpoint call") from None
 
 
-def answer_reply(status: int, answer: Answer, body: bytes) -> Reply:
-    """A handler's answer as a reply (its stage times and rows set by the caller)."""
-    head = _ENCODER.encode(answer)
-    return Reply(status, head + body, len(head))
+def answer_head(answer: Answer) -> bytes:
+    """The head a handler's answer goes out with, in front of its body."""
+    return _ENCODER.encode(answer)
 
 
-def read_answer(reply: Reply) -> tuple[Answer, bytes] | None:
-    """A reply's answer head and body; None for a plain error reply (the body its message)."""
-    if reply.json_length is None:
+def read_answer(body: bytes, head_length: int | None) -> tuple[Answer, bytes] | None:
+    """A CUSTOM reply's answer head and body, from the reply's body and ``json_length``;
+    None for a plain error reply (its body the message)."""
+    if head_length is None:
         return None
-    view = reply.body
-    return _ANSWER.decode(view[: reply.json_length]), view[reply.json_length :]
+    return _ANSWER.decode(body[:head_length]), body[head_length:]
 
 
 # The key under which a load's metadata carries the model's endpoints to the frontend

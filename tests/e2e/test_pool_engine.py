@@ -83,7 +83,7 @@ def test_deadlines_and_custom_endpoints_cross_the_pool(tmp_path: Path) -> None:
             assert not any(w.inflight for w in client.workers)
             reply = await client.infer("slow", None, Kind.CUSTOM, call_body("whoami", b"abc"), None)
             assert reply.status == 200
-            answer = orjson.loads(read_answer(reply)[1])
+            answer = orjson.loads(read_answer(reply.body, reply.json_length)[1])
             assert answer["bytes"] == 3
             assert answer["pid"] in {w.pid for w in client.workers}
             assert client.live

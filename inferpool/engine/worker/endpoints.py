@@ -33,7 +33,7 @@ from inferpool.protocol.endpoints import (
     Answer,
     Call,
     MethodNotAllowed,
-    answer_reply,
+    answer_head,
     read_call,
 )
 from inferpool.protocol.generated import inferpool_ext_pb2 as ext
@@ -79,7 +79,8 @@ def call_custom(model: LoadedModel, body: bytes, enqueued_ns: int, started: int)
         status, answer, out = _answer(result, reward)
     except (TypeError, ValueError) as exc:
         raise InferpoolError(f"{where} of model '{model.name}' answered badly: {exc}") from None
-    reply = answer_reply(status, answer, out)
+    head = answer_head(answer)
+    reply = Reply(status, head + out, len(head))
     reply.times = StageTimes(
         started - enqueued_ns, called - started, returned - called, time.monotonic_ns() - returned
     )

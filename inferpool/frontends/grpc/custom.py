@@ -69,7 +69,7 @@ class ExtensionServices:
 
 def _answered(reply: Reply) -> Any:
     """The reply's answer head and body; raises the matching error for a 4xx or 5xx."""
-    answer = read_answer(reply)
+    answer = read_answer(reply.body, reply.json_length)
     if answer is None:
         raise from_status(reply.status, reply.body.decode("utf-8", "replace"))
     if reply.status >= 400:

@@ -131,12 +131,13 @@ def test_custom_endpoints_go_through_the_same_entry(caplog: pytest.LogCaptureFix
     with caplog.at_level(logging.ERROR):
         replies = run_group(model, jobs)
     assert [r.status for r in replies] == [200, 200, 200, 404, 500, 400, 504]
-    assert orjson.loads(read_answer(replies[0])[1]) == {"doubled": [2.0, 5.0]}
+    answers = [read_answer(reply.body, reply.json_length) for reply in replies]
+    assert orjson.loads(answers[0][1]) == {"doubled": [2.0, 5.0]}
     # The dict API answers JSON whatever the bytes (MLflow's scoring endpoint relies on it).
-    head, body = read_answer(replies[1])
+    head, body = answers[1]
     assert body == b"cba" and head.content_type == "application/json"
     assert sums(replies[2]) == [2.0]
-    assert read_answer(replies[3]) is None  # an error: the message alone
+    assert answers[3] is None  # an error: the message alone
     assert replies[3].body == b"model 'sums' has no endpoint '/missing'"
     assert replies[4].body == b"model 'sums' raised ZeroDivisionError: division by zero"
     assert replies[5].body == b"fail: that body is refused"
