@@ -17,7 +17,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from inferpool.engine.ipc.messages import Reply
 from inferpool.engine.states import ModelStatus
@@ -29,17 +29,6 @@ from inferpool.frontends.endpoints import EndpointRouter, endpoint_path, headers
 from inferpool.frontends.request_context import HEADER_BYTES, current_request_id, generate
 from inferpool.frontends.rest_input import await_reply, read_body, request_timeout, scan_headers
 from inferpool.protocol.endpoints import FEEDBACK_JSON, MethodNotAllowed, read_answer
-
-# The protocol's own routes under a model, by first segment, and the methods they answer:
-# another method there is a 405, as Starlette answers it on the protocol routes.
-_PROTOCOL_METHODS = {
-    "infer": ("POST",),
-    "ready": ("GET",),
-    "stats": ("GET",),
-    "config": ("GET",),
-    "feedback": ("POST",),
-    "versions": ("GET",),
-}
 
 
 def endpoint_routes(plane: DataPlane, model: str, versioned: str) -> tuple[list[Route], ...]:
@@ -81,16 +70,17 @@ def endpoint_routes(plane: DataPlane, model: str, versioned: str) -> tuple[list[
         name, version = params["name"], params.get("version")
 
         def find(path: str, method: str) -> ModelStatus:
-            segments = path.strip("/").split("/")
-            methods = _PROTOCOL_METHODS.get(segments[0])
-            if methods is not None:  # a protocol route asked with another method
-                raise MethodNotAllowed(f"{method} is not allowed here", methods)
+            refuse_other_method(request.scope)
             return router.route(name, version, endpoint_path(path), method)
 
         return await serve(request, find)
 
     async def bare_endpoint(request: Request) -> Response:
-        return await serve(request, lambda path, method: router.bare(endpoint_path(path), method))
+        def find(path: str, method: str) -> ModelStatus:
+            refuse_other_method(request.scope)
+            return router.bare(endpoint_path(path), method)
+
+        return await serve(request, find)
 
     async def feedback(request: Request) -> Response:
         params = request.path_params
@@ -114,6 +104,16 @@ def endpoint_routes(plane: DataPlane, model: str, versioned: str) -> tuple[list[
         Route(model + "/{path:path}", model_endpoint, methods=every),
     ]
     return feedback_routes, model_routes, [Route("/{path:path}", bare_endpoint, methods=every)]
+
+
+def refuse_other_method(scope: Any) -> None:
+    """405 with ``Allow`` for a route of the protocol's asked with another method: the
+    catch-all routes here answer every method, so Starlette's own 405 never comes."""
+    router = scope.get("router")
+    for route in router.routes if router is not None else ():
+        if isinstance(route, Route) and route.matches(scope)[0] is Match.PARTIAL:
+            methods = sorted(route.methods or ())
+            raise MethodNotAllowed(f"{scope['method']} is not allowed here", methods)
 
 
 def answer(scope: Any, reply: Reply) -> Response:

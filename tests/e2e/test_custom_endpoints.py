@@ -202,6 +202,10 @@ def test_unknown_path_is_404_and_wrong_method_405(server: Server) -> None:
     # The protocol's own routes keep their 405.
     infer = httpx.get(f"{server.url}/v2/models/reports/infer")
     assert infer.status_code == 405 and infer.headers["allow"] == "POST"
+    live = httpx.post(f"{server.url}/v2/health/live")
+    assert live.status_code == 405 and live.headers["allow"] == "GET, HEAD"
+    metadata = httpx.post(f"{server.url}/v2/models/reports/versions/2")
+    assert metadata.status_code == 405 and "error" in metadata.json()
     nobody = httpx.get(f"{server.url}/v2/models/nobody/status")
     assert nobody.status_code == 404
 
