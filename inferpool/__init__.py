@@ -1,7 +1,8 @@
 """inferpool: a high-throughput Open Inference Protocol (KServe V2) server and engine.
 
 Public API: ``Engine`` (embedded serving) and ``InferenceResult`` (what its ``infer``
-returns), ``Runtime`` (custom models), the typed V2 structs (``InferenceRequest``,
+returns), ``Runtime`` (custom models) and ``custom_endpoint`` (its own routes, with
+``EndpointRequest`` / ``EndpointResponse``), the typed V2 structs (``InferenceRequest``,
 ``RequestedOutput``, ``InferenceResponse``, ``Tensor``, ``TensorSpec``). Errors are in
 ``inferpool.errors``.
 """
@@ -19,6 +20,7 @@ from inferpool.protocol.types import (
     TensorSpec,
 )
 from inferpool.runtimes.base import Runtime
+from inferpool.runtimes.endpoints import EndpointRequest, EndpointResponse, custom_endpoint
 
 if TYPE_CHECKING:
     from inferpool.engine.embedded import Engine
@@ -44,6 +46,8 @@ def __getattr__(name: str) -> Any:
 __version__ = "0.1.0"
 
 __all__ = [
+    "EndpointRequest",
+    "EndpointResponse",
     "Engine",
     "InferenceRequest",
     "InferenceResponse",
@@ -53,4 +57,5 @@ __all__ = [
     "Tensor",
     "TensorSpec",
     "__version__",
+    "custom_endpoint",
 ]

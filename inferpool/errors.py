@@ -12,6 +12,7 @@ _GRPC_BY_HTTP = {
     401: "UNAUTHENTICATED",
     403: "PERMISSION_DENIED",
     404: "NOT_FOUND",
+    405: "UNIMPLEMENTED",  # a custom endpoint asked with a method it does not answer
     409: "ALREADY_EXISTS",
     413: "RESOURCE_EXHAUSTED",
     429: "RESOURCE_EXHAUSTED",

@@ -1,4 +1,5 @@
-"""Regenerate inferpool/protocol/generated/ from inferpool/protocol/grpc_predict_v2.proto.
+"""Regenerate inferpool/protocol/generated/ from inferpool/protocol/grpc_predict_v2.proto and
+inferpool/protocol/inferpool_ext.proto (inferpool's own services, which use the V2 messages).
 
 Run from the repository root: ``python scripts/generate_proto.py``. Needs grpcio-tools
 (``pip install inferpool[proto]``). The generated modules are checked in. protoc makes them
@@ -21,8 +22,12 @@ from grpc_tools import protoc
 ROOT = Path(__file__).resolve().parent.parent
 PROTOCOL = ROOT / "inferpool" / "protocol"
 PROTO = PROTOCOL / "grpc_predict_v2.proto"
+EXT_PROTO = PROTOCOL / "inferpool_ext.proto"
 OUT = PROTOCOL / "generated"
-HEADER = '"""Generated from grpc_predict_v2.proto by scripts/generate_proto.py; do not edit."""\n'
+HEADER = (
+    '"""Generated from grpc_predict_v2.proto and inferpool_ext.proto by '
+    'scripts/generate_proto.py; do not edit."""\n'
+)
 
 
 POOL_LINE = "POOL = _descriptor_pool.DescriptorPool()\n"
@@ -69,6 +74,7 @@ def generate() -> None:
             f"--pyi_out={OUT}",
             f"--grpc_python_out={OUT}",
             str(PROTO),
+            str(EXT_PROTO),
         ]
     )
     if status != 0:
@@ -90,6 +96,26 @@ def generate() -> None:
         ("\nimport grpc_predict_v2_pb2 as", "\nfrom . import grpc_predict_v2_pb2 as"),
     )
     _strip(OUT / "grpc_predict_v2_pb2_grpc.py", *GRPC_CHECK)
+    # The extension's messages live in the V2 file's pool, where the messages it uses are.
+    _edit(
+        OUT / "inferpool_ext_pb2.py",
+        ("_descriptor_pool.Default().AddSerializedFile(", "POOL.AddSerializedFile("),
+        (
+            "import grpc_predict_v2_pb2 as grpc__predict__v2__pb2\n",
+            "from . import grpc_predict_v2_pb2 as grpc__predict__v2__pb2\n"
+            "from .grpc_predict_v2_pb2 import POOL\n",
+        ),
+    )
+    _strip(OUT / "inferpool_ext_pb2.py", *PROTOBUF_CHECK)
+    _edit(
+        OUT / "inferpool_ext_pb2.pyi",
+        ("import grpc_predict_v2_pb2 as", "from . import grpc_predict_v2_pb2 as"),
+    )
+    _edit(
+        OUT / "inferpool_ext_pb2_grpc.py",
+        ("\nimport inferpool_ext_pb2 as", "\nfrom . import inferpool_ext_pb2 as"),
+    )
+    _strip(OUT / "inferpool_ext_pb2_grpc.py", *GRPC_CHECK)
     (OUT / "__init__.py").write_text(HEADER)
 
 

@@ -45,6 +45,7 @@ from inferpool.errors import (
     NotReady,
 )
 from inferpool.protocol import limits
+from inferpool.protocol.endpoints import take_announced
 from inferpool.runtimes.registry import RUNTIMES, runtime_name_for
 from inferpool.settings import ModelSettings, ServerSettings
 
@@ -308,6 +309,7 @@ class EngineClient(ABC):
                     status.metadata = await self.pipelines.load(settings)
                 else:
                     status.metadata = await self._load(settings)
+                    status.endpoints = take_announced(status.metadata)
             except InferpoolError as exc:
                 status.state, status.reason = ModelState.FAILED, exc.message
             else:
@@ -395,7 +397,7 @@ class EngineClient(ABC):
             stats.in_flight -= 1
         elapsed = time.perf_counter_ns() - started
         code = reply.status
-        reason = "" if code == 200 else reply_reason(reply, self._workers)
+        reason = "" if code < 400 else reply_reason(reply, self._workers)
         stats.record(protocol, code, elapsed, reply.times, reply.rows, reply.execution, reason)
         return reply
 

@@ -62,7 +62,7 @@ class InProcessClient(EngineClient):
         predictor = model.runtime.predictor()
         if predictor:
             logger.info("%s: predicted by %s", describe_key(key), predictor)
-        return model.metadata
+        return model.announced()
 
     async def _unload(self, key: ModelKey) -> None:
         model = self.models.pop(key, None)

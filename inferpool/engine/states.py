@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from inferpool.errors import ModelNotFound, NotReady
+from inferpool.protocol.endpoints import Announced
 
 if TYPE_CHECKING:
     from inferpool.settings import ModelSettings
@@ -77,6 +78,8 @@ class ModelStatus:
     required: bool = False
     # Its runtime is not a built-in one (a user's class): computed once at load.
     custom: bool = False
+    # Its runtime's custom endpoints (methods by path), as its load announced them.
+    endpoints: Announced = field(default_factory=Announced)
     # What it was loaded with (None: its settings could not be read); the model
     # configuration extension reads its batching here.
     settings: ModelSettings | None = None

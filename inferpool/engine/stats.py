@@ -124,8 +124,9 @@ class ModelStats:
     """One model version's statistics (Triton's) and its Prometheus counters."""
 
     __slots__ = (
-        "batch_rows", "batches", "buckets", "codes", "durations", "execution_count", "fail",
-        "fail_ns", "failures", "in_flight", "inference_count", "last_inference_ms", "stages",
+        "batch_rows", "batches", "buckets", "codes", "durations", "endpoint_codes",
+        "execution_count", "fail", "fail_ns", "failures", "feedback_count", "feedback_reward",
+        "in_flight", "inference_count", "last_inference_ms", "stages",
     )  # fmt: skip
 
     def __init__(self, buckets: Buckets = _DEFAULT_BUCKETS) -> None:
@@ -146,6 +147,11 @@ class ModelStats:
         self.durations = tuple(Histogram(latency) for _ in PROTOCOLS)
         self.stages = tuple(Histogram(latency) for _ in STAGES)
         self.batch_rows = Histogram(buckets.rows)
+        # Custom endpoint calls by (protocol, path, method, status), the path one the model
+        # registered (never a client's arbitrary string); feedbacks and their rewards.
+        self.endpoint_codes: dict[tuple[str, str, str, int], int] = {}
+        self.feedback_count = 0
+        self.feedback_reward = 0.0
 
     def record(
         self,
@@ -163,12 +169,12 @@ class ModelStats:
         request counts that execution, negative when another request of the same execution
         counts it (this one's decoding and encoding still add to the execution's times),
         0 when it did not run (``Reply.execution``). ``reason`` is the failure's class
-        when ``status`` is not 200.
+        when ``status`` is an error (400 or above).
         """
         codes = self.codes[protocol]
         codes[status] = codes.get(status, 0) + 1
         self.last_inference_ms = time.time_ns() // 1_000_000
-        if status != 200:
+        if status >= 400:  # a custom endpoint may answer 201, 204, 302...
             self.fail += 1
             self.fail_ns += total_ns
             self.failures[reason] = self.failures.get(reason, 0) + 1

@@ -21,7 +21,13 @@ from inferpool.engine.states import ModelState
 
 SERVER_NAME = "inferpool"
 # The V2 extensions served on both protocols (binary tensors: Triton's REST extension).
-EXTENSIONS = ["model_repository", "statistics", "binary_tensor_data"]
+# "custom_endpoints": runtimes' own routes (REST and inferpool.CustomService/Call);
+# "feedback": Seldon Core's reward signal (/feedback and inferpool.FeedbackService);
+# "explain": per-feature attributions (/explain, and CustomService/Call to "explain").
+EXTENSIONS = [
+    "model_repository", "statistics", "binary_tensor_data", "custom_endpoints", "feedback",
+    "explain",
+]  # fmt: skip
 
 
 class DataPlane:

@@ -103,6 +103,19 @@ class EngineCollector(Collector):
             "In-flight requests not yet picked by a worker (waiting for a replica or queued)",
             labels=labels,
         )
+        endpoint_calls = CounterMetricFamily(
+            "inferpool_model_endpoint_requests",
+            "Custom endpoint calls by protocol, registered path, method and HTTP status",
+            labels=[*labels, "protocol", "path", "method", "code"],
+        )
+        feedback = CounterMetricFamily(
+            "inferpool_model_feedback", "Feedbacks the model took (2xx)", labels=labels
+        )
+        reward = GaugeMetricFamily(
+            "inferpool_model_feedback_reward_sum",
+            "Sum of the rewards of the feedbacks the model took",
+            labels=labels,
+        )
         client = self.client
         running = client.running_requests()
         for status in client.table.all():
@@ -130,12 +143,16 @@ class EngineCollector(Collector):
             for stage, histogram in zip(_STAGES, stats.stages, strict=True):
                 self._add(stages, [*key, stage], histogram, self._latency_le, _NS)
             self._add(batch, key, stats.batch_rows, self._rows_le, 1)
+            for (via, path, method, answered), count in stats.endpoint_codes.items():
+                endpoint_calls.add_metric([*key, via, "/" + path, method, str(answered)], count)
+            feedback.add_metric(key, stats.feedback_count)
+            reward.add_metric(key, stats.feedback_reward)
         server_ready = GaugeMetricFamily(
             "inferpool_server_ready", "1 when the server is ready (strict readiness)"
         )
         server_ready.add_metric([], 1.0 if client.not_ready_reason() is None else 0.0)
         yield from (requests, failures, duration, stages, batch, replicas, load, ready)
-        yield from (in_flight, queued, server_ready)
+        yield from (in_flight, queued, server_ready, endpoint_calls, feedback, reward)
 
     @staticmethod
     def _add(

@@ -19,11 +19,12 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 import inferpool
-from inferpool.engine.ipc.messages import Kind, custom_body
+from inferpool.engine.ipc.messages import Kind
 from inferpool.engine.states import ModelState, ModelStatus
 from inferpool.errors import InferpoolError, ModelNotFound
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.rest_input import await_reply, read_body, request_timeout, scan_headers
+from inferpool.protocol.endpoints import call_body, read_answer
 from inferpool.protocol.mlflow_endpoints import INVOCATIONS, INVOCATIONS_CSV
 
 JSON = "application/json"
@@ -105,13 +106,14 @@ def scoring_routes(plane: DataPlane) -> list[Route]:
                 request.receive, content_length, settings.max_body_bytes, encoding
             )
             deadline = None if timeout is None else time.monotonic() + timeout
-            call = plane.infer(name, None, Kind.CUSTOM, custom_body(endpoint, body), None, deadline)
+            call = plane.infer(name, None, Kind.CUSTOM, call_body(endpoint, body), None, deadline)
             reply = await await_reply(scope, request.receive, call, timeout)
         except InferpoolError as exc:
             return mlflow_error(exc.status, exc.message)
-        if reply.status != 200:
+        answer = read_answer(reply.body, reply.json_length)
+        if answer is None:  # the worker's error
             return mlflow_error(reply.status, reply.body.decode("utf-8", "replace"))
-        return Response(reply.body, media_type=JSON)
+        return Response(answer[1], status_code=reply.status, media_type=JSON)
 
     return [
         Route("/ping", ping),

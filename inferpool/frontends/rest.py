@@ -14,7 +14,6 @@ The infer routes themselves are answered in front of Starlette, as raw ASGI
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,15 +28,15 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
 from inferpool.engine.client import EngineClient
-from inferpool.engine.ipc.messages import Kind, custom_body
 from inferpool.errors import BadRequest, InferpoolError
 from inferpool.frontends import rest_answer
 from inferpool.frontends.access_log import RestObserver
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.mlflow_scoring import scoring_routes
 from inferpool.frontends.model_config import model_config
+from inferpool.frontends.rest_endpoints import endpoint_routes
 from inferpool.frontends.rest_infer import InferRoutes
-from inferpool.frontends.rest_input import await_reply, read_body, request_timeout, scan_headers
+from inferpool.frontends.rest_input import read_body, scan_headers
 from inferpool.protocol.rest_json import parse_json_object
 from inferpool.settings import ServerSettings
 
@@ -65,14 +64,6 @@ def health_response(document: dict[str, Any], flag: str) -> Response:
 def inferpool_error_response(exc: InferpoolError) -> Response:
     response = error_response(exc.status, exc.message)
     response.raw_headers += rest_answer.header_pairs(rest_answer.refusal_lines(exc))
-    return response
-
-
-def answer_response(answer: tuple[int, bytes, bytes]) -> Response:
-    """An inference's answer (``rest_answer``) as a Starlette response."""
-    status, head, body = answer
-    response = Response(body, status_code=status)
-    response.raw_headers = rest_answer.header_pairs(head)
     return response
 
 
@@ -107,27 +98,8 @@ def build_app(
         params = request.path_params
         return health_response(plane.model_ready(params["name"], params.get("version")), "ready")
 
-    max_body = client.settings.max_body_bytes
-    default_timeout = client.settings.request_timeout
     routes_in_front = InferRoutes(None, client, plane, direct=not stack)
     infer = routes_in_front.starlette_endpoint()
-
-    async def custom_endpoint(request: Request) -> Response:
-        scope = request.scope
-        try:
-            content_length, _, timeout_header, encoding, given = scan_headers(scope["headers"])
-            rest_answer.take_header_id(scope, given)
-            timeout = request_timeout(timeout_header, default_timeout)
-            body = await read_body(request.receive, content_length, max_body, encoding)
-            params = scope["path_params"]
-            body = custom_body(params["endpoint"], body)
-            deadline = None if timeout is None else time.monotonic() + timeout
-            name, version = params["name"], params.get("version")
-            call = plane.infer(name, version, Kind.CUSTOM, body, None, deadline)
-            reply = await await_reply(scope, request.receive, call, timeout)
-        except InferpoolError as exc:
-            return answer_response(rest_answer.failed(scope, exc))
-        return answer_response(rest_answer.answered(scope, reply))
 
     async def config(request: Request) -> Response:
         params = request.path_params
@@ -170,12 +142,10 @@ def build_app(
         ]
     # MLflow's scoring server at the root, for a server of one model.
     routes += scoring_routes(plane)
-    # Runtime-registered endpoints last, so they never shadow a protocol route.
-    routes += [
-        Route(model + "/{endpoint}", custom_endpoint, methods=["POST"]),
-        Route(versioned + "/{endpoint}", custom_endpoint, methods=["POST"]),
-        *extra_routes,
-    ]
+    # Runtime-registered endpoints last, so they never shadow a protocol route; a bare
+    # path after everything else.
+    feedback, endpoints, bare = endpoint_routes(plane, model, versioned)
+    routes += [*feedback, *endpoints, *extra_routes, *bare]
     routes_in_front.app = Starlette(
         routes=routes,
         exception_handlers={InferpoolError: _inferpool_error, HTTPException: _http_error},

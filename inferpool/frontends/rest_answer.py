@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from starlette.responses import Response
 
 from inferpool.engine.ipc.messages import Reply
 from inferpool.errors import InferpoolError, Overloaded
@@ -95,6 +96,14 @@ def refusal_lines(exc: InferpoolError) -> bytes:
     if isinstance(exc, BodyTooLarge):
         count_rejected("rest", "max_body_bytes")
     return b""
+
+
+def answer_response(answer: tuple[int, bytes, bytes]) -> Response:
+    """An answer as a Starlette response, for the routes Starlette serves."""
+    status, head, body = answer
+    response = Response(body, status_code=status)
+    response.raw_headers = header_pairs(head)
+    return response
 
 
 def header_pairs(head: bytes) -> list[tuple[bytes, bytes]]:

@@ -102,6 +102,29 @@ def decode(body: bytes, json_length: int | None = None) -> GrpcInferenceRequest:
     )
 
 
+def response_from_message(message: Any) -> InferenceResponse:
+    """A ModelInferResponse message as the typed struct (its outputs decoded as inputs
+    are: typed contents or raw_output_contents); a 400 names a bad output."""
+    raw = message.raw_output_contents
+    if raw and len(raw) != len(message.outputs):
+        raise BadRequest(
+            f"raw_output_contents has {len(raw)} entries for {len(message.outputs)} outputs"
+        )
+    current = limits.current()
+    spent = 0
+    outputs = []
+    for index, tensor in enumerate(message.outputs):
+        output, spent = decode_input(tensor, raw[index] if raw else None, spent, current)
+        outputs.append(output)
+    return InferenceResponse(
+        model_name=message.model_name,
+        outputs=outputs,
+        model_version=message.model_version or None,
+        id=message.id or None,
+        parameters=parameters_dict(message.parameters),
+    )
+
+
 def decode_input(
     tensor: Any, raw: bytes | None, spent: int = 0, current: limits.DecodeLimits | None = None
 ) -> tuple[Tensor, int]:

@@ -326,14 +326,22 @@ def decode_response(body: bytes, json_length: int | None = None) -> InferenceRes
     view = memoryview(body)
     header = body if json_length is None else bytes(view[:json_length])
     document = parse_json_object(header, "response body")
+    binary = view[json_length:] if json_length is not None else None
+    return response_from_document(document, binary)
+
+
+def response_from_document(
+    document: dict[str, Any], binary_tail: memoryview | None = None
+) -> InferenceResponse:
+    """A response from its parsed JSON; ``binary_tail`` holds Triton binary outputs."""
     raw_outputs = document.get("outputs")
     if not isinstance(raw_outputs, list):
         raise BadRequest("response must have an 'outputs' list")
     outputs = [tensor_from_document(raw, i, "output") for i, raw in enumerate(raw_outputs)]
-    if json_length is not None:
+    if binary_tail is not None:
         from inferpool.protocol.binary import attach_binary_tensors
 
-        attach_binary_tensors(outputs, view[json_length:], "output")
+        attach_binary_tensors(outputs, binary_tail, "output")
     return InferenceResponse(
         model_name=str(document.get("model_name", "")),
         outputs=outputs,

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from inferpool.engine.custom_metrics import ModelMetrics
-from inferpool.protocol.types import TensorSpec
+from inferpool.protocol.types import InferenceRequest, InferenceResponse, TensorSpec
 from inferpool.settings import ModelSettings
 
 if TYPE_CHECKING:
@@ -69,6 +69,9 @@ class Runtime(ABC):
     #: (docs/batching.md). Set True in your subclass when that holds; the built-in
     #: runtimes say it here, an MLflow model when its flavour does.
     rows_independent: bool = False
+    #: also serve each custom endpoint at its bare path (``/path``, as MLServer's custom
+    #: endpoints were) while this is the only loaded model using that path
+    bare_endpoints: ClassVar[bool] = False
 
     def __init__(self, settings: ModelSettings) -> None:
         self.settings = settings
@@ -123,7 +126,8 @@ class Runtime(ABC):
         return self.predicted_by
 
     def custom_endpoints(self) -> dict[str, Callable[[bytes], Any]]:
-        """Extra routes, ``POST /v2/models/{name}/{endpoint}``: raw body in, JSON-able out."""
+        """Extra routes, ``POST /v2/models/{name}/{endpoint}``: raw body in, JSON-able out.
+        (The ``inferpool.custom_endpoint`` decorator does more: GET, headers, status.)"""
         return {}
 
     def explain(self, payload: Any) -> Attributions:
@@ -133,6 +137,23 @@ class Runtime(ABC):
         from inferpool.runtimes.explain import CannotExplain
 
         raise CannotExplain(f"the {self.platform} runtime has no explainer")
+
+    def feedback(
+        self,
+        request: InferenceRequest,
+        response: InferenceResponse,
+        reward: float,
+        truth: Any = None,
+    ) -> Any:
+        """Seldon Core's reward signal for an inference this model answered
+        (``POST /v2/models/{name}/feedback``, gRPC ``inferpool.FeedbackService``).
+
+        ``request`` and ``response`` arrive decoded as the typed V2 structs, the same over
+        REST and gRPC; ``truth`` too when it is a V2 response, else as the JSON value sent
+        (None when absent). Return None for ``200 {}``, or a body or ``EndpointResponse``
+        as a custom endpoint does. The server counts every feedback and its reward
+        (``inferpool_model_feedback_*`` metrics) whatever this does."""
+        return None
 
     def metadata(self) -> dict[str, Any]:
         """V2 model metadata: never empty for a loaded model."""

@@ -165,3 +165,34 @@ def test_a_body_that_is_not_json_is_a_400(server):
     reply = httpx.post(f"{server.url}/v2/models/forest/explain", content=b"{nope", timeout=30)
     assert reply.status_code == 400
     assert "not valid JSON" in reply.json()["error"]
+
+
+def test_explain_over_grpc_through_the_custom_service(server, models):
+    """The same endpoint through ``inferpool.CustomService/Call``: a JSON V2 request in,
+    the JSON explanation out, equal to REST's; a model that cannot explain is
+    INVALID_ARGUMENT with the reason."""
+    import grpc
+
+    from inferpool.protocol.generated import inferpool_ext_pb2 as ext
+    from inferpool.protocol.generated.inferpool_ext_pb2_grpc import CustomServiceStub
+
+    rows = features_of("forest")
+    body = json.dumps(rows_request(rows)).encode()
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        stub = CustomServiceStub(channel)
+        answer = stub.Call(
+            ext.CallRequest(model_name="forest", path="/explain", method="POST", body=body),
+            timeout=30,
+        )
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Call(
+                ext.CallRequest(model_name="knn", path="explain", method="POST", body=body),
+                timeout=30,
+            )
+    assert answer.status_code == 200 and answer.content_type.startswith("application/json")
+    values = output_array(json.loads(answer.body), "contributions")
+    np.testing.assert_allclose(values.sum(axis=-1), models[1]["forest"](rows), atol=1e-12)
+    rest = output_array(explain(server, "forest", rows_request(rows)).json(), "contributions")
+    np.testing.assert_array_equal(values, rest)
+    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "model 'knn' cannot explain" in refused.value.details()

@@ -47,8 +47,9 @@ def test_engine_with_workers_sync_and_async(tmp_path: Path) -> None:
 
 
 def test_deadlines_and_custom_endpoints_cross_the_pool(tmp_path: Path) -> None:
-    from inferpool.engine.ipc.messages import Kind, custom_body
+    from inferpool.engine.ipc.messages import Kind
     from inferpool.engine.pool import PoolClient
+    from inferpool.protocol.endpoints import call_body, read_answer
     from inferpool.settings import ServerSettings
     from tests.support.pool import sum_request, write_counting_model
 
@@ -80,11 +81,9 @@ def test_deadlines_and_custom_endpoints_cross_the_pool(tmp_path: Path) -> None:
                     break
                 await asyncio.sleep(0.01)
             assert not any(w.inflight for w in client.workers)
-            reply = await client.infer(
-                "slow", None, Kind.CUSTOM, custom_body("whoami", b"abc"), None
-            )
+            reply = await client.infer("slow", None, Kind.CUSTOM, call_body("whoami", b"abc"), None)
             assert reply.status == 200
-            answer = orjson.loads(reply.body)
+            answer = orjson.loads(read_answer(reply.body, reply.json_length)[1])
             assert answer["bytes"] == 3
             assert answer["pid"] in {w.pid for w in client.workers}
             assert client.live

@@ -6,28 +6,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.support import Server
+from tests.support.readme import readme_section, write_example
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 SECTION = "## Custom Python runtime"
-
-
-def readme_section() -> str:
-    text = README.read_text()
-    start = text.index(SECTION)
-    following = text.find("\n## ", start + len(SECTION))
-    return text[start : following if following != -1 else len(text)]
-
-
-def example_files(section: str) -> dict[str, str]:
-    """Each code block preceded by a line naming its file as `models/...`."""
-    pattern = re.compile(r"^`(models/[^`]+)`:\n\n```\w*\n(.*?)^```", re.MULTILINE | re.DOTALL)
-    return {path: body for path, body in pattern.findall(section)}
 
 
 def example_exchange(section: str) -> tuple[dict, dict]:
@@ -40,17 +26,14 @@ def example_exchange(section: str) -> tuple[dict, dict]:
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
-    section = readme_section()
-    files = example_files(section)
+    section = readme_section(SECTION)
+    root = tmp_path_factory.mktemp("readme")
+    files = write_example(section, root)
     assert set(files) == {
         "models/fahrenheit/converter.py",
         "models/fahrenheit/coefficients.json",
         "models/fahrenheit/model-settings.json",
     }
-    root = tmp_path_factory.mktemp("readme")
-    for path, body in files.items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_text(body)
     with Server(root / "models", "--workers", "0") as server:
         server.wait_ready()
         yield server, section

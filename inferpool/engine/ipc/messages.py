@@ -34,7 +34,7 @@ class Kind(IntEnum):
 
     REST = 0  # V2 JSON, optionally followed by Triton binary tensors (json_length set)
     GRPC = 1  # a serialized inference.ModelInferRequest
-    CUSTOM = 2  # a runtime's custom endpoint: b"<endpoint>\0" + the raw request body
+    CUSTOM = 2  # a runtime's custom endpoint or a feedback (framed by protocol/endpoints.py)
     # REST / GRPC with the request's headers in front, for a custom runtime's
     # parameters.headers (protocol/request_headers.py)
     REST_HEADERS = 3
@@ -177,11 +177,6 @@ def reply_header(request_id: int, reply: Reply) -> bytes:
         reply.execution, times.queue, times.compute_input, times.compute_infer,
         times.compute_output, len(reply.body),
     )  # fmt: skip
-
-
-def custom_body(endpoint: str, body: bytes) -> bytes:
-    """The body of a ``Kind.CUSTOM`` request: the endpoint's name, NUL, then the raw body."""
-    return endpoint.encode() + b"\0" + body
 
 
 # -- replies -------------------------------------------------------------------------------

@@ -16,16 +16,15 @@ from inferpool.engine.worker import inference
 from inferpool.engine.worker.model import LoadedModel
 from inferpool.errors import BadRequest
 from inferpool.protocol import rest_json
+from inferpool.protocol.endpoints import EXPLAIN
 from inferpool.protocol.types import InferenceRequest, InferenceResponse, Tensor
 from inferpool.runtimes.explain import OUTPUT, CannotExplain
-
-ENDPOINT = "explain"
 
 
 def explain_endpoint(name: str, model: LoadedModel) -> Callable[[bytes], bytes] | None:
     """The REST endpoint ``name`` answers for ``model`` when its runtime has none of its
     own of that name: a JSON V2 request body in, a JSON V2 response out."""
-    if name != ENDPOINT:
+    if name != EXPLAIN:
         return None
     return lambda body: rest_json.encode_response(explain(model, rest_json.decode_request(body)))
 

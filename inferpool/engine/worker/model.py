@@ -1,5 +1,5 @@
 """A loaded model: its runtime plus what the inference path needs precomputed at load time
-(its metadata, its batching policy)."""
+(its metadata, its batching policy, its custom endpoints)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from inferpool.codecs.image_spec import ImageSpec
 from inferpool.codecs.payload import check_model_content_type
 from inferpool.engine.worker.batching import BatchPolicy, policy
 from inferpool.errors import ModelLoadError
+from inferpool.protocol.endpoints import Announced, announce
 from inferpool.runtimes.base import Runtime
+from inferpool.runtimes.endpoints import Endpoint, endpoint_table
 from inferpool.runtimes.registry import runtime_class
 from inferpool.settings import ModelSettings
 
@@ -19,8 +21,8 @@ class LoadedModel:
     """A runtime that has loaded its artefact, with its metadata computed once."""
 
     __slots__ = (
-        "batching", "image_inputs", "image_outputs", "input_content_types", "metadata",
-        "output_names", "runtime", "settings",
+        "batching", "endpoints", "image_inputs", "image_outputs", "input_content_types",
+        "metadata", "output_names", "runtime", "settings",
     )  # fmt: skip
 
     def __init__(self, settings: ModelSettings, runtime: Runtime) -> None:
@@ -38,6 +40,12 @@ class LoadedModel:
         self.image_inputs: dict[str, ImageSpec] = declared_images(runtime.inputs(), "input")
         self.image_outputs: dict[str, ImageSpec] = declared_images(runtime.outputs(), "output")
         self.batching: BatchPolicy = policy(settings, runtime)
+        self.endpoints: dict[str, Endpoint] = endpoint_table(runtime)
+
+    def announced(self) -> dict[str, Any]:
+        """The metadata a load answers with: the model's, and its endpoints for routing."""
+        paths = {path: list(endpoint.methods) for path, endpoint in self.endpoints.items()}
+        return announce(self.metadata, Announced(paths, self.runtime.bare_endpoints))
 
     @property
     def name(self) -> str:

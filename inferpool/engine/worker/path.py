@@ -8,19 +8,18 @@ up to the model's batch rows (``batching.BatchPolicy``; a failing joined predict
 back to one predict per request, so that a bad request does not fail the others); then
 encode each result in its request's wire format. The replies of each execution are handed
 out as soon as it is done, so that a request does not wait for the executions after its
-own. A custom endpoint (``Kind.CUSTOM``: a runtime's own, MLflow's scoring endpoints or
-``explain``) is called on its own. Every stage is timed on one clock
-(``time.monotonic_ns``, the clock of the header's ``enqueued_ns``) into the reply's
-``StageTimes``, the same way for one request as for a batch, and each reply says how many
-rows its request held and the rows of the execution (one predict) it ran in, for Triton's
-statistics, and the replies of requests predicted together share an execution id, which
-tracing links. Whatever a job raises becomes its reply through ``Reply.from_error``;
-``run_executions`` never raises.
+own. A custom endpoint (``Kind.CUSTOM``: a runtime's own, MLflow's scoring endpoints,
+``explain`` or a feedback) is called on its own (``endpoints``). Every stage is timed on
+one clock (``time.monotonic_ns``, the clock of the header's ``enqueued_ns``) into the
+reply's ``StageTimes``, the same way for one request as for a batch, and each reply says
+how many rows its request held and the rows of the execution (one predict) it ran in,
+for Triton's statistics, and the replies of requests predicted together share an
+execution id, which tracing links. Whatever a job raises becomes its reply through
+``Reply.from_error``; ``run_executions`` never raises.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 import time
@@ -29,16 +28,14 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
-import orjson
 import pandas as pd
 
-from inferpool.codecs.mlflow_scoring import scoring_endpoint
 from inferpool.engine.ipc.messages import Kind, Reply, RequestHeader, StageTimes
 from inferpool.engine.worker import batching, inference
-from inferpool.engine.worker.explain import explain_endpoint
+from inferpool.engine.worker.endpoints import call_custom
 from inferpool.engine.worker.model import LoadedModel
 from inferpool.engine.worker.wire_formats import wire_format
-from inferpool.errors import DeadlineExceeded, InferpoolError, ModelNotFound
+from inferpool.errors import DeadlineExceeded
 from inferpool.protocol.types import InferenceRequest
 
 logger = logging.getLogger(__name__)
@@ -108,7 +105,7 @@ def run_executions(
             if job.deadline_ns and started > job.deadline_ns:
                 raise DeadlineExceeded(_EXPIRED)
             if job.kind == Kind.CUSTOM:
-                yield [position], [_call_custom(model, job, started)]
+                yield [position], [call_custom(model, job.body, job.enqueued_ns, started)]
                 continue
             decoded = _decode(model, job, position, started)
         except Exception as exc:
@@ -238,32 +235,3 @@ def _encode(
         return Reply.from_error(exc, model.name)
     member.times.compute_output = time.monotonic_ns() - started
     return Reply(200, body, json_length, member.times, rows, execution, execution_id)
-
-
-def _call_custom(model: LoadedModel, job: Job, started: int) -> Reply:
-    """A runtime's custom endpoint: raw body in; bytes, or a result sent as JSON, out."""
-    endpoint, _, payload = job.body.partition(b"\0")
-    name = endpoint.decode("utf-8", "replace")
-    endpoints = model.runtime.custom_endpoints()
-    function = (
-        endpoints.get(name)
-        or scoring_endpoint(name, endpoints, functools.partial(inference.infer, model))
-        or explain_endpoint(name, model)
-    )
-    if function is None:
-        raise ModelNotFound(f"model '{model.name}' has no endpoint '{name}'")
-    called = time.monotonic_ns()
-    try:
-        result = function(payload)
-    except Exception as exc:
-        if not isinstance(exc, InferpoolError):  # a bug of the endpoint: keep its traceback
-            logger.exception("custom endpoint %r of model %r raised", name, model.name)
-        raise inference.model_failure(model, exc) from None
-    returned = time.monotonic_ns()
-    if not isinstance(result, bytes):
-        result = orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY)
-    times = StageTimes(
-        started - job.enqueued_ns, called - started, returned - called,
-        time.monotonic_ns() - returned,
-    )  # fmt: skip
-    return Reply(200, result, None, times, 1, 1)

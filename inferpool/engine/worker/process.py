@@ -221,7 +221,7 @@ class Worker:
         else:
             self.models[message.index] = model
             answer = messages.Loaded(
-                index=message.index, ok=True, metadata=model.metadata, size=size,
+                index=message.index, ok=True, metadata=model.announced(), size=size,
                 predictor=model.runtime.predictor(),
             )  # fmt: skip
         self.channel.send_control(answer)

@@ -21,6 +21,7 @@ from inferpool.engine.ipc.messages import Reply
 from inferpool.errors import InferpoolError
 from inferpool.frontends.access_log import given_id, log_request
 from inferpool.frontends.dataplane import DataPlane
+from inferpool.frontends.grpc.custom import ExtensionServices, extension_methods, log_method
 from inferpool.frontends.grpc.health import HEALTH_SERVICE, HealthService
 from inferpool.frontends.grpc.service import (
     RETRY_AFTER_MS,
@@ -117,6 +118,7 @@ def _log(
     model, version = route_of(request)
     rows = reply.rows if reply is not None else 0
     known = infer_request_id() if infer else given_id(metadata)
+    method = log_method(method, request)
     log_request("gRPC", method, peer, model, version, code.name, rows, started, known)
 
 
@@ -149,6 +151,27 @@ def build_handler(
         guarded("ModelInfer", service.model_infer, access_log, tracer)
     )
     return grpc.method_handlers_generic_handler(SERVICE, methods)
+
+
+def build_extension_handlers(
+    client: EngineClient, access_log: bool = False
+) -> list[grpc.GenericRpcHandler]:
+    """The generic handlers serving inferpool's own services (``grpc/custom.py``)."""
+    services = ExtensionServices(DataPlane(client))
+    return [
+        grpc.method_handlers_generic_handler(
+            service,
+            {
+                name: grpc.unary_unary_rpc_method_handler(
+                    guarded(name, handler, access_log),
+                    request_deserializer=message.FromString,
+                    response_serializer=_serialize,
+                )
+                for name, (handler, message) in methods.items()
+            },
+        )
+        for service, methods in extension_methods(services).items()
+    ]
 
 
 def build_health_handler(health: HealthService, access_log: bool) -> grpc.GenericRpcHandler:
@@ -246,6 +269,7 @@ class GrpcServer:
             (
                 build_handler(client, settings.access_log, tracer),
                 build_health_handler(self.health, settings.access_log),
+                *build_extension_handlers(client, settings.access_log),
             )
         )
         host = f"[{settings.host}]" if ":" in settings.host else settings.host

@@ -24,6 +24,7 @@ from urllib.parse import quote
 from inferpool.engine.client import EngineClient
 from inferpool.frontends.access_log import given_id, log_request
 from inferpool.frontends.dataplane import DataPlane
+from inferpool.frontends.grpc.custom import ExtensionServices, extension_methods, log_method
 from inferpool.frontends.grpc.health import CHECK_PATH, WATCH_PATH, HealthService
 from inferpool.frontends.grpc.service import (
     RETRY_AFTER_MS,
@@ -137,12 +138,18 @@ def framed(message: bytes) -> bytes:
 
 class HeadersContext:
     """The part of grpc.aio's ServicerContext that typed handlers use, over a call's
-    HTTP/2 headers (the builtin implementation): ``invocation_metadata()``."""
+    HTTP/2 headers and deadline (the builtin implementation): ``invocation_metadata()``,
+    ``time_remaining()``."""
 
-    __slots__ = ("_headers",)
+    __slots__ = ("_expires", "_headers")
 
-    def __init__(self, headers: list[tuple[bytes, bytes]]) -> None:
+    def __init__(self, headers: list[tuple[bytes, bytes]], expires: float | None = None) -> None:
         self._headers = headers
+        self._expires = expires
+
+    def time_remaining(self) -> float | None:
+        """Seconds until the call's deadline (``time.monotonic()``'s), None without one."""
+        return None if self._expires is None else max(0.0, self._expires - time.monotonic())
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         """Every header but the pseudo-headers, as (key, value) strings."""
@@ -180,6 +187,11 @@ class GrpcH2Server:
             for name, (handler, message) in typed_methods(self.service).items()
         }
         self.methods[prefix + b"ModelInfer"] = ("ModelInfer", None, None)
+        # inferpool's own services: custom endpoints and feedback.
+        extension = extension_methods(ExtensionServices(self.service.plane))
+        for service, methods in extension.items():
+            for name, (handler, message) in methods.items():
+                self.methods[f"/{service}/{name}".encode()] = (name, handler, message)
         # grpc.health.v1.Health: Check is one more typed RPC, Watch streams (_watch).
         self.health = HealthService(self.service.plane)
         self.methods[CHECK_PATH] = ("Check", self.health.check, HealthCheckRequest)
@@ -310,7 +322,7 @@ class GrpcH2Server:
                     request = request_type.FromString(message)
                 except Exception:
                     raise CallError("INTERNAL", f"cannot parse the {name} request") from None
-                context = HeadersContext(stream.headers)
+                context = HeadersContext(stream.headers, expires)
                 body = (await handler(request, context)).SerializeToString()
             if expires is not None and time.monotonic() >= expires:
                 # The deadline passed while the loop was busy (an in-process model), so
@@ -343,7 +355,8 @@ class GrpcH2Server:
                 known = request_id.decode() if request_id else given_id(stream.headers)
                 model, version = route_of(request)
                 peer = _peer(connection)
-                log_request("gRPC", name, peer, model, version, code, rows, started, known)
+                method = log_method(name, request)
+                log_request("gRPC", method, peer, model, version, code, rows, started, known)
             if self.tracer is not None and handler is None:
                 trace_call(
                     self.tracer,

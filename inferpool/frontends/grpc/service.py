@@ -307,7 +307,8 @@ def route_of(request: Any) -> tuple[str, str | None]:
     for field in ("model_name", "name"):
         value = getattr(request, field, "")
         if value:
-            return str(value), getattr(request, "version", "") or None
+            version = getattr(request, "version", "") or getattr(request, "model_version", "")
+            return str(value), version or None
     return "-", None
 
 

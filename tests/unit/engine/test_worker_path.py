@@ -12,11 +12,13 @@ import orjson
 import pytest
 
 from inferpool.engine.inprocess import InProcessClient
-from inferpool.engine.ipc.messages import Kind, Reply, RequestHeader, custom_body
+from inferpool.engine.ipc.messages import Kind, Reply, RequestHeader
 from inferpool.engine.worker import inference
 from inferpool.engine.worker.model import LoadedModel, failure_reason
 from inferpool.engine.worker.path import Job, run_group
 from inferpool.errors import BadRequest, ModelLoadError, RuntimeNotFound
+from inferpool.protocol.endpoints import call_body as custom_body
+from inferpool.protocol.endpoints import read_answer
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.settings import ServerSettings
 from tests.support.runtimes import RowSums, loaded_sums_model
@@ -129,10 +131,14 @@ def test_custom_endpoints_go_through_the_same_entry(caplog: pytest.LogCaptureFix
     with caplog.at_level(logging.ERROR):
         replies = run_group(model, jobs)
     assert [r.status for r in replies] == [200, 200, 200, 404, 500, 400, 504]
-    assert orjson.loads(replies[0].body) == {"doubled": [2.0, 5.0]}
-    assert replies[1].body == b"cba"
+    answers = [read_answer(reply.body, reply.json_length) for reply in replies]
+    assert orjson.loads(answers[0][1]) == {"doubled": [2.0, 5.0]}
+    # The dict API answers JSON whatever the bytes (MLflow's scoring endpoint relies on it).
+    head, body = answers[1]
+    assert body == b"cba" and head.content_type == "application/json"
     assert sums(replies[2]) == [2.0]
-    assert replies[3].body == b"model 'sums' has no endpoint 'missing'"
+    assert answers[3] is None  # an error: the message alone
+    assert replies[3].body == b"model 'sums' has no endpoint '/missing'"
     assert replies[4].body == b"model 'sums' raised ZeroDivisionError: division by zero"
     assert replies[5].body == b"fail: that body is refused"
     # The endpoint's bug is logged with its traceback; the refusal is the client's error.
@@ -151,7 +157,8 @@ def test_explain_is_answered_by_the_runtime_or_refused_with_the_reason() -> None
     assert refused.status == 400
     assert refused.body == b"model 'sums' cannot explain: the custom runtime has no explainer"
     (own,) = run_group(loaded_sums_model(OwnExplain), [job(body, Kind.CUSTOM)])
-    assert own.status == 200 and orjson.loads(own.body) == {"own": True}
+    answer = read_answer(own.body, own.json_length)
+    assert own.status == 200 and answer is not None and orjson.loads(answer[1]) == {"own": True}
 
 
 def test_a_request_the_model_rejects_is_400_and_the_rest_of_its_batch_is_200() -> None:

@@ -98,6 +98,7 @@ def test_server_metadata_names_the_extensions():
         "extensions": EXTENSIONS,
     }
     assert {"model_repository", "statistics", "binary_tensor_data"} <= set(EXTENSIONS)
+    assert {"custom_endpoints", "feedback"} <= set(EXTENSIONS)
 
 
 def test_model_metadata_of_a_loaded_model_is_its_own_plus_its_state():
