@@ -38,6 +38,7 @@ from inferpool.frontends.mlflow_scoring import scoring_routes
 from inferpool.frontends.model_config import model_config
 from inferpool.frontends.rest_infer import InferRoutes
 from inferpool.frontends.rest_input import await_reply, read_body, request_timeout, scan_headers
+from inferpool.frontends.rest_stream import stream_routes
 from inferpool.protocol.rest_json import parse_json_object
 from inferpool.settings import ServerSettings
 
@@ -168,6 +169,8 @@ def build_app(
             Route(prefix + "/stats", statistics),
             Route(prefix + "/config", config),
         ]
+    # Streaming (SSE) and the generate extension, before the custom endpoints.
+    routes += stream_routes(client, answer_response)
     # MLflow's scoring server at the root, for a server of one model.
     routes += scoring_routes(plane)
     # Runtime-registered endpoints last, so they never shadow a protocol route.
