@@ -6,6 +6,8 @@ named by its key (``{"text_input": "hi"}`` is the BYTES input ``text_input`` of 
 [1]; a list is a tensor of its length); ``parameters`` are the request's parameters.
 A response holds ``model_name``, ``model_version``, ``id`` and one key per output: its
 single element (``"text_output": "..."``), or its flat data when it has several.
+A body whose ``inputs`` is a list is a V2 request instead, answered in V2: MLServer's
+``generate`` endpoints are aliases of ``infer``, and its clients send those.
 ``engine/worker/wire_formats.py`` maps ``Kind.GENERATE`` to ``decode`` and ``encode``.
 """
 
@@ -22,8 +24,18 @@ from inferpool.protocol.types import InferenceRequest, InferenceResponse
 _RESERVED = frozenset({"id", "parameters"})
 
 
+class V2Request(InferenceRequest):
+    """A V2 request that came to a generate endpoint (MLServer's alias of infer): its
+    response is V2 too."""
+
+    __slots__ = ()
+
+
 def decode(body: bytes, json_length: int | None = None) -> InferenceRequest:
     document = rest_json.parse_json_object(body)
+    if isinstance(document.get("inputs"), list):
+        plain = rest_json.request_from_document(document, None)
+        return V2Request(plain.inputs, plain.id, plain.outputs, plain.parameters)
     inputs = [_tensor(key, value) for key, value in document.items() if key not in _RESERVED]
     if not inputs:
         raise BadRequest("a generate request needs at least one input, e.g. 'text_input'")
@@ -56,6 +68,8 @@ def _tensor(name: str, value: Any) -> dict[str, Any]:
 
 
 def encode(response: InferenceResponse, request: InferenceRequest) -> tuple[bytes, None]:
+    if isinstance(request, V2Request):
+        return rest_json.encode_response(response), None
     v2 = orjson.loads(rest_json.encode_response(response))
     document: dict[str, Any] = {
         "model_name": v2["model_name"],

@@ -158,3 +158,14 @@ def test_generate_outputs_are_the_responses_keys() -> None:
         "text_output": "hello",
         "scores": [0.25, 0.75],
     }
+
+
+def test_a_v2_request_on_a_generate_endpoint_is_answered_in_v2() -> None:
+    # MLServer's generate endpoints are aliases of infer: its clients send V2 bodies.
+    request = generate_wire.decode(
+        b'{"inputs": [{"name": "x", "datatype": "FP64", "shape": [1], "data": [2.5]}]}'
+    )
+    assert request.inputs[0].name == "x" and request.inputs[0].data.tolist() == [2.5]
+    response = InferenceResponse("m", [Tensor("y", "FP64", (1,), np.array([5.0]))], id="i")
+    body, _ = generate_wire.encode(response, request)
+    assert orjson.loads(body)["outputs"][0]["data"] == [5.0]
