@@ -433,17 +433,10 @@ class GrpcH2Server:
                     await watcher.ended
             finally:
                 self.health.unwatch(watcher)
-        except TimeoutError:
-            code, text = "DEADLINE_EXCEEDED", "Deadline Exceeded"
-        except asyncio.CancelledError:
-            if stream.closed:  # the client cancelled the call or went away
-                code = "CANCELLED"
+        except (Exception, asyncio.CancelledError) as exc:
+            code, text, pushback = stream_status(exc, stream, "Watch")
+            if code == "CANCELLED":
                 raise
-            code, text = "UNAVAILABLE", "the server is shutting down; retry the call"
-        except CallError as exc:
-            code, text = exc.code, exc.message
-        except Exception as exc:
-            code, text, pushback = call_status(exc, "Watch")
         finally:
             if self.access_log:
                 peer = _peer(connection)
@@ -454,6 +447,22 @@ class GrpcH2Server:
             connection.end_stream(stream, trailers)
         else:
             connection.respond(stream, RESPONSE_HEADERS + trailers, b"", b"")
+
+
+def stream_status(exc: BaseException, stream: Stream, method: str) -> tuple[str, str, bool]:
+    """The status a streaming call (Watch, ModelStreamInfer) ends with when ``exc`` ended
+    it: (code name, message, pushback). CANCELLED (the client went away): the caller
+    re-raises the cancellation."""
+    if isinstance(exc, TimeoutError):
+        return "DEADLINE_EXCEEDED", "Deadline Exceeded", False
+    if isinstance(exc, asyncio.CancelledError):
+        if stream.closed:  # the client cancelled the call or went away
+            return "CANCELLED", "", False
+        return "UNAVAILABLE", "the server is shutting down; retry the call", False
+    if isinstance(exc, CallError):
+        return exc.code, exc.message, False
+    assert isinstance(exc, Exception)
+    return call_status(exc, method)
 
 
 def _peer(connection: Http2Connection) -> str | None:

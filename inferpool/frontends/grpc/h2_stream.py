@@ -25,9 +25,10 @@ from inferpool.frontends.grpc.h2 import (
     CallError,
     framed,
     status_trailers,
+    stream_status,
     too_large,
 )
-from inferpool.frontends.grpc.service import InferenceService, call_status
+from inferpool.frontends.grpc.service import InferenceService
 from inferpool.transport.http2 import Http2Connection
 from inferpool.transport.http2_streams import Stream
 
@@ -119,17 +120,10 @@ async def serve_stream(
                     connection.open_stream(stream, RESPONSE_HEADERS)
                     opened = True
                 connection.send_data(stream, framed(message))
-    except TimeoutError:
-        code, text = "DEADLINE_EXCEEDED", "Deadline Exceeded"
-    except asyncio.CancelledError:
-        if stream.closed:  # the client cancelled the call or went away
-            code = "CANCELLED"
+    except (Exception, asyncio.CancelledError) as exc:
+        code, text, pushback = stream_status(exc, stream, "ModelStreamInfer")
+        if code == "CANCELLED":
             raise
-        code, text = "UNAVAILABLE", "the server is shutting down; retry the call"
-    except CallError as exc:
-        code, text = exc.code, exc.message
-    except Exception as exc:
-        code, text, pushback = call_status(exc, "ModelStreamInfer")
     finally:
         if access_log:
             known = given_id(stream.headers)
