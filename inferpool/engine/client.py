@@ -12,11 +12,11 @@ import contextlib
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from inferpool.engine.admin import AdminPolicy
-from inferpool.engine.ipc.messages import Reply, StageTimes
+from inferpool.engine.ipc.messages import MORE, Reply, StageTimes
 from inferpool.engine.pipelines.manager import Pipelines, is_pipeline, load_order
 from inferpool.engine.repository import Discovered, discover, find_models
 from inferpool.engine.states import (
@@ -400,6 +400,83 @@ class EngineClient(ABC):
         reason = "" if code < 400 else reply_reason(reply, self._workers)
         stats.record(protocol, code, elapsed, reply.times, reply.rows, reply.execution, reason)
         return reply
+
+    async def infer_stream(
+        self,
+        name: str,
+        version: str | None,
+        kind: int,
+        body: bytes,
+        json_length: int | None,
+        deadline: float | None = None,
+    ) -> AsyncGenerator[Reply, None]:
+        """Run one streamed request (a ``STREAM_KINDS`` kind): its replies as they come.
+
+        Each chunk of a runtime's ``predict_stream`` is a 200 marked ``MORE``; the last
+        reply is an empty 200, or the error that ended the stream. A model that does not
+        stream answers with its one reply (unmarked). Routing problems raise before the
+        first reply. A model that takes longer than its timeout (``timeout``, else the
+        server's ``model_timeout``) to produce a chunk ends the stream with a 504, and its
+        generator is closed, as it is when the caller stops iterating. Counted once in the
+        version's statistics, when the stream ends.
+        """
+        status = self.table.find(name, version)
+        key = status.key
+        stats = self.stats.get(key)
+        if stats is None:
+            stats = self.stats[key] = ModelStats(self.buckets)
+        protocol = PROTOCOL_OF_KIND[kind]
+        if status.state is not ModelState.READY:
+            stats.refuse(protocol, 503, "unavailable")
+            raise NotReady(status.describe())
+        check_deadline(deadline)
+        timeout = self._chunk_timeout(status)
+        started = time.perf_counter_ns()
+        stats.in_flight += 1
+        replies = self._infer_stream(key, kind, body, json_length, deadline)
+        last: Reply | None = None
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(timeout):
+                        reply = await anext(replies)
+                except TimeoutError:
+                    reply = Reply.from_error(
+                        DeadlineExceeded(
+                            f"{describe_key(key)} produced no chunk within its timeout "
+                            f"({timeout:g} s)"
+                        )
+                    )
+                except StopAsyncIteration:
+                    break
+                last = reply
+                yield reply
+                if not reply.flags & MORE:
+                    break
+        finally:
+            stats.in_flight -= 1
+            await replies.aclose()
+            if last is None or last.flags & MORE:  # it never ended: the caller went away
+                stats.refuse(protocol, 499, "cancelled")
+            else:
+                code = last.status
+                reason = "" if code == 200 else reply_reason(last, self._workers)
+                elapsed = time.perf_counter_ns() - started
+                stats.record(protocol, code, elapsed, last.times, last.rows, last.execution, reason)
+
+    def _chunk_timeout(self, status: ModelStatus) -> float | None:
+        """Seconds a stream's model may take per chunk (None: no limit)."""
+        settings = status.settings
+        timeout = settings.timeout if settings is not None else None
+        if timeout is None:
+            timeout = self.settings.model_timeout
+        return timeout if timeout > 0 else None
+
+    async def _infer_stream(
+        self, key: ModelKey, kind: int, body: bytes, json_length: int | None, deadline: float | None
+    ) -> AsyncGenerator[Reply, None]:
+        """A streamed request's replies where models run; by default its one reply."""
+        yield await self._infer(key, kind, body, json_length, deadline)
 
     def running_requests(self) -> dict[ModelKey, int]:
         """Per model version, its in-flight requests that are running now rather than

@@ -22,11 +22,11 @@ import itertools
 import os
 import struct
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 
 from inferpool.engine.handles import WorkerHandle
 from inferpool.engine.ipc import messages
-from inferpool.engine.ipc.messages import Op, Reply
+from inferpool.engine.ipc.messages import MORE, Op, Reply
 from inferpool.engine.states import (
     ModelKey,
     ModelState,
@@ -35,6 +35,7 @@ from inferpool.engine.states import (
     model_key,
     model_label,
 )
+from inferpool.engine.stream_sink import StreamSink
 from inferpool.errors import BadRequest, NotReady, Overloaded, WorkerLost
 from inferpool.frontends.request_context import track
 from inferpool.settings import ModelSettings
@@ -185,6 +186,58 @@ class Dispatcher:
     async def infer(
         self, key: ModelKey, kind: int, body: bytes, json_length: int | None, deadline: float | None
     ) -> Reply:
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        sent = await self._send(key, kind, body, json_length, deadline, future)
+        if isinstance(sent, Reply):
+            return sent
+        worker, request_id = sent
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if worker.alive and request_id in worker.inflight:
+                # Its caller went away: the worker drops it if it has not started.
+                with contextlib.suppress(OSError):
+                    worker.post_control(messages.Cancel(request_id=request_id))
+            raise
+
+    async def stream(
+        self, key: ModelKey, kind: int, body: bytes, json_length: int | None, deadline: float | None
+    ) -> AsyncGenerator[Reply, None]:
+        """A streamed request's replies (``stream_sink``): chunks marked ``MORE``, then
+        the last one. Closing the iterator early cancels the stream in its worker."""
+        sink: StreamSink | None = None
+
+        def receiver(worker: WorkerHandle, request_id: int) -> StreamSink:
+            nonlocal sink
+            sink = StreamSink(worker, request_id)
+            return sink
+
+        sent = await self._send(key, kind, body, json_length, deadline, receiver)
+        if isinstance(sent, Reply):
+            yield sent
+            return
+        assert sink is not None
+        try:
+            while True:
+                reply = await sink.next()
+                yield reply
+                if not reply.flags & MORE:
+                    return
+        finally:
+            sink.close()
+
+    async def _send(
+        self,
+        key: ModelKey,
+        kind: int,
+        body: bytes,
+        json_length: int | None,
+        deadline: float | None,
+        receiver: asyncio.Future[Reply] | Callable[[WorkerHandle, int], StreamSink],
+    ) -> tuple[WorkerHandle, int] | Reply:
+        """Put a request in a replica's queue, its ``receiver`` (a future, or what makes
+        a stream's sink) in that worker's in-flight map; the worker and the request id, or
+        the reply when the worker could not take it."""
         route = self.routes.get(key)
         if route is None:
             raise NotReady(f"{describe_key(key)} has no ready replica")
@@ -205,8 +258,10 @@ class Dispatcher:
             )
         except (ValueError, OverflowError, TypeError, struct.error) as exc:
             raise BadRequest(str(exc)) from None
-        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        worker.inflight[request_id] = future
+        if callable(receiver):
+            worker.inflight[request_id] = receiver(worker, request_id)  # type: ignore[assignment]
+        else:
+            worker.inflight[request_id] = receiver
         try:
             if worker.requests.push(header, body):
                 os.eventfd_write(worker.request_bell, 1)
@@ -220,14 +275,7 @@ class Dispatcher:
             worker.inflight.pop(request_id, None)
             raise
         track(request_id)  # its request id, for the worker's log records (request_context)
-        try:
-            return await future
-        except asyncio.CancelledError:
-            if worker.alive and request_id in worker.inflight:
-                # Its caller went away: the worker drops it if it has not started.
-                with contextlib.suppress(OSError):
-                    worker.post_control(messages.Cancel(request_id=request_id))
-            raise
+        return worker, request_id
 
     async def _wait_for_replica(self, key: ModelKey, route: Route, deadline: float | None) -> Route:
         """Wait (bounded) while the workers holding the model's replicas are replaced."""

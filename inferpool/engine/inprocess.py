@@ -16,7 +16,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from inferpool.engine.client import EngineClient
@@ -89,6 +89,27 @@ class InProcessClient(EngineClient):
         if queue.full():
             self._run_queued(key)
         return await future
+
+    async def _infer_stream(
+        self, key: ModelKey, kind: int, body: bytes, json_length: int | None, deadline: float | None
+    ) -> AsyncGenerator[Reply, None]:
+        """A runtime's ``predict_stream`` on this loop (its consumer pulls each chunk: the
+        back-pressure is the generator's own); any other runtime's one reply."""
+        from inferpool.engine.worker.path import Job
+        from inferpool.engine.worker.streaming import stream_replies, streams
+
+        model = self.models[key]
+        if not streams(model.runtime):
+            yield await self._infer(key, kind, body, json_length, deadline)
+            return
+        deadline_ns = 0 if deadline is None else int(deadline * 1e9)
+        header = RequestHeader(0, 0, kind, json_length, deadline_ns, time.monotonic_ns(), len(body))
+        replies = stream_replies(model, Job(header, body))
+        try:
+            async for reply in replies:
+                yield reply
+        finally:
+            await replies.aclose()
 
     def _run_queued(self, key: ModelKey) -> None:
         """Run what is queued for a version, as a worker runs what it drained: joined up

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from inferpool.engine.client import EngineClient
@@ -110,6 +111,16 @@ class PoolClient(EngineClient):
         self, key: ModelKey, kind: int, body: bytes, json_length: int | None, deadline: float | None
     ) -> Reply:
         return await self.dispatcher.infer(key, kind, body, json_length, deadline)
+
+    async def _infer_stream(
+        self, key: ModelKey, kind: int, body: bytes, json_length: int | None, deadline: float | None
+    ) -> AsyncGenerator[Reply, None]:
+        replies = self.dispatcher.stream(key, kind, body, json_length, deadline)
+        try:
+            async for reply in replies:
+                yield reply
+        finally:
+            await replies.aclose()
 
     # -- what the supervisor reports (PoolEvents) --------------------------------------------
     def timeout_of(self, model_index: int) -> float:

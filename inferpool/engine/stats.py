@@ -45,6 +45,10 @@ _PROTOCOL_OF_KIND = {
     Kind.CUSTOM: REST,
     Kind.REST_HEADERS: REST,
     Kind.GRPC_HEADERS: GRPC,
+    Kind.REST_STREAM: REST,
+    Kind.GRPC_STREAM: GRPC,
+    Kind.GENERATE: REST,
+    Kind.GENERATE_STREAM: REST,
 }
 PROTOCOL_OF_KIND = tuple(_PROTOCOL_OF_KIND[kind] for kind in sorted(Kind))
 

@@ -37,6 +37,7 @@ from inferpool.frontends.model_config import model_config
 from inferpool.frontends.rest_endpoints import endpoint_routes
 from inferpool.frontends.rest_infer import InferRoutes
 from inferpool.frontends.rest_input import read_body, scan_headers
+from inferpool.frontends.rest_stream import stream_routes
 from inferpool.protocol.rest_json import parse_json_object
 from inferpool.settings import ServerSettings
 
@@ -140,6 +141,8 @@ def build_app(
             Route(prefix + "/stats", statistics),
             Route(prefix + "/config", config),
         ]
+    # Streaming (SSE) and the generate extension, before the custom endpoints.
+    routes += stream_routes(client, rest_answer.answer_response)
     # MLflow's scoring server at the root, for a server of one model.
     routes += scoring_routes(plane)
     # Runtime-registered endpoints last, so they never shadow a protocol route; a bare

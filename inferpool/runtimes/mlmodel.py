@@ -23,7 +23,7 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, ClassVar, TypeVar
@@ -68,6 +68,12 @@ class _ProcessLoop:
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run ``coroutine`` on the loop and wait for its result (or its exception)."""
         return asyncio.run_coroutine_threadsafe(coroutine, self._current()).result()
+
+    async def await_from(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the loop, awaited from another running loop (cancelling
+        the wait cancels it there)."""
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._current())
+        return await asyncio.wrap_future(future)
 
     def _current(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -192,6 +198,41 @@ class MLModelRuntime(Runtime):
             response = _LOOP.run(self._in_context(self.model.predict(request)))
         except self.flavour.error_class as exc:
             raise from_status(getattr(exc, "status_code", 400), str(exc)) from None
+        return self._answer(response)
+
+    @property
+    def streams(self) -> bool:
+        """The model class implements ``predict_stream`` itself (MLServer's default only
+        predicts the first request): its streamed requests run through it."""
+        for cls in self.model_class.__mro__:
+            if "predict_stream" in vars(cls):
+                return not cls.__module__.startswith(("mlserver", "inferpool.mlserver"))
+        return False
+
+    async def predict_stream(self, payloads: AsyncIterator[InferenceRequest]) -> AsyncIterator[Any]:
+        """The model's ``predict_stream``, run on the process's loop for the model (as its
+        other coroutines), its responses as outputs (``predict``'s answers)."""
+        requests = [self._model_request(payload) async for payload in payloads]
+
+        async def source() -> AsyncIterator[Any]:
+            for request in requests:
+                yield request
+
+        generator = self.model.predict_stream(source())
+        try:
+            while True:
+                try:
+                    response = await _LOOP.await_from(self._in_context(generator.__anext__()))
+                except StopAsyncIteration:
+                    return
+                except self.flavour.error_class as exc:
+                    raise from_status(getattr(exc, "status_code", 400), str(exc)) from None
+                yield self._answer(response)
+        finally:
+            await _LOOP.await_from(generator.aclose())
+
+    def _answer(self, response: Any) -> dict[str, Tensor]:
+        """The outputs of one of the model's responses (an ``Answer`` with its parameters)."""
         tensors = {output.name: self._tensor(output) for output in response.outputs}
         if response.parameters is None:
             return tensors

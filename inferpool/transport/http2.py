@@ -96,8 +96,10 @@ class Http2Connection(Http2FrameReader):
         registry: Any = None,
         on_reject: OnReject | None = None,
         on_body_head: Callable[[bytes], str | None] | None = None,
+        on_headers: OnRequest | None = None,
     ) -> None:
         super().__init__(on_request, max_body, limits, on_reject, on_body_head)
+        self.on_headers = on_headers
         self.on_close = on_close
         self.registry = registry  # admits and releases connections (admit, release), or None
         self._partial: list[bytes] = []  # the start of a frame still arriving

@@ -36,6 +36,7 @@ from inferpool.transport.http2_wire import (
     GOAWAY,
     HEADERS,
     MAX_WINDOW,
+    NO_ERROR,
     PING,
     PING_BUDGET,
     PRIORITY,
@@ -83,6 +84,10 @@ class Http2FrameReader(Http2Streams):
     ) -> None:
         super().__init__(on_reject)
         self.on_request = on_request
+        # Called with a request's headers before its body (``Http2Connection``'s
+        # ``on_headers``): it may answer at once, or take the body as it comes
+        # (``Stream.on_data``) instead of whole at its end (``on_request``).
+        self.on_headers: OnRequest | None = None
         self.on_body_head = on_body_head
         self.limits = limits
         self.max_body = limits.max_body if max_body is None else max_body
@@ -265,9 +270,18 @@ class Http2FrameReader(Http2Streams):
             if flags & END_STREAM and length:
                 self._reset(stream, PROTOCOL_ERROR, out)  # content-length but no DATA
                 return
+            if self.on_headers is not None:
+                self.on_headers(self, stream)  # type: ignore[arg-type]
+                if stream.closed:  # answered at once: the rest of the request is not read
+                    if not flags & END_STREAM:
+                        out.append(frame(RST_STREAM, 0, stream.id, U32.pack(NO_ERROR)))
+                    return
         if flags & END_STREAM:
             stream.ended = True
-            self._hand_over(stream)
+            if stream.on_data is not None:
+                stream.on_data(b"", True)
+            else:
+                self._hand_over(stream)
 
     def _data(self, flags: int, stream_id: int, payload: bytes, out: list[bytes]) -> None:
         if not self._settings_seen:
@@ -299,6 +313,9 @@ class Http2FrameReader(Http2Streams):
         ):
             self._reset(stream, PROTOCOL_ERROR, out)  # content-length does not match
             return
+        if stream.on_data is not None:  # read as it comes: the call bounds its messages
+            self._stream_data(stream, flags, flow, payload, out)
+            return
         if received > self.max_body:
             self._reject(
                 stream,
@@ -326,6 +343,22 @@ class Http2FrameReader(Http2Streams):
         stream.unacked += flow
         if stream.unacked >= STREAM_WINDOW // 4 and received < self.max_body:
             out.append(frame(WINDOW_UPDATE, 0, stream_id, U32.pack(stream.unacked)))
+            stream.recv_window += stream.unacked
+            stream.unacked = 0
+
+    def _stream_data(
+        self, stream: Stream, flags: int, flow: int, payload: bytes, out: list[bytes]
+    ) -> None:
+        """DATA of a stream whose call reads its body as it comes (``Stream.on_data``)."""
+        assert stream.on_data is not None
+        ended = bool(flags & END_STREAM)
+        stream.ended = ended
+        stream.on_data(payload, ended)
+        if ended:
+            return
+        stream.unacked += flow
+        if stream.unacked >= STREAM_WINDOW // 4:
+            out.append(frame(WINDOW_UPDATE, 0, stream.id, U32.pack(stream.unacked)))
             stream.recv_window += stream.unacked
             stream.unacked = 0
 

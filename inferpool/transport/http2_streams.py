@@ -51,6 +51,7 @@ class Stream:
         "held",
         "id",
         "length",
+        "on_data",
         "pending",
         "received",
         "recv_window",
@@ -80,6 +81,9 @@ class Stream:
         self.trailers = b""
         self.streaming = False  # a response of several messages (open_stream) not yet ended
         self.task: asyncio.Future[None] | None = None  # whoever answers it; cancelled on reset
+        # Set by ``on_headers`` for a call that reads its body as it comes (a client-streaming
+        # gRPC call): each DATA payload goes there, with True once the peer ended the stream.
+        self.on_data: Callable[[bytes, bool], None] | None = None
         self.closed = False
         self.seen = 0  # ``received`` at the timer's last look (body timeout)
         self.stalled_since = now

@@ -39,6 +39,21 @@ class Kind(IntEnum):
     # parameters.headers (protocol/request_headers.py)
     REST_HEADERS = 3
     GRPC_HEADERS = 4
+    GENERATE = 5  # the "generate" extension's JSON (text_input in, text_output out)
+    # Streamed requests (engine/worker/streaming.py): a runtime with ``predict_stream``
+    # answers them with several replies (``MORE`` set on all but the last); any other
+    # runtime answers them with one. Every kind from REST_STREAM on streams.
+    REST_STREAM = 6  # V2 JSON in, one V2 JSON response per chunk
+    GRPC_STREAM = 7  # a ModelInferRequest in, one ModelInferResponse per chunk
+    GENERATE_STREAM = 8  # GENERATE's JSON, one response per chunk
+
+
+# The kinds whose replies may come in several chunks.
+STREAM_KINDS = frozenset({Kind.REST_STREAM, Kind.GRPC_STREAM, Kind.GENERATE_STREAM})
+# Reply header flag: more replies to the same request follow this one (a stream's chunk).
+MORE = 1
+# Chunks a stream may send ahead of its consumer (``Credit`` returns them).
+STREAM_WINDOW = 16
 
 
 class Op(IntEnum):
@@ -61,10 +76,11 @@ class Op(IntEnum):
     LOG = 15  # worker/template → frontend: a log record for the server's handlers
     PRELOADED = 16  # template → frontend: how a PRELOAD went, per model, and its epoch
     UNPRELOAD = 17  # frontend → template: drop its copy of a model version
+    CREDIT = 18  # frontend → worker: a stream's consumer took chunks, send that many more
 
 
 # -- the slot header -----------------------------------------------------------------------
-# request id, model index, kind, flags (unused), status, json_length (-1: none),
+# request id, model index, kind, flags (a reply's ``MORE``), status, json_length (-1: none),
 # deadline (monotonic ns, 0: none), enqueued at (monotonic ns), then the four stage
 # times (queue, compute_input, compute_infer, compute_output, in ns), then body length.
 # A reply has no model index, kind, deadline or enqueued time: its deadline field carries
@@ -120,6 +136,7 @@ class ReplyHeader(NamedTuple):
     rows: int
     execution: int
     execution_id: int = 0  # of a batched execution (``Reply.execution_id``)
+    flags: int = 0  # ``MORE``: a stream's chunk with more to come
 
     @classmethod
     def of(cls, fields: tuple[int, ...]) -> ReplyHeader:
@@ -127,7 +144,8 @@ class ReplyHeader(NamedTuple):
         times = StageTimes(fields[8], fields[9], fields[10], fields[11])
         json = None if json_length < 0 else json_length
         return _tuple_new(
-            cls, (fields[0], fields[4], json, times, fields[12], *fields[6:8], fields[1])
+            cls,
+            (fields[0], fields[4], json, times, fields[12], *fields[6:8], fields[1], fields[3]),
         )
 
     @classmethod
@@ -173,7 +191,7 @@ def reply_header(request_id: int, reply: Reply) -> bytes:
     times = reply.times or _NO_TIMES
     json_length = -1 if reply.json_length is None else reply.json_length
     return HEADER.pack(
-        request_id, reply.execution_id, 0, 0, reply.status, json_length, reply.rows,
+        request_id, reply.execution_id, 0, reply.flags, reply.status, json_length, reply.rows,
         reply.execution, times.queue, times.compute_input, times.compute_infer,
         times.compute_output, len(reply.body),
     )  # fmt: skip
@@ -205,6 +223,7 @@ class Reply:
     ``execution_id`` names an execution that joined several requests (the same in each of
     their replies, unique in its worker for a while: it wraps at 2**32), 0 for a request
     predicted alone; tracing links the requests of one execution by it.
+    ``flags``: ``MORE`` on a stream's chunk that is not its last reply.
     """
 
     status: int
@@ -214,6 +233,7 @@ class Reply:
     rows: int = 0
     execution: int = 0
     execution_id: int = 0
+    flags: int = 0
 
     @classmethod
     def from_error(cls, exc: BaseException, model: str = "") -> Reply:
@@ -228,7 +248,7 @@ class Reply:
     def from_header(cls, header: ReplyHeader, body: bytes) -> Reply:
         return cls(
             header.status, body, header.json_length, header.times, header.rows, header.execution,
-            header.execution_id,
+            header.execution_id, header.flags,
         )  # fmt: skip
 
     @classmethod
@@ -239,7 +259,7 @@ class Reply:
         json_length = fields[5]
         times = StageTimes(fields[8], fields[9], fields[10], fields[11])
         json = None if json_length < 0 else json_length
-        return cls(fields[4], body, json, times, fields[6], fields[7], fields[1])
+        return cls(fields[4], body, json, times, fields[6], fields[7], fields[1], fields[3])
 
 
 # -- control messages ----------------------------------------------------------------------
@@ -340,6 +360,15 @@ class Cancel(Control, frozen=True):
     request_id: int
 
 
+class Credit(Control, frozen=True):
+    """A stream's consumer took ``chunks`` of its replies: the worker may send as many
+    more (``engine/streams.py``: the window that bounds what a slow consumer buffers)."""
+
+    op = Op.CREDIT
+    request_id: int
+    chunks: int
+
+
 class Exited(Control, frozen=True):
     op = Op.EXITED
     pid: int
@@ -400,7 +429,7 @@ class Metrics(Control, frozen=True):
 
 _CONTROLS: tuple[type[Control], ...] = (
     Hello, Load, Loaded, Unload, Stop, Spawn, Preload, Ping, Pong, Cancel, Exited, Log,
-    Metrics, Preloaded, Unpreload,
+    Metrics, Preloaded, Unpreload, Credit,
 )  # fmt: skip
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS: dict[int, msgspec.msgpack.Decoder[Any]] = {

@@ -25,13 +25,14 @@ from inferpool import logs
 from inferpool.engine.custom_metrics import Reporter
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.channel import Channel
-from inferpool.engine.ipc.messages import Op, Reply, RequestHeader
+from inferpool.engine.ipc.messages import Kind, Op, Reply, RequestHeader
 from inferpool.engine.ipc.ring import Ring
 from inferpool.engine.worker.batching import Batcher
 from inferpool.engine.worker.heap import release_freed_memory
 from inferpool.engine.worker.model import LoadedModel, failure_reason, load_model
 from inferpool.engine.worker.path import Job, run_executions
 from inferpool.engine.worker.preload import forget, preloaded
+from inferpool.engine.worker.streaming import WorkerStreams, streams
 from inferpool.engine.worker.warmup import warm_up
 from inferpool.errors import ClientGone, NotReady
 from inferpool.protocol import limits
@@ -69,6 +70,7 @@ class Worker:
         self.log = logs.forward_to(self.channel, str(self.worker_id))
         self.models: dict[int, LoadedModel] = {}
         self.batcher = Batcher()
+        self.streams = WorkerStreams()  # streamed requests (predict_stream), in a thread
         self.stopping = False
         # The runtimes' custom metrics, sent batched: never one message per request.
         self.metrics = Reporter(self.channel.send_control)
@@ -78,6 +80,7 @@ class Worker:
                 Op.LOAD: self._load,
                 Op.UNLOAD: self._on_unload,
                 Op.CANCEL: self._on_cancel,
+                Op.CREDIT: self._on_credit,
                 Op.PING: self._on_ping,
                 Op.STOP: self._on_stop,
             }
@@ -90,6 +93,7 @@ class Worker:
         poller = select.poll()
         poller.register(self.request_bell, select.POLLIN)
         poller.register(self.channel.fileno(), select.POLLIN)
+        poller.register(self.streams.bell, select.POLLIN)
         while True:
             now = time.monotonic_ns()
             wait = self.batcher.timeout(now)
@@ -101,13 +105,16 @@ class Worker:
                 if fd == self.request_bell:
                     with contextlib.suppress(BlockingIOError):
                         os.eventfd_read(self.request_bell)
+                elif fd == self.streams.bell:
+                    self._answer_streams()
             # The ring first: requests sent before a control message (an unload) are
             # queued before that message is acted on.
             self._take_requests()
             if not self._take_control():
                 return
             self._run_due()
-            if self.stopping and not self.batcher and not self.requests.pending():
+            idle = not self.batcher and not self.requests.pending() and not self.streams
+            if self.stopping and idle:
                 self.metrics.report(force=True)
                 return
             self.metrics.report()
@@ -159,6 +166,9 @@ class Worker:
             message = f"worker {self.worker_id} does not hold that model (was it unloaded?)"
             self._answer([job], [Reply.from_error(NotReady(message))])
             return
+        if header.kind >= Kind.REST_STREAM and streams(model.runtime):
+            self.streams.start(model, job)  # the other kinds: one reply, as any request
+            return
         self.batcher.add(model, job)
 
     def _take_control(self) -> bool:
@@ -185,6 +195,16 @@ class Worker:
         job = self.batcher.cancel(message.request_id)
         if job is not None:  # the frontend still counts it until it is answered
             self._answer([job], [Reply.from_error(ClientGone("the client went away"))])
+        else:
+            self.streams.cancel(message.request_id)
+
+    def _on_credit(self, message: messages.Credit) -> None:
+        self.streams.credit(message.request_id, message.chunks)
+
+    def _answer_streams(self) -> None:
+        ready = self.streams.take()
+        if ready:
+            self._answer([job for job, _ in ready], [reply for _, reply in ready])
 
     def _on_ping(self, message: messages.Ping) -> None:
         self.channel.send_control(messages.Pong())

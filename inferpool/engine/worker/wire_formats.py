@@ -24,6 +24,10 @@ MODULES: dict[int, str] = {
     Kind.GRPC: "inferpool.protocol.grpc_wire",
     Kind.REST_HEADERS: "inferpool.codecs.rest_headers_wire",
     Kind.GRPC_HEADERS: "inferpool.codecs.grpc_headers_wire",
+    Kind.REST_STREAM: "inferpool.protocol.rest_wire",
+    Kind.GRPC_STREAM: "inferpool.protocol.grpc_wire",
+    Kind.GENERATE: "inferpool.protocol.generate_wire",
+    Kind.GENERATE_STREAM: "inferpool.protocol.generate_wire",
 }
 _LOADED: dict[int, tuple[Decoder, Encoder]] = {}
 

@@ -150,6 +150,9 @@ def build_handler(
     methods["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
         guarded("ModelInfer", service.model_infer, access_log, tracer)
     )
+    methods["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+        stream_infer(service, access_log)
+    )
     return grpc.method_handlers_generic_handler(SERVICE, methods)
 
 
@@ -172,6 +175,37 @@ def build_extension_handlers(
         )
         for service, methods in extension_methods(services).items()
     ]
+
+
+def stream_infer(
+    service: InferenceService, access_log: bool
+) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], AsyncIterator[bytes]]:
+    """ModelStreamInfer on grpc.aio: ``InferenceService.stream_infer`` over the call's
+    request iterator, each message written as it comes (grpc.aio waits for the client's
+    window before taking the next: the back-pressure)."""
+
+    async def call(
+        requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
+        started = time.perf_counter()
+        peer, metadata = _call_of(context) if access_log else (None, ())
+        remaining = context.time_remaining()
+        deadline = time.monotonic() + remaining if remaining is not None else None
+        code = grpc.StatusCode.OK
+        try:
+            async for message in service.stream_infer(requests, deadline):
+                yield message
+        except (asyncio.CancelledError, GeneratorExit):
+            code = grpc.StatusCode.CANCELLED  # the client went away or its deadline passed
+            raise
+        finally:
+            if access_log:
+                known = given_id(metadata)
+                log_request(
+                    "gRPC", "ModelStreamInfer", peer, "-", None, code.name, 0, started, known
+                )
+
+    return call
 
 
 def build_health_handler(health: HealthService, access_log: bool) -> grpc.GenericRpcHandler:

@@ -132,6 +132,17 @@ def ok_trailers(request_id: bytes) -> bytes:
     return OK_TRAILERS + literal(REQUEST_ID, request_id)
 
 
+def is_grpc(headers: dict[bytes, bytes]) -> bool:
+    """A gRPC request: POST, ``content-type: application/grpc`` (or ``+proto`` ...)."""
+    content_type = headers.get(b"content-type", b"")
+    subtype = content_type[len(GRPC_CONTENT_TYPE) : len(GRPC_CONTENT_TYPE) + 1]
+    return (
+        headers.get(b":method") == b"POST"
+        and content_type.startswith(GRPC_CONTENT_TYPE)
+        and subtype in (b"", b"+", b";")  # application/grpc-web is not gRPC
+    )
+
+
 def framed(message: bytes) -> bytes:
     return b"\x00" + len(message).to_bytes(4, "big") + message
 
@@ -192,6 +203,8 @@ class GrpcH2Server:
         for service, methods in extension.items():
             for name, (handler, message) in methods.items():
                 self.methods[f"/{service}/{name}".encode()] = (name, handler, message)
+        # ModelStreamInfer (bidirectional) starts at its headers: h2_stream.py.
+        self.stream_path = prefix + b"ModelStreamInfer"
         # grpc.health.v1.Health: Check is one more typed RPC, Watch streams (_watch).
         self.health = HealthService(self.service.plane)
         self.methods[CHECK_PATH] = ("Check", self.health.check, HealthCheckRequest)
@@ -212,6 +225,7 @@ class GrpcH2Server:
             registry=self.registry,
             on_reject=self._reject,
             on_body_head=self._check_prefix,
+            on_headers=self._on_headers,
         )
         self.open.add(connection)
         return connection
@@ -245,16 +259,40 @@ class GrpcH2Server:
             connection.abort()
 
     # -- one call --------------------------------------------------------------------------
+    def _on_headers(self, connection: Http2Connection, stream: Stream) -> None:
+        """A call's headers, before its body: a method not served is answered at once (a
+        client that streams would otherwise wait for its deadline), ModelStreamInfer
+        starts; any other call is served whole at its end (``_on_request``)."""
+        headers = dict(stream.headers)
+        path = headers.get(b":path", b"")
+        if path in self.methods or path == WATCH_PATH or not is_grpc(headers):
+            return
+        try:
+            if path != self.stream_path:
+                raise CallError("UNIMPLEMENTED", f"unknown method {path.decode(errors='replace')}")
+            timeout = headers.get(b"grpc-timeout")
+            expires = time.monotonic() + parse_timeout(timeout) if timeout is not None else None
+        except CallError as exc:
+            trailers = status_trailers(exc.code, exc.message)
+            connection.respond(stream, RESPONSE_HEADERS + trailers, b"", b"")
+            return
+        from inferpool.frontends.grpc.h2_stream import MessageReader, serve_stream
+
+        reader = MessageReader(self.max_message)
+        stream.on_data = reader.feed
+        peer = _peer(connection)
+        serving = serve_stream(
+            self.service, connection, stream, reader, expires, self.access_log, peer
+        )
+        call = asyncio.ensure_future(serving)
+        stream.task = call
+        self.calls.add(call)
+        call.add_done_callback(self.calls.discard)
+
     def _on_request(self, connection: Http2Connection, stream: Stream) -> None:
         headers = dict(stream.headers)
         path = headers.get(b":path", b"")
-        content_type = headers.get(b"content-type", b"")
-        subtype = content_type[len(GRPC_CONTENT_TYPE) : len(GRPC_CONTENT_TYPE) + 1]
-        if (
-            headers.get(b":method") != b"POST"
-            or not content_type.startswith(GRPC_CONTENT_TYPE)
-            or subtype not in (b"", b"+", b";")  # application/grpc-web is not gRPC
-        ):
+        if not is_grpc(headers):
             connection.respond(stream, NOT_GRPC_HEADERS, b"", b"")
             return
         entry = self.methods.get(path)
@@ -408,17 +446,10 @@ class GrpcH2Server:
                     await watcher.ended
             finally:
                 self.health.unwatch(watcher)
-        except TimeoutError:
-            code, text = "DEADLINE_EXCEEDED", "Deadline Exceeded"
-        except asyncio.CancelledError:
-            if stream.closed:  # the client cancelled the call or went away
-                code = "CANCELLED"
+        except (Exception, asyncio.CancelledError) as exc:
+            code, text, pushback = stream_status(exc, stream, "Watch")
+            if code == "CANCELLED":
                 raise
-            code, text = "UNAVAILABLE", "the server is shutting down; retry the call"
-        except CallError as exc:
-            code, text = exc.code, exc.message
-        except Exception as exc:
-            code, text, pushback = call_status(exc, "Watch")
         finally:
             if self.access_log:
                 peer = _peer(connection)
@@ -429,6 +460,22 @@ class GrpcH2Server:
             connection.end_stream(stream, trailers)
         else:
             connection.respond(stream, RESPONSE_HEADERS + trailers, b"", b"")
+
+
+def stream_status(exc: BaseException, stream: Stream, method: str) -> tuple[str, str, bool]:
+    """The status a streaming call (Watch, ModelStreamInfer) ends with when ``exc`` ended
+    it: (code name, message, pushback). CANCELLED (the client went away): the caller
+    re-raises the cancellation."""
+    if isinstance(exc, TimeoutError):
+        return "DEADLINE_EXCEEDED", "Deadline Exceeded", False
+    if isinstance(exc, asyncio.CancelledError):
+        if stream.closed:  # the client cancelled the call or went away
+            return "CANCELLED", "", False
+        return "UNAVAILABLE", "the server is shutting down; retry the call", False
+    if isinstance(exc, CallError):
+        return exc.code, exc.message, False
+    assert isinstance(exc, Exception)
+    return call_status(exc, method)
 
 
 def _peer(connection: Http2Connection) -> str | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from google.protobuf import json_format
@@ -139,6 +139,30 @@ class InferenceService:
             )
         return reply
 
+    async def stream_infer(
+        self, requests: AsyncIterator[bytes], deadline: float | None
+    ) -> AsyncIterator[bytes]:
+        """ModelStreamInfer on raw bytes, both servers: each ModelInferRequest in turn,
+        answered by serialized ModelStreamInferResponse messages, one per chunk of a model
+        that streams (``predict_stream``), else one. A request's error is one message with
+        ``error_message`` set, and the stream goes on with the next request (Triton's).
+        ``deadline`` (a ``time.monotonic()`` instant, or None) is the whole call's."""
+        client = self.plane.client
+        async for body in requests:
+            try:
+                name, version, _ = read_infer_request(body)
+                replies = client.infer_stream(name, version, Kind.GRPC_STREAM, body, None, deadline)
+                try:
+                    async for reply in replies:
+                        if reply.status != 200:
+                            yield stream_error(reply.body.decode("utf-8", "replace"))
+                        elif reply.body:
+                            yield _field(2, reply.body)
+                finally:
+                    await replies.aclose()
+            except InferpoolError as exc:
+                yield stream_error(exc.message)
+
     async def server_live(self, request: Any, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self.plane.live()["live"])
 
@@ -205,6 +229,22 @@ class InferenceService:
     ) -> pb.RepositoryModelUnloadResponse:
         await self.plane.unload(request.model_name, _authorization(context))
         return pb.RepositoryModelUnloadResponse()
+
+
+def stream_error(message: str) -> bytes:
+    """A serialized ModelStreamInferResponse carrying ``error_message``."""
+    return _field(1, message.encode())
+
+
+def _field(number: int, value: bytes) -> bytes:
+    """A length-delimited protobuf field: its tag, its length (a varint), its bytes."""
+    head = bytearray((number << 3 | 2,))
+    length = len(value)
+    while length > 0x7F:
+        head.append(length & 0x7F | 0x80)
+        length >>= 7
+    head.append(length)
+    return bytes(head) + value
 
 
 def ok_body(reply: Reply) -> bytes:

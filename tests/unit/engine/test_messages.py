@@ -52,17 +52,18 @@ EXAMPLES: list[messages.Control] = [
         ],
     ),
     messages.Unpreload(name="iris", version="2"),
+    messages.Credit(request_id=2**63, chunks=8),
 ]
 
 
 def test_kinds_and_opcodes_keep_their_wire_values() -> None:
     # Both sides of a pipe may come from different builds during an upgrade: these
     # numbers are the protocol, not an implementation detail.
-    assert [int(kind) for kind in Kind] == [0, 1, 2, 3, 4]
+    assert [int(kind) for kind in Kind] == [0, 1, 2, 3, 4, 5, 6, 7, 8]
     assert {op.name: int(op) for op in Op} == {
         "HELLO": 1, "LOAD": 2, "LOADED": 3, "UNLOAD": 4, "REQUEST": 5, "REPLY": 6, "STOP": 7,
         "SPAWN": 8, "PRELOAD": 9, "PING": 10, "PONG": 11, "CANCEL": 12, "EXITED": 13,
-        "METRICS": 14, "LOG": 15, "PRELOADED": 16, "UNPRELOAD": 17,
+        "METRICS": 14, "LOG": 15, "PRELOADED": 16, "UNPRELOAD": 17, "CREDIT": 18,
     }  # fmt: skip
 
 
@@ -113,6 +114,15 @@ def test_reply_header_carries_status_json_length_and_stage_times() -> None:
     assert type(ReplyHeader.of(fields)) is ReplyHeader
     bare = ReplyHeader.unpack_from(messages.reply_header(6, Reply(503, b"gone")))
     assert bare.json_length is None and bare.times == StageTimes() and bare.status == 503
+    assert bare.flags == 0
+
+
+def test_a_stream_chunk_carries_the_more_flag_both_ways() -> None:
+    chunk = Reply(200, b"part", times=StageTimes(), flags=messages.MORE)
+    raw = messages.reply_header(9, chunk)
+    assert ReplyHeader.unpack_from(raw).flags == messages.MORE
+    assert Reply.from_fields(messages.HEADER.unpack(raw), b"part") == chunk
+    assert Reply.from_header(ReplyHeader.unpack_from(raw), b"part").flags == messages.MORE
 
 
 @pytest.mark.parametrize(

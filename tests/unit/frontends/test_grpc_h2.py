@@ -230,3 +230,38 @@ def test_a_call_cut_by_its_deadline_timer_is_deadline_exceeded_even_if_the_clock
     assert (body, trailers) == (b"", b"")  # Trailers-Only: the status is in the headers
     status = dict(hpack_decode(headers))
     assert status[b"grpc-status"] == b"4", status  # DEADLINE_EXCEEDED
+
+
+# -- ModelStreamInfer's request messages, as their DATA arrives (h2_stream.py) -------------
+async def _read_all(reader) -> list[bytes]:
+    return [message async for message in reader]
+
+
+def test_message_reader_cuts_messages_split_anywhere():
+    from inferpool.frontends.grpc.h2_stream import MessageReader
+
+    reader = MessageReader(limit=100)
+    wire = grpc_h2.framed(b"one") + grpc_h2.framed(b"") + grpc_h2.framed(b"three")
+    for i in range(len(wire)):
+        reader.feed(wire[i : i + 1], False)
+    reader.feed(b"", True)
+    assert asyncio.run(_read_all(reader)) == [b"one", b"", b"three"]
+
+
+@pytest.mark.parametrize(
+    ("wire", "code"),
+    [
+        (b"\x01\x00\x00\x00\x01x", "UNIMPLEMENTED"),  # compressed
+        (b"\x00\x00\x00\x01\x00", "RESOURCE_EXHAUSTED"),  # a message over the limit
+        (grpc_h2.framed(b"x" * 60) * 2, "RESOURCE_EXHAUSTED"),  # too much waiting unread
+        (b"\x00\x00\x00\x00\x05ab", "INTERNAL"),  # the stream ends inside a message
+    ],
+)
+def test_message_reader_refuses_what_a_call_cannot_take(wire, code):
+    from inferpool.frontends.grpc.h2_stream import MessageReader
+
+    reader = MessageReader(limit=100)
+    reader.feed(wire, True)
+    with pytest.raises(CallError) as caught:
+        asyncio.run(_read_all(reader))
+    assert caught.value.code == code

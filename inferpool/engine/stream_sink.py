@@ -1,0 +1,81 @@
+"""The frontend's end of one streamed request in a worker: its replies as they come.
+
+A ``StreamSink`` sits in its worker's in-flight map where a request's future would
+(``WorkerHandle.drain_replies`` hands it each reply with ``set_result``, as a future's),
+and puts itself back there while replies marked ``MORE`` come, so that ordinary requests
+pay nothing for streams. Its consumer takes the replies with ``next``; every half window
+it has taken, it returns that credit to the worker (``messages.Credit``), which sends no
+more than ``messages.STREAM_WINDOW`` chunks ahead. ``close`` before the last reply cancels the
+stream in the worker (its generator is closed). A worker that dies ends it: its handle
+answers every in-flight entry with a 503, which is a last reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from typing import TYPE_CHECKING
+
+from inferpool.engine.ipc import messages
+from inferpool.engine.ipc.messages import MORE, STREAM_WINDOW, Reply
+
+if TYPE_CHECKING:
+    from inferpool.engine.handles import WorkerHandle
+
+
+class StreamSink:
+    """One streamed request's replies, from its worker to its consumer."""
+
+    __slots__ = ("closed", "ended", "replies", "request_id", "taken", "waiter", "worker")
+
+    def __init__(self, worker: WorkerHandle, request_id: int) -> None:
+        self.worker = worker
+        self.request_id = request_id
+        self.replies: collections.deque[Reply] = collections.deque()
+        self.waiter: asyncio.Future[None] | None = None
+        self.ended = False  # its last reply came
+        self.closed = False  # its consumer has gone: what comes now is dropped
+        self.taken = 0  # chunks taken since the last credit
+
+    # -- the in-flight map's side (a future's interface) -----------------------------------
+    def done(self) -> bool:
+        return self.closed
+
+    def set_result(self, reply: Reply) -> None:
+        if reply.flags & MORE and not self.worker.closed:
+            self.worker.inflight[self.request_id] = self  # type: ignore[assignment] # more to come
+        else:
+            self.ended = True
+        self.replies.append(reply)
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- the consumer's side ---------------------------------------------------------------
+    async def next(self) -> Reply:
+        """The next reply; the last one has no ``MORE`` flag."""
+        while not self.replies:
+            self.waiter = asyncio.get_running_loop().create_future()
+            await self.waiter
+        reply = self.replies.popleft()
+        if reply.flags & MORE:
+            self.taken += 1
+            if self.taken >= STREAM_WINDOW // 2:
+                self._send(messages.Credit(request_id=self.request_id, chunks=self.taken))
+                self.taken = 0
+        return reply
+
+    def close(self) -> None:
+        """The consumer is done: a stream still running is cancelled in its worker."""
+        if self.closed:
+            return
+        self.closed = True
+        if not self.ended:
+            self.worker.inflight.pop(self.request_id, None)
+            self._send(messages.Cancel(request_id=self.request_id))
+
+    def _send(self, message: messages.Control) -> None:
+        if self.worker.alive:
+            with contextlib.suppress(OSError):  # it died: its EOF ends the stream
+                self.worker.post_control(message)

@@ -1,0 +1,190 @@
+"""Streamed requests: a runtime's ``predict_stream`` answering one request with several
+replies, in a worker (``WorkerStreams``) and with ``workers=0`` (``stream_replies``).
+
+``stream_replies`` is the path of one streamed request: decode it in its wire format,
+hand its payload to ``runtime.predict_stream`` (an async generator over an async
+iterator of payloads, here of the one request), encode each chunk it yields as a response
+of that format (a reply with ``MORE`` set), then end with an empty 200 carrying the
+stream's stage times, or with the error it raised (the chunks already sent stand). The
+generator is closed (``aclose``) however the stream ends: finished, failed, past its
+deadline, or cancelled because its client went away.
+
+``WorkerStreams`` runs those generators in a worker on an event loop of their own, in a
+thread started at the first stream, so that a generator awaiting (a token at a time)
+never holds the worker's poll loop, nor the other models it serves. The worker's loop
+stays the only producer of its response ring: chunks come to it through a queue and an
+eventfd it polls (``bell``), and it writes them out (``take``). A stream sends at most
+``STREAM_WINDOW`` chunks its frontend has not taken yet (``messages.Credit`` returns them),
+so a slow consumer bounds what a worker and the frontend hold for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import queue
+import threading
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import Any
+
+from inferpool.engine.ipc.messages import MORE, STREAM_WINDOW, Reply, StageTimes
+from inferpool.engine.worker import inference
+from inferpool.engine.worker.model import LoadedModel
+from inferpool.engine.worker.path import Job
+from inferpool.engine.worker.wire_formats import wire_format
+from inferpool.errors import ClientGone, DeadlineExceeded
+from inferpool.protocol.rest_json import new_request_id
+
+
+def streams(runtime: Any) -> bool:
+    """The runtime answers streamed requests with ``predict_stream`` (others answer them
+    with one reply, from ``predict``)."""
+    if not callable(getattr(runtime, "predict_stream", None)):
+        return False
+    return bool(getattr(runtime, "streams", True))
+
+
+async def _one(payload: Any) -> AsyncIterator[Any]:
+    yield payload
+
+
+async def stream_replies(model: LoadedModel, job: Job) -> AsyncGenerator[Reply, None]:
+    """The replies of one streamed request: a chunk each (``MORE``), then the last one
+    (an empty 200 with the stream's times, or the error). Raises only CancelledError."""
+    started = time.monotonic_ns()
+    times = StageTimes(started - job.enqueued_ns)
+    generator: Any = None
+    try:
+        decode, encode = wire_format(job.kind)
+        request = decode(job.body, job.json_length)
+        if not request.id:  # one id for every chunk of the stream
+            request.id = new_request_id()
+        payload, outputs = inference.prepare(model, request)
+        times.compute_input = time.monotonic_ns() - started
+        remaining = None
+        if job.deadline_ns:
+            remaining = max(0.0, (job.deadline_ns - time.monotonic_ns()) / 1e9)
+        generator = model.runtime.predict_stream(_one(payload))  # type: ignore[attr-defined]
+        async with asyncio.timeout(remaining):
+            while True:
+                computing = time.monotonic_ns()
+                try:
+                    result = await generator.__anext__()
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:
+                    raise inference.model_failure(model, exc, request) from None
+                encoding = time.monotonic_ns()
+                times.compute_infer += encoding - computing
+                if not isinstance(result, Mapping):
+                    result = {outputs[0]: result}
+                response = inference.respond(model, request, result)
+                body, json_length = encode(response, request)
+                times.compute_output += time.monotonic_ns() - encoding
+                yield Reply(200, body, json_length, flags=MORE)
+    except TimeoutError:
+        yield Reply.from_error(DeadlineExceeded("the request's deadline passed while streaming"))
+        return
+    except Exception as exc:
+        yield Reply.from_error(exc, model.name)
+        return
+    finally:
+        if generator is not None:
+            with contextlib.suppress(Exception):
+                await generator.aclose()
+    yield Reply(200, b"", None, times, 1, 1)
+
+
+class _Stream:
+    """One stream running in a worker: its task and its credit (chunks it may send)."""
+
+    __slots__ = ("credit", "task")
+
+    def __init__(self) -> None:
+        self.credit = asyncio.Semaphore(STREAM_WINDOW)
+        self.task: asyncio.Task[None] | None = None
+
+
+class WorkerStreams:
+    """A worker's streams, on an event loop in a thread of their own (the module's text)."""
+
+    def __init__(self) -> None:
+        self.bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._out: queue.SimpleQueue[tuple[Job, Reply]] = queue.SimpleQueue()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._streams: dict[int, _Stream] = {}  # by request id; touched on the loop only
+        self._open = 0  # streams started and not ended, as the worker's loop counts them
+
+    def start(self, model: LoadedModel, job: Job) -> None:
+        """Run a streamed request; its replies come out of ``take``."""
+        self._open += 1
+        self._current().call_soon_threadsafe(self._begin, model, job)
+
+    def credit(self, request_id: int, chunks: int) -> None:
+        """Its consumer took ``chunks``: the stream may send as many more."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._release, request_id, chunks)
+
+    def cancel(self, request_id: int) -> None:
+        """Its client went away: its generator is closed, its last reply says so."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._cancel, request_id)
+
+    def take(self) -> list[tuple[Job, Reply]]:
+        """The replies ready now, in order (the worker's loop writes them out)."""
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(self.bell)
+        ready = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                job, reply = self._out.get_nowait()
+                ready.append((job, reply))
+                if not reply.flags & MORE:
+                    self._open -= 1
+        return ready
+
+    def __len__(self) -> int:
+        """Streams not ended yet (their last reply not taken)."""
+        return self._open
+
+    # -- on the streams' loop --------------------------------------------------------------
+    def _current(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="inferpool-streams")
+            thread.daemon = True
+            thread.start()
+            self._loop = loop
+        return self._loop
+
+    def _begin(self, model: LoadedModel, job: Job) -> None:
+        stream = self._streams[job.request_id] = _Stream()
+        stream.task = asyncio.get_running_loop().create_task(self._run(model, job, stream))
+
+    async def _run(self, model: LoadedModel, job: Job, stream: _Stream) -> None:
+        try:
+            async for reply in stream_replies(model, job):
+                if reply.flags & MORE:
+                    await stream.credit.acquire()
+                self._emit(job, reply)
+        except asyncio.CancelledError:
+            self._emit(job, Reply.from_error(ClientGone("the client went away")))
+        finally:
+            self._streams.pop(job.request_id, None)
+
+    def _emit(self, job: Job, reply: Reply) -> None:
+        self._out.put((job, reply))
+        os.eventfd_write(self.bell, 1)
+
+    def _release(self, request_id: int, chunks: int) -> None:
+        stream = self._streams.get(request_id)
+        if stream is not None:
+            for _ in range(chunks):
+                stream.credit.release()
+
+    def _cancel(self, request_id: int) -> None:
+        stream = self._streams.get(request_id)
+        if stream is not None and stream.task is not None:
+            stream.task.cancel()

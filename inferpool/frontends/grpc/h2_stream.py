@@ -1,0 +1,135 @@
+"""ModelStreamInfer on inferpool's HTTP/2 layer: a bidirectional gRPC call.
+
+The call starts at the request's HEADERS (``GrpcH2Server._on_headers``), not at its end:
+its DATA reaches ``MessageReader`` as it comes (``Stream.on_data``), which cuts it into
+gRPC's length-prefixed messages, and ``serve_stream`` answers each one through
+``InferenceService.stream_infer``: HEADERS at the first answer, a DATA message per
+ModelStreamInferResponse, the trailers when the client has ended its side and every
+request is answered. The next answer is written only once the last one has left
+(the peer's flow-control window), and at most ``max_body_bytes`` of requests wait
+unread, so a client that does not read, or floods, cannot grow the server's memory.
+A reset stream cancels the call (the model's generator is closed); its deadline
+(``grpc-timeout``) ends it with DEADLINE_EXCEEDED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+
+from inferpool.frontends.access_log import given_id, log_request
+from inferpool.frontends.grpc.h2 import (
+    OK_TRAILERS,
+    RESPONSE_HEADERS,
+    CallError,
+    framed,
+    status_trailers,
+    stream_status,
+    too_large,
+)
+from inferpool.frontends.grpc.service import InferenceService
+from inferpool.transport.http2 import Http2Connection
+from inferpool.transport.http2_streams import Stream
+
+# How often a call whose last answer waits for the peer's window looks again (seconds).
+WINDOW_POLL = 0.002
+
+
+class MessageReader:
+    """The request messages of a client-streaming call, as its DATA arrives."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit  # bytes per message, and waiting unread in all
+        self._buffer = bytearray()
+        self._messages: collections.deque[bytes] = collections.deque()
+        self._queued = 0
+        self._ended = False
+        self._error: CallError | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def feed(self, data: bytes, end: bool) -> None:
+        """More DATA (``Stream.on_data``); ``end``: the client has ended its side."""
+        if self._error is None:
+            self._buffer += data
+            self._cut()
+            if end and self._buffer and self._error is None:
+                self._error = CallError("INTERNAL", "the stream ended inside a message")
+        self._ended = self._ended or end
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _cut(self) -> None:
+        buffer = self._buffer
+        while len(buffer) >= 5:
+            if buffer[0] != 0:
+                message = "compressed messages are not supported; send identity"
+                self._error = CallError("UNIMPLEMENTED", message)
+                return
+            length = int.from_bytes(buffer[1:5], "big")
+            if length > self.limit:
+                self._error = CallError("RESOURCE_EXHAUSTED", too_large(length, self.limit))
+                return
+            if len(buffer) < 5 + length:
+                break
+            self._messages.append(bytes(buffer[5 : 5 + length]))
+            self._queued += length
+            del buffer[: 5 + length]
+        if self._queued + len(buffer) > self.limit:
+            message = f"over {self.limit} bytes of request messages wait unanswered"
+            self._error = CallError("RESOURCE_EXHAUSTED", message)
+
+    def __aiter__(self) -> MessageReader:
+        return self
+
+    async def __anext__(self) -> bytes:
+        while True:
+            if self._messages:
+                message = self._messages.popleft()
+                self._queued -= len(message)
+                return message
+            if self._error is not None:
+                raise self._error
+            if self._ended:
+                raise StopAsyncIteration
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+
+
+async def serve_stream(
+    service: InferenceService,
+    connection: Http2Connection,
+    stream: Stream,
+    reader: MessageReader,
+    expires: float | None,
+    access_log: bool,
+    peer: str | None,
+) -> None:
+    """One ModelStreamInfer call, to its trailers (the module's text)."""
+    started = time.perf_counter()
+    code, text, pushback = "OK", "", False
+    opened = False
+    try:
+        remaining = None if expires is None else max(0.0, expires - time.monotonic())
+        async with asyncio.timeout(remaining):
+            async for message in service.stream_infer(reader, expires):
+                while stream.pending is not None and not stream.closed:
+                    await asyncio.sleep(WINDOW_POLL)  # the last answer waits for window
+                if not opened:
+                    connection.open_stream(stream, RESPONSE_HEADERS)
+                    opened = True
+                connection.send_data(stream, framed(message))
+    except (Exception, asyncio.CancelledError) as exc:
+        code, text, pushback = stream_status(exc, stream, "ModelStreamInfer")
+        if code == "CANCELLED":
+            raise
+    finally:
+        if access_log:
+            known = given_id(stream.headers)
+            log_request("gRPC", "ModelStreamInfer", peer, "-", None, code, 0, started, known)
+    trailers = OK_TRAILERS if code == "OK" else status_trailers(code, text, pushback)
+    if opened:
+        connection.end_stream(stream, trailers)
+    else:
+        connection.respond(stream, RESPONSE_HEADERS + trailers, b"", b"")
