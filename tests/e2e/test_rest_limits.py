@@ -52,7 +52,7 @@ HOOKS_RUNTIME = """
 
     import numpy as np
 
-    from inferpool import Runtime, TensorSpec
+    from inferpool import Runtime, TensorSpec, custom_endpoint
 
 
     class Hooks(Runtime):
@@ -60,6 +60,10 @@ HOOKS_RUNTIME = """
 
         def load(self):
             pass
+
+        @custom_endpoint("/echo", methods=["POST"])
+        def echo(self, request):
+            return request.body
 
         def outputs(self):
             return [TensorSpec("y", "UINT8", [-1])]
@@ -245,7 +249,7 @@ def test_content_length_over_the_limit_is_413_before_the_body_is_sent(server):
     assert elapsed < 5  # answered at once, closed after a short linger
 
 
-@pytest.mark.parametrize("route", ["/v2/models/iris-logreg/infer", "/v2/models/hooks/anything"])
+@pytest.mark.parametrize("route", ["/v2/models/iris-logreg/infer", "/v2/models/hooks/echo"])
 def test_chunked_body_over_the_limit_is_413_and_memory_stays_flat(server, route):
     chunk = b" " * 65536
     sent = 0
