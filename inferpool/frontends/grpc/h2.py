@@ -263,9 +263,11 @@ class GrpcH2Server:
         """A call's headers, before its body: a method not served is answered at once (a
         client that streams would otherwise wait for its deadline), ModelStreamInfer
         starts; any other call is served whole at its end (``_on_request``)."""
+        path = _path_of(stream.headers)  # served methods go on at no more cost than this
+        if path in self.methods or path == WATCH_PATH:
+            return
         headers = dict(stream.headers)
-        path = headers.get(b":path", b"")
-        if path in self.methods or path == WATCH_PATH or not is_grpc(headers):
+        if not is_grpc(headers):
             return
         try:
             if path != self.stream_path:
@@ -476,6 +478,14 @@ def stream_status(exc: BaseException, stream: Stream, method: str) -> tuple[str,
         return exc.code, exc.message, False
     assert isinstance(exc, Exception)
     return call_status(exc, method)
+
+
+def _path_of(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """A request's ``:path`` (a pseudo-header: among the first few)."""
+    for name, value in headers:
+        if name == b":path":
+            return value
+    return b""
 
 
 def _peer(connection: Http2Connection) -> str | None:
