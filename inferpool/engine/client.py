@@ -365,9 +365,7 @@ class EngineClient(ABC):
         """
         status = self.table.find(name, version)
         key = status.key
-        stats = self.stats.get(key)
-        if stats is None:  # a version that is not READY (a READY one has its statistics)
-            stats = self.stats[key] = ModelStats(self.buckets)
+        stats = self._stats_of(key)
         protocol = PROTOCOL_OF_KIND[kind]
         started = time.perf_counter_ns()
         stats.in_flight += 1  # the in-flight gauge: in until answered, refused or cancelled
@@ -395,11 +393,24 @@ class EngineClient(ABC):
             raise
         finally:
             stats.in_flight -= 1
+        self._count_reply(stats, protocol, reply, started)
+        return reply
+
+    def _stats_of(self, key: ModelKey) -> ModelStats:
+        """The version's statistics (a version that is not READY gets them here; a READY
+        one has them)."""
+        stats = self.stats.get(key)
+        if stats is None:
+            stats = self.stats[key] = ModelStats(self.buckets)
+        return stats
+
+    def _count_reply(self, stats: ModelStats, protocol: int, reply: Reply, started: int) -> None:
+        """Count a request's (or a stream's last) reply, ``started`` at that
+        ``perf_counter_ns``."""
         elapsed = time.perf_counter_ns() - started
         code = reply.status
         reason = "" if code < 400 else reply_reason(reply, self._workers)
         stats.record(protocol, code, elapsed, reply.times, reply.rows, reply.execution, reason)
-        return reply
 
     async def infer_stream(
         self,
@@ -422,9 +433,7 @@ class EngineClient(ABC):
         """
         status = self.table.find(name, version)
         key = status.key
-        stats = self.stats.get(key)
-        if stats is None:
-            stats = self.stats[key] = ModelStats(self.buckets)
+        stats = self._stats_of(key)
         protocol = PROTOCOL_OF_KIND[kind]
         if status.state is not ModelState.READY:
             stats.refuse(protocol, 503, "unavailable")
@@ -459,10 +468,7 @@ class EngineClient(ABC):
             if last is None or last.flags & MORE:  # it never ended: the caller went away
                 stats.refuse(protocol, 499, "cancelled")
             else:
-                code = last.status
-                reason = "" if code == 200 else reply_reason(last, self._workers)
-                elapsed = time.perf_counter_ns() - started
-                stats.record(protocol, code, elapsed, last.times, last.rows, last.execution, reason)
+                self._count_reply(stats, protocol, last, started)
 
     def _chunk_timeout(self, status: ModelStatus) -> float | None:
         """Seconds a stream's model may take per chunk (None: no limit)."""

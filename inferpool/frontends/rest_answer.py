@@ -33,7 +33,7 @@ from inferpool.frontends.request_context import (
     from_header,
     generate,
 )
-from inferpool.frontends.rest_input import BodyTooLarge
+from inferpool.frontends.rest_input import BodyTooLarge, read_body, request_timeout, scan_headers
 
 # Scope key of a server that writes a whole answer itself (http1.py): its protocol object,
 # whose ``respond(scope, status, head, body)`` returns False when it cannot (then the ASGI
@@ -56,6 +56,20 @@ def take_header_id(scope: Any, header: bytes | None) -> None:
     scope[REQUEST_ID] = request_id
     if request_id is not None:
         current_request_id.set(request_id)
+
+
+async def read_request(
+    scope: Any, receive: Any, limit: int, default_timeout: float
+) -> tuple[bytes, bytes | None, float | None]:
+    """A request's body (``rest_input.read_body``: at most ``limit`` bytes), its
+    Inference-Header-Content-Length and its timeout in seconds (None: no deadline), its
+    request id taken from its header first: what the infer and custom endpoint routes
+    read before they call the engine."""
+    content_length, binary, timeout_header, encoding, given = scan_headers(scope["headers"])
+    take_header_id(scope, given)
+    timeout = request_timeout(timeout_header, default_timeout)
+    body = await read_body(receive, content_length, limit, encoding)
+    return body, binary, timeout
 
 
 def answered(scope: Any, reply: Reply) -> tuple[int, bytes, bytes]:

@@ -27,7 +27,7 @@ from inferpool.frontends.access_log import REPLY, REQUEST_ID
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.endpoints import EndpointRouter, endpoint_path, headers_of
 from inferpool.frontends.request_context import HEADER_BYTES, current_request_id, generate
-from inferpool.frontends.rest_input import await_reply, read_body, request_timeout, scan_headers
+from inferpool.frontends.rest_input import await_reply
 from inferpool.protocol.endpoints import FEEDBACK_JSON, MethodNotAllowed, read_answer
 
 
@@ -40,11 +40,9 @@ def endpoint_routes(plane: DataPlane, model: str, versioned: str) -> tuple[list[
 
     async def read(request: Request) -> tuple[bytes, float | None, float | None]:
         """The body, the timeout and the deadline; the request id taken from its header."""
-        scope = request.scope
-        content_length, _, timeout_header, encoding, given = scan_headers(scope["headers"])
-        rest_answer.take_header_id(scope, given)
-        timeout = request_timeout(timeout_header, default_timeout)
-        body = await read_body(request.receive, content_length, max_body, encoding)
+        body, _, timeout = await rest_answer.read_request(
+            request.scope, request.receive, max_body, default_timeout
+        )
         deadline = None if timeout is None else time.monotonic() + timeout
         return body, timeout, deadline
 

@@ -23,7 +23,7 @@ from inferpool.engine.ipc.messages import Kind
 from inferpool.errors import InferpoolError
 from inferpool.frontends import rest_answer, rest_input
 from inferpool.frontends.dataplane import DataPlane
-from inferpool.frontends.rest_input import await_reply, read_body, request_timeout, scan_headers
+from inferpool.frontends.rest_input import await_reply
 from inferpool.protocol.request_headers import http_headers, wrap
 
 logger = logging.getLogger("inferpool.http")
@@ -104,15 +104,13 @@ class InferRoutes:
     async def _answer(
         self, scope: Any, receive: Any, name: str, version: str | None
     ) -> tuple[int, bytes, bytes]:
-        headers = scope["headers"]
-        content_length, binary, timeout_header, encoding, given = scan_headers(headers)
-        rest_answer.take_header_id(scope, given)
-        timeout = request_timeout(timeout_header, self.default_timeout)
-        body = await read_body(receive, content_length, self.max_body, encoding)
+        body, binary, timeout = await rest_answer.read_request(
+            scope, receive, self.max_body, self.default_timeout
+        )
         json_length = rest_input.json_length(binary, len(body))
         kind = Kind.REST
         if self.find(name, version).custom:  # a user's runtime: the headers go along
-            body = wrap(http_headers(headers), body)
+            body = wrap(http_headers(scope["headers"]), body)
             kind = Kind.REST_HEADERS
         deadline = None if timeout is None else time.monotonic() + timeout
         call = self.infer(name, version, kind, body, json_length, deadline)

@@ -15,7 +15,13 @@ from google.protobuf.message import DecodeError
 from inferpool.errors import InferpoolError
 from inferpool.protocol.binary import tensor_from_bytes
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
-from inferpool.protocol.grpc_wire import parameters_dict, raw_bytes, set_parameters, typed_data
+from inferpool.protocol.grpc_wire import (
+    parameters_dict,
+    raw_bytes,
+    response_of,
+    set_parameters,
+    typed_data,
+)
 from inferpool.protocol.types import InferenceRequest, InferenceResponse, Tensor
 
 
@@ -55,10 +61,4 @@ def from_wire(body: bytes, writable: bool = True) -> InferenceResponse:
         outputs.append(
             Tensor(tensor.name, tensor.datatype, shape, data, parameters_dict(tensor.parameters))
         )
-    return InferenceResponse(
-        model_name=message.model_name,
-        outputs=outputs,
-        model_version=message.model_version or None,
-        id=message.id or None,
-        parameters=parameters_dict(message.parameters),
-    )
+    return response_of(message, outputs)

@@ -116,6 +116,11 @@ def response_from_message(message: Any) -> InferenceResponse:
     for index, tensor in enumerate(message.outputs):
         output, spent = decode_input(tensor, raw[index] if raw else None, spent, current)
         outputs.append(output)
+    return response_of(message, outputs)
+
+
+def response_of(message: Any, outputs: list[Tensor]) -> InferenceResponse:
+    """A ModelInferResponse message's own fields around its decoded ``outputs``."""
     return InferenceResponse(
         model_name=message.model_name,
         outputs=outputs,
