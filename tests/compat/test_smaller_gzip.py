@@ -8,7 +8,6 @@ from __future__ import annotations
 import gzip
 import zlib
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -16,6 +15,7 @@ import orjson
 import pytest
 
 from tests.support import Server, build_iris_repository
+from tests.support.probes import peak_rss_mib
 
 MAX_BODY = 1_000_000
 ROWS = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]
@@ -25,13 +25,6 @@ INFER = "/v2/models/iris-logreg/infer"
 def iris_body(rows: list[list[float]] = ROWS) -> bytes:
     tensor = {"name": "x", "shape": [len(rows), 4], "datatype": "FP64", "data": rows}
     return orjson.dumps({"inputs": [tensor], "outputs": [{"name": "predict"}]})
-
-
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
 
 
 @pytest.fixture(scope="module")
