@@ -89,11 +89,7 @@ SERVER_RULES: dict[str, Rule] = {
     "parallel_workers_timeout": Rule(
         int, reason="inferpool drains requests for shutdown_timeout, then stops its workers"
     ),
-    "environments_dir": Rule(
-        str,
-        reason="inferpool does not build per-model environments (environment_tarball "
-        "and environment_path fail their model)",
-    ),
+    "environments_dir": Rule(str, _to("environments_dir")),
     "model_repository_implementation": Rule(
         _OPT_STR,
         reason="inferpool reads model repositories in folders only; a custom repository "

@@ -44,16 +44,18 @@ MODEL_SUPPORTED = frozenset(
         "parameters",
     }
 )
-PARAMETERS_SUPPORTED = frozenset({"uri", "version", "content_type", "extra"})
+# environment_tarball / environment_path: the model's replicas run in workers started with
+# that environment's interpreter (engine/environments.py, engine/groups.py).
+PARAMETERS_SUPPORTED = frozenset(
+    {"uri", "version", "content_type", "extra", "environment_tarball", "environment_path"}
+)
 # inferpool's own model-settings keys.
-MODEL_OURS = frozenset({"runtime", "replicas", "timeout", "version_policy", "warmup", "pipeline"})
+MODEL_OURS = frozenset(
+    {"runtime", "replicas", "timeout", "version_policy", "warmup", "pipeline", "requirements"}
+)
 # inferpool's own parameters keys (an explainer's model: ``runtimes/explainer.py``).
 PARAMETERS_OURS = frozenset({"explains"})
 
-_ENVIRONMENTS = (
-    "per-model Python environments are not implemented; the model would run in "
-    "inferpool's environment"
-)
 _POOLS = "inferpool places models on its shared workers (set replicas instead)"
 
 
@@ -75,8 +77,6 @@ MODEL_REFUSED: dict[str, Refused] = {
     "cache_enabled": Refused("inferpool caches no responses: every request is predicted", False),
 }
 PARAMETERS_REFUSED: dict[str, Refused] = {
-    "environment_path": Refused(_ENVIRONMENTS, fails=True),
-    "environment_tarball": Refused(_ENVIRONMENTS, fails=True),
     "inference_pool_gid": Refused(_POOLS),
     "autogenerate_inference_pool_gid": Refused(_POOLS, False),
     "format": Refused("read by MLServer's Spark MLlib runtime only"),

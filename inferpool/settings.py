@@ -88,6 +88,18 @@ class CORSSettings(BaseModel):
         return value
 
 
+class WorkerGroupSettings(BaseModel):
+    """Workers beyond the server's own: with tags, and optionally their own environment
+    (a tarball or a folder, as a model names one: ``engine/environments.py``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    workers: int = Field(1, ge=1)
+    environment: str | None = None
+    tags: list[str] = Field(default_factory=list)
+
+
 class ServerSettings(BaseSettings):
     """Everything that configures one server process; ``inferpool serve --help`` lists it."""
 
@@ -128,6 +140,27 @@ class ServerSettings(BaseSettings):
     )
     worker_heartbeat_timeout: float = Field(
         120.0, description="seconds a worker may stay silent before it is killed; 0: never"
+    )
+    worker_tags: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="tags of the server's own workers, met by a model's requirements, as a "
+        "comma list or a JSON list",
+    )
+    worker_groups: list[WorkerGroupSettings] = Field(
+        default_factory=list,
+        description="more workers, each group with its tags and optionally an environment "
+        'of its own: [{"name": "legacy", "workers": 1, "environment": "/envs/sk15.tar.gz", '
+        '"tags": ["sklearn-1.5"]}]',
+    )
+    environment_workers: int = Field(
+        1,
+        ge=1,
+        description="workers started for an environment a model names that no worker group runs",
+    )
+    environments_dir: Path | None = Field(
+        None,
+        description="where environment tarballs are unpacked, by their hash (default: "
+        "$XDG_CACHE_HOME/inferpool/environments)",
     )
     http2: bool = Field(False, description="serve REST with Hypercorn (HTTP/1.1 and h2c)")
     exit_on_error: bool = Field(True, description="exit non-zero when a model fails at start-up")
@@ -238,6 +271,22 @@ class ServerSettings(BaseSettings):
     admin_token_file: Path | None = Field(
         None, description="file holding the admin token (read at start-up)"
     )
+
+    @field_validator("worker_tags", mode="before")
+    @classmethod
+    def _parse_tags(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            return json.loads(text) if text.startswith("[") else [t for t in text.split(",") if t]
+        return value
+
+    @field_validator("worker_groups")
+    @classmethod
+    def _distinct_group_names(cls, groups: list[WorkerGroupSettings]) -> list[WorkerGroupSettings]:
+        names = [group.name for group in groups]
+        if len(set(names)) != len(names) or "default" in names:
+            raise ValueError(f"worker group names must differ and not be 'default': {names}")
+        return groups
 
     @field_validator("log_levels", mode="before")
     @classmethod
@@ -524,9 +573,20 @@ class ModelSettings(BaseModel):
     version_policy: VersionPolicy | None = None
     # Requests run on each replica after it loads, before it is READY (worker/warmup.py).
     warmup: list[WarmupSample] = Field(default_factory=list)
+    # What the workers holding it must offer: tags, or packages with versions
+    # (``lightgbm>=4.0``); engine/capabilities.py, docs/environments.md.
+    requirements: list[str] = Field(default_factory=list)
     # A pipeline of other models instead of an artefact (engine/pipelines, docs/pipelines.md).
     pipeline: PipelineSpec | None = None
     folder: Path | None = None
+
+    @field_validator("requirements")
+    @classmethod
+    def _valid_requirements(cls, requirements: list[str]) -> list[str]:
+        from inferpool.engine.capabilities import check_requirements
+
+        check_requirements(requirements)
+        return requirements
 
     @field_validator("warmup")
     @classmethod

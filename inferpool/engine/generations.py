@@ -119,6 +119,8 @@ class Generations:
 
     async def load(self, settings: ModelSettings) -> dict[str, Any]:
         """Load a model version, shared through the template when it may be; its metadata."""
+        if not self._shareable(settings):
+            return await self.placement.load(settings)
         self._preloading += 1
         self._preloaded.clear()
         try:
@@ -137,6 +139,11 @@ class Generations:
         if self._roller is None or self._roller.done():
             self._roller = asyncio.ensure_future(self._roll_queued())
         return await pending.done
+
+    def _shareable(self, settings: ModelSettings) -> bool:
+        """The model may go to every worker the server's template forks, and to no other
+        (a new generation is forked by that template): else each worker loads its own."""
+        return self.supervisor.eligible_slots(settings) == set(range(self.supervisor.count))
 
     def _shared_by_all(self, key: ModelKey) -> bool:
         """Every worker was forked holding the template's current copy of ``key``."""

@@ -20,10 +20,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from inferpool import logs
-from inferpool.engine import custom_metrics_sum
+from inferpool.engine import custom_metrics_sum, interpreters
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.channel import Channel, Outgoing, socket_pair
 from inferpool.engine.ipc.messages import Op, Reply, ReplyHeader
@@ -40,12 +41,14 @@ from inferpool.runtimes.base import THREAD_ENV
 SLOT_SIZE = 256 * 1024
 # What a terminal's Ctrl-C or a service manager sends the whole group; only the frontend acts.
 GROUP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
-TEMPLATE_COMMAND = (sys.executable, "-m", "inferpool.engine.worker.template")
+TEMPLATE_MODULE = "inferpool.engine.worker.template"
+TEMPLATE_COMMAND = (sys.executable, "-m", TEMPLATE_MODULE)
 RECEIVE_BATCH = 64  # control messages taken from a worker per wake-up (the rest: next one)
 
 
-def start_template() -> tuple[subprocess.Popen[bytes], Channel]:
-    """The template process, its native thread pools capped at one thread.
+def start_template(python: Path | None = None) -> tuple[subprocess.Popen[bytes], Channel]:
+    """The template process, its native thread pools capped at one thread; ``python``:
+    another environment's interpreter (``interpreters.py``), else the server's.
 
     A library that reads its pool size when it is loaded (OpenBLAS, as scikit-learn's
     imports bring SciPy's in) starts its threads then; the template must have none to fork
@@ -53,22 +56,21 @@ def start_template() -> tuple[subprocess.Popen[bytes], Channel]:
     the fork (``process.limit_native_threads``).
     """
     ours, theirs = socket_pair()
-    env = dict(os.environ)
+    # It logs as we do (levels, format), through us: ``logs.child_config``.
+    args = (str(theirs.fileno()), json.dumps(logs.child_config()))
+    if python is None:
+        argv, env = [*TEMPLATE_COMMAND, *args], dict(os.environ)
+        # The template imports this very package, whatever put it on sys.path.
+        env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
+    else:
+        argv, env = interpreters.command(python, TEMPLATE_MODULE, *args)
     env.update(dict.fromkeys(THREAD_ENV, "1"))
-    # The template imports this very package, whatever put it on sys.path.
-    env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
     # Started with SIGTERM and SIGINT blocked (the mask survives exec), so a signal to the
     # whole process group cannot kill it before it ignores them (template.main): the
     # frontend decides when the template and its workers stop.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS)
     try:
-        # It logs as we do (levels, format), through us: ``logs.child_config``.
-        config = json.dumps(logs.child_config())
-        process = subprocess.Popen(
-            [*TEMPLATE_COMMAND, str(theirs.fileno()), config],
-            pass_fds=[theirs.fileno()],
-            env=env,
-        )
+        process = subprocess.Popen(argv, pass_fds=[theirs.fileno()], env=env)
     except BaseException:
         ours.close()
         raise
@@ -88,9 +90,12 @@ class TemplateProcess:
     """
 
     def __init__(
-        self, exited: Callable[[int, int], None], gone: Callable[[TemplateProcess], None]
+        self,
+        exited: Callable[[int, int], None],
+        gone: Callable[[TemplateProcess], None],
+        python: Path | None = None,
     ) -> None:
-        self.process, self.channel = start_template()
+        self.process, self.channel = start_template(python)
         self._gone = gone
         self._open = True
         self.epoch = 0  # its epoch as of its last answer

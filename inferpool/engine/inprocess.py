@@ -19,10 +19,14 @@ import time
 from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from inferpool.engine.capabilities import Capabilities, read_here, unmet
 from inferpool.engine.client import EngineClient
+from inferpool.engine.environments import named_environment
+from inferpool.engine.groups import requirements_of
 from inferpool.engine.ipc.messages import Reply, RequestHeader
+from inferpool.engine.scheduler import PlacementError, place
 from inferpool.engine.states import ModelKey, describe_key, model_key
-from inferpool.errors import InferpoolError, from_status
+from inferpool.errors import InferpoolError, ModelLoadError, from_status
 from inferpool.protocol.types import InferenceRequest, InferenceResponse
 from inferpool.settings import ModelSettings, ServerSettings
 
@@ -42,6 +46,7 @@ class InProcessClient(EngineClient):
     def __init__(self, settings: ServerSettings) -> None:
         super().__init__(settings)
         self.models: dict[ModelKey, LoadedModel] = {}  # per version
+        self._capabilities: Capabilities | None = None  # read at the first load
         # Requests of a batching version waiting for the loop's next turn (or for the
         # model's max_batch_time), per version.
         self._queued: dict[ModelKey, _Queue] = {}
@@ -49,6 +54,7 @@ class InProcessClient(EngineClient):
     async def _load(self, settings: ModelSettings) -> dict[str, Any]:
         from inferpool.engine.worker.model import failure_reason
 
+        await self._check_capabilities(settings)
         try:
             # A thread keeps the loop answering health checks while a model loads.
             model = await _in_daemon_thread(_load_one_at_a_time, settings)
@@ -63,6 +69,26 @@ class InProcessClient(EngineClient):
         if predictor:
             logger.info("%s: predicted by %s", describe_key(key), predictor)
         return model.announced()
+
+    async def _check_capabilities(self, settings: ModelSettings) -> None:
+        """The scheduler's capability filter, with this process as the one worker:
+        ModelLoadError if the model names an environment or needs what is not here."""
+        if named_environment(settings) is not None:
+            raise ModelLoadError(
+                f"model '{settings.name}' names an environment ({named_environment(settings)}): "
+                "its replicas run in workers started with that environment's interpreter, "
+                "and with --workers 0 there is none; start the server with --workers 1 or more"
+            )
+        if self._capabilities is None:
+            here = await asyncio.to_thread(read_here)
+            self._capabilities = here.with_tags(self.settings.worker_tags)
+        missing = unmet(requirements_of(settings), self._capabilities)
+        if missing is not None:
+            refused = {f"lack '{missing}'": 1}
+            try:
+                place(settings.name, settings.replicas or 1, 0, [], None, refused)
+            except PlacementError as exc:
+                raise ModelLoadError(str(exc)) from None
 
     async def _unload(self, key: ModelKey) -> None:
         model = self.models.pop(key, None)

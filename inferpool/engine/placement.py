@@ -16,7 +16,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from inferpool.engine.dispatch import Dispatcher, Route
 from inferpool.engine.handles import WorkerHandle
@@ -44,6 +44,16 @@ def set_state(
         status.state, status.reason = state, reason
 
 
+class Capable(Protocol):
+    """Which workers may hold a model, by capability (``Supervisor``, ``groups.py``)."""
+
+    def eligible(
+        self, settings: ModelSettings, workers: list[WorkerHandle]
+    ) -> tuple[list[WorkerHandle], dict[str, int]]: ...
+
+    def eligible_slots(self, settings: ModelSettings) -> set[int]: ...
+
+
 class Placement:
     """Loads and unloads models on the workers; the dispatcher learns the results."""
 
@@ -53,11 +63,12 @@ class Placement:
         table: ModelTable,
         dispatcher: Dispatcher,
         alive: Callable[[], list[WorkerHandle]],
+        capable: Capable,
     ) -> None:
         self.table = table
         self.dispatcher = dispatcher
         self.alive = alive
-        self.count = settings.workers
+        self.capable = capable
         self.default_timeout = settings.model_timeout
         limit = settings.worker_memory_limit
         self.memory_limit = limit * MIB if limit > 0 else None
@@ -69,10 +80,13 @@ class Placement:
         ``size``: the model's footprint when known (the template loaded it); else the first
         replica, loaded where there is the most room, tells it.
         """
-        alive = self.started()
-        if not alive:
+        started = self.started()
+        if not started:
             raise NotReady("no worker is running")
-        wanted = settings.replicas or len(alive)
+        alive, refused = self.capable.eligible(settings, started)
+        wanted = settings.replicas or max(1, len(alive))
+        if not alive:
+            self._place(settings.name, wanted, size or 0, [], refused)
         route = self.new_route(settings)
         key = route.key
         first: WorkerHandle | None = None
@@ -83,13 +97,13 @@ class Placement:
             first = by_slot[min(rooms, key=lambda r: (r.used, r.replicas, r.worker)).worker]
             answer = await self.load_on(first, route)
             size = answer.size
-            alive = self.started()
+            alive, refused = self.capable.eligible(settings, self.started())
         try:
-            chosen = place(settings.name, wanted, size, self.rooms(alive, key), self.memory_limit)
-        except PlacementError as exc:
+            chosen = self._place(settings.name, wanted, size, self.rooms(alive, key), refused)
+        except ModelLoadError:
             if first is not None:
                 self.unload_from([first], key, route.index)
-            raise ModelLoadError(str(exc)) from None
+            raise
         if first is not None and first.slot not in chosen:
             self.unload_from([first], key, route.index)
         by_slot = {worker.slot: worker for worker in alive}
@@ -113,6 +127,14 @@ class Placement:
             self.unload_from(self.alive(), key, old.index)
         return loaded.metadata
 
+    def _place(
+        self, name: str, wanted: int, size: int, rooms: list[WorkerRoom], refused: dict[str, int]
+    ) -> list[int]:
+        try:
+            return place(name, wanted, size, rooms, self.memory_limit, refused)
+        except PlacementError as exc:
+            raise ModelLoadError(str(exc)) from None
+
     def publish(
         self,
         route: Route,
@@ -126,8 +148,9 @@ class Placement:
         route.ready = placed
         route.slots = set(chosen)
         if route.settings.replicas is None:
-            # One replica per worker: slots that are restarting get theirs when they are back.
-            route.slots = set(range(self.count))
+            # One replica per worker that may hold it: slots that are restarting get theirs
+            # when they are back.
+            route.slots = self.capable.eligible_slots(route.settings)
         old = self.dispatcher.publish(route)
         predictor = answer.predictor
         logger.info(

@@ -24,6 +24,7 @@ from typing import Any
 from inferpool.engine.client import EngineClient
 from inferpool.engine.dispatch import Dispatcher, Route
 from inferpool.engine.generations import Generations
+from inferpool.engine.groups import names_environment
 from inferpool.engine.handles import WorkerHandle
 from inferpool.engine.ipc.messages import Reply
 from inferpool.engine.placement import Placement, set_state
@@ -41,7 +42,9 @@ class PoolClient(EngineClient):
         self.dispatcher = Dispatcher(
             self.table, max(1, settings.max_queue), settings.workers, lambda: self.stopping
         )
-        self.placement = Placement(settings, self.table, self.dispatcher, self.supervisor.alive)
+        self.placement = Placement(
+            settings, self.table, self.dispatcher, self.supervisor.alive, self.supervisor
+        )
         self.generations = Generations(self.supervisor, self.placement, self.dispatcher)
         self._stop_deadline: float | None = None
         self._closed = False
@@ -94,6 +97,7 @@ class PoolClient(EngineClient):
 
     # -- models and requests ---------------------------------------------------------------
     async def _load(self, settings: ModelSettings) -> dict[str, Any]:
+        await self.supervisor.group_for(settings)  # its environment's workers, started
         metadata = await self.generations.load(settings)
         # Loaded again: a quarantine is lifted.
         self.supervisor.crashes.forget(model_label(model_key(settings.name, settings.version)))
@@ -140,7 +144,8 @@ class PoolClient(EngineClient):
         await self.placement.reload(worker)
 
     def shared_documents(self) -> list[dict[str, Any]]:
-        return [route.settings.model_dump(mode="json") for route in self.routes.values()]
+        documents = [route.settings.model_dump(mode="json") for route in self.routes.values()]
+        return [document for document in documents if not names_environment(document)]
 
     def quarantine(self, model_index: int, reason: str) -> None:
         route = self.dispatcher.route_of(model_index)

@@ -33,11 +33,18 @@ def mib(size: int) -> str:
 
 
 def place(
-    name: str, wanted: int, size: int, workers: list[WorkerRoom], limit: int | None
+    name: str,
+    wanted: int,
+    size: int,
+    workers: list[WorkerRoom],
+    limit: int | None,
+    refused: dict[str, int] | None = None,
 ) -> list[int]:
     """The workers for ``wanted`` replicas of a model of ``size`` bytes, least loaded first.
 
-    ``limit`` is each worker's memory budget in bytes (None: unlimited).
+    ``workers`` are those whose capabilities suit the model; ``refused`` counts the others
+    by the reason (``"lack 'lightgbm>=4.0'"``). ``limit`` is each worker's memory budget
+    in bytes (None: unlimited).
     """
     fitting = []
     for room in workers:
@@ -51,11 +58,17 @@ def place(
         if fits:
             fitting.append(room)
     if len(fitting) < wanted:
-        raise PlacementError(_summary(name, wanted, size, workers, fitting, limit))
+        raise PlacementError(_summary(name, wanted, size, workers, fitting, limit, refused or {}))
     fitting.sort(key=lambda room: (room.replicas, room.used, room.worker))
     chosen = [room.worker for room in fitting[:wanted]]
     logger.debug("placing '%s': replicas on workers %s", name, chosen)
     return chosen
+
+
+def _verb(reason: str, count: int) -> str:
+    """'lack ...' for several workers, 'lacks ...' for one."""
+    verb, _, rest = reason.partition(" ")
+    return f"{verb}s {rest}" if count == 1 else reason
 
 
 def _summary(
@@ -65,14 +78,19 @@ def _summary(
     workers: list[WorkerRoom],
     fitting: list[WorkerRoom],
     limit: int | None,
+    refused: dict[str, int],
 ) -> str:
+    """'cannot place 2 replicas of 'churn': 4 workers; 3 lack 'lightgbm>=4.0', 1 has 40 MiB
+    free (needs 120 MiB)': every worker counted once, by why it does not take a replica."""
     noun = "replica" if wanted == 1 else "replicas"
-    text = (
-        f"cannot place {wanted} {noun} of '{name}': {len(workers)} workers, "
-        f"{len(fitting)} with room"
-    )
+    total = len(workers) + sum(refused.values())
+    parts = [f"{count} {_verb(reason, count)}" for reason, count in refused.items()]
     short = [room for room in workers if room not in fitting]
     if limit is not None and short:
-        most_free = max(limit - room.used for room in short)
-        text += f" (needs {mib(size)}, {mib(max(0, most_free))} free)"
-    return text
+        most_free = mib(max(0, max(limit - room.used for room in short)))
+        has = "has" if len(short) == 1 else "have at most"
+        parts.append(f"{len(short)} {has} {most_free} free (needs {mib(size)})")
+    if fitting or not parts:
+        parts.append(f"{len(fitting)} with room")
+    workers_noun = "worker" if total == 1 else "workers"
+    return f"cannot place {wanted} {noun} of '{name}': {total} {workers_noun}; {', '.join(parts)}"

@@ -28,18 +28,31 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
+from inferpool.engine.capabilities import Capabilities, read_here
 from inferpool.engine.crashes import CrashBook, ExitStatuses
+from inferpool.engine.groups import (
+    WorkerGroup,
+    eligible,
+    names_environment,
+    refusal,
+    requirements_of,
+)
 from inferpool.engine.handles import TemplateProcess, WorkerHandle
+from inferpool.engine.interpreters import ProbeFailed, probe
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.messages import Reply
 from inferpool.engine.outages import CRASH_WINDOW, Outages
 from inferpool.engine.repository import discover
 from inferpool.engine.template_keeper import TemplateKeeper
-from inferpool.errors import DeadlineExceeded, InferpoolError, NotReady, WorkerLost
+from inferpool.errors import DeadlineExceeded, InferpoolError, ModelLoadError, NotReady, WorkerLost
 from inferpool.protocol.limits import DecodeLimits
-from inferpool.settings import ServerSettings
+from inferpool.settings import ModelSettings, ServerSettings
+
+if TYPE_CHECKING:
+    from inferpool.engine.environments import Environment
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +102,10 @@ class Supervisor:
         self.settings = settings
         self.events = events
         self.stopping = stopping
-        self.count = settings.workers
+        # The slots the server's own template forks: the default group's, then those of
+        # the configured groups without an environment. Other groups' slots come after.
+        plain = [group for group in settings.worker_groups if group.environment is None]
+        self.count = settings.workers + sum(group.workers for group in plain)
         self.threads = max(1, (os.cpu_count() or 1) // self.count)
         self.max_queue = max(1, settings.max_queue)
         self.limits = DecodeLimits.from_settings(settings)
@@ -110,8 +126,25 @@ class Supervisor:
         self.outages = Outages(self.count)
         self.templates = TemplateKeeper(
             self.exits, self.outages, events, stopping, self.keep,
-            gone=self._template_gone,
+            gone=lambda: self._template_gone(self.templates),
         )  # fmt: skip
+        here = read_here()
+        self.groups = [
+            WorkerGroup("default", range(settings.workers), self.templates, self.outages,
+                        here.with_tags(settings.worker_tags)),
+        ]  # fmt: skip
+        for group in plain:
+            base = self.groups[-1].slots.stop
+            slots = range(base, base + group.workers)
+            capabilities = here.with_tags(group.tags)
+            self.groups.append(
+                WorkerGroup(group.name, slots, self.templates, self.outages, capabilities)
+            )
+        # Groups running an environment, by its key; and the key of each environment a
+        # model named (by the path it named), as last prepared.
+        self.environments: dict[str, WorkerGroup] = {}
+        self.named: dict[str, str] = {}
+        self._adding: dict[str, asyncio.Future[WorkerGroup]] = {}
 
     @property
     def template(self) -> TemplateProcess | None:
@@ -128,6 +161,97 @@ class Supervisor:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def group_of(self, slot: int) -> WorkerGroup:
+        for group in self.groups:
+            if slot in group.slots:
+                return group
+        raise KeyError(slot)
+
+    def environment_key(self, settings: ModelSettings) -> str | None:
+        """The key of the environment the model names, once ``group_for`` prepared it."""
+        from inferpool.engine.environments import named_environment
+
+        named = named_environment(settings)
+        return None if named is None else self.named.get(str(named))
+
+    def eligible(
+        self, settings: ModelSettings, workers: list[WorkerHandle]
+    ) -> tuple[list[WorkerHandle], dict[str, int]]:
+        """``groups.eligible``: the workers that may hold the model, the others by why not."""
+        return eligible(settings, self.environment_key(settings), workers, self.group_of)
+
+    def eligible_slots(self, settings: ModelSettings) -> set[int]:
+        """Every slot, live or not, whose group may hold the model."""
+        environment, requirements = self.environment_key(settings), requirements_of(settings)
+        return {
+            slot
+            for group in self.groups
+            if refusal(group, environment, requirements) is None
+            for slot in group.slots
+        }
+
+    async def group_for(self, settings: ModelSettings) -> WorkerGroup | None:
+        """The group running the environment the model names (started now if none does);
+        None if it names none. ModelLoadError if the environment cannot be used."""
+        from inferpool.engine.environments import default_cache, named_environment, prepare
+
+        named = named_environment(settings)
+        if named is None:
+            return None
+        cache = self.settings.environments_dir or default_cache()
+        try:
+            environment = await asyncio.to_thread(prepare, named, cache)
+        except InferpoolError as exc:
+            raise ModelLoadError(exc.message) from None
+        self.named[str(named)] = environment.key
+        group = self.environments.get(environment.key)
+        if group is not None:
+            return group
+        adding = self._adding.get(environment.key)
+        if adding is None:
+            name = f"env-{environment.key[:8]}"
+            workers = self.settings.environment_workers
+            adding = asyncio.ensure_future(self.add_group(name, environment, workers, []))
+            self._adding[environment.key] = adding
+            adding.add_done_callback(lambda _: self._adding.pop(environment.key, None))
+        return await asyncio.shield(adding)
+
+    async def add_group(
+        self, name: str, environment: Environment, workers: int, tags: list[str]
+    ) -> WorkerGroup:
+        """Start ``workers`` workers with ``environment``'s interpreter, under a template
+        of their own; ModelLoadError if the interpreter cannot run them."""
+        try:
+            found = await asyncio.to_thread(probe, environment.python)
+        except ProbeFailed as exc:
+            raise ModelLoadError(f"environment {environment.source}: {exc}") from None
+        capabilities = Capabilities.from_dict(found).with_tags(tags)
+        base = len(self.workers)
+        slots = range(base, base + workers)
+        self.workers.extend([None] * workers)
+        self.rolls_by_slot.extend([0] * workers)
+        self.restarts_by_slot.extend([0] * workers)
+        outages = Outages(slots.stop)
+        keeper = TemplateKeeper(
+            self.exits, outages, _NOTHING_SHARED, self.stopping, self.keep,
+            gone=lambda: self._template_gone(keeper), python=environment.python,
+        )  # fmt: skip
+        group = WorkerGroup(name, slots, keeper, outages, capabilities, environment)
+        self.groups.append(group)
+        self.environments[environment.key] = group
+        logger.info("starting %s", group.describe())
+        keeper.start([])
+        started = await asyncio.gather(
+            *(self._spawn(slot, installs=0) for slot in slots), return_exceptions=True
+        )
+        for slot, result in zip(slots, started, strict=True):
+            if isinstance(result, BaseException):
+                reason = getattr(result, "message", str(result))
+                logger.error("%s: worker %d did not start: %s", group.name, slot, reason)
+                outages.worker_died(slot, False, time.monotonic())
+                self.keep(self._replace(slot))
+        return group
+
     def alive(self) -> list[WorkerHandle]:
         return [w for w in self.workers if w is not None and w.alive]
 
@@ -141,9 +265,29 @@ class Supervisor:
         found = []
         with contextlib.suppress(FileNotFoundError):  # load_repository reports it
             found = discover(repository) if repository is not None else []
-        self.templates.start([d.settings.model_dump(mode="json") for d in found if d.settings])
+        documents = [d.settings.model_dump(mode="json") for d in found if d.settings]
+        # A model with an environment of its own is never loaded by the server's template.
+        self.templates.start([d for d in documents if not names_environment(d)])
         await asyncio.gather(*(self._spawn(slot, installs=0) for slot in range(self.count)))
+        for group in self.settings.worker_groups:
+            if group.environment is not None:
+                await self._start_configured(group.name, group.environment, group.workers,
+                                             group.tags)  # fmt: skip
         self.keep(self._supervise())
+
+    async def _start_configured(self, name: str, named: str, workers: int, tags: list[str]) -> None:
+        """A configured group with an environment; one that cannot start is logged (the
+        models that need it fail to load, saying why)."""
+        from inferpool.engine.environments import default_cache, prepare
+
+        cache = self.settings.environments_dir or default_cache()
+        try:
+            environment = await asyncio.to_thread(prepare, Path(named), cache)
+            self.named[str(Path(named))] = environment.key
+            if environment.key not in self.environments:
+                await self.add_group(name, environment, workers, tags)
+        except InferpoolError as exc:
+            logger.error("worker group '%s' cannot start: %s", name, exc.message)
 
     # -- the periodic checks -----------------------------------------------------------------
     async def _supervise(self) -> None:
@@ -209,11 +353,12 @@ class Supervisor:
             logger.error("not live: %s", wedged)
         self.wedged = wedged
 
-    def _template_gone(self) -> None:
+    def _template_gone(self, keeper: TemplateKeeper) -> None:
         """Workers the template had not forked yet never will be: their starts fail now,
         and retry."""
         for worker in list(self._starting):
-            self.worker_died(worker, "the worker template process exited")
+            if self.group_of(worker.slot).keeper is keeper:
+                self.worker_died(worker, "the worker template process exited")
 
     # -- workers -----------------------------------------------------------------------------
     async def spawn(self, slot: int) -> WorkerHandle:
@@ -229,7 +374,8 @@ class Supervisor:
         It takes the slot unless ``installs`` is None, or is not the slot's count of
         rolls any more (a new generation took the slot over meanwhile: Superseded).
         """
-        template = await self.templates.running()
+        group = self.group_of(slot)
+        template = await group.keeper.running()
         worker = WorkerHandle(slot, self.max_queue)
         if installs is not None:
             if installs != self.rolls_by_slot[slot]:
@@ -254,7 +400,7 @@ class Supervisor:
             self._starting.discard(worker)
         logger.info("worker %d started (pid %d)", slot, worker.pid)
         worker.template = template
-        self.outages.template_works()
+        group.outages.template_works()
         return worker
 
     def worker_died(self, worker: WorkerHandle, reason: str = "", crash: bool = True) -> None:
@@ -273,7 +419,8 @@ class Supervisor:
             return  # a worker that never started: its _spawn fails and is retried
         logger.error("%s: %s; starting a replacement", worker.describe(), reason or "exited")
         self.events.worker_lost(worker)
-        if worker.template is not self.template:
+        group = self.group_of(worker.slot)
+        if worker.template is not group.keeper.template:
             # Its template died before it: it may be ours to reap now (as PID 1 it is).
             self.keep(self._reap_orphan(worker.pid))
         if crash and running is not None:
@@ -282,7 +429,7 @@ class Supervisor:
         # blame (a request that kills workers is the quarantine's business, not a reason
         # to keep the other models waiting for a worker).
         quick = crash and running is None and time.monotonic() - worker.started_at < CRASH_WINDOW
-        self.outages.worker_died(worker.slot, quick, time.monotonic())
+        group.outages.worker_died(worker.slot, quick, time.monotonic())
         self.keep(self._replace(worker.slot))
 
     def _gone_from_outside(
@@ -298,7 +445,7 @@ class Supervisor:
         self.spares.discard(worker)
         if self.stopping() or not worker.hello.done():
             return
-        if worker.template is not self.template:
+        if worker.template is not self.group_of(worker.slot).keeper.template:
             self.keep(self._reap_orphan(worker.pid))
         if crash and running is not None:
             self._blame(worker, running[0], running[1])
@@ -334,7 +481,7 @@ class Supervisor:
         old, self.workers[slot] = self.workers[slot], worker
         self.spares.discard(worker)
         self.rolls_by_slot[slot] += 1
-        self.outages.worker_up(slot)  # a replacement under way gives up (``_replace``)
+        self.group_of(slot).outages.worker_up(slot)  # a replacement under way gives up
         if old is not None:
             self.retire(old)
         return old
@@ -343,8 +490,9 @@ class Supervisor:
         """Start a worker in ``slot`` again, backing off while they keep dying; never give up."""
         attempt = 0
         rolls = self.rolls_by_slot[slot]
+        outages = self.group_of(slot).outages
         while not self.stopping() and rolls == self.rolls_by_slot[slot]:
-            delay = self.outages.worker_delay(slot, attempt)
+            delay = outages.worker_delay(slot, attempt)
             if delay >= 1:
                 logger.warning("worker %d keeps failing; next start in %.1fs", slot, delay)
             await asyncio.sleep(delay)
@@ -356,12 +504,12 @@ class Supervisor:
                 return
             except InferpoolError as exc:
                 attempt += 1
-                self.outages.worker_failed(slot, exc.message)
+                outages.worker_failed(slot, exc.message)
                 logger.error("cannot start worker %d: %s", slot, exc.message)
                 continue
             self.worker_restarts += 1
             self.restarts_by_slot[slot] += 1
-            self.outages.worker_up(slot)
+            outages.worker_up(slot)
             if not worker.retiring:  # a new generation took over the slot meanwhile
                 await self.events.worker_replaced(worker)
             return
@@ -382,8 +530,9 @@ class Supervisor:
         """Count a crash against the model it was running, once its exit status is known."""
         if self.events.model_name(model_index) is None:
             return
-        if self.template is not None:
-            self.template.receive()  # its exit status may already be waiting
+        template = self.group_of(worker.slot).keeper.template
+        if template is not None:
+            template.receive()  # its exit status may already be waiting
         status = self.exits.take(worker.pid)
         if status is not None:
             self.count_crash(worker, model_index, request_ids, status)
@@ -450,7 +599,22 @@ class Supervisor:
         for handle in [*self.workers, *self._starting]:  # any still starting
             if handle is not None:
                 handle.close("the server is shutting down")
-        await self.templates.stop(max(0.5, min(5.0, deadline - time.monotonic())))
+        keepers = {id(group.keeper): group.keeper for group in self.groups}.values()
+        wait = max(0.5, min(5.0, deadline - time.monotonic()))
+        await asyncio.gather(*(keeper.stop(wait) for keeper in keepers))
+
+
+class _NothingShared:
+    """What an environment's template preloads when it restarts: nothing (each of its
+    workers loads its own models)."""
+
+    started = True
+
+    def shared_documents(self) -> list[dict[str, Any]]:
+        return []
+
+
+_NOTHING_SHARED = _NothingShared()
 
 
 class Superseded(NotReady):

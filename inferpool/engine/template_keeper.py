@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any, Protocol
 
 from inferpool.engine.crashes import ExitStatuses, describe_exit
@@ -50,7 +51,9 @@ class TemplateKeeper:
         stopping: Callable[[], bool],
         keep: Callable[[Coroutine[Any, Any, Any]], None],
         gone: Callable[[], None],
+        python: Path | None = None,
     ) -> None:
+        self.python = python  # another environment's interpreter; None: the server's
         self.exits = exits
         self.outages = outages
         self.served = served
@@ -72,7 +75,7 @@ class TemplateKeeper:
         self._start(documents)
 
     def _start(self, documents: list[dict[str, Any]]) -> None:
-        template = TemplateProcess(self.exits.reported, self._template_gone)
+        template = TemplateProcess(self.exits.reported, self._template_gone, self.python)
         self.template = template
         self.outages.template_up(time.monotonic())
         self.keep(self._preload_then_open(template, documents))

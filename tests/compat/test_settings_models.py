@@ -1,7 +1,7 @@
 """Model settings as MLServer users bring them (issue 13, points 2 and 3): single-model
 mode from ``MLSERVER_MODEL_*`` (as KServe's MLServer runtime sets it) and
 ``INFERPOOL_MODEL_*``; unknown keys warn naming the key and file; a setting inferpool does
-not implement (``environment_tarball``) fails that model with its reason."""
+not implement fails that model with its reason; environment_tarball is read (engine/environments.py)."""
 
 from __future__ import annotations
 
@@ -111,15 +111,14 @@ def test_model_variables_fill_what_a_settings_file_leaves_out(
     assert settings.version == "v1" and settings.parameters.extra == {"a": 1}
 
 
-def test_single_model_with_an_environment_tarball_fails_with_the_reason(
+def test_single_model_reads_its_environment_tarball(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MLSERVER_MODEL_NAME", "m")
     monkeypatch.setenv("MLSERVER_MODEL_ENVIRONMENT_TARBALL", "./env.tar.gz")
     [found] = discover(tmp_path)
-    assert found.name == "m" and found.settings is None
-    assert "parameters.environment_tarball" in found.error
-    assert "environments are not implemented" in found.error
+    assert found.name == "m" and found.settings is not None, found.error
+    assert found.settings.parameters.model_extra == {"environment_tarball": "./env.tar.gz"}
 
 
 def test_unknown_and_refused_keys_of_model_settings(
@@ -142,14 +141,16 @@ def test_unknown_and_refused_keys_of_model_settings(
     assert f"{path}: unknown key 'parameters.colour'" in caplog.text
     assert "warm_workers=True is not implemented" in caplog.text
     assert "cache_enabled" not in caplog.text and "format" not in caplog.text
+    caplog.clear()
     path.write_text(json.dumps({"parameters": {"environment_path": "/opt/env"}}))
-    with pytest.raises(ValueError, match="environment_path='/opt/env' is not implemented"):
-        read_model_settings(tmp_path, "m")
+    read_model_settings(tmp_path, "m")  # read as it is (engine/environments.py)
+    assert "environment_path" not in caplog.text
 
 
 def test_unknown_keys_warn_and_a_tarball_fails_only_its_model(tmp_path: Path) -> None:
     """A real server: warnings name the key and file; the tarball's model is FAILED with
-    its reason in the index while the other model serves."""
+    its reason in the index (an environment needs worker processes) while the other
+    model serves."""
     X, y = iris_data()
     estimator = LogisticRegression(max_iter=1000).fit(X, y)
     good, packed = tmp_path / "good", tmp_path / "packed"
@@ -169,8 +170,8 @@ def test_unknown_keys_warn_and_a_tarball_fails_only_its_model(tmp_path: Path) ->
         index = _wait_settled(server)
         assert index["good"]["state"] == "READY"
         assert index["packed"]["state"] == "FAILED"
-        assert "parameters.environment_tarball='./env.tar.gz'" in index["packed"]["reason"]
-        assert "environments are not implemented" in index["packed"]["reason"]
+        reason = index["packed"]["reason"]
+        assert "'packed' names an environment" in reason and "--workers 1" in reason
         answer = httpx.post(f"{server.url}/v2/models/good/infer", json=BODY, timeout=30)
         assert answer.status_code == 200, answer.text
         output = server.output()

@@ -116,12 +116,12 @@ def test_placement_failures_are_one_sentence(tmp_path: Path) -> None:
         index = {m["name"]: m for m in httpx.post(index_url).json()}
         assert index["small"]["state"] == "READY"
         assert index["three"]["state"] == "FAILED"
-        three = "cannot place 3 replicas of 'three': 2 workers, 2 with room"
+        three = "cannot place 3 replicas of 'three': 2 workers; 2 with room"
         assert index["three"]["reason"] == three
         assert index["big"]["state"] == "FAILED"
         assert re.fullmatch(
-            r"cannot place 2 replicas of 'big': 2 workers, 0 with room "
-            r"\(needs 4\d MiB, (29|30) MiB free\)",
+            r"cannot place 2 replicas of 'big': 2 workers; 2 have at most (29|30) MiB free "
+            r"\(needs 4\d MiB\)",
             index["big"]["reason"],
         ), index["big"]["reason"]
         ready = httpx.get(f"{server.url}/v2/health/ready")

@@ -1,0 +1,152 @@
+"""What a worker group can run, and whether a model's requirements are met there.
+
+A group's ``Capabilities`` are read off its interpreter: the Python version, every
+installed distribution with its version, and the top-level modules each provides (so
+``xgboost`` is met by ``xgboost-cpu``, ``sklearn`` by ``scikit-learn``), plus the group's
+tags from the settings. The server's own group is read in-process; another
+environment's is read by running this module with that environment's interpreter
+(``python -m inferpool.engine.capabilities`` prints them as JSON; ``interpreters.py``
+starts it).
+
+A model's requirements are its ``requirements`` list (Seldon Core v2's name for it) and
+the library of its built-in runtime (a LightGBM model needs ``lightgbm``). Each is a tag,
+or a package with an optional version specifier (PEP 440: ``lightgbm>=4.0``);
+``unmet`` says which one a group lacks.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+# The library each built-in runtime's models import: met or not, as any requirement.
+RUNTIME_LIBRARIES = {
+    "sklearn": "sklearn",
+    "lightgbm": "lightgbm",
+    "xgboost": "xgboost",
+    "mlflow": "mlflow",
+}
+# Distributions that provide a module under another name, first found wins.
+MODULE_DISTRIBUTIONS = {
+    "sklearn": ("scikit-learn",),
+    "xgboost": ("xgboost", "xgboost-cpu"),
+    "mlflow": ("mlflow", "mlflow-skinny"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What one worker group offers."""
+
+    python: str  # "3.11.7"
+    # canonical distribution names and top-level module names, both to the version
+    packages: dict[str, str] = field(default_factory=dict)
+    tags: frozenset[str] = frozenset()
+
+    def with_tags(self, tags: list[str] | tuple[str, ...]) -> Capabilities:
+        return Capabilities(self.python, self.packages, frozenset(tags))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"python": self.python, "packages": self.packages, "tags": sorted(self.tags)}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Capabilities:
+        packages = dict(raw.get("packages") or {})
+        return cls(str(raw["python"]), packages, frozenset(raw.get("tags") or ()))
+
+    def version_of(self, name: str) -> str | None:
+        return self.packages.get(canonicalize_name(name)) or self.packages.get(name)
+
+    def describe(self, names: tuple[str, ...] = tuple(RUNTIME_LIBRARIES.values())) -> str:
+        """'Python 3.11.7, sklearn 1.5.2, lightgbm 4.6.0' and the tags: for logs."""
+        found = [f"{name} {self.version_of(name)}" for name in names if self.version_of(name)]
+        tags = [f"tags {', '.join(sorted(self.tags))}"] if self.tags else []
+        return ", ".join([f"Python {self.python}", *found, *tags])
+
+
+def read_here() -> Capabilities:
+    """The capabilities of this interpreter (without tags)."""
+    packages: dict[str, str] = {}
+    for distribution in importlib.metadata.distributions():
+        name = distribution.metadata["Name"]
+        if not name:
+            continue
+        version = distribution.version
+        packages.setdefault(canonicalize_name(name), version)
+        for module in (distribution.read_text("top_level.txt") or "").split():
+            packages.setdefault(module, version)
+    # Wheels without top_level.txt (scikit-learn's, xgboost-cpu's): the modules of the
+    # runtimes' libraries by the distributions known to provide them. Reading every
+    # distribution's file list instead costs seconds.
+    for module, distributions in MODULE_DISTRIBUTIONS.items():
+        found = next((packages[d] for d in distributions if d in packages), None)
+        if found is not None:
+            packages.setdefault(module, found)
+    python = ".".join(str(part) for part in sys.version_info[:3])
+    return Capabilities(python, packages)
+
+
+def model_requirements(requirements: list[str], runtime: str | None) -> list[str]:
+    """A model's requirements: its own, then its built-in runtime's library."""
+    library = RUNTIME_LIBRARIES.get(runtime or "")
+    named = {_name_of(text) for text in requirements}
+    if library is not None and library not in named:
+        return [*requirements, library]
+    return list(requirements)
+
+
+def check_requirements(requirements: list[str]) -> None:
+    """ValueError naming a requirement that is neither a tag nor a package specifier."""
+    for text in requirements:
+        try:
+            Requirement(text)
+        except InvalidRequirement as exc:
+            message = f"requirement {text!r} is not a tag or a package spec: {exc}"
+            raise ValueError(message) from None
+
+
+def unmet(requirements: list[str], capabilities: Capabilities) -> str | None:
+    """The first requirement ``capabilities`` do not meet, as written; None if all are."""
+    for text in requirements:
+        if text in capabilities.tags:
+            continue
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            return text
+        version = capabilities.version_of(requirement.name)
+        if version is None:
+            return text
+        if requirement.specifier and not _satisfies(requirement, version):
+            return text
+    return None
+
+
+def _satisfies(requirement: Requirement, version: str) -> bool:
+    try:
+        return requirement.specifier.contains(Version(version), prereleases=True)
+    except InvalidVersion:
+        return False
+
+
+def _name_of(text: str) -> str:
+    try:
+        return Requirement(text).name
+    except InvalidRequirement:
+        return text
+
+
+def main() -> None:
+    """Print this interpreter's capabilities as JSON (another environment's probe)."""
+    json.dump(read_here().to_dict(), sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

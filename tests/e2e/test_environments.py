@@ -1,0 +1,201 @@
+"""Per-model environments placed by capability (issue 19, item 6), end to end.
+
+A model naming an environment (``parameters.environment_path`` or MLServer's
+``environment_tarball``) runs in workers started with that environment's interpreter; the
+others stay on the server's. Worker groups advertise tags, models declare requirements,
+and a model no worker can hold fails with one summary sentence. With ``--workers 0`` the
+server process is the one worker: requirements are checked against it, and a model
+naming an environment fails saying it needs workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+
+from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
+from tests.support import Server
+from tests.support.environments import make_venv, report, write_where_model
+from tests.support.grpc import infer_request, stub_for
+from tests.support.pool import wait_for, worker_pids
+
+GROUPS = json.dumps([{"name": "bigbox", "workers": 1, "tags": ["big"]}])
+
+
+def index_of(server: Server) -> dict[str, dict]:
+    answer = httpx.post(f"{server.url}/v2/repository/index", timeout=30)
+    return {entry["name"]: entry for entry in answer.json()}
+
+
+def settled(server: Server) -> dict[str, dict]:
+    def done() -> bool:
+        states = {entry["state"] for entry in index_of(server).values()}
+        return bool(states) and "LOADING" not in states
+
+    wait_for(done, timeout=90, what="every model loaded or failed")
+    return index_of(server)
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_venv(tmp_path_factory.mktemp("envs") / "venv")
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory, venv: Path) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("repo")
+    write_where_model(root / "plain")
+    write_where_model(root / "boxed", requirements=["big"])
+    write_where_model(root / "isolated", parameters={"environment_path": str(venv)})
+    # The same environment named by a relative path: one group for both.
+    relative = os.path.relpath(venv, root / "neighbour")
+    write_where_model(root / "neighbour", parameters={"environment_path": relative})
+    write_where_model(root / "needs", requirements=["lightgbm>=99"])
+    broken = tmp_path_factory.mktemp("broken") / "not-an-env"
+    broken.mkdir()
+    write_where_model(root / "broken", parameters={"environment_path": str(broken)})
+    with Server(root, "--workers", "2", "--worker-groups", GROUPS, "--no-exit-on-error") as server:
+        server.wait_live()
+        settled(server)
+        server.repository = root
+        yield server
+
+
+def test_a_model_runs_in_the_interpreter_of_the_environment_it_names(
+    pool: Server, venv: Path
+) -> None:
+    isolated = report(pool.url, "isolated")
+    assert Path(isolated["prefix"]) == venv
+    assert isolated["marker"] == "2.5"  # only that environment has it
+    plain = report(pool.url, "plain")
+    assert Path(plain["prefix"]) != venv and plain["marker"] == ""
+    # The server's libraries fill in what the environment lacks (scikit-learn here).
+    assert isolated["sklearn"] == plain["sklearn"]
+    # Over gRPC too: the same worker, the same answer.
+    with stub_for(pool) as stub:
+        answer = stub.ModelInfer(infer_request("isolated", x=np.array([[1.0, 2.0]])))
+    where = json.loads(answer.outputs[0].contents.bytes_contents[0])
+    assert Path(where["prefix"]) == venv and where["pid"] == isolated["pid"]
+
+
+def test_models_naming_one_environment_share_its_worker_group(pool: Server, venv: Path) -> None:
+    output = pool.output()
+    groups = re.findall(r"starting worker group '(env-\w+)' \(workers \[(\d+)\], environment", output)
+    assert len(groups) == 1, output
+    [(name, slot)] = groups
+    assert int(slot) == 3  # after the server's own 2 and bigbox's 1
+    pids = worker_pids(pool)
+    assert report(pool.url, "isolated")["pid"] == pids[3]
+    assert report(pool.url, "neighbour")["pid"] == pids[3]
+    assert f"environment {venv}: Python {sys.version_info[0]}.{sys.version_info[1]}" in output
+
+
+def test_requirements_place_a_model_on_the_group_whose_tags_meet_them(pool: Server) -> None:
+    pids = worker_pids(pool)
+    boxed = {report(pool.url, "boxed")["pid"] for _ in range(6)}
+    assert boxed == {pids[2]}  # bigbox's one worker
+    plain = {report(pool.url, "plain")["pid"] for _ in range(24)}
+    assert plain <= {pids[0], pids[1], pids[2]} and len(plain) >= 2
+    assert pids[3] not in plain  # never on the environment's worker
+
+
+def test_a_model_no_worker_can_hold_fails_with_one_summary_sentence(pool: Server) -> None:
+    index = index_of(pool)
+    assert index["needs"]["state"] == "FAILED"
+    assert re.fullmatch(
+        r"cannot place 1 replica of 'needs': [34] workers; 3 lack 'lightgbm>=99'"
+        r"(, 1 runs an environment)?",
+        index["needs"]["reason"],
+    ), index["needs"]["reason"]
+    answer = httpx.post(f"{pool.url}/v2/models/needs/infer", json={"inputs": []}, timeout=30)
+    assert answer.status_code in (400, 503) and "lightgbm>=99" in answer.json()["error"]
+    with stub_for(pool) as stub:
+        ready = stub.ModelReady(pb.ModelReadyRequest(name="needs"))
+    assert ready.ready is False
+
+
+def test_an_unusable_environment_fails_its_model_only(pool: Server) -> None:
+    index = index_of(pool)
+    assert index["broken"]["state"] == "FAILED"
+    assert "not-an-env" in index["broken"]["reason"]
+    assert index["plain"]["state"] == index["isolated"]["state"] == "READY"
+
+
+def test_a_dead_environment_worker_is_replaced_from_its_environment(
+    pool: Server, venv: Path
+) -> None:
+    before = report(pool.url, "isolated")["pid"]
+    os.kill(before, signal.SIGKILL)
+
+    def back() -> bool:
+        try:
+            answer = report(pool.url, "isolated")
+        except AssertionError:
+            return False  # 503 while it is replaced
+        return answer["pid"] != before
+
+    wait_for(back, timeout=60, what="the environment's worker replaced")
+    after = report(pool.url, "isolated")
+    assert Path(after["prefix"]) == venv and after["marker"] == "2.5"
+    assert report(pool.url, "plain")["marker"] == ""
+
+
+def test_the_repository_api_starts_an_environment_for_a_model_it_loads(
+    pool: Server, tmp_path: Path
+) -> None:
+    other = make_venv(tmp_path / "other", marker_version="3.1")
+    tarball = tmp_path / "other.tar.gz"
+    with tarfile.open(tarball, "w:gz") as archive:
+        for member in other.iterdir():
+            archive.add(member, arcname=member.name)
+    repository = pool.repository
+    write_where_model(
+        repository / "packed",
+        parameters={"environment_tarball": str(tarball)},
+        requirements=["envmarker>=3"],
+    )
+    loaded = httpx.post(f"{pool.url}/v2/repository/models/packed/load", timeout=120)
+    assert loaded.status_code == 200, loaded.text
+    packed = report(pool.url, "packed")
+    assert packed["marker"] == "3.1" and Path(packed["prefix"]) != other  # the unpacked copy
+    unloaded = httpx.post(f"{pool.url}/v2/repository/models/packed/unload", timeout=60)
+    assert unloaded.status_code == 200
+
+
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory: pytest.TempPathFactory, venv: Path) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("alone")
+    write_where_model(root / "tagged", requirements=["big"])
+    write_where_model(root / "gpu", requirements=["gpu"])
+    write_where_model(root / "isolated", parameters={"environment_path": str(venv)})
+    arguments = ("--workers", "0", "--worker-tags", "big", "--no-exit-on-error")
+    with Server(root, *arguments) as server:
+        server.wait_live()
+        settled(server)
+        yield server
+
+
+def test_without_workers_the_server_process_is_the_one_worker(alone: Server) -> None:
+    index = index_of(alone)
+    assert index["tagged"]["state"] == "READY"
+    assert report(alone.url, "tagged")["pid"] == alone.process.pid
+    assert index["gpu"]["reason"] == "cannot place 1 replica of 'gpu': 1 worker; 1 lacks 'gpu'"
+    reason = index["isolated"]["reason"]
+    assert "'isolated' names an environment" in reason and "--workers 1 or more" in reason
+    with stub_for(alone) as stub:
+        assert stub.ModelReady(pb.ModelReadyRequest(name="tagged")).ready is True
+        assert stub.ModelReady(pb.ModelReadyRequest(name="gpu")).ready is False
+        with pytest.raises(grpc.RpcError) as error:
+            stub.ModelInfer(infer_request("gpu", x=np.array([[1.0, 2.0]])))
+    assert "1 lacks 'gpu'" in (error.value.details() or "")
