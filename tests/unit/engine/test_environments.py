@@ -31,11 +31,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def counting_unpack(counter: Path) -> str:
     """A conda-unpack stand-in that records the folder it ran in, once per run."""
-    return (
-        "import os\n"
-        f"with open({str(counter)!r}, 'a') as f:\n"
-        "    f.write(os.getcwd() + '\\n')\n"
-    )
+    return f"import os\nwith open({str(counter)!r}, 'a') as f:\n    f.write(os.getcwd() + '\\n')\n"
 
 
 def test_a_folder_is_used_in_place(tmp_path: Path) -> None:
@@ -126,9 +122,7 @@ def test_a_failed_conda_unpack_leaves_no_marker_and_is_retried(tmp_path: Path) -
     flag = tmp_path / "fail"
     flag.write_text("")
     script = (
-        "import os, sys\n"
-        f"if os.path.exists({str(flag)!r}):\n"
-        "    sys.exit('prefix rewrite broke')\n"
+        f"import os, sys\nif os.path.exists({str(flag)!r}):\n    sys.exit('prefix rewrite broke')\n"
     )
     tarball = environment_tarball(tmp_path / "env.tgz", conda_unpack=script)
     cache = tmp_path / "cache"
@@ -154,15 +148,12 @@ print(prepare(Path(sys.argv[1]), Path(sys.argv[2])).root)
 def test_concurrent_prepares_from_several_processes_share_one_folder(tmp_path: Path) -> None:
     counter = tmp_path / "conda-unpack-runs"
     files = {f"lib/pkg/m{i}.py": "x = 1\n" * 200 for i in range(300)}
-    tarball = environment_tarball(tmp_path / "env.tgz", files, conda_unpack=counting_unpack(counter))
+    unpack = counting_unpack(counter)
+    tarball = environment_tarball(tmp_path / "env.tgz", files, conda_unpack=unpack)
     cache, go = tmp_path / "cache", tmp_path / "go"
-    processes = [
-        subprocess.Popen(
-            [sys.executable, "-c", CONCURRENT, str(tarball), str(cache), str(go)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-        )  # fmt: skip
-        for _ in range(4)
-    ]
+    command = [sys.executable, "-c", CONCURRENT, str(tarball), str(cache), str(go)]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    processes = [subprocess.Popen(command, **pipes, text=True, cwd=ROOT) for _ in range(4)]
     for process in processes:
         assert process.stdout is not None
         assert process.stdout.readline() == "ready\n"
@@ -227,7 +218,8 @@ def test_a_tarball_without_an_interpreter_is_refused_and_not_cached(tmp_path: Pa
 
 def test_an_interpreter_link_to_nowhere_says_so(tmp_path: Path) -> None:
     tarball = environment_tarball(tmp_path / "env.tgz", interpreter="/nowhere/bin/python3.11")
-    with pytest.raises(EnvironmentUnusable, match=r"bin/python3 linking to /nowhere/bin/python3\.11, which is not"):
+    expected = r"bin/python3 linking to /nowhere/bin/python3\.11, which is not an interpreter"
+    with pytest.raises(EnvironmentUnusable, match=expected):
         prepare(tarball, tmp_path / "cache")
 
 
