@@ -286,3 +286,22 @@ def test_a_big_tarball_is_hashed_in_chunks(tmp_path: Path) -> None:
     started = time.monotonic()
     assert tarball_key(big) == hashlib.sha256(big.read_bytes()).hexdigest()[:16]
     assert time.monotonic() - started < 5
+
+
+def test_a_tarball_of_a_folder_made_with_dot_members_is_unpacked(tmp_path: Path) -> None:
+    """``tar czf env.tgz -C myvenv .`` names its members ``./bin/python3``..."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python3").symlink_to(sys.executable)
+    (venv / "lib64").symlink_to("lib")
+    (venv / "lib").mkdir()
+    (venv / "pyvenv.cfg").write_text(f"home = {Path(sys.executable).parent}\n")
+    with tarfile.open(tmp_path / "env.tgz", "w:gz") as archive:
+        archive.add(venv, arcname=".")
+        assert "./bin/python3" in archive.getnames()
+    environment = prepare(tmp_path / "env.tgz", tmp_path / "cache")
+    assert (environment.root / "pyvenv.cfg").is_file()
+    assert os.readlink(environment.root / "lib64") == "lib"
+    ran = subprocess.run([environment.python, "-c", "import sys; print(sys.prefix)"],
+                         capture_output=True, text=True)  # fmt: skip
+    assert ran.stdout.strip() == str(environment.root)  # the venv's pyvenv.cfg was found
