@@ -1,4 +1,5 @@
-"""``inferpool serve``: command-line flags → ServerSettings → the server.
+"""``inferpool serve``: command-line flags → ServerSettings → the server; and
+``inferpool env pack``: a model's requirements → an environment tarball.
 
 Every server setting is a flag, generated from ServerSettings so the two never drift;
 only flags given on the command line override ``settings.json`` and the environment.
@@ -84,7 +85,62 @@ def build_parser() -> argparse.ArgumentParser:
         help="train iris models into a temporary repository and serve it on 127.0.0.1",
     )
     _add_setting_flags(serve)
+    _add_env_commands(commands)
     return parser
+
+
+def _add_env_commands(commands: Any) -> None:
+    env = commands.add_parser(
+        "env",
+        help="per-model Python environments",
+        description="Per-model Python environments (docs/environments.md).",
+    )
+    actions = env.add_subparsers(dest="env_command", required=True)
+    pack = actions.add_parser(
+        "pack",
+        help="pack a model's requirements into an environment tarball",
+        description="Build a virtualenv holding the requirements of an MLflow model folder "
+        "(its requirements.txt, python_env.yaml or conda.yaml), a requirements.txt or a "
+        "conda.yaml, and write it as a tarball for parameters.environment_tarball.",
+    )
+    pack.add_argument("source", type=Path, help="an MLflow model folder, requirements.txt "
+                      "or conda.yaml")  # fmt: skip
+    pack.add_argument("-o", "--output", type=Path, required=True, help="the tarball to write")
+    pack.add_argument(
+        "--python",
+        type=Path,
+        default=None,
+        help="the environment's interpreter (default: the server's base interpreter); "
+        "the server serves from it only if it runs the same Python X.Y",
+    )
+    pip = pack.add_argument_group("passed to pip install")
+    pip.add_argument("--find-links", action="append", default=[], metavar="DIR_OR_URL")
+    pip.add_argument("--no-index", action="store_true")
+    pip.add_argument("--index-url", metavar="URL")
+    pip.add_argument("--extra-index-url", action="append", default=[], metavar="URL")
+
+
+def env_pack_command(args: argparse.Namespace) -> int:
+    from inferpool.envpack.pack import PackFailed, pack
+
+    options = [option for link in args.find_links for option in ("--find-links", link)]
+    options += ["--no-index"] if args.no_index else []
+    options += ["--index-url", args.index_url] if args.index_url else []
+    options += [option for url in args.extra_index_url for option in ("--extra-index-url", url)]
+    try:
+        packed = pack(args.source, args.output, python=args.python, pip_options=options)
+    except PackFailed as exc:
+        print(f"inferpool env pack: {exc}", file=sys.stderr)
+        return 2
+    size = f"{packed.size / 2**20:.1f} MiB" if packed.size >= 2**20 else f"{packed.size} bytes"
+    print(f"wrote {packed.out} ({size}), environment key {packed.key} (sha256 {packed.sha256})")
+    server = ".".join(map(str, sys.version_info[:2]))
+    if not packed.python.startswith(server + "."):
+        print(
+            f"note: this server runs Python {server}: it serves from this Python "
+            f"{packed.python} environment only with inferpool installed inside"
+        )
+    return 0
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -123,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve_command(args)
+    if args.command == "env" and args.env_command == "pack":
+        return env_pack_command(args)
     return 2
 
 
