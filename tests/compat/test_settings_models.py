@@ -1,7 +1,8 @@
 """Model settings as MLServer users bring them (issue 13, points 2 and 3): single-model
 mode from ``MLSERVER_MODEL_*`` (as KServe's MLServer runtime sets it) and
 ``INFERPOOL_MODEL_*``; unknown keys warn naming the key and file; a setting inferpool does
-not implement fails that model with its reason; environment_tarball is read (engine/environments.py)."""
+not implement fails that model with its reason; environment_tarball is read
+(engine/environments.py)."""
 
 from __future__ import annotations
 

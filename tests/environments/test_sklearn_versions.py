@@ -23,8 +23,8 @@ import pytest
 import sklearn
 
 from tests.support import Server, iris_data
-from tests.support.environments import report, write_where_model
 from tests.support.grpc import infer_request, stub_for
+from tests.support.where import report, write_where_model
 
 OLD = "1.5.2"
 
