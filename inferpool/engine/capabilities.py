@@ -64,11 +64,17 @@ class Capabilities:
     def version_of(self, name: str) -> str | None:
         return self.packages.get(canonicalize_name(name)) or self.packages.get(name)
 
-    def describe(self, names: tuple[str, ...] = tuple(RUNTIME_LIBRARIES.values())) -> str:
+    def libraries(self) -> str:
+        """'sklearn 1.5.2, lightgbm 4.6.0': the runtimes' libraries found, with versions."""
+        names = RUNTIME_LIBRARIES.values()
+        return ", ".join(f"{n} {self.version_of(n)}" for n in names if self.version_of(n))
+
+    def describe(self) -> str:
         """'Python 3.11.7, sklearn 1.5.2, lightgbm 4.6.0' and the tags: for logs."""
-        found = [f"{name} {self.version_of(name)}" for name in names if self.version_of(name)]
         tags = [f"tags {', '.join(sorted(self.tags))}"] if self.tags else []
-        return ", ".join([f"Python {self.python}", *found, *tags])
+        return ", ".join(
+            part for part in [f"Python {self.python}", self.libraries(), *tags] if part
+        )
 
 
 def read_here() -> Capabilities:

@@ -90,7 +90,8 @@ def named_environment(settings: ModelSettings) -> Path | None:
         raise EnvironmentUnusable(
             f"model '{settings.name}': parameters.{given[0]} must be a path, not {value!r}"
         )
-    return settings.resolve(value)
+    # Normalised, so that logs and metrics show the folder, not the way to it.
+    return Path(os.path.normpath(settings.resolve(value)))
 
 
 def default_cache() -> Path:

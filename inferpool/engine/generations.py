@@ -120,7 +120,8 @@ class Generations:
     async def load(self, settings: ModelSettings) -> dict[str, Any]:
         """Load a model version, shared through the template when it may be; its metadata."""
         if not self._shareable(settings):
-            return await self.placement.load(settings)
+            async with self.gate.shared():  # not across a roll of the workers it may use
+                return await self.placement.load(settings)
         self._preloading += 1
         self._preloaded.clear()
         try:
@@ -148,7 +149,7 @@ class Generations:
     def _shared_by_all(self, key: ModelKey) -> bool:
         """Every worker was forked holding the template's current copy of ``key``."""
         template = self.supervisor.template
-        workers = self.placement.started()
+        workers = [w for w in self.placement.started() if w.slot < self.supervisor.count]
         return template is not None and all(template.shares(w, key) for w in workers)
 
     async def _roll_queued(self) -> None:
@@ -174,7 +175,14 @@ class Generations:
             spares = await self._spawn()
             try:
                 incoming = {pending.route.key for pending in batch}
-                kept = [r for r in self.dispatcher.routes.values() if r.key not in incoming]
+                # Only routes on the slots this template forks: an environment's workers
+                # are not part of the generation, and keep their replicas.
+                forked = set(range(self.supervisor.count))
+                kept = [
+                    r
+                    for r in self.dispatcher.routes.values()
+                    if r.key not in incoming and r.slots <= forked
+                ]
                 placed = self._place(batch, kept)
                 loads = [
                     _Load(spare, route, pending)

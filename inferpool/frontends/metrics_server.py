@@ -34,6 +34,7 @@ from prometheus_client.registry import Collector
 
 from inferpool.engine.client import EngineClient
 from inferpool.engine.pool import PoolClient
+from inferpool.engine.supervisor import Supervisor
 from inferpool.transport import http2, http2_streams
 from inferpool.transport.http2_wire import ERROR_CODE_NAMES, NO_ERROR
 
@@ -142,6 +143,29 @@ class ServerCollector(Collector):
             goaways.add_metric(["grpc", ERROR_CODE_NAMES.get(code, f"0x{code:x}")], count)
         yield goaways
 
+    @staticmethod
+    def _groups(supervisor: Supervisor) -> Metric:
+        """Each worker group's slot count, labelled with what it offers (capabilities)."""
+        groups = GaugeMetricFamily(
+            "inferpool_worker_group_workers",
+            "Worker slots of each worker group, with its environment (empty: the server's "
+            "own interpreter), Python version, runtime libraries and tags",
+            labels=["group", "environment", "python", "libraries", "tags"],
+        )
+        for group in supervisor.groups:
+            capabilities = group.capabilities
+            groups.add_metric(
+                [
+                    group.name,
+                    group.environment.source if group.environment is not None else "",
+                    capabilities.python,
+                    capabilities.libraries(),
+                    ",".join(sorted(capabilities.tags)),
+                ],
+                len(group.slots),
+            )
+        return groups
+
     def _workers(self, pool: PoolClient) -> Iterator[Metric]:
         supervisor = pool.supervisor
         labels = ["worker"]
@@ -151,6 +175,7 @@ class ServerCollector(Collector):
         for slot, count in enumerate(supervisor.restarts_by_slot):
             restarts.add_metric([str(slot)], count)
         yield restarts
+        yield self._groups(supervisor)
         yield CounterMetricFamily(
             "inferpool_template_restarts",
             "Times the worker template process was restarted",

@@ -23,14 +23,15 @@ import grpc
 import httpx
 import numpy as np
 import pytest
+from sklearn.linear_model import LogisticRegression
 
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
-from tests.support import Server
+from tests.support import Server, iris_data, rest_output, write_sklearn_model
 from tests.support.grpc import infer_request, stub_for
 from tests.support.pool import wait_for, worker_pids
 from tests.support.where import make_venv, report, write_where_model
 
-GROUPS = json.dumps([{"name": "bigbox", "workers": 1, "tags": ["big"]}])
+BIGBOX = {"name": "bigbox", "workers": 1, "tags": ["big"]}
 
 
 def index_of(server: Server) -> dict[str, dict]:
@@ -53,7 +54,14 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def pool(tmp_path_factory: pytest.TempPathFactory, venv: Path) -> Iterator[Server]:
+def legacy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_venv(tmp_path_factory.mktemp("envs") / "legacy", marker_version="4.0")
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory, venv: Path, legacy: Path) -> Iterator[Server]:
+    """2 workers of the server's own, bigbox's 1 (tag big), legacy's 2 (slots 3 and 4: a
+    configured group with an environment), and the group started for ``venv`` (slot 5)."""
     root = tmp_path_factory.mktemp("repo")
     write_where_model(root / "plain")
     write_where_model(root / "boxed", requirements=["big"])
@@ -62,10 +70,18 @@ def pool(tmp_path_factory: pytest.TempPathFactory, venv: Path) -> Iterator[Serve
     relative = os.path.relpath(venv, root / "neighbour")
     write_where_model(root / "neighbour", parameters={"environment_path": relative})
     write_where_model(root / "needs", requirements=["lightgbm>=99"])
+    write_where_model(
+        root / "configured", parameters={"environment_path": str(legacy)}, requirements=["legacy"]
+    )
+    groups = [
+        BIGBOX,
+        {"name": "legacy", "workers": 2, "environment": str(legacy), "tags": ["legacy"]},
+    ]
     broken = tmp_path_factory.mktemp("broken") / "not-an-env"
     broken.mkdir()
     write_where_model(root / "broken", parameters={"environment_path": str(broken)})
-    with Server(root, "--workers", "2", "--worker-groups", GROUPS, "--no-exit-on-error") as server:
+    arguments = ("--workers", "2", "--worker-groups", json.dumps(groups), "--no-exit-on-error")
+    with Server(root, *arguments) as server:
         server.wait_live()
         settled(server)
         server.repository = root
@@ -94,10 +110,10 @@ def test_models_naming_one_environment_share_its_worker_group(pool: Server, venv
     groups = re.findall(r"starting worker group 'env-\w+' \(workers \[(\d+)\], environment", output)
     assert len(groups) == 1, output
     [slot] = groups
-    assert int(slot) == 3  # after the server's own 2 and bigbox's 1
+    assert int(slot) == 5  # after the server's own 2, bigbox's 1 and legacy's 2
     pids = worker_pids(pool)
-    assert report(pool.url, "isolated")["pid"] == pids[3]
-    assert report(pool.url, "neighbour")["pid"] == pids[3]
+    assert report(pool.url, "isolated")["pid"] == pids[5]
+    assert report(pool.url, "neighbour")["pid"] == pids[5]
     assert f"environment {venv}: Python {sys.version_info[0]}.{sys.version_info[1]}" in output
 
 
@@ -107,15 +123,41 @@ def test_requirements_place_a_model_on_the_group_whose_tags_meet_them(pool: Serv
     assert boxed == {pids[2]}  # bigbox's one worker
     plain = {report(pool.url, "plain")["pid"] for _ in range(24)}
     assert plain <= {pids[0], pids[1], pids[2]} and len(plain) >= 2
-    assert pids[3] not in plain  # never on the environment's worker
+    assert not plain & {pids[3], pids[4], pids[5]}  # never on an environment's worker
+
+
+def test_a_configured_group_runs_its_environment_from_the_start(pool: Server, legacy: Path) -> None:
+    pool.expect_lines([rf"starting worker group 'legacy' \(workers \[3, 4\], environment {legacy}"])
+    pids = worker_pids(pool)
+    answers = [report(pool.url, "configured") for _ in range(16)]
+    assert {answer["pid"] for answer in answers} == {pids[3], pids[4]}  # one replica each
+    assert {answer["marker"] for answer in answers} == {"4.0"}
+
+
+def test_each_group_and_what_it_offers_is_a_metric(pool: Server, venv: Path, legacy: Path) -> None:
+    metrics = httpx.get(f"http://127.0.0.1:{pool.metrics_port}/metrics", timeout=30).text
+    groups = {}
+    for labels, value in re.findall(
+        r"^inferpool_worker_group_workers\{(.*)\} (\S+)$", metrics, re.M
+    ):
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        groups[fields["group"]] = (fields, float(value))
+    assert groups["default"][1] == 2 and groups["default"][0]["environment"] == ""
+    assert groups["bigbox"][1] == 1 and groups["bigbox"][0]["tags"] == "big"
+    assert groups["legacy"][1] == 2 and groups["legacy"][0]["environment"] == str(legacy)
+    [started] = [name for name in groups if name.startswith("env-")]
+    assert groups[started][0]["environment"] == str(venv)
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}."
+    assert all(fields["python"].startswith(python) for fields, _ in groups.values())
+    assert "sklearn " in groups[started][0]["libraries"]
 
 
 def test_a_model_no_worker_can_hold_fails_with_one_summary_sentence(pool: Server) -> None:
     index = index_of(pool)
     assert index["needs"]["state"] == "FAILED"
     assert re.fullmatch(
-        r"cannot place 1 replica of 'needs': [34] workers; 3 lack 'lightgbm>=99'"
-        r"(, 1 runs an environment)?",
+        r"cannot place 1 replica of 'needs': [56] workers; 3 lack 'lightgbm>=99', "
+        r"[23] run an environment",
         index["needs"]["reason"],
     ), index["needs"]["reason"]
     answer = httpx.post(f"{pool.url}/v2/models/needs/infer", json={"inputs": []}, timeout=30)
@@ -199,3 +241,21 @@ def test_without_workers_the_server_process_is_the_one_worker(alone: Server) -> 
         with pytest.raises(grpc.RpcError) as error:
             stub.ModelInfer(infer_request("gpu", x=np.array([[1.0, 2.0]])))
     assert "1 lacks 'gpu'" in (error.value.details() or "")
+
+
+def test_a_new_generation_of_the_servers_workers_leaves_the_environments_alone(
+    pool: Server,
+) -> None:
+    """A scikit-learn model loaded now is shared through the server's template: its workers
+    are replaced by a new generation; the environments' workers keep their replicas."""
+    before = {name: report(pool.url, name)["pid"] for name in ("isolated", "configured")}
+    estimator = LogisticRegression(max_iter=500).fit(*iris_data())
+    write_sklearn_model(pool.repository / "late", estimator)
+    loaded = httpx.post(f"{pool.url}/v2/repository/models/late/load", timeout=120)
+    assert loaded.status_code == 200, loaded.text
+    pool.expect_lines([r"a new generation of workers took over"])
+    rows = np.array([[5.1, 3.5, 1.4, 0.2]])
+    assert rest_output(pool.url, "late", rows, "predict").tolist() == [0]
+    assert report(pool.url, "isolated")["pid"] == before["isolated"]
+    after = {report(pool.url, "configured")["pid"] for _ in range(8)}
+    assert before["configured"] in after and report(pool.url, "isolated")["marker"] == "2.5"
