@@ -8,14 +8,15 @@ environment's is read by running this module with that environment's interpreter
 (``python -m inferpool.engine.capabilities`` prints them as JSON; ``interpreters.py``
 starts it).
 
-A model's requirements are its ``requirements`` list (Seldon Core v2's name for it) and
-the library of its built-in runtime (a LightGBM model needs ``lightgbm``). Each is a tag,
-or a package with an optional version specifier (PEP 440: ``lightgbm>=4.0``);
-``unmet`` says which one a group lacks.
+A model's requirements are its ``requirements`` list (Seldon Core v2's name for it). Each
+is a tag, or a package with an optional version specifier (PEP 440: ``lightgbm>=4.0``);
+``unmet`` says which one a group lacks. (A built-in runtime's own library is not added:
+every group has the server's, through the overlay of ``interpreters.py``.)
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import sys
@@ -26,7 +27,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-# The library each built-in runtime's models import: met or not, as any requirement.
+# The library each built-in runtime's models import: what logs and metrics show.
 RUNTIME_LIBRARIES = {
     "sklearn": "sklearn",
     "lightgbm": "lightgbm",
@@ -77,6 +78,12 @@ class Capabilities:
         )
 
 
+@functools.cache
+def here() -> Capabilities:
+    """This interpreter's capabilities, read once (about 0.2 s), when first needed."""
+    return read_here()
+
+
 def read_here() -> Capabilities:
     """The capabilities of this interpreter (without tags)."""
     packages: dict[str, str] = {}
@@ -97,15 +104,6 @@ def read_here() -> Capabilities:
             packages.setdefault(module, found)
     python = ".".join(str(part) for part in sys.version_info[:3])
     return Capabilities(python, packages)
-
-
-def model_requirements(requirements: list[str], runtime: str | None) -> list[str]:
-    """A model's requirements: its own, then its built-in runtime's library."""
-    library = RUNTIME_LIBRARIES.get(runtime or "")
-    named = {_name_of(text) for text in requirements}
-    if library is not None and library not in named:
-        return [*requirements, library]
-    return list(requirements)
 
 
 def check_requirements(requirements: list[str]) -> None:
@@ -140,13 +138,6 @@ def _satisfies(requirement: Requirement, version: str) -> bool:
         return requirement.specifier.contains(Version(version), prereleases=True)
     except InvalidVersion:
         return False
-
-
-def _name_of(text: str) -> str:
-    try:
-        return Requirement(text).name
-    except InvalidRequirement:
-        return text
 
 
 def main() -> None:

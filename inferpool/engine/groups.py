@@ -22,9 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from inferpool.engine.capabilities import Capabilities, model_requirements, unmet
+from inferpool.engine.capabilities import Capabilities, here, unmet
 from inferpool.engine.outages import Outages
-from inferpool.errors import RuntimeNotFound
 from inferpool.settings import ModelSettings
 
 if TYPE_CHECKING:
@@ -43,8 +42,15 @@ class WorkerGroup:
     slots: range
     keeper: TemplateKeeper
     outages: Outages
-    capabilities: Capabilities
+    tags: tuple[str, ...] = ()
     environment: Environment | None = None
+    # An environment's, read by its probe; the server's own are read when first needed.
+    probed: Capabilities | None = None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        offered = self.probed if self.probed is not None else here()
+        return offered.with_tags(self.tags)
 
     def describe(self) -> str:
         where = f"environment {self.environment.source}" if self.environment else "the server's"
@@ -60,24 +66,13 @@ def names_environment(document: dict[str, Any]) -> bool:
     return any(parameters.get(key) for key in ENVIRONMENT_KEYS)
 
 
-def requirements_of(settings: ModelSettings) -> list[str]:
-    """The model's requirements and its built-in runtime's library."""
-    from inferpool.runtimes.registry import runtime_name_for
-
-    try:
-        runtime: str | None = runtime_name_for(settings)
-    except (RuntimeNotFound, OSError, ValueError):
-        runtime = None  # its load says why, in the worker
-    return model_requirements(settings.requirements, runtime)
-
-
 def refusal(group: WorkerGroup, environment: str | None, requirements: list[str]) -> str | None:
     """Why ``group`` may not hold a model running ``environment`` (a key; None: the
     server's own) with ``requirements``; None if it may."""
     runs = group.environment.key if group.environment is not None else None
     if runs != environment:
         return "run another environment" if environment else "run an environment"
-    missing = unmet(requirements, group.capabilities)
+    missing = unmet(requirements, group.capabilities) if requirements else None
     return None if missing is None else f"lack '{missing}'"
 
 
@@ -88,7 +83,7 @@ def eligible(
     group_of: Callable[[int], WorkerGroup],
 ) -> tuple[list[WorkerHandle], dict[str, int]]:
     """The workers whose group may hold the model; the others counted by why not."""
-    requirements = requirements_of(settings)
+    requirements = settings.requirements
     refused: dict[str, int] = collections.Counter()
     chosen = []
     for worker in workers:

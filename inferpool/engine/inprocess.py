@@ -19,10 +19,9 @@ import time
 from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from inferpool.engine.capabilities import Capabilities, read_here, unmet
+from inferpool.engine.capabilities import here, unmet
 from inferpool.engine.client import EngineClient
 from inferpool.engine.environments import named_environment
-from inferpool.engine.groups import requirements_of
 from inferpool.engine.ipc.messages import Reply, RequestHeader
 from inferpool.engine.scheduler import PlacementError, place
 from inferpool.engine.states import ModelKey, describe_key, model_key
@@ -46,7 +45,6 @@ class InProcessClient(EngineClient):
     def __init__(self, settings: ServerSettings) -> None:
         super().__init__(settings)
         self.models: dict[ModelKey, LoadedModel] = {}  # per version
-        self._capabilities: Capabilities | None = None  # read at the first load
         # Requests of a batching version waiting for the loop's next turn (or for the
         # model's max_batch_time), per version.
         self._queued: dict[ModelKey, _Queue] = {}
@@ -79,10 +77,10 @@ class InProcessClient(EngineClient):
                 "its replicas run in workers started with that environment's interpreter, "
                 "and with --workers 0 there is none; start the server with --workers 1 or more"
             )
-        if self._capabilities is None:
-            here = await asyncio.to_thread(read_here)
-            self._capabilities = here.with_tags(self.settings.worker_tags)
-        missing = unmet(requirements_of(settings), self._capabilities)
+        if not settings.requirements:
+            return
+        offered = await asyncio.to_thread(here)  # read once, at the first that asks
+        missing = unmet(settings.requirements, offered.with_tags(self.settings.worker_tags))
         if missing is not None:
             refused = {f"lack '{missing}'": 1}
             try:

@@ -31,14 +31,13 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from inferpool.engine.capabilities import Capabilities, read_here
+from inferpool.engine.capabilities import Capabilities
 from inferpool.engine.crashes import CrashBook, ExitStatuses
 from inferpool.engine.groups import (
     WorkerGroup,
     eligible,
     names_environment,
     refusal,
-    requirements_of,
 )
 from inferpool.engine.handles import TemplateProcess, WorkerHandle
 from inferpool.engine.interpreters import ProbeFailed, probe
@@ -128,17 +127,15 @@ class Supervisor:
             self.exits, self.outages, events, stopping, self.keep,
             gone=lambda: self._template_gone(self.templates),
         )  # fmt: skip
-        here = read_here()
         self.groups = [
             WorkerGroup("default", range(settings.workers), self.templates, self.outages,
-                        here.with_tags(settings.worker_tags)),
+                        tuple(settings.worker_tags)),
         ]  # fmt: skip
         for group in plain:
             base = self.groups[-1].slots.stop
             slots = range(base, base + group.workers)
-            capabilities = here.with_tags(group.tags)
             self.groups.append(
-                WorkerGroup(group.name, slots, self.templates, self.outages, capabilities)
+                WorkerGroup(group.name, slots, self.templates, self.outages, tuple(group.tags))
             )
         # Groups running an environment, by its key; and the key of each environment a
         # model named (by the path it named), as last prepared.
@@ -182,7 +179,7 @@ class Supervisor:
 
     def eligible_slots(self, settings: ModelSettings) -> set[int]:
         """Every slot, live or not, whose group may hold the model."""
-        environment, requirements = self.environment_key(settings), requirements_of(settings)
+        environment, requirements = self.environment_key(settings), settings.requirements
         return {
             slot
             for group in self.groups
@@ -225,7 +222,7 @@ class Supervisor:
             found = await asyncio.to_thread(probe, environment.python)
         except ProbeFailed as exc:
             raise ModelLoadError(f"environment {environment.source}: {exc}") from None
-        capabilities = Capabilities.from_dict(found).with_tags(tags)
+        probed = Capabilities.from_dict(found)
         base = len(self.workers)
         slots = range(base, base + workers)
         self.workers.extend([None] * workers)
@@ -236,7 +233,7 @@ class Supervisor:
             self.exits, outages, _NOTHING_SHARED, self.stopping, self.keep,
             gone=lambda: self._template_gone(keeper), python=environment.python,
         )  # fmt: skip
-        group = WorkerGroup(name, slots, keeper, outages, capabilities, environment)
+        group = WorkerGroup(name, slots, keeper, outages, tuple(tags), environment, probed)
         self.groups.append(group)
         self.environments[environment.key] = group
         logger.info("starting %s", group.describe())

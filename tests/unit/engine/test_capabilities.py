@@ -13,7 +13,6 @@ import sklearn
 from inferpool.engine.capabilities import (
     Capabilities,
     check_requirements,
-    model_requirements,
     read_here,
     unmet,
 )
@@ -51,13 +50,6 @@ def test_a_prerelease_or_an_odd_version_is_compared_as_pep_440_says() -> None:
     assert unmet(["lib>=2.0"], offer) == "lib>=2.0"
     assert unmet(["odd>=1"], offer) == "odd>=1"
     assert unmet(["odd"], offer) is None  # present, no version asked
-
-
-def test_a_builtin_runtime_adds_its_library_once() -> None:
-    assert model_requirements([], "lightgbm") == ["lightgbm"]
-    assert model_requirements(["lightgbm>=4.0"], "lightgbm") == ["lightgbm>=4.0"]
-    assert model_requirements(["big"], "my_module.Custom") == ["big"]
-    assert model_requirements([], None) == []
 
 
 def test_a_requirement_that_is_not_a_tag_or_a_specifier_fails_the_settings() -> None:
