@@ -38,6 +38,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from inferpool.frontends.connections import Connections
 from inferpool.frontends.metrics_server import count_rejected
+from inferpool.frontends.reclaim import collect_soon
 from inferpool.frontends.rest_answer import DIRECT
 from inferpool.frontends.rest_input import GONE, WATCH, WATCHING, too_large_message
 from inferpool.settings import ServerSettings
@@ -128,9 +129,15 @@ class GuardedHttpTools(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         if self.transport.get_write_buffer_size():
-            self.transport.abort()
+            self._abort_unread()
         else:
             self.transport.close()
+
+    def _abort_unread(self) -> None:
+        """Cut the connection off with answer bytes unsent; their memory comes back with
+        the next full collection, which this asks for (``reclaim.py``)."""
+        self.transport.abort()
+        collect_soon(self.loop)
 
     # -- reading ----------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
@@ -321,7 +328,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         if self._running_task is not None or self.pipeline:
-            self.transport.abort()  # an answer is being written: cannot put ours in front
+            self._abort_unread()  # an answer is being written: cannot put ours in front
             return
         self._write_error(status, message)
         self._linger()
@@ -383,7 +390,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         now = self.loop.time() + _SLACK
         if self._write_at and now >= self._write_at:
             logger.debug("closing %s: answer not read within --write-timeout", self.client)
-            self.transport.abort()
+            self._abort_unread()
         elif self._expire_at and now >= self._expire_at:
             self._expired()
         else:

@@ -444,20 +444,9 @@ def test_the_metrics_port_has_the_same_timeouts(pool):
 
 
 # -- slow readers ----------------------------------------------------------------------------
-@pytest.fixture
-def fresh_pool(repo) -> Iterator[Server]:
-    """A pool server of its own. Measured on the module's ``pool`` after the tests before
-    it (in the order pytest chose once the custom endpoint case below was added), its
-    frontend kept the readers' answers: RSS 74 → 188 MiB with no connection left, not
-    given back by gc or by a fixed mmap threshold. An open bug (see the stop note); this
-    test measures a server that served nothing else."""
-    with Server(repo, "--workers", "2", *LIMIT_FLAGS) as server:
-        server.wait_ready()
-        yield server
-
-
-def test_a_reader_that_stops_reading_is_closed_and_memory_comes_back(fresh_pool):
-    pool = fresh_pool
+def test_a_reader_that_stops_reading_is_closed_and_memory_comes_back(pool):
+    """On the module's server, after the tests before it: the answers' memory was kept
+    until a full garbage collection ran (frontends/reclaim.py)."""
     pid = pool.process.pid
     baseline = rss_mib(pid)
     readers = []
