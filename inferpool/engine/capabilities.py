@@ -10,14 +10,17 @@ starts it).
 
 A model's requirements are its ``requirements`` list (Seldon Core v2's name for it). Each
 is a tag, or a package with an optional version specifier (PEP 440: ``lightgbm>=4.0``);
-``unmet`` says which one a group lacks. (A built-in runtime's own library is not added:
-every group has the server's, through the overlay of ``interpreters.py``.)
+``unmet`` says which one a group lacks. A built-in runtime's library is a requirement
+too (DESIGN §3: a worker offers the runtimes importable in its environment), checked
+without reading every distribution: ``importable_here`` for the server's interpreter, the
+probe's modules for an environment's.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.metadata
+import importlib.util
 import json
 import sys
 from dataclasses import dataclass, field
@@ -27,7 +30,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-# The library each built-in runtime's models import: what logs and metrics show.
+# The library each built-in runtime's models import: an implicit requirement of its models,
+# and what logs and metrics show.
 RUNTIME_LIBRARIES = {
     "sklearn": "sklearn",
     "lightgbm": "lightgbm",
@@ -82,6 +86,15 @@ class Capabilities:
 def here() -> Capabilities:
     """This interpreter's capabilities, read once (about 0.2 s), when first needed."""
     return read_here()
+
+
+@functools.cache
+def importable_here(module: str) -> bool:
+    """This interpreter can import the top-level ``module`` (found, not imported)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a meta path finder that refuses it
+        return False
 
 
 def read_here() -> Capabilities:

@@ -10,9 +10,10 @@ after. Every worker is still connected the same way (memfd rings and doorbells, 
 to its template over the control socket).
 
 ``eligible`` is the scheduler's first filter, by capability: a model goes only to the
-groups running the environment it names (none: the server's interpreter), and only to
-those meeting its requirements; the others are counted by the reason, which ends up
-in the placement's one summary sentence.
+groups running the environment it names (none: the server's interpreter), only to those
+that can import its built-in runtime's library, and only to those meeting its
+requirements; the others are counted by the reason, which ends up in the placement's one
+summary sentence.
 """
 
 from __future__ import annotations
@@ -20,10 +21,17 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from inferpool.engine.capabilities import Capabilities, here, unmet
+from inferpool.engine.capabilities import (
+    RUNTIME_LIBRARIES,
+    Capabilities,
+    here,
+    importable_here,
+    unmet,
+)
 from inferpool.engine.outages import Outages
+from inferpool.errors import RuntimeNotFound
 from inferpool.settings import ModelSettings
 
 if TYPE_CHECKING:
@@ -52,6 +60,12 @@ class WorkerGroup:
         offered = self.probed if self.probed is not None else here()
         return offered.with_tags(self.tags)
 
+    def offers(self, module: str) -> bool:
+        """The group's interpreter can import ``module`` (a runtime's library)."""
+        if self.probed is None:
+            return importable_here(module)
+        return self.probed.version_of(module) is not None
+
     def describe(self) -> str:
         where = f"environment {self.environment.source}" if self.environment else "the server's"
         return (
@@ -66,12 +80,43 @@ def names_environment(document: dict[str, Any]) -> bool:
     return any(parameters.get(key) for key in ENVIRONMENT_KEYS)
 
 
-def refusal(group: WorkerGroup, environment: str | None, requirements: list[str]) -> str | None:
+class RuntimeLibrary(NamedTuple):
+    """The library a built-in runtime's models import, and the extra that installs it."""
+
+    module: str
+    extra: str
+
+    def refused(self) -> str:
+        """The reason a worker without it gives: "lack 'lightgbm' (install ...)"."""
+        return f"lack '{self.module}' (install inferpool[{self.extra}])"
+
+
+def runtime_library(settings: ModelSettings) -> RuntimeLibrary | None:
+    """The model's built-in runtime's library; None for a custom runtime, or a model whose
+    runtime is not recognised here (its load says why, in the worker)."""
+    from inferpool.runtimes.registry import RUNTIMES, runtime_name_for
+
+    try:
+        runtime = runtime_name_for(settings)
+    except (RuntimeNotFound, OSError, ValueError):
+        return None
+    entry, module = RUNTIMES.get(runtime), RUNTIME_LIBRARIES.get(runtime)
+    return None if entry is None or module is None else RuntimeLibrary(module, entry.extra)
+
+
+def refusal(
+    group: WorkerGroup,
+    environment: str | None,
+    requirements: list[str],
+    library: RuntimeLibrary | None = None,
+) -> str | None:
     """Why ``group`` may not hold a model running ``environment`` (a key; None: the
-    server's own) with ``requirements``; None if it may."""
+    server's own) with ``requirements`` and its runtime's ``library``; None if it may."""
     runs = group.environment.key if group.environment is not None else None
     if runs != environment:
         return "run another environment" if environment else "run an environment"
+    if library is not None and not group.offers(library.module):
+        return library.refused()
     missing = unmet(requirements, group.capabilities) if requirements else None
     return None if missing is None else f"lack '{missing}'"
 
@@ -83,11 +128,11 @@ def eligible(
     group_of: Callable[[int], WorkerGroup],
 ) -> tuple[list[WorkerHandle], dict[str, int]]:
     """The workers whose group may hold the model; the others counted by why not."""
-    requirements = settings.requirements
+    requirements, library = settings.requirements, runtime_library(settings)
     refused: dict[str, int] = collections.Counter()
     chosen = []
     for worker in workers:
-        reason = refusal(group_of(worker.slot), environment, requirements)
+        reason = refusal(group_of(worker.slot), environment, requirements, library)
         if reason is None:
             chosen.append(worker)
         else:

@@ -19,9 +19,10 @@ import time
 from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from inferpool.engine.capabilities import here, unmet
+from inferpool.engine.capabilities import here, importable_here, unmet
 from inferpool.engine.client import EngineClient
 from inferpool.engine.environments import named_environment
+from inferpool.engine.groups import runtime_library
 from inferpool.engine.ipc.messages import Reply, RequestHeader
 from inferpool.engine.scheduler import PlacementError, place
 from inferpool.engine.states import ModelKey, describe_key, model_key
@@ -77,12 +78,16 @@ class InProcessClient(EngineClient):
                 "its replicas run in workers started with that environment's interpreter, "
                 "and with --workers 0 there is none; start the server with --workers 1 or more"
             )
-        if not settings.requirements:
-            return
-        offered = await asyncio.to_thread(here)  # read once, at the first that asks
-        missing = unmet(settings.requirements, offered.with_tags(self.settings.worker_tags))
-        if missing is not None:
-            refused = {f"lack '{missing}'": 1}
+        library = runtime_library(settings)
+        reason = None
+        if library is not None and not importable_here(library.module):
+            reason = library.refused()
+        elif settings.requirements:
+            offered = await asyncio.to_thread(here)  # read once, at the first that asks
+            missing = unmet(settings.requirements, offered.with_tags(self.settings.worker_tags))
+            reason = None if missing is None else f"lack '{missing}'"
+        if reason is not None:
+            refused = {reason: 1}
             try:
                 place(settings.name, settings.replicas or 1, 0, [], None, refused)
             except PlacementError as exc:

@@ -38,6 +38,7 @@ from inferpool.engine.groups import (
     eligible,
     names_environment,
     refusal,
+    runtime_library,
 )
 from inferpool.engine.handles import TemplateProcess, WorkerHandle
 from inferpool.engine.interpreters import ProbeFailed, probe
@@ -180,10 +181,11 @@ class Supervisor:
     def eligible_slots(self, settings: ModelSettings) -> set[int]:
         """Every slot, live or not, whose group may hold the model."""
         environment, requirements = self.environment_key(settings), settings.requirements
+        library = runtime_library(settings)
         return {
             slot
             for group in self.groups
-            if refusal(group, environment, requirements) is None
+            if refusal(group, environment, requirements, library) is None
             for slot in group.slots
         }
 

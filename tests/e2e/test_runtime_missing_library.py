@@ -1,5 +1,7 @@
 """A runtime whose library is not installed: the model is FAILED with the pip extra to
-install, not an ImportError traceback, and the server stays up (``--no-exit-on-error``)."""
+install, not an ImportError traceback, and the server stays up (``--no-exit-on-error``).
+With workers, no worker offers the runtime (DESIGN §3's capability filter): the reason is
+the scheduler's one summary sentence, with the extra."""
 
 from __future__ import annotations
 
@@ -38,8 +40,10 @@ sys.meta_path.insert(0, HidePackages())
 """
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+@pytest.fixture(scope="module", params=["0", "2"], ids=["w0", "w2"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("missing")
     repository = root / "models"
     lgb, _ = lightgbm_estimator("classifier")
@@ -53,7 +57,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     shim.mkdir()
     (shim / "sitecustomize.py").write_text(SITECUSTOMIZE)
     env = {"PYTHONPATH": str(shim), "HIDE_PACKAGES": "lightgbm,xgboost,mlflow"}
-    with Server(repository, "--workers", "0", "--no-exit-on-error", env=env) as server:
+    arguments = ("--workers", request.param, "--no-exit-on-error")
+    with Server(repository, *arguments, env=env) as server:
         server.wait_live()
         yield server
 
@@ -63,7 +68,7 @@ def settled_status(server: Server, model: str, timeout: float = 60) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         document = httpx.get(f"{server.url}/v2/models/{model}", timeout=5).json()
-        if document.get("state") not in ("LOADING", "UNAVAILABLE"):
+        if document.get("state") not in (None, "LOADING", "UNAVAILABLE"):  # None: not listed yet
             return document
         time.sleep(0.1)
     raise TimeoutError(f"model {model} still loading after {timeout}s")
@@ -83,6 +88,15 @@ def test_missing_library_fails_the_model_with_the_extra_to_install(server, model
     assert document["state"] == "FAILED"
     assert f"install inferpool[{extra}]" in document["reason"]
     assert "Traceback" not in document["reason"]
+
+
+def test_a_runtime_no_worker_offers_fails_with_one_summary_sentence(server):
+    document = settled_status(server, "xgb-json")
+    workers = 2 if "--workers 2" in " ".join(map(str, server.process.args)) else 1
+    counted = "2 workers; 2 lack" if workers == 2 else "1 worker; 1 lacks"
+    assert document["reason"] == (
+        f"cannot place 1 replica of 'xgb-json': {counted} 'xgboost' (install inferpool[xgboost])"
+    )
 
 
 def test_server_is_live_but_not_ready(server):

@@ -13,10 +13,17 @@ import sklearn
 from inferpool.engine.capabilities import (
     Capabilities,
     check_requirements,
+    importable_here,
     read_here,
     unmet,
 )
-from inferpool.engine.groups import eligible, refusal
+from inferpool.engine.groups import (
+    RuntimeLibrary,
+    WorkerGroup,
+    eligible,
+    refusal,
+    runtime_library,
+)
 from inferpool.engine.outages import Outages
 from inferpool.settings import ModelSettings
 
@@ -83,6 +90,9 @@ class _Group:
         self.capabilities = capabilities
         self.outages = Outages(1)
 
+    def offers(self, module: str) -> bool:
+        return self.capabilities.version_of(module) is not None
+
 
 class _Worker:
     def __init__(self, slot: int) -> None:
@@ -103,3 +113,42 @@ def test_workers_are_filtered_by_environment_then_requirements() -> None:
     assert [w.slot for w in chosen] == [3]
     assert refused == {"run another environment": 3}
     assert refusal(isolated, "abc", ["lightgbm"]) == "lack 'lightgbm'"  # type: ignore[arg-type]
+
+
+def test_a_built_in_runtimes_library_is_an_implicit_requirement() -> None:
+    """DESIGN §3: a worker offers the runtimes importable in its environment."""
+    assert runtime_library(ModelSettings(name="m", runtime="lightgbm")) == RuntimeLibrary(
+        "lightgbm", "lightgbm"
+    )
+    assert runtime_library(ModelSettings(name="m", runtime="xgboost")).module == "xgboost"
+    assert runtime_library(ModelSettings(name="m", implementation="my.Runtime")) is None
+    lightgbm = RuntimeLibrary("lightgbm", "lightgbm")
+    # The server's own group: what this interpreter can import (lightgbm is installed here).
+    own = WorkerGroup("default", range(2), None, Outages(2))  # type: ignore[arg-type]
+    assert refusal(own, None, [], lightgbm) is None
+    assert refusal(own, None, [], RuntimeLibrary("no_such_library_here", "x")) == (
+        "lack 'no_such_library_here' (install inferpool[x])"
+    )
+    # An environment's group: what its probe found there.
+    isolated = WorkerGroup(
+        "env-abc", range(2, 3), None, Outages(1),  # type: ignore[arg-type]
+        environment=type("E", (), {"key": "abc"}), probed=OFFER,  # type: ignore[arg-type]
+    )  # fmt: skip
+    assert refusal(isolated, "abc", [], lightgbm) == "lack 'lightgbm' (install inferpool[lightgbm])"
+    assert refusal(isolated, "abc", [], RuntimeLibrary("xgboost", "xgboost")) is None
+
+
+def test_importable_here_finds_without_importing_and_survives_a_refusing_finder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Refuse:
+        def find_spec(self, name, path, target=None):
+            if name == "refused_module":
+                raise ModuleNotFoundError(name, name=name)
+            return None
+
+    monkeypatch.setattr(sys, "meta_path", [Refuse(), *sys.meta_path])
+    importable_here.cache_clear()
+    assert importable_here("json") and not importable_here("no_such_module_anywhere")
+    assert not importable_here("refused_module")
+    importable_here.cache_clear()
