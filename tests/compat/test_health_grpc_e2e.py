@@ -46,6 +46,14 @@ class Gated(Runtime):
 """
 
 
+def open_gate(gate: Path, text: str) -> None:
+    """Write the gate whole, in one rename: the model polls for the file and reads it at
+    once, so a gate being written could be read empty (a load that passes, not fails)."""
+    staged = gate.with_name("gate.staged")
+    staged.write_text(text)
+    staged.replace(gate)
+
+
 def build_gated_repository(root: Path) -> Path:
     """The iris models and ``gated`` (GATED, its gate closed)."""
     build_iris_repository(root)
@@ -144,7 +152,7 @@ def test_check_and_watch_follow_readiness(implementation, tmp_path):
         assert short_watch.statuses == [NOT_SERVING]
 
         # The required model fails: started, but not ready.
-        gate.write_text("fail")
+        open_gate(gate, "fail")
         wait_state(server, "gated", "FAILED")
         wait_state(server, "iris-rf", "READY")  # in-process models load one at a time
         assert check(health, "") == NOT_SERVING
@@ -153,7 +161,7 @@ def test_check_and_watch_follow_readiness(implementation, tmp_path):
         assert httpx.get(f"{server.url}/v2/health/ready").status_code == 503
 
         # Reloaded fine: both Watches see the flip.
-        gate.write_text("ok")
+        open_gate(gate, "ok")
         inference.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="gated"))
         server_watch.wait_for([NOT_SERVING, SERVING])
         model_watch.wait_for([NOT_SERVING, SERVING])
