@@ -115,9 +115,21 @@ def refusal(
     runs = group.environment.key if group.environment is not None else None
     if runs != environment:
         return "run another environment" if environment else "run an environment"
-    if library is not None and not group.offers(library.module):
+    return lacking(group.offers, lambda: group.capabilities, requirements, library)
+
+
+def lacking(
+    offers: Callable[[str], bool],
+    capabilities: Callable[[], Capabilities],
+    requirements: list[str],
+    library: RuntimeLibrary | None,
+) -> str | None:
+    """What an interpreter lacks of a model's runtime ``library`` (``offers`` says whether
+    it can import a module) and of its ``requirements`` (``capabilities``, read only when
+    there are some), as a refusal: "lack 'lightgbm>=4.0'"; None if it lacks nothing."""
+    if library is not None and not offers(library.module):
         return library.refused()
-    missing = unmet(requirements, group.capabilities) if requirements else None
+    missing = unmet(requirements, capabilities()) if requirements else None
     return None if missing is None else f"lack '{missing}'"
 
 

@@ -19,10 +19,10 @@ import time
 from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from inferpool.engine.capabilities import here, importable_here, unmet
+from inferpool.engine.capabilities import here, importable_here
 from inferpool.engine.client import EngineClient
 from inferpool.engine.environments import named_environment
-from inferpool.engine.groups import runtime_library
+from inferpool.engine.groups import lacking, runtime_library
 from inferpool.engine.ipc.messages import Reply, RequestHeader
 from inferpool.engine.scheduler import PlacementError, place
 from inferpool.engine.states import ModelKey, describe_key, model_key
@@ -78,14 +78,14 @@ class InProcessClient(EngineClient):
                 "its replicas run in workers started with that environment's interpreter, "
                 "and with --workers 0 there is none; start the server with --workers 1 or more"
             )
-        library = runtime_library(settings)
-        reason = None
-        if library is not None and not importable_here(library.module):
-            reason = library.refused()
-        elif settings.requirements:
-            offered = await asyncio.to_thread(here)  # read once, at the first that asks
-            missing = unmet(settings.requirements, offered.with_tags(self.settings.worker_tags))
-            reason = None if missing is None else f"lack '{missing}'"
+        tags = self.settings.worker_tags
+        reason = await asyncio.to_thread(  # here() reads once, at the first that asks
+            lacking,
+            importable_here,
+            lambda: here().with_tags(tags),
+            settings.requirements,
+            runtime_library(settings),
+        )
         if reason is not None:
             refused = {reason: 1}
             try:
