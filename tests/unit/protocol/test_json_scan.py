@@ -187,6 +187,115 @@ def test_number_forms_decode_as_orjson_and_numpy(tokens, datatype, sep):
     same_outcome(request_text("[" + sep.join(tokens) + "]", datatype, [len(tokens)]))
 
 
+# --------------------------------------------------------------------------- quick runs
+# Plain decimals followed by a comma are read in runs (SSSE3, a 64-byte window of commas
+# ahead of the token): bodies padded after the data, so that every token is in a window.
+
+quick = pytest.mark.skipif(
+    not (json_scan.AVAILABLE and json_scan._jsonscan.quick_stats()[0]),
+    reason="quick runs need the extension on a CPU with SSSE3",
+)
+
+
+def quick_tokens() -> int:
+    assert json_scan._jsonscan is not None
+    return json_scan._jsonscan.quick_stats()[1]
+
+
+def padded_request(data: str, datatype: str, shape: list[int]) -> bytes:
+    pad = "p" * 120
+    header = f'"name": "x", "shape": {shape}, "datatype": "{datatype}"'
+    return ('{"inputs": [{' + header + ', "data": ' + data + '}], "id": "' + pad + '"}').encode()
+
+
+@st.composite
+def plain_decimals(draw: st.DrawFn) -> str:
+    """The quick form and its near misses: -?(0|[1-9]d*)(.d+)?, up to 15 characters
+    after the sign, and some longer or slightly off."""
+    sign = draw(st.sampled_from(["", "-"]))
+    whole = draw(st.just("0") | st.from_regex(r"[1-9][0-9]{0,15}", fullmatch=True))
+    fraction = draw(st.just("") | st.from_regex(r"\.[0-9]{1,16}", fullmatch=True))
+    return sign + whole + fraction
+
+
+NEAR_MISSES = (
+    ["01", "-01.5", "1.", "-.5", ".5", "-", "--1", "1..2", "1.2.3", "1e5", "1.5E-3", "0x1",
+     "1.5e", "+1", "00", "-0", "-0.0", "0.000000000000001", "999999999999999", "1e400",
+     "1.5 ", "7x", '"1"', "1234567890123456", "-1.23456789012345", "0.0000000000000001"]
+)  # fmt: skip
+near_misses = st.sampled_from(NEAR_MISSES)
+
+
+@quick
+@pytest.mark.parametrize("miss", NEAR_MISSES)
+@pytest.mark.parametrize("at", [0, 3, 7])
+def test_a_near_miss_in_a_quick_run_decodes_as_orjson_and_numpy(miss, at):
+    tokens = ["1.5", "-2", "0.25"] * 3
+    tokens.insert(at, miss)
+    for datatype in FLOAT_TYPES:
+        same_outcome(padded_request("[" + ",".join(tokens) + "]", datatype, [len(tokens)]))
+        same_outcome(padded_request("[" + ", ".join(tokens) + "]", datatype, [len(tokens)]))
+
+
+@quick
+@PROPERTY
+@given(
+    tokens=st.lists(plain_decimals(), min_size=1, max_size=60),
+    misses=st.lists(st.tuples(st.integers(0, 60), near_misses), max_size=2),
+    datatype=st.sampled_from([*FLOAT_TYPES, "INT32"]),
+    sep=separators,
+)
+@example(tokens=["-0", "-0.0", "0", "1", "-1", "0.5", "123456789012345", "1.00000000000001",
+                 "-99999999.999999"], misses=[], datatype="FP32", sep=",")  # fmt: skip
+def test_quick_runs_decode_as_orjson_and_numpy(tokens, misses, datatype, sep):
+    for at, miss in misses:
+        tokens.insert(at, miss)
+    text = "[" + sep.join(tokens) + "]"
+    same_outcome(padded_request(text, datatype, [len(tokens)]))
+    if len(tokens) > 2:
+        same_outcome(padded_request(f"[{text}, {text}]", datatype, [2, len(tokens)]))
+
+
+@quick
+@PROPERTY
+@given(
+    values=st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False, min_value=-1e7,
+                              max_value=1e7), min_size=2, max_size=60),
+    sep=st.sampled_from([",", ", ", ",\n  "]),
+    datatype=st.sampled_from(FLOAT_TYPES),
+)  # fmt: skip
+def test_quick_runs_read_every_float32_a_client_writes(values, sep, datatype):
+    # str(np.float32) of values in this range has no exponent below 1e16 or over 1e-5.
+    tokens = [str(np.float32(v)) for v in values]
+    plain = [t for t in tokens if "e" not in t and len(t.lstrip("-")) <= 15]
+    before = quick_tokens()
+    outcome = same_outcome(padded_request("[" + sep.join(tokens) + "]", datatype, [len(values)]))
+    assert outcome[0] == "ok"
+    # Every plain token followed by a comma is read in a run, but the first after a token
+    # of another form (then read_number reads up to 16 values before the next run).
+    if len(plain) == len(tokens):
+        assert quick_tokens() - before == len(tokens) - 1
+
+
+@quick
+def test_a_batch_as_a_float32_client_writes_it_is_read_in_quick_runs():
+    rows = np.random.default_rng(7).standard_normal((256, 50)).astype(np.float32)
+    tokens = [[str(v) for v in row] for row in rows]
+    plain = sum(1 for row in tokens for t in row if "e" not in t)
+    flat = padded_request("[" + ",".join(t for row in tokens for t in row) + "]", "FP32",
+                          [256, 50])  # fmt: skip
+    nested = padded_request(
+        "[" + ",".join("[" + ",".join(row) + "]" for row in tokens) + "]", "FP32", [256, 50]
+    )
+    for body in (flat, nested):
+        before = quick_tokens()
+        (tensor,) = rest_json.decode_request(body).inputs
+        assert tensor.data.tobytes() == rows.tobytes()
+        # All but each row's last value (and a few after a token with an exponent).
+        assert quick_tokens() - before >= 0.9 * plain
+        same_outcome(body)
+
+
 # --------------------------------------------------------------------------- integers
 
 
