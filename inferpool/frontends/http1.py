@@ -34,6 +34,7 @@ from typing import Any
 
 import httptools
 import orjson
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from inferpool.frontends.connections import Connections
@@ -169,6 +170,25 @@ class GuardedHttpTools(HttpToolsProtocol):
                 self._reject(431, self._headers_message(), self._header_limit())
                 return
         self._sync_timer()
+
+    def on_body(self, body: bytes) -> None:
+        # Uvicorn copies each chunk into a bytearray, and receive() copies that out again
+        # (bytes(...)): a chunk that finds nothing pending is kept as it came, and handed
+        # over as it is (bytes() of a bytes is the object itself). A large JSON body is read
+        # with two copies fewer; chunks that pile up are gathered as Uvicorn does.
+        cycle: Any = self.cycle  # its body: bytes here, a bytearray in Uvicorn
+        if cycle.response_complete or (self.parser.should_upgrade() and self._should_upgrade()):
+            return
+        pending = cycle.body
+        if not pending:
+            cycle.body = body
+        else:
+            if type(pending) is not bytearray:
+                pending = cycle.body = bytearray(pending)
+            pending += body
+        if len(cycle.body) > HIGH_WATER_LIMIT:
+            self.flow.pause_reading()
+        cycle.message_event.set()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
