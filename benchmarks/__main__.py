@@ -56,6 +56,12 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--warmup", type=float, help="seconds of warm-up per scenario and server")
     run.add_argument("--repetitions", type=int, help="measurements per scenario and server")
     run.add_argument(
+        "--interleave",
+        action="store_true",
+        help="measure the scenarios' repetitions in turn too (A1 B1 A2 B2 ...), so that two "
+        "scenarios compare within one moment of the host",
+    )
+    run.add_argument(
         "--generator",
         choices=("auto", "external", "builtin", "perf_analyzer"),
         default="auto",
@@ -152,6 +158,7 @@ def config_from(args: argparse.Namespace) -> Config:
         target_pid=args.target_pid,
         inferpool_module=args.inferpool_module,
         base_checkout=args.base_checkout,
+        interleave=args.interleave,
     )
 
 

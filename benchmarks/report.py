@@ -101,11 +101,13 @@ def context(run: Run) -> str:
     """
     settings = run.settings
     idle = [f"{name} {number(info['idle_rss_mib'])} MiB" for name, info in run.servers.items()]
+    interleaved = ", scenarios interleaved" if settings.get("interleave") else ""
     return (
         f"Run {settings['started']}: {settings['repetitions']} x {settings['duration']} s per "
-        f"cell, servers {', '.join(settings['servers'])}, baseline {settings['baseline']}; "
-        f"idle RSS {', '.join(idle) or 'n/a'}; commit {settings.get('commit') or 'n/a'}; "
-        f"load average {load(settings.get('load_average_start'))} at the start, "
+        f"cell{interleaved}, servers {', '.join(settings['servers'])}, baseline "
+        f"{settings['baseline']}; idle RSS {', '.join(idle) or 'n/a'}; commit "
+        f"{settings.get('commit') or 'n/a'}; load average "
+        f"{load(settings.get('load_average_start'))} at the start, "
         f"{load(settings.get('load_average_end'))} at the end (2 cores)."
     )
 

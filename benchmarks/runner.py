@@ -55,6 +55,7 @@ class Config:
     target_pid: int | None = None  # lets RSS and CPU be measured for a target too
     inferpool_module: str = INFERPOOL_MODULE
     base_checkout: Path | None = None  # where inferpool-wN-base servers run from
+    interleave: bool = False  # the scenarios' repetitions in turn, not one after the other
 
     def models(self) -> list[str]:
         return sorted({s.model for s in self.scenarios})
@@ -150,14 +151,25 @@ def unsupported(server: RunningServer, scenario: Scenario, tool: str) -> str:
     return ""
 
 
-def run_scenario(
+@dataclass
+class Prepared:
+    """A scenario checked and warmed up on every server: its cells, and the load jobs of the
+    servers it can be measured on."""
+
+    scenario: Scenario
+    cells: list[Cell]
+    ready: list[tuple[RunningServer, Cell, Job]]
+    generate: loadgen.Generator
+
+
+def prepare_scenario(
     scenario: Scenario,
     servers: list[RunningServer],
     payload: Payload,
     config: Config,
     advance: Callable[[int], None],
-) -> list[Cell]:
-    """Check the scenario on each server, warm it up, then measure A B A B ..."""
+) -> Prepared:
+    """Check the scenario on each server and warm it up."""
     tool, generate = loadgen.pick(payload.transport, config.generator)
     workdir = config.workdir / "gen"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -188,17 +200,56 @@ def run_scenario(
             except (CheckFailed, RuntimeError, ValueError, OSError) as exc:
                 cell.status, cell.reason = FAILED, f"check: {exc}"
         advance(config.repetitions)  # nothing to measure on this server
-    for _ in range(config.repetitions):
-        for server, cell, job in ready:
-            if cell.status == FAILED:
-                advance(1)
-                continue
-            try:
-                cell.measurements.append(measure(server, scenario.model, generate, job))
-            except (RuntimeError, ValueError, OSError) as exc:
-                cell.status, cell.reason = FAILED, f"run: {exc}"
+    return Prepared(scenario, cells, ready, generate)
+
+
+def measure_round(prepared: Prepared, advance: Callable[[int], None]) -> None:
+    """One repetition of the scenario on each of its servers, in turn (A B A B ...)."""
+    for server, cell, job in prepared.ready:
+        if cell.status == FAILED:
             advance(1)
-    return cells
+            continue
+        try:
+            cell.measurements.append(
+                measure(server, prepared.scenario.model, prepared.generate, job)
+            )
+        except (RuntimeError, ValueError, OSError) as exc:
+            cell.status, cell.reason = FAILED, f"run: {exc}"
+        advance(1)
+
+
+def measure_all(
+    config: Config,
+    servers: list[RunningServer],
+    payloads: dict[tuple, Payload],
+    progress: Progress,
+    advance: Callable[[int], None],
+) -> list[Cell]:
+    """Every scenario's repetitions: scenario after scenario, or with ``interleave`` the
+    scenarios' repetitions in turn too, so that a ratio between two scenarios (REST JSON
+    against raw gRPC) is not a ratio between two moments of a host whose speed moves."""
+    if not config.interleave:
+        cells: list[Cell] = []
+        for scenario in config.scenarios:
+            progress(scenario.name)
+            prepared = prepare_scenario(
+                scenario, servers, payloads[scenario.payload_key], config, advance
+            )
+            for _ in range(config.repetitions):
+                measure_round(prepared, advance)
+            cells.extend(prepared.cells)
+        return cells
+    everything = []
+    for scenario in config.scenarios:
+        progress(f"{scenario.name} (check, warm-up)")
+        everything.append(
+            prepare_scenario(scenario, servers, payloads[scenario.payload_key], config, advance)
+        )
+    for repetition in range(config.repetitions):
+        for prepared in everything:
+            progress(f"{prepared.scenario.name} ({repetition + 1}/{config.repetitions})")
+            measure_round(prepared, advance)
+    return [cell for prepared in everything for cell in prepared.cells]
 
 
 def run(config: Config, progress: Progress, advance: Callable[[int], None]) -> Run:
@@ -211,6 +262,7 @@ def run(config: Config, progress: Progress, advance: Callable[[int], None]) -> R
         "warmup": config.warmup,
         "repetitions": config.repetitions,
         "generator": config.generator,
+        "interleave": config.interleave,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "missing_tools": loadgen.missing_tools(),
         "load_average_start": os.getloadavg(),
@@ -228,10 +280,7 @@ def run(config: Config, progress: Progress, advance: Callable[[int], None]) -> R
                 "idle_rss_mib": server.idle_rss / 2**20,
                 "command": server.process.args if server.process else config.target,
             }
-        for scenario in config.scenarios:
-            progress(scenario.name)
-            cells = run_scenario(scenario, servers, payloads[scenario.payload_key], config, advance)
-            result.cells.extend(cells)
+        result.cells.extend(measure_all(config, servers, payloads, progress, advance))
     finally:
         for server in servers:
             server.stop()
