@@ -151,7 +151,9 @@ class _Transport(asyncio.Transport):
         pass
 
 
-async def _serve_one(app: Any, request: bytes) -> list[bytes]:
+async def _serve_one(app: Any, *parts: bytes, pause: bool = False) -> list[bytes]:
+    """What the protocol writes for one request arriving in ``parts``; with ``pause`` the
+    app runs between two parts (it reads what came before the next arrives)."""
     settings = ServerSettings()
     config = uvicorn.Config(app, lifespan="off", log_config=None, access_log=False)
     config.load()
@@ -160,7 +162,11 @@ async def _serve_one(app: Any, request: bytes) -> list[bytes]:
     protocol = protocol_class(settings, Connections(10))(config, state, {})
     transport = _Transport()
     protocol.connection_made(transport)
-    protocol.data_received(request)
+    for part in parts:
+        protocol.data_received(part)
+        if pause:
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
     for _ in range(100):
         await asyncio.sleep(0.01)
         if transport.writes and b"\r\n\r\n" in b"".join(transport.writes):
@@ -235,25 +241,6 @@ class _BodyRecorder:
         await send({"type": "http.response.body", "body": b"ok"})
 
 
-async def _feed(app: Any, parts: list[bytes], pause: bool) -> None:
-    config = uvicorn.Config(app, lifespan="off", log_config=None, access_log=False)
-    config.load()
-    protocol = protocol_class(ServerSettings(), Connections(10))(config, ServerState(), {})
-    transport = _Transport()
-    protocol.connection_made(transport)
-    for part in parts:
-        protocol.data_received(part)
-        if pause:  # the app reads what came before the next part arrives
-            await asyncio.sleep(0)
-            await asyncio.sleep(0)
-    for _ in range(100):
-        await asyncio.sleep(0.005)
-        if transport.writes:
-            break
-    protocol.connection_lost(None)
-    assert transport.writes and transport.writes[0].startswith(b"HTTP/1.1 200 OK")
-
-
 @pytest.mark.parametrize("pieces", [1, 2, 3, 7, 64])
 @pytest.mark.parametrize("pause", [False, True])
 def test_a_body_in_any_number_of_chunks_arrives_whole_as_bytes(pieces, pause):
@@ -262,7 +249,8 @@ def test_a_body_in_any_number_of_chunks_arrives_whole_as_bytes(pieces, pause):
     step = -(-len(request) // pieces)
     parts = [request[i : i + step] for i in range(0, len(request), step)]
     app = _BodyRecorder()
-    asyncio.run(_feed(app, parts, pause))
+    writes = asyncio.run(_serve_one(app, *parts, pause=pause))
+    assert writes[0].startswith(b"HTTP/1.1 200 OK")
     assert b"".join(app.messages) == body
     assert all(type(message) is bytes for message in app.messages)
     if pause and pieces > 1:
@@ -277,9 +265,10 @@ def test_a_body_that_arrives_at_once_is_handed_over_without_a_copy():
     app = _BodyRecorder()
     tracemalloc.start()
     try:
-        asyncio.run(_feed(app, [request], pause=False))
+        writes = asyncio.run(_serve_one(app, request))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+    assert writes[0].startswith(b"HTTP/1.1 200 OK")
     assert app.messages == [body]
     assert peak < 1.5 * len(body), peak

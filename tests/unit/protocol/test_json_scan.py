@@ -84,10 +84,16 @@ def engaged(body: bytes) -> dict[int, json_scan.ScannedData]:
     return {} if scanned is None else scanned[1]
 
 
-def request_text(data: str, datatype: str, shape: list[int], data_first: bool = False) -> bytes:
+def request_text(
+    data: str, datatype: str, shape: list[int], data_first: bool = False, pad: int = 0
+) -> bytes:
+    """A request of one input; ``pad`` characters of parameters after the outputs."""
     header = f'"name": "x", "shape": {shape}, "datatype": "{datatype}"'
     fields = f'"data": {data}, {header}' if data_first else f'{header}, "data": {data}'
-    return ('{"id": "r", "inputs": [{' + fields + '}], "outputs": [{"name": "y"}]}').encode()
+    tail = f', "parameters": {{"pad": "{"p" * pad}"}}' if pad else ""
+    return (
+        '{"id": "r", "inputs": [{' + fields + '}], "outputs": [{"name": "y"}]' + tail + "}"
+    ).encode()
 
 
 def nest(tokens: list[str], dims: list[int], seps: Iterator[str]) -> str:
@@ -191,6 +197,10 @@ def test_number_forms_decode_as_orjson_and_numpy(tokens, datatype, sep):
 # Plain decimals followed by a comma are read in runs (SSSE3, a 64-byte window of commas
 # ahead of the token): bodies padded after the data, so that every token is in a window.
 
+# Characters of padding after the data: every token is then in a 64-byte window of commas
+# with the 17 bytes a token is read from after it.
+PAD = 120
+
 quick = pytest.mark.skipif(
     not (json_scan.AVAILABLE and json_scan._jsonscan.quick_stats()[0]),
     reason="quick runs need the extension on a CPU with SSSE3",
@@ -200,12 +210,6 @@ quick = pytest.mark.skipif(
 def quick_tokens() -> int:
     assert json_scan._jsonscan is not None
     return json_scan._jsonscan.quick_stats()[1]
-
-
-def padded_request(data: str, datatype: str, shape: list[int]) -> bytes:
-    pad = "p" * 120
-    header = f'"name": "x", "shape": {shape}, "datatype": "{datatype}"'
-    return ('{"inputs": [{' + header + ', "data": ' + data + '}], "id": "' + pad + '"}').encode()
 
 
 @st.composite
@@ -233,8 +237,8 @@ def test_a_near_miss_in_a_quick_run_decodes_as_orjson_and_numpy(miss, at):
     tokens = ["1.5", "-2", "0.25"] * 3
     tokens.insert(at, miss)
     for datatype in FLOAT_TYPES:
-        same_outcome(padded_request("[" + ",".join(tokens) + "]", datatype, [len(tokens)]))
-        same_outcome(padded_request("[" + ", ".join(tokens) + "]", datatype, [len(tokens)]))
+        same_outcome(request_text("[" + ",".join(tokens) + "]", datatype, [len(tokens)], pad=PAD))
+        same_outcome(request_text("[" + ", ".join(tokens) + "]", datatype, [len(tokens)], pad=PAD))
 
 
 @quick
@@ -251,9 +255,9 @@ def test_quick_runs_decode_as_orjson_and_numpy(tokens, misses, datatype, sep):
     for at, miss in misses:
         tokens.insert(at, miss)
     text = "[" + sep.join(tokens) + "]"
-    same_outcome(padded_request(text, datatype, [len(tokens)]))
+    same_outcome(request_text(text, datatype, [len(tokens)], pad=PAD))
     if len(tokens) > 2:
-        same_outcome(padded_request(f"[{text}, {text}]", datatype, [2, len(tokens)]))
+        same_outcome(request_text(f"[{text}, {text}]", datatype, [2, len(tokens)], pad=PAD))
 
 
 @quick
@@ -269,7 +273,8 @@ def test_quick_runs_read_every_float32_a_client_writes(values, sep, datatype):
     tokens = [str(np.float32(v)) for v in values]
     plain = [t for t in tokens if "e" not in t and len(t.lstrip("-")) <= 15]
     before = quick_tokens()
-    outcome = same_outcome(padded_request("[" + sep.join(tokens) + "]", datatype, [len(values)]))
+    body = request_text("[" + sep.join(tokens) + "]", datatype, [len(values)], pad=PAD)
+    outcome = same_outcome(body)
     assert outcome[0] == "ok"
     # Every plain token followed by a comma is read in a run, but the first after a token
     # of another form (then read_number reads up to 16 values before the next run).
@@ -282,12 +287,9 @@ def test_a_batch_as_a_float32_client_writes_it_is_read_in_quick_runs():
     rows = np.random.default_rng(7).standard_normal((256, 50)).astype(np.float32)
     tokens = [[str(v) for v in row] for row in rows]
     plain = sum(1 for row in tokens for t in row if "e" not in t)
-    flat = padded_request("[" + ",".join(t for row in tokens for t in row) + "]", "FP32",
-                          [256, 50])  # fmt: skip
-    nested = padded_request(
-        "[" + ",".join("[" + ",".join(row) + "]" for row in tokens) + "]", "FP32", [256, 50]
-    )
-    for body in (flat, nested):
+    flat = "[" + ",".join(t for row in tokens for t in row) + "]"
+    nested = "[" + ",".join("[" + ",".join(row) + "]" for row in tokens) + "]"
+    for body in (request_text(data, "FP32", [256, 50], pad=PAD) for data in (flat, nested)):
         before = quick_tokens()
         (tensor,) = rest_json.decode_request(body).inputs
         assert tensor.data.tobytes() == rows.tobytes()
