@@ -228,28 +228,23 @@ def measure_all(
     """Every scenario's repetitions: scenario after scenario, or with ``interleave`` the
     scenarios' repetitions in turn too, so that a ratio between two scenarios (REST JSON
     against raw gRPC) is not a ratio between two moments of a host whose speed moves."""
-    if not config.interleave:
-        cells: list[Cell] = []
-        for scenario in config.scenarios:
-            progress(scenario.name)
-            prepared = prepare_scenario(
-                scenario, servers, payloads[scenario.payload_key], config, advance
+    # Interleaved, all the scenarios are one group; else each is its own, warmed up just
+    # before its repetitions.
+    groups = [config.scenarios] if config.interleave else [(s,) for s in config.scenarios]
+    cells: list[Cell] = []
+    for group in groups:
+        prepared = []
+        for scenario in group:
+            progress(f"{scenario.name} (check, warm-up)")
+            prepared.append(
+                prepare_scenario(scenario, servers, payloads[scenario.payload_key], config, advance)
             )
-            for _ in range(config.repetitions):
-                measure_round(prepared, advance)
-            cells.extend(prepared.cells)
-        return cells
-    everything = []
-    for scenario in config.scenarios:
-        progress(f"{scenario.name} (check, warm-up)")
-        everything.append(
-            prepare_scenario(scenario, servers, payloads[scenario.payload_key], config, advance)
-        )
-    for repetition in range(config.repetitions):
-        for prepared in everything:
-            progress(f"{prepared.scenario.name} ({repetition + 1}/{config.repetitions})")
-            measure_round(prepared, advance)
-    return [cell for prepared in everything for cell in prepared.cells]
+        for repetition in range(config.repetitions):
+            for item in prepared:
+                progress(f"{item.scenario.name} ({repetition + 1}/{config.repetitions})")
+                measure_round(item, advance)
+        cells.extend(cell for item in prepared for cell in item.cells)
+    return cells
 
 
 def run(config: Config, progress: Progress, advance: Callable[[int], None]) -> Run:
