@@ -166,19 +166,6 @@ static long leading_power(const char *digits, const char *stop) {
     return INT32_MIN;
 }
 
-/* A float's value into out[index] as FP32 or FP64 (numpy's float64-to-float32 cast). */
-static inline __attribute__((always_inline)) Outcome
-put_float(const DType dt, double d, char *out, Py_ssize_t index, int store) {
-    if (dt.size == 4) {
-        const float f = (float)d;
-        if (isinf(f)) return UNSUPPORTED; /* the decoder's "out of range for FP32" */
-        if (store) ((float *)out)[index] = f;
-    } else if (store) {
-        ((double *)out)[index] = d;
-    }
-    return CONVERTED;
-}
-
 /* ------------------------------------------------------------ quick runs ------------ */
 
 /* Runs of plain decimals, the body of a float tensor's data as clients write it, read with
@@ -297,8 +284,7 @@ quick_run(const char *s, Py_ssize_t p, Py_ssize_t n, int size, char *out, Py_ssi
                     ((double *)out)[count] = d;
             }
             count++;
-            p = next + 1;
-            while (p < n && is_ws(s[p])) p++;
+            p = skip_ws(s, next + 1, n);
             commas &= commas - 1;
         } while (commas != 0);
     }
@@ -412,7 +398,14 @@ read_number(const char *s, Py_ssize_t p, Py_ssize_t n, const DType dt, char *out
             if (isinf(d)) return UNSUPPORTED; /* orjson refuses it */
         }
     }
-    return put_float(dt, d, out, index, store);
+    if (dt.size == 4) {
+        const float f = (float)d;
+        if (isinf(f)) return UNSUPPORTED; /* the decoder's "out of range for FP32" */
+        if (store) ((float *)out)[index] = f;
+    } else if (store) {
+        ((double *)out)[index] = d;
+    }
+    return CONVERTED;
 }
 
 /* ---------------------------------------------------------------- one array --------- */
