@@ -7,19 +7,25 @@ tensor's object closes), and with the ``data`` key escaped (``"d\\u0061ta"``: or
 it, as it does every body without the scanner). An identity model sends the tensor back;
 the three replies are the same bytes and hold the tensor exactly. A wrong value count is
 the same 400 both ways.
+
+Hostile bodies: millions of values the quick runs read for a 2 x 2 shape, and a body that
+trickles in small chunks, each with health checks kept fast and the memory coming back.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import httpx
 import numpy as np
 import orjson
+import psutil
 import pytest
 
 from inferpool.protocol import json_scan
 from tests.support import Server
+from tests.support.probes import HealthProbe
 from tests.support.runtimes import write_echo_model
 
 ROWS, COLUMNS = 256, 50
@@ -81,3 +87,56 @@ def test_a_wrong_value_count_is_the_same_400(server: Server) -> None:
     assert fast.status_code == slow.status_code == 400
     assert fast.json() == slow.json()
     assert "needs 13056 values, got 12800" in fast.text
+
+
+def tree_rss_mib(server: Server) -> float:
+    """The resident memory of the frontend and its workers."""
+    process = psutil.Process(server.process.pid)
+    return sum(p.memory_info().rss for p in [process, *process.children(recursive=True)]) / 2**20
+
+
+@pytest.mark.skipif(not json_scan.AVAILABLE, reason="the _jsonscan extension is not built")
+def test_millions_of_values_for_a_small_shape_are_a_400_and_memory_comes_back(
+    server: Server,
+) -> None:
+    # 4 million plain decimals, each followed by a comma: read in quick runs, counted, never
+    # stored past the 4 the shape declares.
+    lying = (
+        '{"inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32", "data": ['
+        + "1.5," * (4_000_000 - 1)
+        + '1.5]}], "id": "lying"}'
+    ).encode()
+    before = tree_rss_mib(server)
+    with HealthProbe(server):
+        for _ in range(3):
+            reply = infer(server, lying)
+            assert reply.status_code == 400, reply.text[:300]
+            assert "needs 4 values, got 4000000" in reply.json()["error"]
+    assert infer(server, body(tensor(), "plain")).status_code == 200
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and tree_rss_mib(server) > before * 1.1 + 20:
+        time.sleep(0.2)
+    assert tree_rss_mib(server) <= before * 1.1 + 20, (before, tree_rss_mib(server))
+
+
+def test_a_body_that_trickles_in_small_chunks_is_read_whole(server: Server) -> None:
+    x = tensor()
+    payload = body(x, "plain")
+
+    def trickle() -> Iterator[bytes]:
+        yield payload[:70_000]  # a first chunk that is kept as it came, then small ones
+        for start in range(70_000, len(payload), 997):
+            yield payload[start : start + 997]
+            if start % 20 == 0:
+                time.sleep(0.001)
+
+    with HealthProbe(server):
+        reply = httpx.post(
+            f"{server.url}/v2/models/identity/infer",
+            content=trickle(),
+            headers={"Content-Type": "application/json"},
+            timeout=60,
+        )
+    assert reply.status_code == 200, reply.text[:300]
+    (output,) = reply.json()["outputs"]
+    assert np.array(output["data"], dtype=np.float32).tobytes() == x.tobytes()
