@@ -33,6 +33,7 @@ import numpy as np
 import psutil
 
 from benchmarks.loadgen.base import Target
+from benchmarks.ports import free_port
 from benchmarks.pss import MIB, ProcessMemory, breakdown, settle, total, tree_memory
 from benchmarks.servers import (
     HOST,
@@ -41,7 +42,6 @@ from benchmarks.servers import (
     ServerSpec,
     base_checkout_dir,
     command,
-    free_port,
     wait_ready,
 )
 

@@ -27,6 +27,7 @@ import httpx
 import psutil
 
 from benchmarks.loadgen.base import Target
+from benchmarks.ports import HOST, free_port
 
 # inferpool-w2-grpcio: inferpool with --grpc-implementation grpcio (grpc.aio);
 # inferpool-w2-library: every tree model predicted by its own library, not the tree kernel
@@ -41,7 +42,6 @@ SERVER_NAME = re.compile(
     r"^(?P<kind>inferpool|mlserver|kserve)-w(?P<workers>\d+)(?P<grpc>-grpcio)?(?P<library>-library)?"
     r"(?P<otel>-otel)?(?P<base>-base)?$"
 )
-HOST = "127.0.0.1"
 # Protocols a server kind cannot speak: such scenarios are reported "n/a", not failed.
 # KServe 0.21 decodes Triton's binary tensors and gRPC raw contents: it speaks all four.
 UNSUPPORTED = {"mlserver": {"rest-binary"}}
@@ -82,13 +82,6 @@ class ServerSpec:
 
     def supports(self, protocol: str) -> bool:
         return protocol not in UNSUPPORTED.get(self.kind, set())
-
-
-def free_port() -> int:
-    """A port the kernel just gave out, so servers never collide with one another's 8080."""
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
 
 
 def process_tree(pid: int) -> list[psutil.Process]:

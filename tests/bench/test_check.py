@@ -14,7 +14,8 @@ from benchmarks.loadgen import builtin
 from benchmarks.loadgen.base import Job, Target
 from benchmarks.models import build_repository, features, load_predictor
 from benchmarks.payloads import PROTOCOLS, batch_rows, build_payload
-from benchmarks.servers import RunningServer, ServerSpec, free_port, wait_ready
+from benchmarks.ports import free_port
+from benchmarks.servers import RunningServer, ServerSpec, wait_ready
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

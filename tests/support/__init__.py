@@ -1,4 +1,5 @@
-"""Test helpers: free ports, generated model repositories, and real server processes.
+"""Test helpers: free ports (``benchmarks.ports``, shared with the harness), generated model
+repositories, and real server processes.
 
 The modules of this package hold the rest: ``runtimes`` (trained models, artefacts, the
 echo runtime's model folders), ``pool`` (worker-pool tests), ``grpc`` (gRPC setups and
@@ -10,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,11 +21,7 @@ from typing import ClassVar
 
 import httpx
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from benchmarks.ports import free_port
 
 
 def iris_data():
