@@ -12,6 +12,7 @@
  * `threads`): every row is walked exactly as on one thread, so the sums are the same.
  * `contributions` walks the same layout for explanations (Saabas: each split's change of
  * the node's value credited to its feature), given every node's value alongside.
+ * `libm` applies the C library's exp or log1p to an array, as LightGBM's link functions do.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -20,6 +21,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* -ffast-math would let the compiler call vectorised exp and log1p (libmvec) in `libm`,
+ * whose last bits differ from the C library's, and would drop the NaN checks of the walk. */
+#ifdef __FAST_MATH__
+#error "the tree kernel must not be built with -ffast-math"
+#endif
 
 typedef struct {
     double threshold;        /* x <= threshold goes left */
@@ -583,10 +590,46 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(libm_doc,
+"libm(function, values)\n\n"
+"Apply the C library's exp (function 0) or log1p (1) to every element of values (float64,\n"
+"C order, writable), in place. numpy's exp and log1p are its own vectorised code (AVX-512)\n"
+"and may differ from the C library's in the last bit; LightGBM's link functions call the\n"
+"C library's, so its answers are reproduced to the bit only with these.");
+
+static PyObject *libm(PyObject *self, PyObject *args) {
+    int function;
+    PyObject *values_obj;
+    if (!PyArg_ParseTuple(args, "iO", &function, &values_obj)) return NULL;
+    if (function != 0 && function != 1) {
+        PyErr_SetString(PyExc_ValueError, "function must be 0 (exp) or 1 (log1p)");
+        return NULL;
+    }
+    Py_buffer values;
+    if (contiguous(values_obj, &values, PyBUF_WRITABLE | PyBUF_FORMAT, "values") < 0)
+        return NULL;
+    if (native_kind(values.format) != 'd') {
+        PyBuffer_Release(&values);
+        PyErr_SetString(PyExc_ValueError, "values must be float64");
+        return NULL;
+    }
+    double *x = values.buf;
+    const Py_ssize_t n = values.len / (Py_ssize_t)sizeof(double);
+    Py_BEGIN_ALLOW_THREADS
+    if (function == 0)
+        for (Py_ssize_t i = 0; i < n; i++) x[i] = exp(x[i]);
+    else
+        for (Py_ssize_t i = 0; i < n; i++) x[i] = log1p(x[i]);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&values);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"accumulate", accumulate, METH_VARARGS, accumulate_doc},
     {"lay_out", lay_out, METH_VARARGS, lay_out_doc},
     {"contributions", contributions, METH_VARARGS, contributions_doc},
+    {"libm", libm, METH_VARARGS, libm_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -374,8 +374,40 @@ class Forest:
 
 
 def softmax(scores: np.ndarray) -> np.ndarray:
-    """Row-wise softmax, as both boosting libraries compute it (max subtracted first), in
-    the scores' precision."""
+    """Row-wise softmax, as XGBoost computes it (max subtracted first), in the scores'
+    precision (float32: within XGBoost's tolerance, ``verify``)."""
     shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
     probabilities: np.ndarray = shifted / shifted.sum(axis=1, keepdims=True)
+    return probabilities
+
+
+# The C library's functions, as LightGBM's link functions call them (``_kernel.libm``):
+# numpy's exp and log1p are numpy's own vectorised code on CPUs with AVX-512, and their
+# last bit then differs from the C library's for a few values in a hundred.
+_EXP, _LOG1P = 0, 1
+
+
+def libm_exp(values: np.ndarray) -> np.ndarray:
+    """exp of every value (as float64) by the C library's exp, in a new array."""
+    out = np.array(values, dtype=np.float64, order="C")
+    _kernel.libm(_EXP, out)
+    return out
+
+
+def libm_log1p(values: np.ndarray) -> np.ndarray:
+    """log1p of every value (as float64) by the C library's log1p, in a new array."""
+    out = np.array(values, dtype=np.float64, order="C")
+    _kernel.libm(_LOG1P, out)
+    return out
+
+
+def softmax_in_order(scores: np.ndarray) -> np.ndarray:
+    """Row-wise softmax as LightGBM computes it, to the bit: the row's max subtracted, the
+    C library's exp, and the sum taken from the first column to the last (numpy's sum is
+    pairwise past eight columns)."""
+    shifted = libm_exp(scores - scores.max(axis=1, keepdims=True))
+    total = shifted[:, 0].copy()
+    for column in range(1, shifted.shape[1]):
+        total += shifted[:, column]
+    probabilities: np.ndarray = shifted / total[:, None]
     return probabilities

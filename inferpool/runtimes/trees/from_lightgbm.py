@@ -19,7 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from inferpool.runtimes.trees.forest import Forest, ForestBuilder, Split, Unsupported, softmax
+from inferpool.runtimes.trees.forest import (
+    Forest,
+    ForestBuilder,
+    Split,
+    Unsupported,
+    libm_exp,
+    libm_log1p,
+    softmax_in_order,
+)
 
 IDENTITY_OBJECTIVES = {
     "regression",
@@ -45,8 +53,8 @@ class CompiledLightGBM:
         for index, tree in enumerate(trees):
             builder.add_tree(tree["tree_structure"], _describe, column=index % self.n_columns)
         self.forest: Forest = builder.build(self.n_columns)
-        iterations = max(1, len(trees) // self.n_columns)
-        self.scale = 1.0 / iterations if dump.get("average_output") else 1.0
+        # LightGBM divides an averaging model's (rf) sums by the iterations.
+        self.iterations = max(1, len(trees) // self.n_columns) if dump.get("average_output") else 1
         self.link = _link(str(dump.get("objective", "")), self.n_columns)
 
     def margin(self, matrix: np.ndarray) -> np.ndarray:
@@ -55,8 +63,8 @@ class CompiledLightGBM:
 
     def values(self, matrix: np.ndarray) -> np.ndarray:
         raw = self.forest.scores(matrix)
-        if self.scale != 1.0:
-            raw *= self.scale
+        if self.iterations != 1:
+            raw /= self.iterations
         return self.link(raw)
 
 
@@ -101,20 +109,21 @@ def _describe(node: dict[str, Any]) -> Split | float:
 
 
 def _link(objective: str, n_columns: int) -> Callable[[np.ndarray], np.ndarray]:
-    """LightGBM's ConvertOutput for the objective named in the model."""
+    """LightGBM's ConvertOutput for the objective named in the model, to the bit: the same
+    operations in the same order, exp and log1p by the C library (as LightGBM calls them)."""
     name, *options = objective.split()
     settings = dict(option.partition(":")[::2] for option in options)
     if name in IDENTITY_OBJECTIVES and "sqrt" not in settings:
         return lambda raw: raw
     if name in EXP_OBJECTIVES:
-        return np.exp
+        return libm_exp
     if name in ("binary", "multiclassova"):
         scale = float(settings.get("sigmoid", 1.0))
-        return lambda raw: 1.0 / (1.0 + np.exp(-scale * raw))
+        return lambda raw: 1.0 / (1.0 + libm_exp(-scale * raw))
     if name == "cross_entropy":
-        return lambda raw: 1.0 / (1.0 + np.exp(-raw))
+        return lambda raw: 1.0 / (1.0 + libm_exp(-raw))
     if name == "cross_entropy_lambda":
-        return lambda raw: np.log1p(np.exp(raw))
+        return lambda raw: libm_log1p(libm_exp(raw))
     if name == "multiclass" and n_columns > 1:
-        return softmax
+        return softmax_in_order
     raise Unsupported(f"objective {objective!r}")

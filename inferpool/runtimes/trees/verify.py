@@ -13,9 +13,10 @@ import numpy as np
 from inferpool.runtimes.trees.forest import Forest, Unsupported
 
 PROBE_ROWS = 512
-# Both sides add the same leaf values in the same order; what may differ is the last bit
-# of a link function (numpy's exp against the library's). A float32 library (XGBoost)
-# passes its own tolerance: a float32 ulp is 1.2e-7 of the value.
+# Both sides add the same leaf values in the same order, and LightGBM's links are its own
+# operations with the C library's exp (``libm_exp``): equal to the bit. The tolerance is
+# for a float32 library's links (XGBoost's, numpy's float32 exp against the library's),
+# which pass their own: a float32 ulp is 1.2e-7 of the value.
 RTOL = 1e-9
 FLOAT32_RTOL = 1e-6
 ATOL = 1e-12

@@ -5,6 +5,7 @@ process only does when it may use more than one."""
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 import numpy as np
@@ -234,3 +235,45 @@ def test_only_a_large_batch_is_split_and_only_when_threads_are_allowed(monkeypat
     monkeypatch.setattr(forest_module, "allowed_threads", lambda: 1)  # a one-thread worker
     forest.accumulate(rows)
     assert calls[-1] == 1
+
+
+def _libm_probe_values() -> np.ndarray:
+    rng = np.random.default_rng(11)
+    wide = rng.normal(scale=8.0, size=20_000)
+    special = [0.0, -0.0, 1e-300, -1e-300, 709.78, 710.0, -745.2, -746.0, np.inf, -np.inf, np.nan]
+    return np.concatenate([wide, rng.uniform(-0.999, 50.0, size=5_000), special])
+
+
+@pytest.mark.parametrize(
+    "convert, reference",
+    [(forest_module.libm_exp, math.exp), (forest_module.libm_log1p, math.log1p)],
+    ids=["exp", "log1p"],
+)
+def test_libm_functions_are_the_c_librarys_to_the_bit(convert, reference):
+    """What LightGBM's links call: Python's math module calls the same C functions. numpy's
+    own exp and log1p (vectorised on AVX-512) are not always these."""
+    values = _libm_probe_values()
+    if reference is math.log1p:
+        values = values[~(values <= -1.0)]
+    expected = []
+    for value in values:
+        try:
+            expected.append(reference(value))
+        except OverflowError:  # math raises where C gives inf
+            expected.append(math.inf)
+    got = convert(values)
+    assert got is not values and got.dtype == np.float64
+    assert np.array_equal(got.view(np.uint64), np.array(expected).view(np.uint64))
+
+
+def test_libm_refuses_what_it_cannot_convert_in_place():
+    from inferpool.runtimes.trees import _kernel
+
+    with pytest.raises(ValueError, match="float64"):
+        _kernel.libm(0, np.zeros(4, dtype=np.float32))
+    with pytest.raises(TypeError, match="C-contiguous"):
+        _kernel.libm(0, np.zeros((4, 4))[:, 1])
+    with pytest.raises(TypeError, match="C-contiguous"):
+        _kernel.libm(0, b"\0" * 8)  # read-only
+    with pytest.raises(ValueError, match="function"):
+        _kernel.libm(2, np.zeros(4))
