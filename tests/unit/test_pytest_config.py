@@ -1,0 +1,31 @@
+"""The suite's own pytest configuration (pyproject.toml): warnings are errors, yet a
+failing Hypothesis property is reported as a failure with its falsifying example."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+FAILING_PROPERTY = """
+from hypothesis import given, strategies as st
+
+@given(st.integers())
+def test_below_five(x):
+    assert x < 5
+"""
+
+
+def test_a_failing_property_is_reported_with_its_example(tmp_path: Path) -> None:
+    (tmp_path / "test_property.py").write_text(FAILING_PROPERTY)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(PROJECT_ROOT / "pyproject.toml"),
+         "--rootdir", str(tmp_path), "-p", "no:cacheprovider", "-q", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert "INTERNALERROR" not in run.stdout + run.stderr, run.stdout[-3000:]
+    assert "Falsifying example: test_below_five(" in run.stdout
+    assert "1 failed" in run.stdout
