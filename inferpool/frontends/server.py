@@ -30,6 +30,7 @@ from starlette.types import ASGIApp
 
 from inferpool.engine.admin import SettingsError
 from inferpool.engine.client import EngineClient, StartupFailed, make_client
+from inferpool.frontends.allocator import keep_bodies_on_the_heap
 from inferpool.frontends.connections import Connections, raise_fd_limit
 from inferpool.frontends.grpc.aio import GrpcServer
 from inferpool.frontends.grpc.h2 import GrpcH2Server
@@ -173,6 +174,7 @@ def _hypercorn_config(config: Any, settings: ServerSettings) -> Any:
 
 async def serve(settings: ServerSettings) -> int:
     """Serve until SIGTERM/SIGINT; the process exit code."""
+    keep_bodies_on_the_heap()  # glibc: no page faults per large request body
     try:
         # Every frontend's connections under one cap, bounded by the descriptors we may open.
         connections = Connections(settings.max_connections, raise_fd_limit())
