@@ -194,10 +194,10 @@ def test_number_forms_decode_as_orjson_and_numpy(tokens, datatype, sep):
 
 
 # --------------------------------------------------------------------------- quick runs
-# Plain decimals followed by a comma are read in runs (SSSE3, a 64-byte window of commas
+# Plain decimals followed by a comma are read in runs (SSSE3, a 64-byte window classified
 # ahead of the token): bodies padded after the data, so that every token is in a window.
 
-# Characters of padding after the data: every token is then in a 64-byte window of commas
+# Characters of padding after the data: every token is then in a 64-byte window
 # with the 17 bytes a token is read from after it.
 PAD = 120
 
@@ -225,7 +225,8 @@ def plain_decimals(draw: st.DrawFn) -> str:
 NEAR_MISSES = (
     ["01", "-01.5", "1.", "-.5", ".5", "-", "--1", "1..2", "1.2.3", "1e5", "1.5E-3", "0x1",
      "1.5e", "+1", "00", "-0", "-0.0", "0.000000000000001", "999999999999999", "1e400",
-     "1.5 ", "7x", '"1"', "1234567890123456", "-1.23456789012345", "0.0000000000000001"]
+     "1.5 ", "7x", '"1"', "1234567890123456", "-1.23456789012345", "0.0000000000000001",
+     "1-2", "12-5", "1 2", "1.5 2", "1\t2"]
 )  # fmt: skip
 near_misses = st.sampled_from(NEAR_MISSES)
 
@@ -280,6 +281,30 @@ def test_quick_runs_read_every_float32_a_client_writes(values, sep, datatype):
     # of another form (then read_number reads up to 16 values before the next run).
     if len(plain) == len(tokens):
         assert quick_tokens() - before == len(tokens) - 1
+
+
+# Decimals exactly halfway between two float32 values (ties to even), and next to such a
+# point: FP32's quick tokens are scaled by a multiplication, and these are where it could
+# round otherwise than the division (the scanner divides there).
+FLOAT32_HALFWAYS = (
+    # A multiplication by 10^-k rounds these four to another float32 than the division.
+    ["59562.173828125", "924402.28125", "-793131.53125", "715073.53125",
+     "8388609.5", "8388610.5", "-8388609.5", "4194304.25", "4194304.75", "2097152.125",
+     "1048576.0625", "16777217", "16777219", "33554434", "8388609.49999", "8388609.50001",
+     "4194304.2500001", "1.0000000596046", "0.1000000014901", "3.4028234663853"]
+)  # fmt: skip
+
+
+@quick
+@pytest.mark.parametrize("datatype", FLOAT_TYPES)
+def test_float32_halfway_points_in_quick_runs_decode_as_orjson_and_numpy(datatype):
+    tokens = [t for halfway in FLOAT32_HALFWAYS for t in (halfway, "1.5")]
+    before = quick_tokens()
+    outcome = same_outcome(
+        request_text("[" + ",".join(tokens) + "]", datatype, [len(tokens)], pad=PAD)
+    )
+    assert outcome[0] == "ok"
+    assert quick_tokens() - before == len(tokens) - 1  # all in runs but the last
 
 
 @quick
