@@ -194,10 +194,10 @@ def test_number_forms_decode_as_orjson_and_numpy(tokens, datatype, sep):
 
 
 # --------------------------------------------------------------------------- quick runs
-# Plain decimals followed by a comma are read in runs (SSSE3, a 64-byte window classified
+# Plain decimals followed by a comma are read in runs (SSSE3, a 64-byte window of commas
 # ahead of the token): bodies padded after the data, so that every token is in a window.
 
-# Characters of padding after the data: every token is then in a 64-byte window
+# Characters of padding after the data: every token is then in a 64-byte window of commas
 # with the 17 bytes a token is read from after it.
 PAD = 120
 
@@ -284,8 +284,8 @@ def test_quick_runs_read_every_float32_a_client_writes(values, sep, datatype):
 
 
 # Decimals exactly halfway between two float32 values (ties to even), and next to such a
-# point: FP32's quick tokens are scaled by a multiplication, and these are where it could
-# round otherwise than the division (the scanner divides there).
+# point, read in quick runs: where a faster scaling than the division (a multiplication by
+# 10^-k, tried in RESULTS.md) would round otherwise.
 FLOAT32_HALFWAYS = (
     # A multiplication by 10^-k rounds these four to another float32 than the division.
     ["59562.173828125", "924402.28125", "-793131.53125", "715073.53125",
