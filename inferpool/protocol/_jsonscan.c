@@ -23,7 +23,9 @@
  * the float64 array orjson's floats make.
  *
  * The commonest arrays, plain decimals separated by commas, are read in "quick runs"
- * (SSSE3, chosen at run time): the same values, about 1.7x faster than token by token.
+ * (SSSE3, chosen at run time): the same values, about 1.7x faster than token by token;
+ * compact ones (no whitespace) a 64-byte window at a time with AVX2 ("wide runs"), about
+ * 1.7x faster again.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -184,6 +186,8 @@ static long leading_power(const char *digits, const char *stop) {
 #define QUICK_READ 17
 
 static int have_ssse3;
+/* AVX2 wide runs (see wide_run): whether the CPU has them, and whether they are taken. */
+static int have_wide, wide_enabled = 1;
 /* Tokens read by quick runs since import: for the tests that the runs are taken. */
 static unsigned long long quick_tokens;
 
@@ -195,6 +199,8 @@ static uint8_t DIGIT_SHUFFLE[16][16][16] __attribute__((aligned(16)));
 static void quick_init(void) {
     __builtin_cpu_init();
     have_ssse3 = __builtin_cpu_supports("ssse3");
+    have_wide = have_ssse3 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
+                __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
     for (int len = 0; len < 16; len++)
         for (int point = 0; point <= len; point++) {
             const int count = len - (point < len);
@@ -257,14 +263,44 @@ static inline QUICK_TARGET uint64_t comma_bits(const char *q) {
     return bits;
 }
 
+static Py_ssize_t wide_run(const char *s, Py_ssize_t p, Py_ssize_t n, int size, char *out,
+                           Py_ssize_t count, Py_ssize_t expected, Py_ssize_t *end);
+
+/* Whether an array's quick runs take a wide run (after their first token). A wide run
+ * pays for itself from about eight tokens: after one that read fewer (tokens of other
+ * forms close together) or less than half of its quick run (spaced tokens), the next
+ * `pause` quick runs go without, a pause that doubles (to 1024) while they keep reading
+ * little, so that data wide runs do not suit costs about what it did without them. */
+typedef struct {
+    int pause, backoff;
+} WideState;
+#define WIDE_WORTH 8
+#define WIDE_MAX_PAUSE 1024
+
+static inline void wide_judge(WideState *wide, Py_ssize_t wide_read, Py_ssize_t run_read) {
+    if (wide_read >= WIDE_WORTH && 2 * wide_read >= run_read) {
+        wide->backoff = 0;
+        return;
+    }
+    wide->backoff = wide->backoff == 0 ? 16 : wide->backoff * 2;
+    if (wide->backoff > WIDE_MAX_PAUSE) wide->backoff = WIDE_MAX_PAUSE;
+    wide->pause = wide->backoff;
+}
+
 /* The tokens at s[p], each followed by a comma (then whitespace), into out[count...] as
  * FP32 (size 4) or FP64, none past `expected`. How many were read, *end where the first
  * one not read starts; -1 when that is the first and it is not of the quick form. A quick
- * token's value is finite as FP32 too (under 10^15). */
+ * token's value is finite as FP32 too (under 10^15). `wide`: the array's WideState. */
 static QUICK_TARGET __attribute__((noinline)) Py_ssize_t
 quick_run(const char *s, Py_ssize_t p, Py_ssize_t n, int size, char *out, Py_ssize_t count,
-          Py_ssize_t expected, Py_ssize_t *end) {
+          Py_ssize_t expected, WideState *wide, Py_ssize_t *end) {
     const Py_ssize_t first = count;
+    Py_ssize_t wide_read = -1, result;
+    int other_first = 0; /* the first token is not of the quick form */
+    /* A wide run is tried after the first token, once it is known to be a quick one
+     * followed by a comma: a run at a row's last value or at a token of another form tells
+     * nothing of what wide runs read. */
+    int wide_tried = !(have_wide && wide_enabled);
     while (n - p >= QUICK_WINDOW + QUICK_READ) {
         const Py_ssize_t base = p;
         uint64_t commas = comma_bits(s + base);
@@ -274,7 +310,7 @@ quick_run(const char *s, Py_ssize_t p, Py_ssize_t n, int size, char *out, Py_ssi
             double d;
             const int len = quick_number(s + p, &d);
             if (len == 0 || p + len != next) {
-                if (len == 0 && count == first) return -1;
+                other_first = len == 0 && count == first;
                 goto done;
             }
             if (count < expected) {
@@ -286,12 +322,210 @@ quick_run(const char *s, Py_ssize_t p, Py_ssize_t n, int size, char *out, Py_ssi
             count++;
             p = skip_ws(s, next + 1, n);
             commas &= commas - 1;
+            if (!wide_tried) {
+                wide_tried = 1;
+                if (wide->pause > 0) {
+                    wide->pause--;
+                } else {
+                    Py_ssize_t stop;
+                    wide_read = wide_run(s, p, n, size, out, count, expected, &stop);
+                    if (wide_read > 0) {
+                        count += wide_read;
+                        p = skip_ws(s, stop, n);
+                        break; /* a new window of commas from there */
+                    }
+                }
+            }
         } while (commas != 0);
     }
 done:
     *end = p;
-    quick_tokens += (unsigned long long)(count - first);
-    return count - first;
+    result = count - first;
+    if (wide_read >= 0) wide_judge(wide, wide_read, result);
+    quick_tokens += (unsigned long long)result;
+    return other_first ? -1 : result;
+}
+
+/* ------------------------------------------------------------- wide runs ------------ */
+
+/* Quick runs of compact arrays (a comma and nothing else after each token), read with AVX2
+ * a 64-byte window at a time where the CPU has it (have_wide), about 1.7x faster than
+ * quick_run's loop: the window's bytes are classified at once (commas, points, minus signs,
+ * digits and zeros as 64-bit maps), its tokens up to the first other byte (whitespace, an
+ * exponent, a bracket) are taken when the maps show every one of them is of the quick form
+ * (no branch per token), each token's digits are shuffled into place, and four tokens at a
+ * time are made into doubles, divided by their powers of ten (the correctly rounded
+ * division of quick_number) and stored. What a window does not take, quick_run's loop
+ * reads as before. */
+#include <immintrin.h>
+#define WIDE_TARGET __attribute__((target("avx2,bmi,bmi2,popcnt")))
+/* Tokens converted at a time; a window adds at most 32 (each token and its comma); four
+ * entries of padding for the last group of four. */
+#define WIDE_BATCH 64
+#define WIDE_ROOM (WIDE_BATCH + QUICK_WINDOW / 2 + 4)
+
+static unsigned long long wide_tokens;
+
+typedef struct {
+    __m128i digits[WIDE_ROOM]; /* a token's ASCII digits right-aligned, zero bytes before */
+    double scale[WIDE_ROOM];   /* 10^(digits after its point) */
+    uint64_t sign[WIDE_ROOM];  /* its sign bit */
+} WideBatch;
+
+static inline WIDE_TARGET uint64_t bits64(__m256i low, __m256i high) {
+    return (uint64_t)(uint32_t)_mm256_movemask_epi8(low) |
+           ((uint64_t)(uint32_t)_mm256_movemask_epi8(high) << 32);
+}
+
+static inline WIDE_TARGET uint64_t byte_bits(__m256i low, __m256i high, char c) {
+    const __m256i v = _mm256_set1_epi8(c);
+    return bits64(_mm256_cmpeq_epi8(low, v), _mm256_cmpeq_epi8(high, v));
+}
+
+static inline WIDE_TARGET __m256i digit_bytes(__m256i v) {
+    const __m256i d = _mm256_sub_epi8(v, _mm256_set1_epi8('0'));
+    return _mm256_cmpeq_epi8(_mm256_min_epu8(d, _mm256_set1_epi8(9)), d);
+}
+
+/* The tokens at w (a token starts there) that end at a comma within 64 bytes, appended to
+ * the batch from entry k: how many, with *taken the bytes they and their commas span; 0
+ * when any of them is not of the quick form (-?(0|[1-9][0-9]*)(.[0-9]+)?, at most 15
+ * characters after the sign, and not "-0", which is the integer 0) or there is no comma.
+ * Reads 80 bytes. */
+static inline WIDE_TARGET int wide_window(const char *w, WideBatch *batch, int k, int *taken) {
+    const __m256i low = _mm256_loadu_si256((const __m256i *)w);
+    const __m256i high = _mm256_loadu_si256((const __m256i *)(w + 32));
+    uint64_t commas = byte_bits(low, high, ',');
+    uint64_t points = byte_bits(low, high, '.');
+    uint64_t minus = byte_bits(low, high, '-');
+    uint64_t digits = bits64(digit_bytes(low), digit_bytes(high));
+    /* Only the tokens before the first other byte (whitespace, 'e', a bracket ...). */
+    const uint64_t others = ~(digits | points | commas | minus);
+    commas &= (others & (0 - others)) - 1;
+    if (commas == 0) return 0;
+    const int last = 63 - __builtin_clzll(commas);
+    const uint64_t span = ~UINT64_C(0) >> (63 - last); /* up to the last comma */
+    points &= span;
+    minus &= span;
+    digits &= span;
+    const uint64_t zeros = byte_bits(low, high, '0') & span;
+    const uint64_t starts = ((commas << 1) | 1) & span;
+    const uint64_t digit_starts = (starts & ~minus) | ((starts & minus) << 1);
+    const uint64_t bad = (minus & ~starts)            /* a sign inside a token */
+        | (digit_starts & ~digits)                    /* no digit first: "", "-", ".5" */
+        | (points & ~(digits << 1))                   /* no digit before a point */
+        | (points & ~(digits >> 1))                   /* nor after it */
+        | (((digit_starts & zeros) << 1) & digits)    /* a leading zero: "01" */
+        | ((minus << 2) & (zeros << 1) & commas);     /* "-0" */
+    if (bad) return 0;
+    const uint64_t ends = points | commas; /* a token's integer part ends at either */
+    uint64_t rest = commas;
+    int start = 0, i = k, lengths = 0, with_point = 0;
+    do {
+        const int comma = __builtin_ctzll(rest);
+        rest &= rest - 1;
+        const int neg = (int)((minus >> start) & 1);
+        const int b = start + neg;
+        const int len = comma - b; /* digits and point */
+        const int int_len = __builtin_ctzll(ends >> b);
+        const int has_point = int_len != len;
+        lengths |= len;
+        with_point += has_point;
+        const __m128i chunk = _mm_loadu_si128((const __m128i *)(w + b));
+        /* (A token over 15 characters refuses the window below: & 15 keeps its reads
+         * inside the tables until then.) */
+        const __m128i order =
+            _mm_load_si128((const __m128i *)DIGIT_SHUFFLE[len & 15][int_len & 15]);
+        batch->digits[i] = _mm_shuffle_epi8(chunk, order);
+        batch->scale[i] = POW10[(len - int_len - has_point) & 15];
+        batch->sign[i] = (uint64_t)neg << 63;
+        i++;
+        start = comma + 1;
+    } while (rest != 0);
+    /* Longer than 15 characters, or a token with two points. */
+    if ((lengths & ~15) || with_point != __builtin_popcountll(points)) return 0;
+    *taken = last + 1;
+    return i - k;
+}
+
+/* The batch's `count` tokens as doubles into out (FP32: size 4, else FP64), four at a time. */
+static inline WIDE_TARGET void wide_convert(WideBatch *batch, int count, int size, char *out) {
+    for (int i = count; i < count + 4; i++) { /* the last group's padding */
+        batch->digits[i] = _mm_setzero_si128();
+        batch->scale[i] = 1.0;
+        batch->sign[i] = 0;
+    }
+    const __m256i zero_char = _mm256_set1_epi8('0');
+    const __m256i magic = _mm256_set1_epi64x(INT64_C(0x4330000000000000)); /* 2^52 */
+    for (int i = 0; i < count; i += 4) {
+        /* Tokens i, i+1 in the lanes of a; i+2, i+3 in b's. Padding bytes stay zero. */
+        __m256i a = _mm256_loadu_si256((const __m256i *)&batch->digits[i]);
+        __m256i b = _mm256_loadu_si256((const __m256i *)&batch->digits[i + 2]);
+        a = _mm256_subs_epu8(a, zero_char);
+        b = _mm256_subs_epu8(b, zero_char);
+        a = _mm256_madd_epi16(_mm256_maddubs_epi16(a, _mm256_set1_epi16(0x010A)),
+                              _mm256_set1_epi32(0x00010064));
+        b = _mm256_madd_epi16(_mm256_maddubs_epi16(b, _mm256_set1_epi16(0x010A)),
+                              _mm256_set1_epi32(0x00010064));
+        /* Per lane: the high and low eight digits of tokens i and i+2 (i+1 and i+3). */
+        const __m256i eights =
+            _mm256_madd_epi16(_mm256_packs_epi32(a, b), _mm256_set1_epi32(0x00012710));
+        const __m256i w = _mm256_add_epi64(_mm256_mul_epu32(eights, _mm256_set1_epi64x(100000000)),
+                                           _mm256_srli_epi64(eights, 32));
+        /* w < 10^15 < 2^52: exact as the double 2^52 + w, less 2^52. */
+        __m256d d = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(w, magic)),
+                                  _mm256_set1_pd(4503599627370496.0));
+        d = _mm256_permute4x64_pd(d, _MM_SHUFFLE(3, 1, 2, 0)); /* i, i+1, i+2, i+3 */
+        d = _mm256_div_pd(d, _mm256_loadu_pd(&batch->scale[i]));
+        d = _mm256_xor_pd(d, _mm256_castsi256_pd(
+                                 _mm256_loadu_si256((const __m256i *)&batch->sign[i])));
+        const int left = count - i;
+        if (size == 4) {
+            const __m128 f = _mm256_cvtpd_ps(d);
+            if (left >= 4)
+                _mm_storeu_ps((float *)out + i, f);
+            else
+                _mm_maskstore_ps((float *)out + i,
+                                 _mm_cmpgt_epi32(_mm_set1_epi32(left), _mm_setr_epi32(0, 1, 2, 3)),
+                                 f);
+        } else if (left >= 4) {
+            _mm256_storeu_pd((double *)out + i, d);
+        } else {
+            _mm256_maskstore_pd((double *)out + i,
+                                _mm256_cmpgt_epi64(_mm256_set1_epi64x(left),
+                                                   _mm256_setr_epi64x(0, 1, 2, 3)),
+                                d);
+        }
+    }
+}
+
+/* Windows of quick tokens from s[p], as quick_run reads them, into out[count...] (none past
+ * `expected`): how many were read; *end where the first one not read starts. */
+static WIDE_TARGET __attribute__((noinline)) Py_ssize_t
+wide_run(const char *s, Py_ssize_t p, Py_ssize_t n, int size, char *out, Py_ssize_t count,
+         Py_ssize_t expected, Py_ssize_t *end) {
+    WideBatch batch;
+    Py_ssize_t read = 0;
+    int pending = 0;
+    while (n - p >= QUICK_WINDOW + QUICK_READ) {
+        int taken;
+        const int got = wide_window(s + p, &batch, pending, &taken);
+        if (got == 0 || count + read + pending + got > expected) break;
+        pending += got;
+        p += taken;
+        if (pending >= WIDE_BATCH) {
+            wide_convert(&batch, pending, size, out + (count + read) * size);
+            read += pending;
+            pending = 0;
+        }
+    }
+    if (pending > 0) {
+        wide_convert(&batch, pending, size, out + (count + read) * size);
+        read += pending;
+    }
+    *end = p;
+    wide_tokens += (unsigned long long)read;
+    return read;
 }
 #else
 #define QUICK 0
@@ -426,6 +660,9 @@ read_array_as(const char *s, Py_ssize_t p, Py_ssize_t n, const DType dt, char *o
     Py_ssize_t counts[MAX_DATA_DEPTH + 1];
     int depth = 1, leaf_depth = -1;
     int quick_pause = 0; /* values to read before trying a quick run again */
+#if QUICK
+    WideState wide = {0, 0};
+#endif
     for (int i = 0; i <= MAX_DATA_DEPTH; i++) dims[i] = -1;
     counts[1] = 0;
     Py_ssize_t count = 0;
@@ -462,7 +699,8 @@ read_array_as(const char *s, Py_ssize_t p, Py_ssize_t n, const DType dt, char *o
 #if QUICK
             if (dt.family == T_FLOAT && have_ssse3 && quick_pause == 0) {
                 Py_ssize_t stop;
-                const Py_ssize_t read = quick_run(s, p, n, dt.size, out, count, expected, &stop);
+                const Py_ssize_t read =
+                    quick_run(s, p, n, dt.size, out, count, expected, &wide, &stop);
                 if (read > 0) {
                     /* Each one was followed by a comma: the next value starts at stop. */
                     count += read;
@@ -955,9 +1193,32 @@ static PyObject *quick_stats(PyObject *self, PyObject *unused) {
 #endif
 }
 
+PyDoc_STRVAR(wide_stats_doc,
+"wide_stats(enable=None)\n\n"
+"(available, taken, tokens): whether wide runs can be taken on this CPU (AVX2), whether\n"
+"they are (after setting it to enable when given: for tests and benchmarks), and how many\n"
+"number tokens they have read since import (also counted by quick_stats).");
+
+static PyObject *wide_stats(PyObject *self, PyObject *args) {
+    PyObject *enable = Py_None;
+    if (!PyArg_ParseTuple(args, "|O", &enable)) return NULL;
+#if QUICK
+    if (enable != Py_None) {
+        const int truth = PyObject_IsTrue(enable);
+        if (truth < 0) return NULL;
+        wide_enabled = truth;
+    }
+    return Py_BuildValue("(OOK)", have_wide ? Py_True : Py_False,
+                         have_wide && wide_enabled ? Py_True : Py_False, wide_tokens);
+#else
+    return Py_BuildValue("(OOK)", Py_False, Py_False, 0ULL);
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, scan_doc},
     {"quick_stats", quick_stats, METH_NOARGS, quick_stats_doc},
+    {"wide_stats", wide_stats, METH_VARARGS, wide_stats_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -10,8 +10,10 @@ gives up on everything cannot pass.
 
 from __future__ import annotations
 
+import itertools
 import tracemalloc
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -321,6 +323,119 @@ def test_a_batch_as_a_float32_client_writes_it_is_read_in_quick_runs():
         # All but each row's last value (and a few after a token with an exponent).
         assert quick_tokens() - before >= 0.9 * plain
         same_outcome(body)
+
+
+# --------------------------------------------------------------------------- wide runs
+# Compact arrays (a comma and nothing else after each token) are read a 64-byte window at a
+# time with AVX2 where the CPU has it; the quick-run tests above take them too. Here: that
+# they are taken, and that every window they refuse or cut short reads as before, with and
+# without them.
+
+wide = pytest.mark.skipif(
+    not (json_scan.AVAILABLE and json_scan._jsonscan.wide_stats()[0]),
+    reason="wide runs need the extension on a CPU with AVX2",
+)
+
+
+def wide_tokens() -> int:
+    assert json_scan._jsonscan is not None
+    return json_scan._jsonscan.wide_stats()[2]
+
+
+@contextmanager
+def wide_runs(enabled: bool) -> Iterator[None]:
+    assert json_scan._jsonscan is not None
+    before = json_scan._jsonscan.wide_stats()[1]
+    json_scan._jsonscan.wide_stats(enabled)
+    try:
+        yield
+    finally:
+        json_scan._jsonscan.wide_stats(before)
+
+
+# What a window must refuse or stop at: the quick form's near misses, and the bytes that
+# end a window's tokens early (whitespace, brackets of a nested array).
+WIDE_MISSES = [*NEAR_MISSES, "1 ", " 1", "\n2", "123456789012345.6", "-123456789012345"]
+
+
+@wide
+@PROPERTY
+@given(
+    tokens=st.lists(plain_decimals(), min_size=1, max_size=400),
+    misses=st.lists(st.tuples(st.integers(0, 400), st.sampled_from(WIDE_MISSES)), max_size=3),
+    datatype=st.sampled_from(FLOAT_TYPES),
+    shortfall=st.sampled_from([0, 0, 1, 7, 33, 90]),
+    rows=st.sampled_from([1, 2, 3]),
+)
+def test_wide_runs_decode_as_orjson_and_numpy(tokens, misses, datatype, shortfall, rows):
+    for at, miss in misses:
+        tokens.insert(at, miss)
+    if len(tokens) < rows:
+        rows = 1
+    per_row = len(tokens) // rows
+    tokens = tokens[: rows * per_row]
+    dims = [rows, per_row] if rows > 1 else [len(tokens)]
+    text = nest(tokens, dims, itertools.repeat(","))
+    # A shape short of the count: the windows stop where the buffer does.
+    shape = dims if rows > 1 else [max(len(tokens) - shortfall, 0)]
+    for enabled in (True, False):
+        with wide_runs(enabled):
+            same_outcome(request_text(text, datatype, shape, pad=PAD))
+
+
+@wide
+@pytest.mark.parametrize("datatype", FLOAT_TYPES)
+def test_a_compact_float32_batch_is_read_in_wide_runs(datatype):
+    rows = np.random.default_rng(11).standard_normal((256, 50)).astype(np.float32)
+    tokens = [str(v) for v in rows.ravel()]
+    body = request_text("[" + ",".join(tokens) + "]", datatype, [256, 50], pad=PAD)
+    plain = sum(1 for t in tokens if "e" not in t)
+    with wide_runs(True):
+        before = wide_tokens()
+        (tensor,) = rest_json.decode_request(body).inputs
+        expected = np.array([float(t) for t in tokens]).astype(tensor.data.dtype)
+        assert tensor.data.tobytes() == expected.tobytes()
+        # All but the last value and those next to a token with an exponent.
+        assert wide_tokens() - before >= 0.9 * plain
+    with wide_runs(False):
+        before = wide_tokens()
+        same_outcome(body)
+        assert wide_tokens() == before  # switched off: the SSSE3 loop read them
+
+
+@wide
+def test_wide_runs_pause_where_other_forms_are_close_together():
+    # Every third value with an exponent: each wide run would read two tokens, less than
+    # it costs; after a few, quick runs go without (the pause doubles to 1024 runs).
+    values = np.random.default_rng(5).standard_normal(3000).astype(np.float32)
+    tokens = [str(v * np.float32(1e-6)) if i % 3 == 0 else str(v) for i, v in enumerate(values)]
+    assert sum("e" in t for t in tokens) >= 900
+    with wide_runs(True):
+        before = wide_tokens()
+        same_outcome(request_text("[" + ",".join(tokens) + "]", "FP32", [3000], pad=PAD))
+        assert 0 < wide_tokens() - before <= 40
+
+
+@wide
+@pytest.mark.parametrize(
+    ("text", "read"),
+    [
+        # A wide run starts after a quick run's first token, and each window takes its
+        # tokens up to its first other byte; "-0" (the integer 0) refuses a window.
+        ("[" + ",".join(["1.25"] * 40) + "]", 38),
+        ("[" + ", ".join(["1.25"] * 40) + "]", 1),
+        ("[" + ",".join(["1.25", "-0"] + ["1.25"] * 38) + "]", 0),
+        ("[" + ",".join(["1.25", "01"] + ["1.25"] * 38) + "]", 0),
+        ("[" + ",".join(["1.25", "1.2.5"] + ["1.25"] * 38) + "]", 0),
+        ("[" + ",".join(["1.25", "1234567890123456"] + ["1.25"] * 38) + "]", 0),
+        ("[" + ",".join(["1.25", "-0.5", "0.125", "-12.5"] * 10) + "]", 38),
+    ],
+)
+def test_wide_windows_take_only_quick_tokens(text, read):
+    with wide_runs(True):
+        before = wide_tokens()
+        same_outcome(request_text(text, "FP32", [40], pad=PAD))
+        assert wide_tokens() - before == read
 
 
 # --------------------------------------------------------------------------- integers
