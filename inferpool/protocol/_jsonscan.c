@@ -295,12 +295,7 @@ static QUICK_TARGET __attribute__((noinline)) Py_ssize_t
 quick_run(const char *s, Py_ssize_t p, Py_ssize_t n, int size, char *out, Py_ssize_t count,
           Py_ssize_t expected, WideState *wide, Py_ssize_t *end) {
     const Py_ssize_t first = count;
-    Py_ssize_t wide_read = -1, result;
-    int other_first = 0; /* the first token is not of the quick form */
-    /* A wide run is tried after the first token, once it is known to be a quick one
-     * followed by a comma: a run at a row's last value or at a token of another form tells
-     * nothing of what wide runs read. */
-    int wide_tried = !(have_wide && wide_enabled);
+    Py_ssize_t wide_read = -1; /* -1: no wide run tried */
     while (n - p >= QUICK_WINDOW + QUICK_READ) {
         const Py_ssize_t base = p;
         uint64_t commas = comma_bits(s + base);
@@ -310,7 +305,7 @@ quick_run(const char *s, Py_ssize_t p, Py_ssize_t n, int size, char *out, Py_ssi
             double d;
             const int len = quick_number(s + p, &d);
             if (len == 0 || p + len != next) {
-                other_first = len == 0 && count == first;
+                if (len == 0 && count == first) return -1;
                 goto done;
             }
             if (count < expected) {
@@ -322,28 +317,29 @@ quick_run(const char *s, Py_ssize_t p, Py_ssize_t n, int size, char *out, Py_ssi
             count++;
             p = skip_ws(s, next + 1, n);
             commas &= commas - 1;
-            if (!wide_tried) {
-                wide_tried = 1;
+            /* A wide run is tried after the first token, once it is known to be a quick
+             * one followed by a comma: a run at a row's last value or at a token of
+             * another form tells nothing of what wide runs read. */
+            if (__builtin_expect(count == first + 1 && have_wide && wide_enabled, 0)) {
                 if (wide->pause > 0) {
                     wide->pause--;
-                } else {
-                    Py_ssize_t stop;
-                    wide_read = wide_run(s, p, n, size, out, count, expected, &stop);
-                    if (wide_read > 0) {
-                        count += wide_read;
-                        p = skip_ws(s, stop, n);
-                        break; /* a new window of commas from there */
-                    }
+                    continue;
+                }
+                Py_ssize_t stop;
+                wide_read = wide_run(s, p, n, size, out, count, expected, &stop);
+                if (wide_read > 0) {
+                    count += wide_read;
+                    p = skip_ws(s, stop, n);
+                    break; /* a new window of commas from there */
                 }
             }
         } while (commas != 0);
     }
 done:
     *end = p;
-    result = count - first;
-    if (wide_read >= 0) wide_judge(wide, wide_read, result);
-    quick_tokens += (unsigned long long)result;
-    return other_first ? -1 : result;
+    if (wide_read >= 0) wide_judge(wide, wide_read, count - first);
+    quick_tokens += (unsigned long long)(count - first);
+    return count - first;
 }
 
 /* ------------------------------------------------------------- wide runs ------------ */
