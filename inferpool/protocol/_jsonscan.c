@@ -392,15 +392,22 @@ static inline WIDE_TARGET int wide_window(const char *w, WideBatch *batch, int k
     const __m256i low = _mm256_loadu_si256((const __m256i *)w);
     const __m256i high = _mm256_loadu_si256((const __m256i *)(w + 32));
     uint64_t commas = byte_bits(low, high, ',');
+    if (commas == 0) return 0;
     uint64_t points = byte_bits(low, high, '.');
     uint64_t minus = byte_bits(low, high, '-');
     uint64_t digits = bits64(digit_bytes(low), digit_bytes(high));
-    /* Only the tokens before the first other byte (whitespace, 'e', a bracket ...). */
-    const uint64_t others = ~(digits | points | commas | minus);
-    commas &= (others & (0 - others)) - 1;
-    if (commas == 0) return 0;
-    const int last = 63 - __builtin_clzll(commas);
-    const uint64_t span = ~UINT64_C(0) >> (63 - last); /* up to the last comma */
+    /* Where the next window starts comes from the commas alone (the next window's loads
+     * need not wait for the rest of the maps); only the tokens before the first other
+     * byte (whitespace, 'e', a bracket ...) are taken. */
+    int last = 63 - __builtin_clzll(commas);
+    uint64_t span = ~UINT64_C(0) >> (63 - last); /* up to the last comma */
+    const uint64_t others = ~(digits | points | commas | minus) & span;
+    if (__builtin_expect(others != 0, 0)) {
+        commas &= (others & (0 - others)) - 1;
+        if (commas == 0) return 0;
+        last = 63 - __builtin_clzll(commas);
+        span = ~UINT64_C(0) >> (63 - last);
+    }
     points &= span;
     minus &= span;
     digits &= span;
