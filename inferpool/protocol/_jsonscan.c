@@ -195,15 +195,19 @@ static unsigned long long quick_tokens;
  * with zeros before them; by the token's length and the point's place (its length when it
  * has none). */
 static uint8_t DIGIT_SHUFFLE[16][16][16] __attribute__((aligned(16)));
+/* The power of ten a token's digits are divided by, by the same two indices: 10^(digits
+ * after the point). */
+static double DIGIT_SCALE[16][16];
 
 static void quick_init(void) {
     __builtin_cpu_init();
     have_ssse3 = __builtin_cpu_supports("ssse3");
     have_wide = have_ssse3 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
-                __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
+                __builtin_cpu_supports("bmi2");
     for (int len = 0; len < 16; len++)
         for (int point = 0; point <= len; point++) {
             const int count = len - (point < len);
+            DIGIT_SCALE[len][point] = POW10[point < len ? len - point - 1 : 0];
             for (int j = 0; j < 16; j++) {
                 const int t = j - (16 - count);
                 DIGIT_SHUFFLE[len][point][j] = t < 0 ? 0x80 : (uint8_t)(t < point ? t : t + 1);
@@ -354,7 +358,7 @@ done:
  * division of quick_number) and stored. What a window does not take, quick_run's loop
  * reads as before. */
 #include <immintrin.h>
-#define WIDE_TARGET __attribute__((target("avx2,bmi,bmi2,popcnt")))
+#define WIDE_TARGET __attribute__((target("avx2,bmi,bmi2")))
 /* Tokens converted at a time; a window adds at most 32 (each token and its comma); four
  * entries of padding for the last group of four. */
 #define WIDE_BATCH 64
@@ -419,11 +423,14 @@ static inline WIDE_TARGET int wide_window(const char *w, WideBatch *batch, int k
         | (points & ~(digits << 1))                   /* no digit before a point */
         | (points & ~(digits >> 1))                   /* nor after it */
         | (((digit_starts & zeros) << 1) & digits)    /* a leading zero: "01" */
-        | ((minus << 2) & (zeros << 1) & commas);     /* "-0" */
+        | ((minus << 2) & (zeros << 1) & commas)      /* "-0" */
+        /* A point's fraction ending at another point: "1.2.3". (The carry of the bit
+         * after a point runs through the fraction's digits to the byte after them.) */
+        | ((((points << 1) + digits) & ~digits) & points);
     if (bad) return 0;
     const uint64_t ends = points | commas; /* a token's integer part ends at either */
     uint64_t rest = commas;
-    int start = 0, i = k, lengths = 0, with_point = 0;
+    int start = 0, i = k, lengths = 0;
     do {
         const int comma = __builtin_ctzll(rest);
         rest &= rest - 1;
@@ -431,22 +438,18 @@ static inline WIDE_TARGET int wide_window(const char *w, WideBatch *batch, int k
         const int b = start + neg;
         const int len = comma - b; /* digits and point */
         const int int_len = __builtin_ctzll(ends >> b);
-        const int has_point = int_len != len;
         lengths |= len;
-        with_point += has_point;
-        const __m128i chunk = _mm_loadu_si128((const __m128i *)(w + b));
         /* (A token over 15 characters refuses the window below: & 15 keeps its reads
          * inside the tables until then.) */
-        const __m128i order =
-            _mm_load_si128((const __m128i *)DIGIT_SHUFFLE[len & 15][int_len & 15]);
-        batch->digits[i] = _mm_shuffle_epi8(chunk, order);
-        batch->scale[i] = POW10[(len - int_len - has_point) & 15];
+        const int form = (len & 15) * 16 + (int_len & 15);
+        const __m128i chunk = _mm_loadu_si128((const __m128i *)(w + b));
+        batch->digits[i] = _mm_shuffle_epi8(chunk, ((const __m128i *)DIGIT_SHUFFLE)[form]);
+        batch->scale[i] = (&DIGIT_SCALE[0][0])[form];
         batch->sign[i] = (uint64_t)neg << 63;
         i++;
         start = comma + 1;
     } while (rest != 0);
-    /* Longer than 15 characters, or a token with two points. */
-    if ((lengths & ~15) || with_point != __builtin_popcountll(points)) return 0;
+    if (lengths & ~15) return 0; /* a token longer than 15 characters */
     *taken = last + 1;
     return i - k;
 }
