@@ -25,7 +25,7 @@
  * The commonest arrays, plain decimals separated by commas, are read in "quick runs"
  * (SSSE3, chosen at run time): the same values, about 1.7x faster than token by token;
  * compact ones (no whitespace) a 64-byte window at a time with AVX2 ("wide runs"), about
- * 1.7x faster again.
+ * twice as fast again.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -349,7 +349,7 @@ done:
 /* ------------------------------------------------------------- wide runs ------------ */
 
 /* Quick runs of compact arrays (a comma and nothing else after each token), read with AVX2
- * a 64-byte window at a time where the CPU has it (have_wide), about 1.7x faster than
+ * a 64-byte window at a time where the CPU has it (have_wide), about twice as fast as
  * quick_run's loop: the window's bytes are classified at once (commas, points, minus signs,
  * digits and zeros as 64-bit maps), its tokens up to the first other byte (whitespace, an
  * exponent, a bracket) are taken when the maps show every one of them is of the quick form
