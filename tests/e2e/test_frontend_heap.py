@@ -1,7 +1,7 @@
 """The frontend keeps request bodies of a few hundred KB on its heap (``allocator``): once
-warm, eight clients posting such bodies at once cost it no page faults (glibc's own
-thresholds: about 6 a request for 139 KB, 36 for 225 KB), and the memory a flood of larger
-bodies took still comes back."""
+warm, eight clients posting such bodies at once cost it no page faults in a typical round
+of 200 requests (glibc's own thresholds: about 6 a request for 139 KB, 36 for 225 KB), and
+the memory a flood of larger bodies took still comes back."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from tests.support import Server
 
 ROWS = 3700  # 14,800 FP64 numbers: a JSON body of about 139 KB, above glibc's 128 KiB
 CLIENTS = 8
+ROUNDS = 5
 
 
 def minor_faults(pid: int) -> int:
@@ -52,12 +53,19 @@ def test_large_bodies_cost_the_warm_frontend_no_page_faults(server):
             for _ in range(count):
                 assert client.post(url, content=payload).status_code == 200
 
-    with ThreadPoolExecutor(CLIENTS) as pool:
-        list(pool.map(post, [10] * CLIENTS))  # warm: the heap grows to what it needs
+    def faults_of_a_round() -> int:
         before = minor_faults(server.process.pid)
         list(pool.map(post, [25] * CLIENTS))
-    faults = minor_faults(server.process.pid) - before
-    assert faults < 100, f"{faults} page faults for {25 * CLIENTS} requests"
+        return minor_faults(server.process.pid) - before
+
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        list(pool.map(post, [10] * CLIENTS))  # warm: the heap grows to what it needs
+        rounds = sorted(faults_of_a_round() for _ in range(ROUNDS))
+    # The median round: one round now and then takes a few dozen to 150 faults that are not
+    # the bodies' (Python maps and unmaps its own 256 KiB arenas as objects come and go);
+    # without the thresholds every round takes 500 to 2,700.
+    median = rounds[ROUNDS // 2]
+    assert median < 100, f"page faults for {25 * CLIENTS} requests, by round: {rounds}"
 
 
 def test_memory_taken_by_bodies_above_the_threshold_comes_back(server):
