@@ -1,11 +1,15 @@
-"""V2 JSON decoding and encoding: shapes, datatypes, range checks, BYTES."""
+"""V2 JSON decoding and encoding: shapes, datatypes, range checks, BYTES; response ids."""
+
+import os
+import random
+import uuid
 
 import numpy as np
 import orjson
 import pytest
 
 from inferpool.errors import BadRequest
-from inferpool.protocol.rest_json import decode_request, encode_response
+from inferpool.protocol.rest_json import decode_request, encode_response, new_request_id
 from inferpool.protocol.types import InferenceResponse, Tensor
 
 
@@ -64,3 +68,41 @@ def test_undecodable_bytes_output_falls_back_to_base64():
     document = orjson.loads(encode_response(InferenceResponse("m", [output], id="1")))
     assert document["outputs"][0]["data"] == ["//4="]
     assert document["outputs"][0]["parameters"]["content_type"] == "base64"
+
+
+def test_new_request_ids_are_version_4_uuids_and_unique():
+    ids = [new_request_id() for _ in range(20_000)]
+    assert len(set(ids)) == len(ids)
+    for text in ids[:500]:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text  # the 36-character lower-case form
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122
+
+
+def test_new_request_ids_of_a_forked_child_differ_from_its_parents():
+    # Workers are forked: without the reseed in the child, a child and its parent (and two
+    # siblings) would draw the same ids from the same generator state.
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids to the parent, then out without cleanup
+        os.write(writer, " ".join(new_request_id() for _ in range(3)).encode())
+        os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader) as pipe:
+        child = pipe.read().split()
+    os.waitpid(pid, 0)
+    parent = [new_request_id() for _ in range(3)]
+    assert len(child) == 3
+    assert not set(child) & set(parent)
+
+
+def test_seeding_the_random_module_does_not_repeat_request_ids():
+    state = random.getstate()
+    try:
+        random.seed(7)
+        first = new_request_id()
+        random.seed(7)
+        assert new_request_id() != first
+    finally:
+        random.setstate(state)
