@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -211,10 +212,13 @@ class GrpcH2Server:
         self.open: set[Http2Connection] = set()
         self.calls: set[asyncio.Task[None]] = set()
         self._server: asyncio.AbstractServer | None = None
+        # The serving loop (``start``): each call is a task of it, made by create_task
+        # rather than ensure_future, which looks the loop up (and the pid) every time.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.socket = bind_socket(settings.host, settings.grpc_port, "gRPC")
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         self._server = await loop.create_server(self._connection, sock=self.socket)
 
     def _connection(self) -> Http2Connection:
@@ -286,10 +290,14 @@ class GrpcH2Server:
         serving = serve_stream(
             self.service, connection, stream, reader, expires, self.access_log, peer
         )
-        call = asyncio.ensure_future(serving)
+        call = self._task(serving)
         stream.task = call
         self.calls.add(call)
         call.add_done_callback(self.calls.discard)
+
+    def _task(self, call: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        loop = self._loop
+        return asyncio.ensure_future(call) if loop is None else loop.create_task(call)
 
     def _on_request(self, connection: Http2Connection, stream: Stream) -> None:
         headers = dict(stream.headers)
@@ -312,12 +320,10 @@ class GrpcH2Server:
             return
         stream.body = []
         if entry is None:  # grpc.health.v1.Health/Watch
-            call = asyncio.ensure_future(self._watch(connection, stream, message, expires))
+            call = self._task(self._watch(connection, stream, message, expires))
         else:
             given = headers.get(REQUEST_ID)
-            call = asyncio.ensure_future(
-                self._call(connection, stream, entry, message, expires, given)
-            )
+            call = self._task(self._call(connection, stream, entry, message, expires, given))
         stream.task = call
         self.calls.add(call)
         call.add_done_callback(self.calls.discard)
