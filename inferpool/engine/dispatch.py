@@ -264,7 +264,8 @@ class Dispatcher:
             worker.inflight[request_id] = receiver
         try:
             if worker.requests.push(header, body):
-                os.eventfd_write(worker.request_bell, 1)
+                if worker.requests.needs_bell():  # a busy worker finds it without one
+                    os.eventfd_write(worker.request_bell, 1)
             else:  # bigger than a slot: its own memfd over the control channel
                 worker.post(Op.REQUEST, header, body)
         except OSError:  # it died and its EOF is not handled yet, or no fd for the memfd

@@ -1,4 +1,4 @@
-/* Acquire/release access to the 64-bit counters of inferpool's shared-memory ring
+/* Ordered access to the 64-bit words of inferpool's shared-memory ring
  * (inferpool/engine/ipc/ring.py).
  *
  * Python has no memory-ordered store or load: struct.pack_into is a plain memcpy, which
@@ -10,6 +10,13 @@
  *
  * The counter lives in a mapping shared between processes, so the atomic must be
  * lock-free (a lock would be private to each process) and naturally aligned.
+ *
+ * The sequentially consistent pair serves the ring's doorbell: the producer stores its
+ * tail then loads the consumer's "asleep" word, the consumer stores "asleep" then loads
+ * the tail. Release and acquire do not keep a store before a later load of another word
+ * (x86-64's store buffer reorders exactly that); sequential consistency does, so at least
+ * one side sees the other's store: the producer rings, or the consumer does not sleep.
+ * (x86-64: the store is an xchg, a full barrier; arm64: stlr / ldar again.)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -50,10 +57,10 @@ PyDoc_STRVAR(store_release_doc,
              "Store the unsigned 64-bit `value` at `offset` (8-byte aligned) of a writable "
              "buffer, native byte order, with release semantics.");
 
-static PyObject *store_release(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
+/* store_release and store_seq_cst: the same checks, one memory order. */
+static PyObject *store(PyObject *const *args, Py_ssize_t nargs, const char *name, int order) {
     if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "store_release() takes 3 arguments (%zd given)", nargs);
+        PyErr_Format(PyExc_TypeError, "%s() takes 3 arguments (%zd given)", name, nargs);
         return NULL;
     }
     /* Convert the value first, so that a bad value leaves no buffer exported. */
@@ -62,9 +69,28 @@ static PyObject *store_release(PyObject *self, PyObject *const *args, Py_ssize_t
     Py_buffer view;
     uint64_t *counter = counter_at(args[0], args[1], &view);
     if (counter == NULL) return NULL;
-    __atomic_store_n(counter, (uint64_t)value, __ATOMIC_RELEASE);
+    if (order == __ATOMIC_SEQ_CST) {
+        __atomic_store_n(counter, (uint64_t)value, __ATOMIC_SEQ_CST);
+    } else {
+        __atomic_store_n(counter, (uint64_t)value, __ATOMIC_RELEASE);
+    }
     PyBuffer_Release(&view);
     Py_RETURN_NONE;
+}
+
+static PyObject *store_release(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return store(args, nargs, "store_release", __ATOMIC_RELEASE);
+}
+
+PyDoc_STRVAR(store_seq_cst_doc,
+             "store_seq_cst(buffer, offset, value)\n--\n\n"
+             "As store_release, sequentially consistent: a later load_seq_cst of another "
+             "word by this thread is not done before it.");
+
+static PyObject *store_seq_cst(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return store(args, nargs, "store_seq_cst", __ATOMIC_SEQ_CST);
 }
 
 PyDoc_STRVAR(load_acquire_doc,
@@ -72,18 +98,33 @@ PyDoc_STRVAR(load_acquire_doc,
              "The unsigned 64-bit value at `offset` (8-byte aligned) of a writable buffer, "
              "native byte order, loaded with acquire semantics.");
 
-static PyObject *load_acquire(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
+/* load_acquire and load_seq_cst: the same checks, one memory order. */
+static PyObject *load(PyObject *const *args, Py_ssize_t nargs, const char *name, int order) {
     if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "load_acquire() takes 2 arguments (%zd given)", nargs);
+        PyErr_Format(PyExc_TypeError, "%s() takes 2 arguments (%zd given)", name, nargs);
         return NULL;
     }
     Py_buffer view;
     uint64_t *counter = counter_at(args[0], args[1], &view);
     if (counter == NULL) return NULL;
-    uint64_t value = __atomic_load_n(counter, __ATOMIC_ACQUIRE);
+    uint64_t value = order == __ATOMIC_SEQ_CST ? __atomic_load_n(counter, __ATOMIC_SEQ_CST)
+                                               : __atomic_load_n(counter, __ATOMIC_ACQUIRE);
     PyBuffer_Release(&view);
     return PyLong_FromUnsignedLongLong((unsigned long long)value);
+}
+
+static PyObject *load_acquire(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return load(args, nargs, "load_acquire", __ATOMIC_ACQUIRE);
+}
+
+PyDoc_STRVAR(load_seq_cst_doc,
+             "load_seq_cst(buffer, offset)\n--\n\n"
+             "As load_acquire, sequentially consistent (see store_seq_cst).");
+
+static PyObject *load_seq_cst(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return load(args, nargs, "load_seq_cst", __ATOMIC_SEQ_CST);
 }
 
 static PyMethodDef methods[] = {
@@ -91,14 +132,18 @@ static PyMethodDef methods[] = {
      store_release_doc},
     {"load_acquire", (PyCFunction)(void (*)(void))load_acquire, METH_FASTCALL,
      load_acquire_doc},
+    {"store_seq_cst", (PyCFunction)(void (*)(void))store_seq_cst, METH_FASTCALL,
+     store_seq_cst_doc},
+    {"load_seq_cst", (PyCFunction)(void (*)(void))load_seq_cst, METH_FASTCALL,
+     load_seq_cst_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_atomics",
-    .m_doc = "Acquire/release access to 64-bit counters in shared memory (the ring's head "
-             "and tail).",
+    .m_doc = "Acquire/release and sequentially consistent access to 64-bit words in shared "
+             "memory (the ring's head, tail and doorbell word).",
     .m_size = -1,
     .m_methods = methods,
 };

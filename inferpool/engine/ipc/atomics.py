@@ -1,4 +1,5 @@
-"""The ring's counters: 64-bit words stored with release and loaded with acquire semantics.
+"""The ring's counters: 64-bit words stored with release and loaded with acquire semantics,
+and the sequentially consistent pair for its doorbell word.
 
 The C extension (``_atomics.c``) gives both on any CPU. An install without a C compiler
 has no extension: on x86-64, whose total store order makes every aligned store a release
@@ -32,16 +33,24 @@ def _load(buffer: Any, offset: int, /) -> int:
     return value
 
 
-def _choose() -> tuple[Callable[[Any, int, int], None], Callable[[Any, int], int]]:
+Store = Callable[[Any, int, int], None]
+Load = Callable[[Any, int], int]
+
+
+def _choose() -> tuple[Store, Load, Store, Load]:
     if _native is not None:
-        return _native.store_release, _native.load_acquire
+        native = _native
+        return native.store_release, native.load_acquire, native.store_seq_cst, native.load_seq_cst
     if platform.machine().lower() not in ("x86_64", "amd64"):
         raise ImportError(
             "inferpool.engine.ipc._atomics is not built: the worker pool's shared-memory "
             f"ring needs it on {platform.machine()}; reinstall inferpool with a C compiler"
         )
-    return _store, _load
+    return _store, _load, _store, _load
 
 
-store_release, load_acquire = _choose()
-NATIVE = _native is not None  # the C functions, not the x86-64 fallback
+store_release, load_acquire, store_seq_cst, load_seq_cst = _choose()
+# The C functions, not the x86-64 fallback. Without them the seq_cst pair is only a
+# release store and an acquire load (x86-64 may run the load first), so the ring's
+# doorbell must not rely on it: ``Ring.consumer_may_sleep`` then always says ring.
+NATIVE = _native is not None

@@ -19,6 +19,14 @@ the consumer is still reading. The counters are in native byte order (both sides
 one machine). The running record is plain bytes, unordered: a read racing
 ``mark_running`` may mix two groups' fields (the producer reads it only to attribute a
 crash or a timeout).
+
+The fourth line is the consumer's *asleep* word, for the doorbell: the consumer sets it
+before it blocks (``may_sleep``) and clears it when it wakes (``awake``); the producer
+rings only when it is set (``needs_bell``). A consumer that is busy is not woken for
+every message: it finds them when it next looks. The consumer stores the word then loads
+``tail``, the producer stores ``tail`` then loads the word, all four sequentially
+consistent: at least one side sees the other's store, so either the producer rings or the
+consumer does not block (a stale set word only costs a ring that was not needed).
 """
 
 from __future__ import annotations
@@ -27,10 +35,16 @@ import mmap
 import os
 import struct
 
-from inferpool.engine.ipc.atomics import load_acquire, store_release
+from inferpool.engine.ipc.atomics import (
+    NATIVE,
+    load_acquire,
+    load_seq_cst,
+    store_release,
+    store_seq_cst,
+)
 from inferpool.engine.ipc.messages import HEADER, HEADER_SIZE
 
-_HEAD, _TAIL, _RUNNING_AT, _SLOTS_AT = 0, 64, 128, 192
+_HEAD, _TAIL, _RUNNING_AT, _ASLEEP, _SLOTS_AT = 0, 64, 128, 192, 256
 # started (monotonic ns, 0: idle), model index, requests in the group, their first ids.
 RUNNING_IDS = 6
 _RUNNING = struct.Struct(f"<qII{RUNNING_IDS}Q")
@@ -84,8 +98,14 @@ class Ring:
         self._map[start : start + HEADER_SIZE] = header
         self._map[start + HEADER_SIZE : start + HEADER_SIZE + len(body)] = body
         self._tail = tail + 1
-        store_release(self._map, _TAIL, tail + 1)  # publishes the slot's bytes
+        # Publishes the slot's bytes (a release), and comes before ``needs_bell``'s load.
+        store_seq_cst(self._map, _TAIL, tail + 1)
         return True
+
+    def needs_bell(self) -> bool:
+        """Whether the consumer may be blocked (or about to be): ring its doorbell after
+        ``push``. Always True without the C functions (see ``atomics.NATIVE``)."""
+        return not NATIVE or load_seq_cst(self._map, _ASLEEP) != 0
 
     # -- consumer --------------------------------------------------------------------------
     def pop_all(self) -> list[tuple[tuple[int, ...], bytes]]:
@@ -104,6 +124,16 @@ class Ring:
         self._head = head
         store_release(self._map, _HEAD, head)  # after the copies: the slots are free
         return messages
+
+    def may_sleep(self) -> bool:
+        """Say the consumer is about to block on its doorbell; False when a message came
+        in the meantime (then it must not block: no bell may come for it)."""
+        store_seq_cst(self._map, _ASLEEP, 1)
+        return load_seq_cst(self._map, _TAIL) == self._head
+
+    def awake(self) -> None:
+        """The consumer is running again: the producer need not ring for what it pushes."""
+        store_release(self._map, _ASLEEP, 0)
 
     def mark_running(self, model_index: int, request_ids: list[int], started_ns: int) -> None:
         """Record the group about to run (one small write: cheap on the hot path)."""

@@ -94,23 +94,33 @@ class Worker:
         poller.register(self.request_bell, select.POLLIN)
         poller.register(self.channel.fileno(), select.POLLIN)
         poller.register(self.streams.bell, select.POLLIN)
+        control = self.channel.fileno()
         while True:
             now = time.monotonic_ns()
             wait = self.batcher.timeout(now)
             report = self.metrics.wait(now)
             if report is not None and (wait is None or report < wait):
                 wait = report
-            events = poller.poll(None if wait is None else max(1, int(wait * 1000 + 0.999)))
+            timeout = None if wait is None else max(1, int(wait * 1000 + 0.999))
+            # The frontend rings the request bell only while this says it may block: a
+            # request pushed since the ring was last read has no bell coming.
+            if not self.requests.may_sleep():
+                timeout = 0
+            events = poller.poll(timeout)
+            self.requests.awake()
+            controlled = False
             for fd, _ in events:
                 if fd == self.request_bell:
                     with contextlib.suppress(BlockingIOError):
                         os.eventfd_read(self.request_bell)
                 elif fd == self.streams.bell:
                     self._answer_streams()
+                elif fd == control:  # a message, or the frontend gone (POLLHUP)
+                    controlled = True
             # The ring first: requests sent before a control message (an unload) are
             # queued before that message is acted on.
             self._take_requests()
-            if not self._take_control():
+            if controlled and not self._take_control():
                 return
             self._run_due()
             idle = not self.batcher and not self.requests.pending() and not self.streams

@@ -30,6 +30,9 @@ class FakeRing:
         self.pushed.append(RequestHeader.unpack_from(header))
         return True
 
+    def needs_bell(self) -> bool:
+        return True
+
 
 class FakeWorker:
     """What dispatch uses of a WorkerHandle."""
