@@ -185,6 +185,14 @@ static long leading_power(const char *digits, const char *stop) {
 #define QUICK_WINDOW 64
 #define QUICK_READ 17
 
+/* The multipliers that fold a token's sixteen digits (one a byte, most significant first)
+ * into two eight-digit halves, shared by quick_number (SSE, one token) and wide_convert
+ * (AVX2, four): adjacent digits x10 + x1 (maddubs), adjacent pairs x100 + x1 (madd), then
+ * adjacent fours x10^4 + x1 (madd again). */
+#define FOLD_PAIRS 0x010A       /* 10, 1 as two bytes */
+#define FOLD_FOURS 0x00010064   /* 100, 1 as two 16-bit words */
+#define FOLD_EIGHTS 0x00012710  /* 10^4, 1 as two 16-bit words */
+
 static int have_ssse3;
 /* AVX2 wide runs (see wide_run): whether the CPU has them, and whether they are taken. */
 static int have_wide, wide_enabled = 1;
@@ -241,10 +249,10 @@ static inline __attribute__((always_inline)) QUICK_TARGET int quick_number(const
     const __m128i digits =
         _mm_shuffle_epi8(_mm_sub_epi8(chunk, _mm_set1_epi8('0')),
                          _mm_load_si128((const __m128i *)DIGIT_SHUFFLE[len][int_len]));
-    const __m128i pairs = _mm_maddubs_epi16(digits, _mm_set1_epi16(0x010A));   /* 10, 1 */
-    const __m128i fours = _mm_madd_epi16(pairs, _mm_set1_epi32(0x00010064));   /* 100, 1 */
+    const __m128i pairs = _mm_maddubs_epi16(digits, _mm_set1_epi16(FOLD_PAIRS));
+    const __m128i fours = _mm_madd_epi16(pairs, _mm_set1_epi32(FOLD_FOURS));
     const __m128i packed = _mm_packs_epi32(fours, fours);                     /* < 10^4 */
-    const __m128i eights = _mm_madd_epi16(packed, _mm_set1_epi32(0x00012710)); /* 10^4, 1 */
+    const __m128i eights = _mm_madd_epi16(packed, _mm_set1_epi32(FOLD_EIGHTS));
     const uint64_t halves = (uint64_t)_mm_cvtsi128_si64(eights);
     const uint64_t w = (halves & 0xFFFFFFFFu) * 100000000u + (halves >> 32);
     double d = (double)w / POW10[frac_len];
@@ -469,13 +477,13 @@ static inline WIDE_TARGET void wide_convert(WideBatch *batch, int count, int siz
         __m256i b = _mm256_loadu_si256((const __m256i *)&batch->digits[i + 2]);
         a = _mm256_subs_epu8(a, zero_char);
         b = _mm256_subs_epu8(b, zero_char);
-        a = _mm256_madd_epi16(_mm256_maddubs_epi16(a, _mm256_set1_epi16(0x010A)),
-                              _mm256_set1_epi32(0x00010064));
-        b = _mm256_madd_epi16(_mm256_maddubs_epi16(b, _mm256_set1_epi16(0x010A)),
-                              _mm256_set1_epi32(0x00010064));
+        a = _mm256_madd_epi16(_mm256_maddubs_epi16(a, _mm256_set1_epi16(FOLD_PAIRS)),
+                              _mm256_set1_epi32(FOLD_FOURS));
+        b = _mm256_madd_epi16(_mm256_maddubs_epi16(b, _mm256_set1_epi16(FOLD_PAIRS)),
+                              _mm256_set1_epi32(FOLD_FOURS));
         /* Per lane: the high and low eight digits of tokens i and i+2 (i+1 and i+3). */
         const __m256i eights =
-            _mm256_madd_epi16(_mm256_packs_epi32(a, b), _mm256_set1_epi32(0x00012710));
+            _mm256_madd_epi16(_mm256_packs_epi32(a, b), _mm256_set1_epi32(FOLD_EIGHTS));
         const __m256i w = _mm256_add_epi64(_mm256_mul_epu32(eights, _mm256_set1_epi64x(100000000)),
                                            _mm256_srli_epi64(eights, 32));
         /* w < 10^15 < 2^52: exact as the double 2^52 + w, less 2^52. */
