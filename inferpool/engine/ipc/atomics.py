@@ -52,5 +52,5 @@ def _choose() -> tuple[Store, Load, Store, Load]:
 store_release, load_acquire, store_seq_cst, load_seq_cst = _choose()
 # The C functions, not the x86-64 fallback. Without them the seq_cst pair is only a
 # release store and an acquire load (x86-64 may run the load first), so the ring's
-# doorbell must not rely on it: ``Ring.consumer_may_sleep`` then always says ring.
+# doorbell must not rely on it: ``Ring.needs_bell`` then always says ring.
 NATIVE = _native is not None

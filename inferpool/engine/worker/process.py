@@ -92,9 +92,9 @@ class Worker:
         self.channel.send_control(messages.Hello(pid=os.getpid(), epoch=self.epoch))
         poller = select.poll()
         poller.register(self.request_bell, select.POLLIN)
-        poller.register(self.channel.fileno(), select.POLLIN)
-        poller.register(self.streams.bell, select.POLLIN)
         control = self.channel.fileno()
+        poller.register(control, select.POLLIN)
+        poller.register(self.streams.bell, select.POLLIN)
         while True:
             now = time.monotonic_ns()
             wait = self.batcher.timeout(now)

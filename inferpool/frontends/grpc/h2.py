@@ -290,14 +290,14 @@ class GrpcH2Server:
         serving = serve_stream(
             self.service, connection, stream, reader, expires, self.access_log, peer
         )
-        call = self._task(serving)
-        stream.task = call
-        self.calls.add(call)
-        call.add_done_callback(self.calls.discard)
+        self._start_call(stream, serving)
 
-    def _task(self, call: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        loop = self._loop
-        return asyncio.ensure_future(call) if loop is None else loop.create_task(call)
+    def _start_call(self, stream: Stream, call: Coroutine[Any, Any, None]) -> None:
+        """Run a stream's call as a task of the serving loop, which stop() waits for."""
+        assert self._loop is not None  # set by start(), before any connection is made
+        task = stream.task = self._loop.create_task(call)
+        self.calls.add(task)
+        task.add_done_callback(self.calls.discard)
 
     def _on_request(self, connection: Http2Connection, stream: Stream) -> None:
         headers = dict(stream.headers)
@@ -320,13 +320,10 @@ class GrpcH2Server:
             return
         stream.body = []
         if entry is None:  # grpc.health.v1.Health/Watch
-            call = self._task(self._watch(connection, stream, message, expires))
+            self._start_call(stream, self._watch(connection, stream, message, expires))
         else:
             given = headers.get(REQUEST_ID)
-            call = self._task(self._call(connection, stream, entry, message, expires, given))
-        stream.task = call
-        self.calls.add(call)
-        call.add_done_callback(self.calls.discard)
+            self._start_call(stream, self._call(connection, stream, entry, message, expires, given))
 
     async def _call(
         self,
