@@ -387,18 +387,20 @@ def softmax(scores: np.ndarray) -> np.ndarray:
 _EXP, _LOG1P = 0, 1
 
 
+def _libm(function: int, values: np.ndarray) -> np.ndarray:
+    out = np.array(values, dtype=np.float64, order="C")
+    _kernel.libm(function, out)
+    return out
+
+
 def libm_exp(values: np.ndarray) -> np.ndarray:
     """exp of every value (as float64) by the C library's exp, in a new array."""
-    out = np.array(values, dtype=np.float64, order="C")
-    _kernel.libm(_EXP, out)
-    return out
+    return _libm(_EXP, values)
 
 
 def libm_log1p(values: np.ndarray) -> np.ndarray:
     """log1p of every value (as float64) by the C library's log1p, in a new array."""
-    out = np.array(values, dtype=np.float64, order="C")
-    _kernel.libm(_LOG1P, out)
-    return out
+    return _libm(_LOG1P, values)
 
 
 def softmax_in_order(scores: np.ndarray) -> np.ndarray:

@@ -117,11 +117,10 @@ def _link(objective: str, n_columns: int) -> Callable[[np.ndarray], np.ndarray]:
         return lambda raw: raw
     if name in EXP_OBJECTIVES:
         return libm_exp
-    if name in ("binary", "multiclassova"):
+    if name in ("binary", "multiclassova", "cross_entropy"):
+        # cross_entropy has no sigmoid option: its scale is 1.0, and -1.0 * raw is -raw.
         scale = float(settings.get("sigmoid", 1.0))
         return lambda raw: 1.0 / (1.0 + libm_exp(-scale * raw))
-    if name == "cross_entropy":
-        return lambda raw: 1.0 / (1.0 + libm_exp(-raw))
     if name == "cross_entropy_lambda":
         return lambda raw: libm_log1p(libm_exp(raw))
     if name == "multiclass" and n_columns > 1:
