@@ -117,6 +117,9 @@ def test_a_random_forest_matches_a_reference_walk_across_blocks(dtype):
             expected[r, index % n_columns] += walk(tree, row)
     assert np.array_equal(forest.accumulate(rows), expected)
     assert forest.accumulate(rows[:0]).shape == (0, n_columns)
+    # Fewer than four rows walk eight trees at a time (12 trees: a group and a part).
+    for count in (1, 2, 3):
+        assert np.array_equal(forest.accumulate(rows[:count]), expected[:count]), count
 
 
 def test_leaves_with_several_values_add_to_consecutive_columns():

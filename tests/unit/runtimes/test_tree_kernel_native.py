@@ -5,6 +5,7 @@ process only does when it may use more than one."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 
@@ -198,6 +199,21 @@ def test_a_batch_split_between_threads_sums_to_the_same_bits(dtype, threads):
     # Fewer rows than threads have blocks for, and a batch of one block.
     assert forest.accumulate(X[:70], threads=threads).tobytes() == alone[:70].tobytes()
     assert forest.accumulate(X[:5], threads=threads).tobytes() == alone[:5].tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("sums", [np.float64, np.float32])
+def test_a_few_rows_walked_a_group_of_trees_at_a_time_sum_to_the_same_bits(dtype, sums):
+    """Blocks of one to three rows take the kernel's tree-group walk, larger ones the
+    row-block walk: every row has the same sum either way, NaN and category splits,
+    trees of every depth and a last group of two trees (50 trees) included."""
+    forest, rows = big_forest()
+    forest = dataclasses.replace(forest, start=forest.start.astype(sums))
+    X = rows[:64].astype(dtype)
+    whole = forest.accumulate(X, threads=1)
+    for count in (1, 2, 3, 4, 5):
+        parts = [forest.accumulate(X[i : i + count], threads=1) for i in range(0, 60, count)]
+        assert np.concatenate(parts).tobytes() == whole[:60].tobytes(), count
 
 
 def test_the_process_thread_budget_follows_omp_num_threads(monkeypatch):
