@@ -384,12 +384,12 @@ def softmax(scores: np.ndarray) -> np.ndarray:
 # The C library's functions, as LightGBM's link functions call them (``_kernel.libm``):
 # numpy's exp and log1p are numpy's own vectorised code on CPUs with AVX-512, and their
 # last bit then differs from the C library's for a few values in a hundred.
-_EXP, _LOG1P = 0, 1
+_EXP, _LOG1P, _SIGMOID = 0, 1, 2
 
 
-def _libm(function: int, values: np.ndarray) -> np.ndarray:
+def _libm(function: int, values: np.ndarray, scale: float = 1.0) -> np.ndarray:
     out = np.array(values, dtype=np.float64, order="C")
-    _kernel.libm(function, out)
+    _kernel.libm(function, out, scale)
     return out
 
 
@@ -401,6 +401,11 @@ def libm_exp(values: np.ndarray) -> np.ndarray:
 def libm_log1p(values: np.ndarray) -> np.ndarray:
     """log1p of every value (as float64) by the C library's log1p, in a new array."""
     return _libm(_LOG1P, values)
+
+
+def libm_sigmoid(values: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    """``1.0 / (1.0 + libm_exp(-scale * values))`` to the bit, in one call, in a new array."""
+    return _libm(_SIGMOID, values, scale)
 
 
 def softmax_in_order(scores: np.ndarray) -> np.ndarray:

@@ -14,6 +14,7 @@ past 2^31 - 1. Linear trees are not reproduced (``Unsupported``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +27,7 @@ from inferpool.runtimes.trees.forest import (
     Unsupported,
     libm_exp,
     libm_log1p,
+    libm_sigmoid,
     softmax_in_order,
 )
 
@@ -120,7 +122,7 @@ def _link(objective: str, n_columns: int) -> Callable[[np.ndarray], np.ndarray]:
     if name in ("binary", "multiclassova", "cross_entropy"):
         # cross_entropy has no sigmoid option: its scale is 1.0, and -1.0 * raw is -raw.
         scale = float(settings.get("sigmoid", 1.0))
-        return lambda raw: 1.0 / (1.0 + libm_exp(-scale * raw))
+        return functools.partial(libm_sigmoid, scale=scale)
     if name == "cross_entropy_lambda":
         return lambda raw: libm_log1p(libm_exp(raw))
     if name == "multiclass" and n_columns > 1:

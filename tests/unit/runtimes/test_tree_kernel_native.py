@@ -282,6 +282,17 @@ def test_libm_functions_are_the_c_librarys_to_the_bit(convert, reference):
     assert np.array_equal(got.view(np.uint64), np.array(expected).view(np.uint64))
 
 
+@pytest.mark.parametrize("scale", [1.0, 0.5, 2.7])
+def test_libm_sigmoid_is_the_numpy_expression_around_the_c_exp_to_the_bit(scale):
+    """LightGBM's binary link in one call: the same bits as the four numpy operations."""
+    values = _libm_probe_values()
+    expected = 1.0 / (1.0 + forest_module.libm_exp(-scale * values))
+    for shaped in (values, values[:25_000].reshape(-1, 2)):
+        got = forest_module.libm_sigmoid(shaped, scale)
+        assert got is not shaped and got.shape == shaped.shape
+        assert got.tobytes() == expected[: shaped.size].tobytes()
+
+
 def test_libm_refuses_what_it_cannot_convert_in_place():
     from inferpool.runtimes.trees import _kernel
 
@@ -292,4 +303,4 @@ def test_libm_refuses_what_it_cannot_convert_in_place():
     with pytest.raises(TypeError, match="C-contiguous"):
         _kernel.libm(0, b"\0" * 8)  # read-only
     with pytest.raises(ValueError, match="function"):
-        _kernel.libm(2, np.zeros(4))
+        _kernel.libm(3, np.zeros(4))
