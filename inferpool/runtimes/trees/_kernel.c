@@ -211,6 +211,23 @@ typedef struct {
     int sum_double; /* the sums' precision: double, else float */
 } Batch;
 
+/* The walk of a block by the rules its rows need: category splits, NaN or tiny values
+ * (the full step), or neither (the plain compare). */
+#define WALK_BY_RULES(PREFIX, SUM)                                                         \
+    do {                                                                                   \
+        if (b->bits != NULL)                                                               \
+            PREFIX##_cat_##SUM(b->nodes, b->leaves, b->bits, b->trees, b->n_trees,         \
+                               b->width, block, rows, b->n_columns, sums, b->out_columns); \
+        else if (special)                                                                  \
+            PREFIX##_full_##SUM(b->nodes, b->leaves, b->bits, b->trees, b->n_trees,        \
+                                b->width, block, rows, b->n_columns, sums,                 \
+                                b->out_columns);                                           \
+        else                                                                               \
+            PREFIX##_plain_##SUM(b->nodes, b->leaves, b->bits, b->trees, b->n_trees,       \
+                                 b->width, block, rows, b->n_columns, sums,                \
+                                 b->out_columns);                                          \
+    } while (0)
+
 /* Rows [first, last) of the batch through the forest, a block at a time; `block` holds
  * BLOCK rows. */
 #define PREDICT_ROWS(NAME, SUM)                                                            \
@@ -221,15 +238,10 @@ typedef struct {
             const int special = b->widen(b->x + first * b->n_columns * b->itemsize,        \
                                          rows * b->n_columns, block);                      \
             SUM *sums = (SUM *)b->out + first * b->out_columns;                            \
-            const int few = rows < FEW_ROWS;                                               \
-            void (*walk)(const Node *, const double *, const uint32_t *, const Tree *,     \
-                         Py_ssize_t, Py_ssize_t, const double *, Py_ssize_t, Py_ssize_t,   \
-                         SUM *, Py_ssize_t) =                                              \
-                b->bits != NULL ? (few ? walk_few_cat_##SUM : walk_cat_##SUM)              \
-                : special       ? (few ? walk_few_full_##SUM : walk_full_##SUM)            \
-                                : (few ? walk_few_plain_##SUM : walk_plain_##SUM);         \
-            walk(b->nodes, b->leaves, b->bits, b->trees, b->n_trees, b->width, block,      \
-                 rows, b->n_columns, sums, b->out_columns);                                \
+            if (rows < FEW_ROWS)                                                           \
+                WALK_BY_RULES(walk_few, SUM);                                              \
+            else                                                                           \
+                WALK_BY_RULES(walk, SUM);                                                  \
         }                                                                                  \
     }
 
