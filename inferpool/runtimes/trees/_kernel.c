@@ -102,13 +102,17 @@ static inline int32_t step_cat(const Node *node, double v, const uint32_t *bits)
         for (Py_ssize_t k = 0; k < width; k++) sum[k] += (SUM)leaf[k];                     \
     }
 
-/* One block of rows (at most BLOCK, as doubles) through every tree, in tree order. */
-#define WALK(NAME, STEP, SUM)                                                              \
+/* A walk's signature: a block of `rows` rows (as doubles) through every tree. */
+#define WALK_FUNCTION(NAME, SUM)                                                           \
     static void NAME(const Node *nodes, const double *leaves, const uint32_t *bits,       \
                      const Tree *trees, Py_ssize_t n_trees, Py_ssize_t width,              \
                      const double *block,                                                  \
                      Py_ssize_t rows, Py_ssize_t n_columns, SUM *sums,                      \
-                     Py_ssize_t out_columns) {                                              \
+                     Py_ssize_t out_columns)
+
+/* One block of rows (at most BLOCK) through every tree, in tree order. */
+#define WALK(NAME, STEP, SUM)                                                              \
+    WALK_FUNCTION(NAME, SUM) {                                                             \
         int32_t at[BLOCK];                                                                 \
         (void)bits; /* read by the categorical walk alone */                               \
         for (Py_ssize_t t = 0; t < n_trees; t++) {                                         \
@@ -125,13 +129,6 @@ static inline int32_t step_cat(const Node *node, double v, const uint32_t *bits)
         }                                                                                  \
     }
 
-WALK(walk_full_double, STEP_FULL, double)
-WALK(walk_plain_double, STEP_PLAIN, double)
-WALK(walk_cat_double, STEP_CAT, double)
-WALK(walk_full_float, STEP_FULL, float)
-WALK(walk_plain_float, STEP_PLAIN, float)
-WALK(walk_cat_float, STEP_CAT, float)
-
 /* The same for a block of fewer than FEW_ROWS rows, TREE_GROUP trees at a time. One row's
  * walk down a tree is a chain of dependent loads; the walks of the group's other trees give
  * the CPU independent loads to overlap (one row of the benchmark's 100-tree models: 1.4 to
@@ -140,11 +137,7 @@ WALK(walk_cat_float, STEP_CAT, float)
 #define FEW_ROWS 4
 #define TREE_GROUP 8
 #define WALK_FEW(NAME, STEP, SUM)                                                          \
-    static void NAME(const Node *nodes, const double *leaves, const uint32_t *bits,       \
-                     const Tree *trees, Py_ssize_t n_trees, Py_ssize_t width,              \
-                     const double *block,                                                  \
-                     Py_ssize_t rows, Py_ssize_t n_columns, SUM *sums,                      \
-                     Py_ssize_t out_columns) {                                              \
+    WALK_FUNCTION(NAME, SUM) {                                                             \
         int32_t at[TREE_GROUP][FEW_ROWS]; /* at[g]: where the rows are in tree g */        \
         (void)bits; /* read by the categorical walk alone */                               \
         for (Py_ssize_t first = 0; first < n_trees; first += TREE_GROUP) {                 \
@@ -170,12 +163,16 @@ WALK(walk_cat_float, STEP_CAT, float)
         }                                                                                  \
     }
 
-WALK_FEW(walk_few_full_double, STEP_FULL, double)
-WALK_FEW(walk_few_plain_double, STEP_PLAIN, double)
-WALK_FEW(walk_few_cat_double, STEP_CAT, double)
-WALK_FEW(walk_few_full_float, STEP_FULL, float)
-WALK_FEW(walk_few_plain_float, STEP_PLAIN, float)
-WALK_FEW(walk_few_cat_float, STEP_CAT, float)
+/* Both walks of a step rule, with sums in either precision. */
+#define WALKS(RULE, STEP)                                                                  \
+    WALK(walk_##RULE##_double, STEP, double)                                               \
+    WALK(walk_##RULE##_float, STEP, float)                                                 \
+    WALK_FEW(walk_few_##RULE##_double, STEP, double)                                       \
+    WALK_FEW(walk_few_##RULE##_float, STEP, float)
+
+WALKS(full, STEP_FULL)
+WALKS(plain, STEP_PLAIN)
+WALKS(cat, STEP_CAT)
 
 /* Copy n values into doubles (float32 is widened as the libraries widen it); return
  * whether any is NaN or within 1e-35 of zero, the values the plain compare gets wrong. */
