@@ -24,7 +24,7 @@ from tests.support.grpc import SETUPS, needs_pool
 
 # x = [count, fail_at, tag, pause, crash]: ``count`` chunks (0, 1, ...); chunk ``fail_at``
 # raises; with a ``tag``, chunk 1 waits for the file gate-<tag> and the generator writes
-# closed-<tag> (the chunks it yielded) when it is closed; ``pause`` seconds before chunk
+# closed-<tag> (the chunks it handed out) when it is closed; ``pause`` seconds before chunk
 # 1; ``crash``: the worker exits at chunk 1.
 COUNTER = """
     import asyncio
@@ -62,8 +62,11 @@ COUNTER = """
                             await asyncio.sleep(pause)
                         if i == 1 and crash:
                             os._exit(3)
-                        yield {"output-0": np.array([i])}
+                        # Counted before the yield: a close that lands on this yield
+                        # (the server stopped asking) or on the next chunk's gate reads
+                        # the same.
                         sent += 1
+                        yield {"output-0": np.array([i])}
                 finally:
                     if tag:
                         (DIRECTORY / f"closed-{tag}").write_text(str(sent))
