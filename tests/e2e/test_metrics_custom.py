@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,6 +19,7 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from inferpool.engine.custom_metrics import REPORT_INTERVAL_NS
 from tests.support import Server, write_custom_model
 from tests.support.grpc import infer_request, needs_pool, running_server, stub_for
 from tests.support.pool import wait_for
@@ -167,6 +169,21 @@ def predictions(server: Server) -> float:
     return value(scrape(server), "demo_predictions_total", rows="1") or 0.0
 
 
+def quiet_predictions(server: Server) -> float:
+    """``predictions`` once every worker has reported: two scrapes a report interval apart
+    agree. Read at once, a worker's count of an earlier test's requests may still be on its
+    way (each reports at most once a second), and arrive as if it were this test's."""
+    interval = REPORT_INTERVAL_NS / 1e9 * 1.2
+    deadline = time.monotonic() + 10
+    last = predictions(server)
+    while time.monotonic() < deadline:
+        time.sleep(interval)
+        now, last = last, predictions(server)
+        if now == last:
+            return last
+    raise AssertionError(f"demo_predictions_total never settled (last {last})")
+
+
 def test_counts_from_every_worker_are_summed(server: Server) -> None:
     before = predictions(server)
     with ThreadPoolExecutor(8) as pool:
@@ -202,7 +219,7 @@ def test_the_last_gauge_set_in_any_worker_wins(server: Server) -> None:
 
 
 def test_a_reload_keeps_the_counts_and_replaces_the_gauges(server: Server) -> None:
-    before = predictions(server)
+    before = quiet_predictions(server)
     predict(server, 1)
     settled(server, "demo_predictions_total", before + 1, rows="1")
     reply = httpx.post(f"{server.url}/v2/repository/models/counting/load", timeout=60)
@@ -217,7 +234,7 @@ def test_a_reload_keeps_the_counts_and_replaces_the_gauges(server: Server) -> No
 def test_a_dead_workers_counts_are_kept(server: Server) -> None:
     if not server.workers:
         pytest.skip("no worker to kill with --workers 0")
-    before = predictions(server)
+    before = quiet_predictions(server)
     predict(server, 1)
     settled(server, "demo_predictions_total", before + 1, rows="1")
     (template,) = psutil.Process(server.process.pid).children()
