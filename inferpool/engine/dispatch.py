@@ -1,11 +1,11 @@
 """Dispatch: which worker runs a request, and the way there and back.
 
 ``Dispatcher`` owns the routes (per model version, under its ``ModelKey``: its index in
-the workers and its READY replicas), picks the least-loaded replica (ties go round-robin,
-so an idle pool still spreads its work), answers ``Overloaded`` when every replica's
-queue is full, puts the request in the worker's ring (or its control channel when bigger
-than a slot) and registers it in the worker's in-flight map, and cancels it when its
-caller goes away.
+the workers and its READY replicas), picks the least-loaded replica (ties go to the first
+ready one, so that requests one at a time keep one worker warm), answers ``Overloaded``
+when every replica's queue is full, puts the request in the worker's ring (or its
+control channel when bigger than a slot) and registers it in the worker's in-flight map,
+and cancels it when its caller goes away.
 
 While the workers holding a model's replicas are replaced, its requests wait (bounded
 by ``REPLICA_WAIT`` and their deadline) for a replica to come back, then fail with
@@ -56,7 +56,6 @@ class Route:
         self.index = index
         self.ready: list[WorkerHandle] = []
         self.slots: set[int] = set()  # the worker slots meant to hold a replica
-        self.turn = 0
         self.empty_since: float | None = None  # since when no replica is ready
         self.back: asyncio.Event | None = None  # set when a replica is ready again
         self.waiting = 0  # requests waiting for it
@@ -171,16 +170,18 @@ class Dispatcher:
 
     # -- requests ----------------------------------------------------------------------------
     def pick(self, route: Route) -> WorkerHandle | None:
-        """The least-loaded replica with room in its queue; ties go round-robin."""
-        ready = route.ready
-        route.turn += 1
-        start = route.turn % len(ready)
+        """The least-loaded replica with room in its queue; ties go to the first ready one.
+
+        Not round-robin: with requests one at a time (an idle pool, a single client), the
+        same worker then takes every request and keeps its caches warm, where turns would
+        wake each worker after the others had evicted its code and data. Under load the
+        queues decide, as before."""
         worker = None
-        for candidate in ready[start:] + ready[:start]:
-            if len(candidate.inflight) < self.max_queue and (
-                worker is None or len(candidate.inflight) < len(worker.inflight)
-            ):
-                worker = candidate
+        fewest = self.max_queue
+        for candidate in route.ready:
+            queued = len(candidate.inflight)
+            if queued < fewest:
+                worker, fewest = candidate, queued
         return worker
 
     async def infer(

@@ -29,7 +29,7 @@ from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from tests.support import Server, iris_data, rest_output, write_sklearn_model
 from tests.support.grpc import infer_request, stub_for
 from tests.support.pool import wait_for, worker_pids
-from tests.support.where import make_venv, report, write_where_model
+from tests.support.where import make_venv, report, reports_at_once, write_where_model
 
 BIGBOX = {"name": "bigbox", "workers": 1, "tags": ["big"]}
 
@@ -121,7 +121,7 @@ def test_requirements_place_a_model_on_the_group_whose_tags_meet_them(pool: Serv
     pids = worker_pids(pool)
     boxed = {report(pool.url, "boxed")["pid"] for _ in range(6)}
     assert boxed == {pids[2]}  # bigbox's one worker
-    plain = {report(pool.url, "plain")["pid"] for _ in range(24)}
+    plain = {answer["pid"] for answer in reports_at_once(pool.url, "plain", 24)}
     assert plain <= {pids[0], pids[1], pids[2]} and len(plain) >= 2
     assert not plain & {pids[3], pids[4], pids[5]}  # never on an environment's worker
 
@@ -129,7 +129,7 @@ def test_requirements_place_a_model_on_the_group_whose_tags_meet_them(pool: Serv
 def test_a_configured_group_runs_its_environment_from_the_start(pool: Server, legacy: Path) -> None:
     pool.expect_lines([rf"starting worker group 'legacy' \(workers \[3, 4\], environment {legacy}"])
     pids = worker_pids(pool)
-    answers = [report(pool.url, "configured") for _ in range(16)]
+    answers = reports_at_once(pool.url, "configured", 16)
     assert {answer["pid"] for answer in answers} == {pids[3], pids[4]}  # one replica each
     assert {answer["marker"] for answer in answers} == {"4.0"}
 

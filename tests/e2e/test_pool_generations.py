@@ -14,6 +14,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -88,8 +89,8 @@ def test_a_model_loaded_through_the_api_is_shared_by_a_new_generation(served, kn
     assert ask_model(server, "knn", rows) == model.predict(rows).tolist()
     wait_for(lambda: not any(process_exists(pid) for pid in old), 30, "the old workers exit")
     assert live_workers(server).isdisjoint(old)
-    for _ in range(4):  # both workers serve it
-        ask_model(server, "knn", rows)
+    with ThreadPoolExecutor(4) as pool:  # at once, so that both workers serve it
+        list(pool.map(lambda _: ask_model(server, "knn", rows), range(8)))
     for worker in workers(server):
         # Loaded by each worker, the model would cost its 40 MB in each.
         grown = worker.memory_full_info().uss - before

@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -183,12 +184,16 @@ def test_the_template_process_is_supervised(tmp_path: Path) -> None:
         assert httpx.get(f"{server.url}/v2/health/live").status_code == 200
         served_before = len(calls_file.read_text().splitlines()) if calls_file.exists() else 0
 
+        def ask(i: int) -> None:
+            response = httpx.post(
+                f"{server.url}/v2/models/quick/infer", json=sum_request([[i, 1, 1]], "q")
+            )
+            assert response.json()["outputs"][0]["data"] == [i + 2.0]
+
         def both_serve() -> bool:
-            for i in range(4):
-                response = httpx.post(
-                    f"{server.url}/v2/models/quick/infer", json=sum_request([[i, 1, 1]], "q")
-                )
-                assert response.json()["outputs"][0]["data"] == [i + 2.0]
+            # At once: one at a time, every request goes to the first idle worker.
+            with ThreadPoolExecutor(4) as pool:
+                list(pool.map(ask, range(8)))
             pids = {int(line.split()[0]) for line in calls_file.read_text().splitlines()[
                 served_before:]}  # fmt: skip
             return replacement in pids

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -83,3 +84,10 @@ def report(url: str, model: str) -> dict:
     answer = httpx.post(f"{url}/v2/models/{model}/infer", json=WHERE_BODY, timeout=60)
     assert answer.status_code == 200, answer.text
     return json.loads(answer.json()["outputs"][0]["data"][0])
+
+
+def reports_at_once(url: str, model: str, count: int) -> list[dict]:
+    """``count`` reports asked eight at a time: concurrent requests are spread over the
+    model's replicas (one at a time, they all go to the first idle one)."""
+    with ThreadPoolExecutor(8) as pool:
+        return list(pool.map(lambda _: report(url, model), range(count)))

@@ -1,6 +1,6 @@
 """Dispatch without processes: fake worker handles stand in for the workers.
 
-The least-loaded replica takes a request (ties round-robin), a full pool answers
+The least-loaded replica takes a request (ties go to the first ready one), a full pool answers
 Overloaded, a model whose replicas are being replaced makes its requests wait for one
 (bounded), then NotReady; a caller that goes away cancels its request in the worker.
 """
@@ -73,16 +73,19 @@ def make(
 def test_the_least_loaded_replica_is_picked() -> None:
     workers = [FakeWorker(0, busy=3), FakeWorker(1, busy=1), FakeWorker(2, busy=2)]
     dispatcher, route = make(workers)
-    for _ in range(3):  # whatever the round-robin turn
+    for _ in range(3):
         assert dispatcher.pick(route) is workers[1]
 
 
-def test_ties_go_round_robin() -> None:
+def test_ties_go_to_the_first_ready_replica() -> None:
+    # One request at a time keeps going to the same (warm) worker, not to each in turn.
     workers = [FakeWorker(0), FakeWorker(1), FakeWorker(2)]
     dispatcher, route = make(workers)
-    picked = [dispatcher.pick(route) for _ in range(6)]
-    assert {id(w) for w in picked[:3]} == {id(w) for w in workers}
-    assert picked[:3] == picked[3:]
+    assert [dispatcher.pick(route) for _ in range(4)] == [workers[0]] * 4
+    workers[0].inflight[1] = None  # busy: the next ones, in order
+    assert dispatcher.pick(route) is workers[1]
+    workers[1].inflight[2] = None
+    assert dispatcher.pick(route) is workers[2]
 
 
 def test_a_full_queue_is_skipped_and_every_queue_full_is_overloaded() -> None:
