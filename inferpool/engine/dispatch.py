@@ -1,11 +1,11 @@
 """Dispatch: which worker runs a request, and the way there and back.
 
 ``Dispatcher`` owns the routes (per model version, under its ``ModelKey``: its index in
-the workers and its READY replicas), picks the least-loaded replica (ties go to the first
-ready one, so that requests one at a time keep one worker warm), answers ``Overloaded``
-when every replica's queue is full, puts the request in the worker's ring (or its
-control channel when bigger than a slot) and registers it in the worker's in-flight map,
-and cancels it when its caller goes away.
+the workers and its READY replicas), picks the least-loaded replica (the first one when
+it is idle, so that requests one at a time keep one worker warm; under load ties go
+round-robin), answers ``Overloaded`` when every replica's queue is full, puts the request
+in the worker's ring (or its control channel when bigger than a slot) and registers it
+in the worker's in-flight map, and cancels it when its caller goes away.
 
 While the workers holding a model's replicas are replaced, its requests wait (bounded
 by ``REPLICA_WAIT`` and their deadline) for a replica to come back, then fail with
@@ -56,6 +56,7 @@ class Route:
         self.index = index
         self.ready: list[WorkerHandle] = []
         self.slots: set[int] = set()  # the worker slots meant to hold a replica
+        self.turn = 0  # whose turn a tie is, under load
         self.empty_since: float | None = None  # since when no replica is ready
         self.back: asyncio.Event | None = None  # set when a replica is ready again
         self.waiting = 0  # requests waiting for it
@@ -170,15 +171,23 @@ class Dispatcher:
 
     # -- requests ----------------------------------------------------------------------------
     def pick(self, route: Route) -> WorkerHandle | None:
-        """The least-loaded replica with room in its queue; ties go to the first ready one.
+        """The least-loaded replica with room in its queue: the first ready one when it is
+        idle, else ties go round-robin.
 
-        Not round-robin: with requests one at a time (an idle pool, a single client), the
-        same worker then takes every request and keeps its caches warm, where turns would
-        wake each worker after the others had evicted its code and data. Under load the
-        queues decide, as before."""
+        An idle first replica takes the request: with requests one at a time (a single
+        client), one worker then takes them all and keeps its caches warm, where turns
+        would wake each worker after the others had evicted its code and data. Under load
+        the queues decide, and ties go round-robin as they always did (every tie to the
+        first replica measured 0.88x and 0.92x on iris batch-1 REST at c64, within this
+        machine's noise but not shown harmless: benchmarks/RESULTS.md, 2026-12-04)."""
+        ready = route.ready
+        if ready and not ready[0].inflight:
+            return ready[0]
+        route.turn += 1
+        start = route.turn % len(ready)
         worker = None
         fewest = self.max_queue
-        for candidate in route.ready:
+        for candidate in ready[start:] + ready[:start]:
             queued = len(candidate.inflight)
             if queued < fewest:
                 worker, fewest = candidate, queued

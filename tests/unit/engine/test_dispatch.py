@@ -1,8 +1,9 @@
 """Dispatch without processes: fake worker handles stand in for the workers.
 
-The least-loaded replica takes a request (ties go to the first ready one), a full pool answers
-Overloaded, a model whose replicas are being replaced makes its requests wait for one
-(bounded), then NotReady; a caller that goes away cancels its request in the worker.
+The least-loaded replica takes a request (an idle first replica; under load ties go
+round-robin), a full pool answers Overloaded, a model whose replicas are being replaced
+makes its requests wait for one (bounded), then NotReady; a caller that goes away cancels
+its request in the worker.
 """
 
 from __future__ import annotations
@@ -77,15 +78,21 @@ def test_the_least_loaded_replica_is_picked() -> None:
         assert dispatcher.pick(route) is workers[1]
 
 
-def test_ties_go_to_the_first_ready_replica() -> None:
+def test_an_idle_first_replica_takes_the_request() -> None:
     # One request at a time keeps going to the same (warm) worker, not to each in turn.
     workers = [FakeWorker(0), FakeWorker(1), FakeWorker(2)]
     dispatcher, route = make(workers)
     assert [dispatcher.pick(route) for _ in range(4)] == [workers[0]] * 4
-    workers[0].inflight[1] = None  # busy: the next ones, in order
-    assert dispatcher.pick(route) is workers[1]
-    workers[1].inflight[2] = None
-    assert dispatcher.pick(route) is workers[2]
+
+
+def test_under_load_ties_go_round_robin() -> None:
+    workers = [FakeWorker(0, busy=1), FakeWorker(1, busy=1), FakeWorker(2, busy=1)]
+    dispatcher, route = make(workers)
+    picked = [dispatcher.pick(route) for _ in range(6)]
+    assert {id(w) for w in picked[:3]} == {id(w) for w in workers}
+    assert picked[:3] == picked[3:]
+    workers[2].inflight.clear()  # an idle replica that is not the first: the least loaded
+    assert [dispatcher.pick(route) for _ in range(3)] == [workers[2]] * 3
 
 
 def test_a_full_queue_is_skipped_and_every_queue_full_is_overloaded() -> None:
