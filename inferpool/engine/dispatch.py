@@ -180,8 +180,8 @@ class Dispatcher:
         the queues decide, and ties go round-robin as they always did (every tie to the
         first replica measured 0.88x and 0.92x on iris batch-1 REST at c64, within this
         machine's noise but not shown harmless: benchmarks/RESULTS.md, 2026-12-04)."""
-        ready = route.ready
-        if ready and not ready[0].inflight:
+        ready = route.ready  # never empty: ``_send`` waits for a replica first
+        if not ready[0].inflight:
             return ready[0]
         route.turn += 1
         start = route.turn % len(ready)

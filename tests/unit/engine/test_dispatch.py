@@ -74,7 +74,7 @@ def make(
 def test_the_least_loaded_replica_is_picked() -> None:
     workers = [FakeWorker(0, busy=3), FakeWorker(1, busy=1), FakeWorker(2, busy=2)]
     dispatcher, route = make(workers)
-    for _ in range(3):
+    for _ in range(3):  # whatever the round-robin turn
         assert dispatcher.pick(route) is workers[1]
 
 
