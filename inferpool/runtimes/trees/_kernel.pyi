@@ -29,8 +29,9 @@ def lay_out(
     nodes: np.ndarray,
     leaves: np.ndarray,
     first: int,
+    weights: np.ndarray | None = None,
     /,
-) -> int: ...
+) -> tuple[int, int]: ...
 def contributions(
     nodes: np.ndarray,
     values: np.ndarray,

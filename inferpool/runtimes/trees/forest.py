@@ -4,9 +4,11 @@ Nodes are stored breadth-first per tree, so a node's two children are neighbours
 kernel steps to ``left + goes_right``) and a leaf points at itself. Importers give their
 library's trees to ``ForestBuilder`` as node arrays (``add_arrays``) or node by node
 (``add_tree``); the kernel lays each tree out (``_kernel.lay_out``, about 20 ms per
-million nodes). ``Forest.accumulate`` sums the leaf values each row reaches, tree by tree
-in order, as the libraries do, on a few threads for a large batch when the process may
-use them (``allowed_threads``).
+million nodes). Given how many training rows reached each node (``weights``), the kernel
+also picks the level after which a tree's walk leaves out the rows already at their
+leaves (``TREE``'s ``settle``). ``Forest.accumulate`` sums the leaf values each row
+reaches, tree by tree in order, as the libraries do, on a few threads for a large batch
+when the process may use them (``allowed_threads``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ KERNEL_MISSING = (
 )
 
 NODE = np.dtype([("threshold", "<f8"), ("feature_flags", "<u4"), ("left", "<i4")])
-TREE = np.dtype([("root", "<i4"), ("depth", "<i4"), ("column", "<i4")])
+TREE = np.dtype([("root", "<i4"), ("depth", "<i4"), ("column", "<i4"), ("settle", "<i4")])
 FEATURE_LIMIT = 1 << 24
 NAN_LEFT = 1 << 24
 ZERO_MISSING = 1 << 25
@@ -113,7 +115,8 @@ def split_flags(split: Split) -> int:
 class TreeArrays:
     """One tree as node arrays, its root at 0: children (-1 at a leaf), the split's
     feature, threshold (a category split: where its bitset starts) and flag bits, and
-    ``values`` (nodes x width) holding each leaf's values."""
+    ``values`` (nodes x width) holding each leaf's values; ``weights``: the training rows
+    (or their weight) that reached each node, None when the library does not keep them."""
 
     left: np.ndarray
     right: np.ndarray
@@ -122,6 +125,7 @@ class TreeArrays:
     flags: np.ndarray
     values: np.ndarray
     column: int
+    weights: np.ndarray | None = None
 
 
 class ForestBuilder:
@@ -146,6 +150,7 @@ class ForestBuilder:
         flags: Any,
         values: Any,
         column: int = 0,
+        weights: Any = None,
     ) -> None:
         """Add a tree given as node arrays (``TreeArrays``); ``values`` may be one value
         per node when ``width`` is 1."""
@@ -157,9 +162,13 @@ class ForestBuilder:
             flags=np.ascontiguousarray(flags, dtype=np.uint32),
             values=np.ascontiguousarray(values, dtype=np.float64),
             column=column,
+            weights=None if weights is None else np.ascontiguousarray(weights, dtype=np.float64),
         )
         n = len(tree.left)
-        if n == 0 or not all(len(a) == n for a in (tree.right, tree.feature, tree.threshold)):
+        lengths = [tree.right, tree.feature, tree.threshold]
+        if tree.weights is not None:
+            lengths.append(tree.weights)
+        if n == 0 or not all(len(a) == n for a in lengths):
             raise Unsupported("a tree whose node arrays differ in length")
         values_per_node = tree.values.size // n if tree.values.size % n == 0 else -1
         if values_per_node != self.width:
@@ -192,9 +201,15 @@ class ForestBuilder:
         self._bits_size += len(words)
         return offset
 
-    def add_tree(self, root: Any, describe: Describe, column: int = 0) -> None:
+    def add_tree(
+        self,
+        root: Any,
+        describe: Describe,
+        column: int = 0,
+        weigh: Callable[[Any], float] | None = None,
+    ) -> None:
         """Add a tree described node by node: ``describe(ref)`` of the root, then of each
-        split's ``left`` and ``right`` refs."""
+        split's ``left`` and ``right`` refs; ``weigh(ref)``: the node's training rows."""
         refs = [root]
         left: list[int] = []
         right: list[int] = []
@@ -228,7 +243,8 @@ class ForestBuilder:
                 threshold.append(float(node.threshold))
             flags.append(split_flags(node))
             values.append(inner)
-        self.add_arrays(left, right, feature, threshold, flags, np.vstack(values), column)
+        weights = None if weigh is None else [weigh(ref) for ref in refs]
+        self.add_arrays(left, right, feature, threshold, flags, np.vstack(values), column, weights)
 
     def build(
         self,
@@ -250,7 +266,7 @@ class ForestBuilder:
         first = 0
         for index, tree in enumerate(self.tree_arrays):
             try:
-                depth = _kernel.lay_out(
+                depth, settle = _kernel.lay_out(
                     tree.left,
                     tree.right,
                     tree.feature,
@@ -261,10 +277,11 @@ class ForestBuilder:
                     nodes,
                     leaves,
                     first,
+                    tree.weights,
                 )
             except ValueError as exc:
                 raise Unsupported(f"tree {index}: {exc}") from None
-            trees[index] = (first, depth, tree.column)
+            trees[index] = (first, depth, tree.column, settle)
             first += len(tree.left)
         bits = np.concatenate(self._bits) if self._bits else None
         return Forest(

@@ -53,7 +53,9 @@ class CompiledLightGBM:
         builder = ForestBuilder(int(dump["max_feature_idx"]) + 1)
         trees = dump["tree_info"]
         for index, tree in enumerate(trees):
-            builder.add_tree(tree["tree_structure"], _describe, column=index % self.n_columns)
+            builder.add_tree(
+                tree["tree_structure"], _describe, index % self.n_columns, weigh=_count
+            )
         self.forest: Forest = builder.build(self.n_columns)
         # LightGBM divides an averaging model's (rf) sums by the iterations.
         self.iterations = max(1, len(trees) // self.n_columns) if dump.get("average_output") else 1
@@ -68,6 +70,11 @@ class CompiledLightGBM:
         if self.iterations != 1:
             raw /= self.iterations
         return self.link(raw)
+
+
+def _count(node: dict[str, Any]) -> float:
+    """The training rows that reached the node (NaN when the dump does not say)."""
+    return float(node.get("internal_count", node.get("leaf_count", "nan")))
 
 
 def _describe(node: dict[str, Any]) -> Split | float:

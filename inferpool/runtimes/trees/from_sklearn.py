@@ -122,7 +122,8 @@ def tree_arrays(tree: Any, values: np.ndarray) -> NodeArrays:
 
 def add_tree(builder: ForestBuilder, tree: Any, classifier: bool, width: int) -> None:
     """Add a scikit-learn ``Tree`` of a forest (or a lone decision tree) to ``builder``."""
-    builder.add_arrays(*tree_arrays(tree, node_values(tree, classifier, width)))
+    values = node_values(tree, classifier, width)
+    builder.add_arrays(*tree_arrays(tree, values), weights=tree.weighted_n_node_samples)
 
 
 def node_values(tree: Any, classifier: bool, width: int) -> np.ndarray:

@@ -149,7 +149,8 @@ def _forest(model: Any) -> Forest:
             tree = estimator.tree_
             # scikit-learn adds learning_rate * value to the score: the same product.
             values = learning_rate * tree.value[:, 0, 0]
-            builder.add_arrays(*tree_arrays(tree, values), column=column)
+            weights = tree.weighted_n_node_samples
+            builder.add_arrays(*tree_arrays(tree, values), column=column, weights=weights)
     return builder.build(estimators.shape[1], input_dtype=np.float32, start=start[0])
 
 
@@ -192,6 +193,7 @@ def _hist_forest(model: Any) -> Forest:
                 flags,
                 tree["value"],
                 column=column,
+                weights=tree["count"],
             )
     return builder.build(len(baseline), input_dtype=np.float64, start=baseline)
 

@@ -70,7 +70,7 @@ class CompiledXGBoost:
                 raise Unsupported("vector leaves (multi_output_tree)")
             if any(tree["split_type"]):
                 raise Unsupported("categorical splits")
-            builder.add_arrays(*_tree_arrays(tree), column=int(group))
+            builder.add_arrays(*_tree_arrays(tree), column=int(group), weights=_cover(tree))
         self.link = _link(self.objective)
         base = _base_margin(self.objective, parameters["base_score"], self.n_columns)
         self.forest: Forest = builder.build(
@@ -100,6 +100,12 @@ def _tree_arrays(tree: dict[str, Any]) -> NodeArrays:
         flags.astype(np.uint32),
         np.where(leaf, conditions.astype(np.float64), 0.0),
     )
+
+
+def _cover(tree: dict[str, Any]) -> np.ndarray | None:
+    """Each node's cover (the hessian of the training rows that reached it), if saved."""
+    cover = tree.get("sum_hessian")
+    return None if cover is None else np.asarray(cover, dtype=np.float64)
 
 
 def _base_margin(objective: str, base_score: str, n_columns: int) -> np.ndarray:

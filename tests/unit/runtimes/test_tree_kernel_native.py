@@ -1,7 +1,9 @@
 """The tree kernel's native parts: the layout it builds (``_kernel.lay_out``) is the one
 the Python builder used to build, node for node; it refuses arrays that are not a tree;
-and a batch split between threads sums to the same bits as on one thread, which the
-process only does when it may use more than one."""
+the level after which a tree's walk leaves out the rows at their leaves (``settle``) is
+picked from the training rows each node saw and changes no sum; and a batch split between
+threads sums to the same bits as on one thread, which the process only does when it may
+use more than one."""
 
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ def python_layout(builder: ForestBuilder) -> tuple[np.ndarray, np.ndarray, np.nd
             nodes[slot] = (float(tree.threshold[source]), flags, left)
             pending.append((int(tree.left[source]), left, level + 1))
             pending.append((int(tree.right[source]), left + 1, level + 1))
-        trees.append((first, depth, tree.column))
+        trees.append((first, depth, tree.column, depth))  # settle: compared apart
     return (
         np.array(nodes, dtype=NODE),
         np.concatenate(leaves),
@@ -62,10 +64,16 @@ def python_layout(builder: ForestBuilder) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def assert_same_layout(builder: ForestBuilder, forest: forest_module.Forest) -> None:
+    """The same nodes, leaves and trees; a tree's settle level is its depth unless the
+    builder was given how many training rows each node saw."""
     nodes, leaves, trees = python_layout(builder)
     assert forest.nodes.tobytes() == nodes.tobytes()
     assert forest.leaves.tobytes() == leaves.tobytes()
-    assert forest.trees.tobytes() == trees.tobytes()
+    for field in ("root", "depth", "column"):
+        assert forest.trees[field].tolist() == trees[field].tolist()
+    settles = zip(builder.tree_arrays, forest.trees["settle"], trees["depth"], strict=True)
+    for tree, settle, depth in settles:
+        assert settle == depth if tree.weights is None else 0 <= settle <= depth
 
 
 @pytest.mark.parametrize("width", [1, 3])
@@ -150,7 +158,7 @@ def test_lay_out_refuses_inconsistent_arrays():
     arrays["left"][0], arrays["right"][0] = 1, 2
     nodes, leaves = np.zeros(3, NODE), np.zeros(3)
     args = list(arrays.values())
-    assert kernel.lay_out(*args, 1, nodes, leaves, 0) == 1
+    assert kernel.lay_out(*args, 1, nodes, leaves, 0) == (1, 1)
     with pytest.raises(ValueError, match="inconsistent tree arrays"):
         kernel.lay_out(*args, 1, nodes, leaves, 1)  # does not fit after slot 1
     with pytest.raises(ValueError, match="threshold has the wrong type"):
@@ -163,6 +171,179 @@ def test_lay_out_refuses_inconsistent_arrays():
         kernel.lay_out(*args[:4], bad_flags, args[5], 1, nodes, leaves, 0)
     with pytest.raises(ValueError, match="feature the model does not have"):
         kernel.lay_out(*args, 0, nodes, leaves, 0)
+
+
+def caterpillar(depth: int, first_leaf_rows: float) -> dict:
+    """A tree whose inner nodes each have a leaf on the left: the root's leaf saw
+    ``first_leaf_rows`` of 100 training rows, the other leaves share the rest."""
+    n = 2 * depth + 1
+    arrays = leaf_arrays(n)
+    leaf_rows = np.full(n, (100.0 - first_leaf_rows) / depth)
+    leaf_rows[1] = first_leaf_rows
+    weights = np.zeros(n)
+    for node in range(n - 1, -1, -1):
+        if node % 2 == 0 and node < n - 1:  # an inner node: its leaf and the next node
+            arrays["left"][node], arrays["right"][node] = node + 1, node + 2
+            weights[node] = weights[node + 1] + weights[node + 2]
+        else:
+            weights[node] = leaf_rows[node]
+    return {**arrays, "weights": weights}
+
+
+def balanced(depth: int) -> dict:
+    """A complete tree, every leaf at ``depth``, every node seen by half its parent's rows."""
+    n = 2 ** (depth + 1) - 1
+    arrays = leaf_arrays(n)
+    inner = np.arange(n // 2)
+    arrays["left"][inner], arrays["right"][inner] = 2 * inner + 1, 2 * inner + 2
+    levels = np.floor(np.log2(np.arange(n) + 1))
+    return {**arrays, "weights": 2.0 ** (depth - levels)}
+
+
+def settle_of(tree: dict, weights=...) -> tuple[int, int]:
+    kernel = forest_module._kernel
+    n = len(tree["left"])
+    nodes, leaves = np.zeros(n, NODE), np.zeros(n)
+    arrays = [tree[name] for name in ("left", "right", "feature", "threshold", "flags")]
+    chosen = tree["weights"] if weights is ... else weights
+    return kernel.lay_out(*arrays, tree["values"], 1, nodes, leaves, 0, chosen)
+
+
+def test_a_tree_settles_where_most_training_rows_are_at_their_leaves():
+    assert settle_of(caterpillar(8, first_leaf_rows=90.0)) == (8, 1)
+    # Most rows walk on to the bottom: leaving the few out is not worth the list.
+    assert settle_of(caterpillar(8, first_leaf_rows=2.0)) == (8, 8)
+    assert settle_of(balanced(5)) == (5, 5)
+    assert settle_of(caterpillar(1, first_leaf_rows=90.0)) == (1, 1)
+
+
+def test_without_training_counts_a_tree_walks_every_row_to_its_depth():
+    tree = caterpillar(8, first_leaf_rows=90.0)
+    assert settle_of(tree, None) == (8, 8)
+    for unknown in (np.full(17, np.nan), np.zeros(17), np.full(17, np.inf)):
+        assert settle_of(tree, unknown) == (8, 8)
+    with pytest.raises(ValueError, match="one per node"):
+        settle_of(tree, np.ones(16))
+    with pytest.raises(ValueError, match="float64"):
+        settle_of(tree, np.ones(17, np.float32))
+    with pytest.raises(Unsupported, match="differ in length"):
+        ForestBuilder(n_features=1).add_arrays(**{**tree, "weights": np.ones(16)})
+
+
+def with_settle(forest: forest_module.Forest, settle: np.ndarray) -> forest_module.Forest:
+    trees = forest.trees.copy()
+    trees["settle"] = settle
+    return dataclasses.replace(forest, trees=trees)
+
+
+def test_any_settle_level_gives_the_same_sums():
+    """Every tree walked to its depth, or leaving its settled rows out at any level: the
+    same sums to the bit, for blocks of rows and for the few-row walk, with NaN and
+    category splits and rows that stop at every depth."""
+    forest, rows = big_forest()
+    depth = forest.trees["depth"]
+    assert depth.max() >= 6 and len(set(depth.tolist())) > 3
+    flat = with_settle(forest, depth).accumulate(rows[:1000], threads=1)
+    rng = np.random.default_rng(8)
+    for settle in (np.zeros_like(depth), depth - 1, rng.integers(0, depth + 1)):
+        settled = with_settle(forest, np.maximum(settle, 0))
+        assert settled.accumulate(rows[:1000], threads=1).tobytes() == flat.tobytes()
+        for count in (1, 3, 5):
+            got = settled.accumulate(rows[:count], threads=1)
+            assert got.tobytes() == flat[:count].tobytes()
+
+
+@pytest.mark.parametrize("settle", [-1, "depth + 1"])
+def test_a_settle_level_outside_the_tree_is_refused(settle):
+    forest, rows = big_forest()
+    depth = forest.trees["depth"]
+    broken = with_settle(forest, -1 if settle == -1 else depth + 1)
+    with pytest.raises(ValueError, match="outside the forest layout"):
+        broken.accumulate(rows[:64], threads=1)
+
+
+def test_a_leaf_wise_lightgbm_booster_settles_its_trees():
+    """LightGBM grows a tree leaf by leaf: most trees have leaves at many depths, and the
+    importer hands the kernel their training counts, so some trees settle early."""
+    import lightgbm
+
+    from inferpool.runtimes.trees.from_lightgbm import CompiledLightGBM
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(4000, 8))
+    y = X[:, 0] + np.where(X[:, 1] > 1.0, 3 * X[:, 2], 0.0) + rng.normal(scale=0.1, size=4000)
+    booster = lightgbm.train(
+        {"num_leaves": 31, "verbose": -1, "min_data_in_leaf": 5},
+        lightgbm.Dataset(X, y),
+        num_boost_round=20,
+    )
+    trees = CompiledLightGBM(booster).forest.trees
+    assert (trees["settle"] < trees["depth"]).any()
+    assert (trees["settle"] >= np.minimum(trees["depth"], 1)).all()
+
+
+def xgboost_forest(X, y):
+    import xgboost
+
+    from inferpool.runtimes.trees.from_xgboost import CompiledXGBoost
+
+    booster = xgboost.train({"max_depth": 4}, xgboost.DMatrix(X, y), num_boost_round=3)
+    return CompiledXGBoost(booster, {}).forest
+
+
+def lightgbm_forest(X, y):
+    import lightgbm
+
+    from inferpool.runtimes.trees.from_lightgbm import CompiledLightGBM
+
+    params = {"num_leaves": 8, "verbose": -1}
+    return CompiledLightGBM(lightgbm.train(params, lightgbm.Dataset(X, y), 3)).forest
+
+
+def sklearn_forest(estimator):
+    def build(X, y):
+        from inferpool.runtimes.trees.from_sklearn import CompiledSKLearnForest
+        from inferpool.runtimes.trees.from_sklearn_boosting import CompiledBoosting
+
+        model = estimator().fit(X, y)
+        compiled = CompiledBoosting if "Gradient" in estimator.__name__ else CompiledSKLearnForest
+        return compiled(model).forest
+
+    return build
+
+
+def _estimators():
+    from sklearn.ensemble import (
+        GradientBoostingRegressor,
+        HistGradientBoostingRegressor,
+        RandomForestRegressor,
+    )
+
+    return [RandomForestRegressor, GradientBoostingRegressor, HistGradientBoostingRegressor]
+
+
+@pytest.mark.parametrize(
+    "build",
+    [xgboost_forest, lightgbm_forest, *(sklearn_forest(e) for e in _estimators())],
+    ids=["xgboost", "lightgbm", "random-forest", "gradient-boosting", "hist-gradient-boosting"],
+)
+def test_every_importer_gives_the_kernel_its_training_counts(build, monkeypatch):
+    """What the settle level is chosen from: each library's count (or cover) of the
+    training rows at every node, handed over with the tree."""
+    seen = []
+    real_build = ForestBuilder.build
+
+    def spy(self, *args, **kwargs):
+        seen.extend(tree.weights for tree in self.tree_arrays)
+        return real_build(self, *args, **kwargs)
+
+    monkeypatch.setattr(ForestBuilder, "build", spy)
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(500, 4))
+    build(X, X[:, 0] + X[:, 1] ** 2)
+    assert seen and all(weights is not None for weights in seen)
+    for weights in seen:
+        assert weights[0] > 0 and np.isfinite(weights).all() and (weights >= 0).all()
 
 
 def big_forest():
