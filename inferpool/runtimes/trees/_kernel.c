@@ -6,9 +6,9 @@
  * with no branch on the data: the next node is `left + goes_right` and a leaf points at
  * itself, so a row that reached its leaf early just stays there until the tree's depth is
  * done, or, in a tree whose leaves lie at many depths, until the level where the walk
- * leaves such rows out (`settle_level`). The block's walks are independent, so the CPU overlaps their memory loads; a
- * block of one to three rows (a batch-1 request) walks eight trees at once for the same
- * reason.
+ * leaves such rows out (`settle_level`). The block's walks are independent, so the CPU
+ * overlaps their memory loads; a block of one to three rows (a batch-1 request) walks
+ * eight trees at once for the same reason.
  *
  * It also lays a forest out (`lay_out`, a tree at a time from its library's node arrays)
  * and, for a large batch, splits the rows between a few threads (`accumulate`'s
@@ -105,6 +105,14 @@ static inline int32_t step_cat(const Node *node, double v, const uint32_t *bits)
         for (Py_ssize_t k = 0; k < width; k++) sum[k] += (SUM)leaf[k];                     \
     }
 
+/* Row r of the block one step down from node `here` (where the row is: updated). */
+#define STEP_ROW(STEP, here, r)                                                            \
+    do {                                                                                   \
+        const Node *node = &nodes[here];                                                   \
+        const double *row = block + (r) * n_columns;                                       \
+        (here) = STEP(node, row[node->feature_flags & FEATURE_MASK]);                      \
+    } while (0)
+
 /* A walk's signature: a block of `rows` rows (as doubles) through every tree. Inlined
  * into `predict_rows`: called apart, the block walk ran 6 to 9% slower on the benchmark's
  * forests (RESULTS.md, "The settle level of the tree walk"). */
@@ -134,11 +142,7 @@ static inline int32_t step_cat(const Node *node, double v, const uint32_t *bits)
             for (Py_ssize_t r = 0; r < rows; r++) at[r] = tree.root;                       \
             for (int32_t level = 0; level < tree.settle; level++) {                        \
                 _Pragma("GCC unroll 4") /* see UNROLLED */                                 \
-                for (Py_ssize_t r = 0; r < rows; r++) {                                    \
-                    const Node *node = &nodes[at[r]];                                      \
-                    const double *row = block + r * n_columns;                             \
-                    at[r] = STEP(node, row[node->feature_flags & FEATURE_MASK]);           \
-                }                                                                          \
+                for (Py_ssize_t r = 0; r < rows; r++) STEP_ROW(STEP, at[r], r);            \
             }                                                                              \
             if (tree.settle < tree.depth) {                                                \
                 Py_ssize_t n = 0;                                                          \
@@ -150,9 +154,7 @@ static inline int32_t step_cat(const Node *node, double v, const uint32_t *bits)
                     _Pragma("GCC unroll 4")                                                \
                     for (Py_ssize_t i = 0; i < n; i++) {                                   \
                         const Py_ssize_t r = walking[i];                                   \
-                        const Node *node = &nodes[at[r]];                                  \
-                        const double *row = block + r * n_columns;                         \
-                        at[r] = STEP(node, row[node->feature_flags & FEATURE_MASK]);       \
+                        STEP_ROW(STEP, at[r], r);                                          \
                     }                                                                      \
                 }                                                                          \
             }                                                                              \
@@ -184,9 +186,7 @@ static inline int32_t step_cat(const Node *node, double v, const uint32_t *bits)
             for (int32_t level = 0; level < depth; level++) {                              \
                 for (Py_ssize_t g = 0; g < n; g++) {                                       \
                     for (Py_ssize_t r = 0; r < rows; r++) {                                \
-                        const Node *node = &nodes[at[g][r]];                               \
-                        const double *row = block + r * n_columns;                         \
-                        at[g][r] = STEP(node, row[node->feature_flags & FEATURE_MASK]);    \
+                        STEP_ROW(STEP, at[g][r], r);                                       \
                     }                                                                      \
                 }                                                                          \
             }                                                                              \
