@@ -20,6 +20,7 @@ HEADERS = (
     "gen",
     "req/s (min-max)",
     "x base",
+    "paired",
     "p50 ms",
     "p99 ms (min-max)",
     "errors",
@@ -29,6 +30,8 @@ HEADERS = (
     "peak RSS MiB",
     "q/dec/pred/enc µs",
 )
+
+_ERRORS = HEADERS.index("errors")
 
 
 def number(value: float, digits: int = 0) -> str:
@@ -50,16 +53,20 @@ def stages(split: dict[str, float] | None) -> str:
     return "/".join(number(split[k], 0) for k in ("queue", "decode", "predict", "encode"))
 
 
+def times(ratio: float) -> str:
+    return "" if math.isnan(ratio) else f"{ratio:.2f}x"
+
+
 def row(s: Summary) -> list[str]:
     """One table row; a cell that was not measured says why instead of numbers."""
     head = [s.scenario, s.server, s.generator or "-"]
     if s.status != OK:
         return [*head, f"{s.status}: {s.reason}"[:120], *[""] * (len(HEADERS) - 4)]
-    ratio = "" if math.isnan(s.rps_ratio) else f"{s.rps_ratio:.2f}x"
     return [
         *head,
         spread(s.rps),
-        ratio,
+        times(s.rps_ratio),
+        times(s.rps_paired_ratio),
         number(s.p50_ms.median, 2),
         spread(s.p99_ms, 2),
         f"{s.errors}/{s.requests}",
@@ -81,7 +88,7 @@ def rich_table(run: Run) -> Table:
     for i, s in enumerate(summaries):
         cells = row(s)
         if s.status == OK and s.errors:
-            cells[7] = f"[bold red]{cells[7]}[/]"
+            cells[_ERRORS] = f"[bold red]{cells[_ERRORS]}[/]"
         elif s.status != OK:
             cells[3] = f"[yellow]{cells[3]}[/]"
         last_of_scenario = i + 1 < len(summaries) and summaries[i + 1].scenario != s.scenario

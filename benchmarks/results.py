@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from benchmarks.loadgen.base import LoadResult
-from benchmarks.stats import Spread, ratio
+from benchmarks.stats import Spread, paired_ratio, ratio
 
 # A cell's status: measured, not applicable (server lacks the protocol) or failed.
 OK, NOT_APPLICABLE, FAILED = "ok", "n/a", "failed"
@@ -66,6 +66,7 @@ class Summary:
     peak_rss_mib: float
     stages_us: dict[str, float] | None
     rps_ratio: float = math.nan  # median req/s against the baseline's
+    rps_paired_ratio: float = math.nan  # median of each repetition against the baseline's
     p99_ratio: float = math.nan
 
 
@@ -106,13 +107,19 @@ def summarize(cell: Cell) -> Summary:
     )
 
 
+def _rates(cell: Cell) -> list[float]:
+    return [m.load.rps for m in cell.measurements]
+
+
 def summarize_all(cells: list[Cell], baseline: str | None) -> list[Summary]:
     """Summaries in cell order, each with its ratio to the same scenario on ``baseline``."""
     summaries = [summarize(c) for c in cells]
     base = {s.scenario: s for s in summaries if s.server == baseline and s.status == OK}
-    for s in summaries:
+    base_rates = {c.scenario: _rates(c) for c in cells if c.server == baseline}
+    for cell, s in zip(cells, summaries, strict=True):
         if s.scenario in base and s.status == OK:
             s.rps_ratio = ratio(s.rps.median, base[s.scenario].rps.median)
+            s.rps_paired_ratio = paired_ratio(_rates(cell), base_rates[s.scenario])
             s.p99_ratio = ratio(s.p99_ms.median, base[s.scenario].p99_ms.median)
     return summaries
 

@@ -56,6 +56,20 @@ class Spread:
         return cls(statistics.median(finite), min(finite), max(finite), len(finite))
 
 
+def paired_ratio(values: Sequence[float], baseline: Sequence[float]) -> float:
+    """The median of ``values[i] / baseline[i]``: each repetition against the baseline's
+    repetition measured next to it (the runner alternates the servers, A B A B), so a host
+    whose speed drifts during a run moves both sides of each ratio alike, where the ratio
+    of the two medians can pair a fast minute with a slow one. NaN unless both have the
+    same number of repetitions, each with a figure."""
+    if not values or len(values) != len(baseline):
+        return math.nan
+    ratios = [ratio(v, b) for v, b in zip(values, baseline, strict=True)]
+    if any(math.isnan(r) for r in ratios):
+        return math.nan
+    return statistics.median(ratios)
+
+
 def ratio(value: float, baseline: float) -> float:
     """``value / baseline``; NaN when either is missing or the baseline is zero."""
     if math.isnan(value) or math.isnan(baseline) or baseline == 0:

@@ -3,9 +3,12 @@
 import json
 import math
 
+import pytest
+
 from benchmarks import report
 from benchmarks.loadgen.base import LoadResult
 from benchmarks.results import FAILED, NOT_APPLICABLE, Cell, Measurement, Run, summarize_all
+from benchmarks.stats import paired_ratio
 
 
 def measurement(ok: int, errors: int = 0, p99_us: float = 2000.0, cpu: float = 1.0) -> Measurement:
@@ -65,14 +68,37 @@ def test_medians_min_max_and_ratio_to_baseline():
     assert math.isnan(broken.rps_ratio)
 
 
+def test_paired_ratio_sets_each_repetition_against_the_baselines_next_to_it():
+    # Req/s of a 2026-12-04 run (xgboost/b256/grpc-raw/c64, RESULTS.md): the host slowed by
+    # a third for the last repetitions, and in the fourth pair for the new server only. The
+    # medians set its slow minutes against the baseline's fast ones.
+    base_rates = [3919, 3978, 3997, 3995, 2714, 2898]
+    new_rates = [4037, 3862, 4318, 3098, 2679, 2871]
+    base = Cell("s", "base", measurements=[measurement(2 * r) for r in base_rates])
+    new = Cell("s", "new", measurements=[measurement(2 * r) for r in new_rates])
+    _, summary = summarize_all([base, new], "base")
+    assert summary.rps_ratio == pytest.approx(3480 / 3948.5)  # 0.88
+    pairs = sorted(n / b for n, b in zip(new_rates, base_rates, strict=True))
+    assert summary.rps_paired_ratio == pytest.approx((pairs[2] + pairs[3]) / 2)  # 0.99
+    assert report.row(summary)[report.HEADERS.index("paired")] == "0.99x"
+
+
+def test_paired_ratio_needs_the_same_repetitions_on_both_sides():
+    assert math.isnan(paired_ratio([1.0, 2.0], [1.0]))
+    assert math.isnan(paired_ratio([], []))
+    assert math.isnan(paired_ratio([1.0], [0.0]))
+    assert paired_ratio([3.0, 1.0, 2.0], [1.0, 1.0, 1.0]) == 2.0
+
+
 def test_rows_say_why_a_cell_has_no_numbers():
     summaries = summarize_all(sample_run().cells, "base")
-    fast_row = report.row(summaries[1])
-    assert fast_row[3] == "400 (250-450)"
-    assert fast_row[4] == "3.20x"
-    assert fast_row[7] == "3/2203"
-    assert fast_row[12] == "1/2/3/4"
-    assert report.row(summaries[0])[12] == "n/a"
+    fast_row = dict(zip(report.HEADERS, report.row(summaries[1]), strict=True))
+    assert fast_row["req/s (min-max)"] == "400 (250-450)"
+    assert fast_row["x base"] == "3.20x"
+    assert fast_row["paired"] == "3.20x"  # repetitions 4.5x, 1.67x, 3.2x
+    assert fast_row["errors"] == "3/2203"
+    assert fast_row["q/dec/pred/enc µs"] == "1/2/3/4"
+    assert report.row(summaries[0])[-1] == "n/a"
     assert report.row(summaries[2])[3] == "n/a: mlserver-w0 lacks rest-binary"
     assert report.row(summaries[3])[3] == "failed: check: HTTP 500"
 
