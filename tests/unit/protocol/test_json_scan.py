@@ -325,6 +325,37 @@ def test_a_batch_as_a_float32_client_writes_it_is_read_in_quick_runs():
         same_outcome(body)
 
 
+def test_float32_written_through_python_floats_is_left_to_orjson():
+    # ndarray.tolist() of float32 values (tritonclient's and MLServer's JSON encoders) has
+    # 17 significant digits: past Clinger's fast path, orjson reads them faster.
+    rows = np.random.default_rng(8).standard_normal((256, 50)).astype(np.float32)
+    body = request_text(orjson.dumps(rows.tolist()).decode(), "FP32", [256, 50])
+    assert engaged(body) == {}
+    outcome = same_outcome(body)
+    assert outcome[0] == "ok" and outcome[4][0][-1] == rows.tobytes()
+
+
+def test_the_whole_body_goes_to_orjson_after_an_array_of_long_numbers():
+    long = orjson.dumps((np.arange(1, 101, dtype=np.float32) / 7).tolist()).decode()
+    short = request_text("[" + ",".join(["1.5"] * 100) + "]", "FP32", [100])
+    assert 0 in engaged(short)
+    document = orjson.loads(short)
+    document["inputs"].insert(0, {"name": "w", "shape": [100], "datatype": "FP64", "data": 0})
+    body = orjson.dumps(document).replace(b'"data":0', b'"data":' + long.encode(), 1)
+    assert engaged(body) == {}  # input 1 alone would be read, but orjson reads them all
+    assert same_outcome(body)[0] == "ok"
+
+
+@pytest.mark.parametrize("every", [5, 50])
+def test_a_few_long_numbers_among_short_ones_stay_with_the_scanner(every):
+    # A fifth or fewer of them past the fast path: the scan still costs less than orjson.
+    values = np.random.default_rng(9).standard_normal(2000)
+    tokens = [repr(float(v)) if i % every == 0 else f"{v:.4f}" for i, v in enumerate(values)]
+    body = request_text("[" + ", ".join(tokens) + "]", "FP64", [len(tokens)])
+    assert 0 in engaged(body)
+    same_outcome(body)
+
+
 # --------------------------------------------------------------------------- wide runs
 # Compact arrays (a comma and nothing else after each token) are read a 64-byte window at a
 # time with AVX2 where the CPU has it; the quick-run tests above take them too. Here: that
