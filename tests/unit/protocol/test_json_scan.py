@@ -143,8 +143,9 @@ def test_float_lists_decode_as_orjson_and_numpy(values, form, datatype, sep, dat
     text = "[" + sep.join(form(v) for v in values) + "]"
     body = request_text(text, datatype, [len(values)], data_first)
     same_outcome(body)
-    if form in (repr, FLOAT_FORMATS[1]) and datatype == "FP64":
-        # Shortest round-trip forms of finite doubles: read by the scanner every time.
+    if form in (repr, FLOAT_FORMATS[1]) and datatype == "FP64" and len(values) <= 32:
+        # Shortest round-trip forms of finite doubles: read by the scanner every time, up
+        # to SLOW_TRIAL of them (more, and mostly 17 digits, they are left to orjson).
         assert isinstance(engaged(body)[0].values, np.ndarray)
 
 
@@ -512,7 +513,11 @@ def nested_requests(draw: st.DrawFn) -> tuple[bytes, bool]:
     made ragged. Also says whether the nesting is regular."""
     dims = draw(st.lists(st.integers(1, 4), min_size=1, max_size=4))
     count = int(np.prod(dims))
-    tokens = [str(draw(st.integers(-50, 50) | st.floats(-1e6, 1e6))) for _ in range(count)]
+    # Numbers within Clinger's fast path (13 digits at most): a batch of 17-digit floats
+    # would be left to orjson whatever its nesting (SLOW_TRIAL), and the number forms have
+    # tests of their own above.
+    numbers = st.integers(-50, 50) | st.floats(-1e6, 1e6).map(lambda v: round(v, 6))
+    tokens = [str(draw(numbers)) for _ in range(count)]
     seps = iter(draw(st.lists(separators, min_size=count, max_size=count)))
     text = nest(tokens, dims, seps)
     regular = True
