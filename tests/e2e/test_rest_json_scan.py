@@ -8,8 +8,10 @@ it, as it does every body without the scanner). An identity model sends the tens
 the three replies are the same bytes and hold the tensor exactly. A wrong value count is
 the same 400 both ways.
 
-Hostile bodies: millions of values the quick runs read for a 2 x 2 shape, and a body that
-trickles in small chunks, each with health checks kept fast and the memory coming back.
+A tensor as Python clients write it (17 digits a value, left to orjson) gives the same
+answer too. Hostile bodies: millions of values for a 2 x 2 shape, the quick runs' form and
+the 17-digit form orjson reads, and a body that trickles in small chunks, each with health
+checks kept fast and the memory coming back.
 """
 
 from __future__ import annotations
@@ -96,27 +98,50 @@ def tree_rss_mib(server: Server) -> float:
 
 
 @pytest.mark.skipif(not json_scan.AVAILABLE, reason="the _jsonscan extension is not built")
+@pytest.mark.parametrize(
+    ("token", "count"),
+    [
+        # Plain decimals, each followed by a comma: read in quick runs, counted, never
+        # stored past the 4 the shape declares.
+        ("1.5", 4_000_000),
+        # 17 significant digits: past the scanner's fast path, so it leaves the body to
+        # orjson after the first few (SLOW_TRIAL), which builds the list of them all.
+        ("1.2345678901234567", 3_000_000),
+    ],
+)
 def test_millions_of_values_for_a_small_shape_are_a_400_and_memory_comes_back(
-    server: Server,
+    server: Server, token: str, count: int
 ) -> None:
-    # 4 million plain decimals, each followed by a comma: read in quick runs, counted, never
-    # stored past the 4 the shape declares.
     lying = (
         '{"inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32", "data": ['
-        + "1.5," * (4_000_000 - 1)
-        + '1.5]}], "id": "lying"}'
+        + f"{token}," * (count - 1)
+        + f'{token}]}}], "id": "lying"}}'
     ).encode()
     before = tree_rss_mib(server)
     with HealthProbe(server):
         for _ in range(3):
             reply = infer(server, lying)
             assert reply.status_code == 400, reply.text[:300]
-            assert "needs 4 values, got 4000000" in reply.json()["error"]
+            assert f"needs 4 values, got {count}" in reply.json()["error"]
     assert infer(server, body(tensor(), "plain")).status_code == 200
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and tree_rss_mib(server) > before * 1.1 + 20:
         time.sleep(0.2)
     assert tree_rss_mib(server) <= before * 1.1 + 20, (before, tree_rss_mib(server))
+
+
+@pytest.mark.skipif(not json_scan.AVAILABLE, reason="the _jsonscan extension is not built")
+def test_a_tensor_written_through_python_floats_decodes_exactly(server: Server) -> None:
+    # ndarray.tolist(), as tritonclient and MLServer's codecs write JSON: 17 digits a
+    # value, which the scanner leaves to orjson; the answer is the escaped body's.
+    x = tensor()
+    document = {"id": "same", "inputs": [{"name": "x", "shape": [ROWS, COLUMNS],
+                                          "datatype": "FP32", "data": x.tolist()}]}  # fmt: skip
+    reply = infer(server, orjson.dumps(document))
+    assert reply.status_code == 200, reply.text[:300]
+    assert reply.content == infer(server, body(x, "escaped")).content
+    (output,) = orjson.loads(reply.content)["outputs"]
+    assert np.array(output["data"], dtype=np.float32).tobytes() == x.tobytes()
 
 
 def test_a_body_that_trickles_in_small_chunks_is_read_whole(server: Server) -> None:
