@@ -27,6 +27,7 @@ setup(
         Extension(
             "inferpool.protocol._jsonscan",
             sources=["inferpool/protocol/_jsonscan.c"],
+            depends=["inferpool/protocol/_pow5.h"],
             optional=True,
         ),
     ]

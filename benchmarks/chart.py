@@ -1,6 +1,6 @@
 """The PNG chart of a run: req/s and p99 per scenario, one bar per server, min-max whiskers.
 
-Bars are horizontal, scenarios down the page: a full run (96 scenarios x 5 servers) grows
+Bars are horizontal, scenarios down the page: a full run (120 scenarios x 5 servers) grows
 tall, which scrolls, instead of ten thousand pixels wide.
 """
 

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-PROTOCOLS = ("rest-json", "rest-binary", "grpc-typed", "grpc-raw")
+# rest-json17: the JSON Python clients write (tritonclient's HTTP client with binary_data
+# off, MLServer's codecs): each float32 through a Python float, 17 significant digits.
+PROTOCOLS = ("rest-json", "rest-json17", "rest-binary", "grpc-typed", "grpc-raw")
 GRPC_INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
 INPUT_NAME = "input-0"
 BINARY_HEADER = "Inference-Header-Content-Length"
@@ -75,10 +77,11 @@ def _input_json(x: np.ndarray) -> dict[str, object]:
     return {"name": INPUT_NAME, "shape": list(x.shape), "datatype": "FP32"}
 
 
-def rest_json_body(x: np.ndarray) -> tuple[dict[str, str], bytes]:
+def rest_json_body(x: np.ndarray, through_python: bool = False) -> tuple[dict[str, str], bytes]:
     # Shortest float32 repr (as a float32 client would write it), not the float64 expansion
-    # that doubles the body: 0.1f is "0.1", not "0.10000000149011612".
-    data = [float(str(v)) for v in x.ravel()]
+    # that doubles the body: 0.1f is "0.1", not "0.10000000149011612". ``through_python``:
+    # that expansion, as ``ndarray.tolist()`` gives it (rest-json17).
+    data = x.ravel().tolist() if through_python else [float(str(v)) for v in x.ravel()]
     inputs = [{**_input_json(x), "data": data}]
     body = json.dumps({"inputs": inputs}, separators=(",", ":")).encode()
     return {"Content-Type": "application/json"}, body
@@ -110,8 +113,8 @@ def build_payload(
     model: str, batch: int, protocol: str, data: np.ndarray, expected: np.ndarray
 ) -> Payload:
     """The bytes for one (model, batch, protocol); ``data`` already holds ``batch`` rows."""
-    if protocol == "rest-json":
-        headers, body = rest_json_body(data)
+    if protocol in ("rest-json", "rest-json17"):
+        headers, body = rest_json_body(data, through_python=protocol == "rest-json17")
     elif protocol == "rest-binary":
         headers, body = rest_binary_body(data)
     elif protocol in ("grpc-typed", "grpc-raw"):

@@ -20,9 +20,11 @@
  * Floats are correctly rounded: a decimal whose digits make an integer w <= 2^53, times a
  * power of ten within 10^22, is one IEEE multiplication or division of two exact doubles
  * (Clinger's fast path, exact when the CPU rounds each double operation once:
- * FLT_EVAL_METHOD 0); every other number goes through PyOS_string_to_double, Python's own
- * float() parser, on a copy of the token. FP32 is that double cast to float, as numpy casts
- * the float64 array orjson's floats make.
+ * FLT_EVAL_METHOD 0); one of up to 19 digits otherwise goes through Eisel and Lemire's
+ * 128-bit multiplication (eisel_lemire); every other number (more digits, a subnormal or
+ * infinite result) through PyOS_string_to_double, Python's own float() parser, on a copy of
+ * the token. FP32 is that double cast to float, as numpy casts the float64 array orjson's
+ * floats make.
  *
  * The commonest arrays, plain decimals separated by commas, are read in "quick runs"
  * (SSSE3, chosen at run time): the same values, about 1.7x faster than token by token;
@@ -41,13 +43,13 @@
 #define MAX_DATA_DEPTH 32
 /* orjson refuses documents deeper than 1024 levels; deeper ones are left to it. */
 #define MAX_STACK 1040
-/* A number of more digits than Clinger's fast path holds is read by PyOS_string_to_double,
- * about 130 ns here. That is every number of a float32 array written through Python's
- * floats (`ndarray.tolist()`, and so tritonclient's and MLServer's JSON encoders): 17
- * significant digits, "0.1257302165031433". orjson's list of them and numpy's conversion
- * cost about 41 ns a number, so an array where more than a quarter of the numbers read so
- * far took that path, once SLOW_TRIAL of them have, is left to orjson: 1,860 against 530
- * µs for 12,800 such numbers. (No value changes: orjson's reading is the reference.) */
+/* A number that neither Clinger's fast path nor Eisel-Lemire takes (over 19 digits, a
+ * subnormal) is read by PyOS_string_to_double, about 130 ns here. orjson's list of numbers
+ * and numpy's conversion cost about 41 ns a number, so an array where more than a quarter
+ * of the numbers read so far took that path, once SLOW_TRIAL of them have, is left to
+ * orjson. (No value changes: orjson's reading is the reference.) The 17 digits of a float
+ * written through Python's floats (`ndarray.tolist()`, and so tritonclient's and MLServer's
+ * JSON encoders: "0.1257302165031433") are Eisel-Lemire's, about 22 ns a number. */
 #define SLOW_TRIAL 32
 /* convert's outcome for such an array: the walk stops there, and orjson reads the body. */
 #define GIVE_UP 2
@@ -181,6 +183,68 @@ static long leading_power(const char *digits, const char *stop) {
     }
     return INT32_MIN;
 }
+
+/* ---------------------------------------------------------- Eisel-Lemire ---------- */
+
+/* w * 10^q correctly rounded to a double, for any w < 2^64 (up to 19 digits) that Clinger's
+ * fast path does not cover: the 17 digits of a float written through Python's floats above
+ * all ("0.12573021650314331"). Eisel and Lemire's method (Lemire, "Number parsing at a
+ * gigabyte per second", 2021): w, shifted so its top bit is set, times the 128-bit
+ * significand of 5^q (_pow5.h, pow5_table.py) gives the double's 53 bits and one more to
+ * round on, and the power of two comes from q * log2(10) in fixed point; the second 64 bits
+ * of the table's entry are only needed when the first product's low bits are all ones.
+ * Mushtak and Lemire proved ("Fast number parsing without fallback", 2023) that this
+ * decides every such w and q; the one case the 2021 paper left to a slower parser (the
+ * bits below still all ones after the second product) goes to PyOS_string_to_double here
+ * all the same, as do subnormal and infinite results. 1 with *value set, else 0. */
+#if defined(__SIZEOF_INT128__)
+#define EISEL_LEMIRE 1
+#include "_pow5.h"
+
+static inline int eisel_lemire(uint64_t w, long q, int neg, double *value) {
+    if (w == 0 || q < POW5_MIN_Q || q > POW5_MAX_Q) return 0;
+    const int lz = __builtin_clzll(w);
+    w <<= lz;
+    const uint64_t *const entry = &POW5_128[2 * (q - POW5_MIN_Q)];
+    const unsigned __int128 product = (unsigned __int128)w * entry[0];
+    uint64_t high = (uint64_t)(product >> 64), low = (uint64_t)product;
+    /* 64 - 52 - 3: the bits below the 53 kept, the rounding bit and the one that may lead. */
+    const uint64_t below = 0x1FF;
+    if ((high & below) == below) {
+        const uint64_t carry = (uint64_t)(((unsigned __int128)w * entry[1]) >> 64);
+        low += carry;
+        if (low < carry) high++;
+        if ((high & below) == below && low == UINT64_MAX) return 0;
+    }
+    const int upper = (int)(high >> 63);
+    const int shift = upper + 9;
+    uint64_t mantissa = high >> shift; /* 54 bits: the double's 53, then the rounding bit */
+    /* floor(q * log2(10)) as (217706 * q) >> 16, plus the product's own exponent, biased. */
+    long power2 = ((217706 * q) >> 16) + 63 + upper - lz + 1023;
+    if (power2 <= 0) return 0; /* subnormal */
+    /* Exactly halfway (the bits below the rounding bit all zero, which only 5^q of these
+     * exponents can give): round to even, not up. */
+    if (low <= 1 && q >= -4 && q <= 23 && (mantissa & 3) == 1 && (mantissa << shift) == high)
+        mantissa &= ~UINT64_C(1);
+    mantissa += mantissa & 1;
+    mantissa >>= 1;
+    if (mantissa >= (UINT64_C(2) << 52)) { /* rounding carried into a 54th bit */
+        mantissa = UINT64_C(1) << 52;
+        power2++;
+    }
+    if (power2 >= 0x7FF) return 0; /* infinite */
+    const uint64_t bits = (mantissa & ~(UINT64_C(1) << 52)) | ((uint64_t)power2 << 52) |
+                          ((uint64_t)neg << 63);
+    memcpy(value, &bits, 8);
+    return 1;
+}
+#else
+#define EISEL_LEMIRE 0
+static inline int eisel_lemire(uint64_t w, long q, int neg, double *value) {
+    (void)w, (void)q, (void)neg, (void)value;
+    return 0;
+}
+#endif
 
 /* ------------------------------------------------------------ quick runs ------------ */
 
@@ -640,7 +704,7 @@ read_number(const char *s, Py_ssize_t p, Py_ssize_t n, const DType dt, char *out
          * a zero of the token's sign, as float() does). */
         d = e10 >= 0 ? (double)w * POW10[e10] : (double)w / POW10[-e10];
         if (neg) d = -d;
-    } else {
+    } else if (!(digits <= 19 && eisel_lemire(w, e10, neg, &d))) {
         const long lead = leading_power(int_start, digits_end);
         if (lead == INT32_MIN) {
             d = neg ? -0.0 : 0.0; /* every digit is zero, whatever the exponent */

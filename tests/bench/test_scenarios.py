@@ -9,13 +9,13 @@ from benchmarks.servers import ServerSpec
 
 def test_full_matrix_covers_every_combination_once():
     names = [s.name for s in full_matrix()]
-    assert len(names) == len(set(names)) == 4 * 2 * 4 * 3
+    assert len(names) == len(set(names)) == 4 * 2 * 5 * 3
     assert "forest/b256/grpc-typed/c64" in names
 
 
 def test_select_by_glob():
     chosen = select(full_matrix(), ["iris/b1/*/c64", "xgboost/b256/rest-json/c1"])
-    assert len(chosen) == 5
+    assert len(chosen) == 6
     assert select(full_matrix(), None) == full_matrix()
     with pytest.raises(ValueError, match="no scenario matches"):
         select(full_matrix(), ["nope/*"])

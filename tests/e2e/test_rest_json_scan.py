@@ -8,10 +8,11 @@ it, as it does every body without the scanner). An identity model sends the tens
 the three replies are the same bytes and hold the tensor exactly. A wrong value count is
 the same 400 both ways.
 
-A tensor as Python clients write it (17 digits a value, left to orjson) gives the same
-answer too. Hostile bodies: millions of values for a 2 x 2 shape, the quick runs' form and
-the 17-digit form orjson reads, and a body that trickles in small chunks, each with health
-checks kept fast and the memory coming back.
+A tensor as Python clients write it (17 digits a value, read by the scanner's Eisel-Lemire
+conversion) gives the same answer too. Hostile bodies: millions of values for a 2 x 2
+shape, the quick runs' form and a form of more digits than 19 that orjson reads, and a body
+that trickles in small chunks, each with health checks kept fast and the memory coming
+back.
 """
 
 from __future__ import annotations
@@ -104,9 +105,9 @@ def tree_rss_mib(server: Server) -> float:
         # Plain decimals, each followed by a comma: read in quick runs, counted, never
         # stored past the 4 the shape declares.
         ("1.5", 4_000_000),
-        # 17 significant digits: past the scanner's fast path, so it leaves the body to
+        # 21 significant digits: past the scanner's conversions, so it leaves the body to
         # orjson after the first few (SLOW_TRIAL), which builds the list of them all.
-        ("1.2345678901234567", 3_000_000),
+        ("1.23456789012345678901", 2_500_000),
     ],
 )
 def test_millions_of_values_for_a_small_shape_are_a_400_and_memory_comes_back(
@@ -133,7 +134,7 @@ def test_millions_of_values_for_a_small_shape_are_a_400_and_memory_comes_back(
 @pytest.mark.skipif(not json_scan.AVAILABLE, reason="the _jsonscan extension is not built")
 def test_a_tensor_written_through_python_floats_decodes_exactly(server: Server) -> None:
     # ndarray.tolist(), as tritonclient and MLServer's codecs write JSON: 17 digits a
-    # value, which the scanner leaves to orjson; the answer is the escaped body's.
+    # value, which the scanner reads (Eisel-Lemire); the answer is the escaped body's.
     x = tensor()
     document = {"id": "same", "inputs": [{"name": "x", "shape": [ROWS, COLUMNS],
                                           "datatype": "FP32", "data": x.tolist()}]}  # fmt: skip

@@ -155,22 +155,30 @@ def read_until_closed(sock: socket.socket, limit: float = 10) -> tuple[bytes, fl
 
 def read_response(sock: socket.socket) -> bytes:
     """One whole answer (with a Content-Length) from a keep-alive connection."""
-    data = b""
-    while b"\r\n\r\n" not in data:
+    return read_responses(sock, 1)[0]
+
+
+def read_responses(sock: socket.socket, count: int) -> list[bytes]:
+    """``count`` whole answers from a keep-alive connection (pipelined answers may share a
+    read, which ``read_response`` would drop)."""
+    data, answers = b"", []
+    while len(answers) < count:
+        head_end = data.find(b"\r\n\r\n")
+        if head_end >= 0:
+            length = next(
+                int(line.split(b":")[1])
+                for line in data[:head_end].split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            end = head_end + 4 + length
+            if len(data) >= end:
+                answers.append(data[:end])
+                data = data[end:]
+                continue
         chunk = sock.recv(65536)
-        assert chunk, f"closed after {data!r}"
+        assert chunk, f"closed after {len(answers)} answers and {data[:200]!r}"
         data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next(
-        int(line.split(b":")[1])
-        for line in head.split(b"\r\n")
-        if line.lower().startswith(b"content-length:")
-    )
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        assert chunk, f"closed after {data!r}"
-        body += chunk
-    return head + b"\r\n\r\n" + body
+    return answers
 
 
 def status_and_error(raw: bytes) -> tuple[int, str]:
@@ -233,6 +241,66 @@ def test_an_answer_before_the_body_arrived_keeps_the_connection_usable(server):
         time.sleep(0.2)
         sock.sendall(b"0123456789" + request_bytes("/v2/health/live", method="GET"))
         assert read_response(sock).startswith(b"HTTP/1.1 200")
+
+
+# -- large bodies, read past httptools (http1.py _read_head) --------------------------------
+def iris_rows_body(rows: int) -> bytes:
+    """Over http1.DIRECT_MIN (16 KiB) from about 800 rows."""
+    data = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3], [5.9, 2.8, 4.3, 1.3]] * (rows // 3)
+    tensor = {"name": "x", "shape": [len(data), 4], "datatype": "FP32", "data": data}
+    return json.dumps({"inputs": [tensor]}).encode()
+
+
+def chunked_answer(server: Server, body: bytes) -> list:
+    """The model's answer to ``body`` sent chunked: a body httptools reads itself."""
+    response = httpx.post(
+        server.url + "/v2/models/iris-logreg/infer", content=iter([body[:1000], body[1000:]])
+    )
+    assert response.status_code == 200, response.text
+    return response.json()["outputs"][0]["data"]
+
+
+def test_pipelined_large_requests_are_each_answered_in_turn(server):
+    bodies = [iris_rows_body(rows) for rows in (3000, 1500, 2400)]
+    expected = [chunked_answer(server, body) for body in bodies]
+    path = "/v2/models/iris-logreg/infer"
+    with HealthProbe(server), connect(server) as sock:
+        sock.sendall(
+            b"".join(request_bytes(path, body) for body in bodies)
+            + request_bytes("/v2/health/live", method="GET")
+        )
+        answers = read_responses(sock, 4)
+    for raw, want in zip(answers, expected, strict=False):
+        assert raw.startswith(b"HTTP/1.1 200"), raw[:300]
+        assert json.loads(raw.partition(b"\r\n\r\n")[2])["outputs"][0]["data"] == want
+    assert answers[3].startswith(b"HTTP/1.1 200")
+
+
+def test_a_content_length_short_of_a_large_body_cuts_it_there(server):
+    """The body ends where its Content-Length says, and what follows is parsed as the next
+    request: here not one, while the first still runs, so the connection is cut (as when
+    httptools reads the body), at once; the server goes on serving."""
+    body = iris_rows_body(3000)
+    head = request_bytes("/v2/models/iris-logreg/infer", body)
+    short = b"Content-Length: %d" % (len(body) - 50)
+    lying = head.replace(b"Content-Length: %d" % len(body), short)
+    with HealthProbe(server), connect(server) as sock:
+        sock.sendall(lying)
+        raw, elapsed = read_until_closed(sock)
+    assert not raw.startswith(b"HTTP/1.1 200"), raw[:300]
+    assert elapsed < 2
+    assert chunked_answer(server, body)  # and the same body, sent right, is served
+
+
+def test_a_large_body_that_stops_arriving_gets_408_at_the_body_timeout(server):
+    body = iris_rows_body(3000)
+    with HealthProbe(server), connect(server) as sock:
+        sock.sendall(request_bytes("/v2/models/iris-logreg/infer", body)[: -len(body) // 2])
+        raw, elapsed = read_until_closed(sock)
+    status, error = status_and_error(raw)
+    assert status == 408
+    assert "--body-timeout" in error
+    assert BODY_TIMEOUT - 0.2 < elapsed < BODY_TIMEOUT + 2
 
 
 # -- Inference-Header-Content-Length --------------------------------------------------------

@@ -145,7 +145,7 @@ def test_float_lists_decode_as_orjson_and_numpy(values, form, datatype, sep, dat
     same_outcome(body)
     if form in (repr, FLOAT_FORMATS[1]) and datatype == "FP64" and len(values) <= 32:
         # Shortest round-trip forms of finite doubles: read by the scanner every time, up
-        # to SLOW_TRIAL of them (more, and mostly 17 digits, they are left to orjson).
+        # to SLOW_TRIAL of them (more, and mostly subnormal, they are left to orjson).
         assert isinstance(engaged(body)[0].values, np.ndarray)
 
 
@@ -326,18 +326,19 @@ def test_a_batch_as_a_float32_client_writes_it_is_read_in_quick_runs():
         same_outcome(body)
 
 
-def test_float32_written_through_python_floats_is_left_to_orjson():
+def test_float32_written_through_python_floats_is_read_by_the_scanner():
     # ndarray.tolist() of float32 values (tritonclient's and MLServer's JSON encoders) has
-    # 17 significant digits: past Clinger's fast path, orjson reads them faster.
+    # 17 significant digits: past Clinger's fast path, read by Eisel-Lemire.
     rows = np.random.default_rng(8).standard_normal((256, 50)).astype(np.float32)
     body = request_text(orjson.dumps(rows.tolist()).decode(), "FP32", [256, 50])
-    assert engaged(body) == {}
+    assert engaged(body)[0].values.tobytes() == rows.tobytes()
     outcome = same_outcome(body)
     assert outcome[0] == "ok" and outcome[4][0][-1] == rows.tobytes()
 
 
 def test_the_whole_body_goes_to_orjson_after_an_array_of_long_numbers():
-    long = orjson.dumps((np.arange(1, 101, dtype=np.float32) / 7).tolist()).decode()
+    # More digits than 19: past Eisel-Lemire too, read by PyOS_string_to_double.
+    long = "[" + ",".join(f"{v:.25e}" for v in np.arange(1, 101) / 7) + "]"
     short = request_text("[" + ",".join(["1.5"] * 100) + "]", "FP32", [100])
     assert 0 in engaged(short)
     document = orjson.loads(short)
@@ -345,6 +346,72 @@ def test_the_whole_body_goes_to_orjson_after_an_array_of_long_numbers():
     body = orjson.dumps(document).replace(b'"data":0', b'"data":' + long.encode(), 1)
     assert engaged(body) == {}  # input 1 alone would be read, but orjson reads them all
     assert same_outcome(body)[0] == "ok"
+
+
+LONG_FORMS: list[Callable[[float], str]] = [
+    repr,
+    lambda v: f"{v:.17g}",
+    lambda v: f"{v:.18e}",
+    lambda v: f"{v:.16e}",
+    lambda v: f"{-v:.17e}",
+]
+
+
+@PROPERTY
+@given(
+    values=st.lists(
+        st.floats(allow_nan=False, allow_infinity=False, allow_subnormal=False).filter(
+            lambda v: 1e-300 < abs(v) < 1e300
+        ),
+        min_size=1,
+        max_size=200,
+    ),
+    form=st.sampled_from(LONG_FORMS),
+)
+def test_numbers_of_16_to_19_digits_are_read_as_float_reads_them(values, form):
+    # Eisel-Lemire: every such number, whatever its exponent, with no give-up. (A float
+    # token, not an integer one: "1000000000000000" is an int to orjson.)
+    tokens = [t if "." in t or "e" in t else t + ".0" for t in map(form, values)]
+    body = request_text("[" + ",".join(tokens) + "]", "FP64", [len(tokens)])
+    scanned = engaged(body)[0].values
+    assert scanned.tobytes() == np.array([float(t) for t in tokens]).tobytes()
+    same_outcome(body)
+    same_outcome(body.replace(b'"FP64"', b'"FP32"'))
+
+
+def halfway_points() -> list[str]:
+    """Decimals exactly halfway between two doubles, in at most 19 digits: odd multiples
+    of half a unit in the last place, from 2^53 (spacing 2) up to 2^63 (spacing 2^11)."""
+    points = []
+    for exponent in range(53, 64):
+        half = 1 << (exponent - 53)  # half the spacing of doubles in [2^exponent, 2^(e+1))
+        for odd in (1, 3, 5, 7, 2**20 + 1, 2**52 - 1):
+            value = (1 << exponent) + odd * half
+            digits = str(value)
+            points.append(f"{digits[0]}.{digits[1:]}e{len(digits) - 1}")
+            points.append(f"{value}.0")
+    return points
+
+
+def test_halfway_points_round_to_even_as_float_does():
+    tokens = halfway_points()
+    body = request_text("[" + ", ".join(tokens) + "]", "FP64", [len(tokens)])
+    scanned = engaged(body)[0].values
+    assert scanned.tobytes() == np.array([float(t) for t in tokens]).tobytes()
+    same_outcome(body)
+
+
+@pytest.mark.parametrize(
+    "token",
+    ["1e23", "8.98846567431158e307", "1.7976931348623157e308", "2.2250738585072014e-308",
+     "2.2250738585072011e-308", "4.9406564584124654e-324", "9007199254740993.0",
+     "0.1000000000000000055511151231257827", "123456789012345678e-5", "7.0e-10",
+     "1.00000000000000011102230246251565404236316680908203125"],
+)  # fmt: skip
+def test_hard_cases_decode_as_orjson_and_numpy(token):
+    # Past the largest power Clinger's path takes, the largest and smallest normal doubles
+    # (and a subnormal, left to PyOS_string_to_double), a tie, long ones.
+    same_outcome(request_text(f"[{token}, {token}]", "FP64", [2]))
 
 
 @pytest.mark.parametrize("every", [5, 50])
@@ -513,9 +580,8 @@ def nested_requests(draw: st.DrawFn) -> tuple[bytes, bool]:
     made ragged. Also says whether the nesting is regular."""
     dims = draw(st.lists(st.integers(1, 4), min_size=1, max_size=4))
     count = int(np.prod(dims))
-    # Numbers within Clinger's fast path (13 digits at most): a batch of 17-digit floats
-    # would be left to orjson whatever its nesting (SLOW_TRIAL), and the number forms have
-    # tests of their own above.
+    # Numbers within Clinger's fast path (13 digits at most): the number forms have tests
+    # of their own above.
     numbers = st.integers(-50, 50) | st.floats(-1e6, 1e6).map(lambda v: round(v, 6))
     tokens = [str(draw(numbers)) for _ in range(count)]
     seps = iter(draw(st.lists(separators, min_size=count, max_size=count)))
