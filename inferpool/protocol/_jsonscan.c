@@ -198,7 +198,6 @@ static long leading_power(const char *digits, const char *stop) {
  * bits below still all ones after the second product) goes to PyOS_string_to_double here
  * all the same, as do subnormal and infinite results. 1 with *value set, else 0. */
 #if defined(__SIZEOF_INT128__)
-#define EISEL_LEMIRE 1
 #include "_pow5.h"
 
 static inline int eisel_lemire(uint64_t w, long q, int neg, double *value) {
@@ -238,8 +237,7 @@ static inline int eisel_lemire(uint64_t w, long q, int neg, double *value) {
     memcpy(value, &bits, 8);
     return 1;
 }
-#else
-#define EISEL_LEMIRE 0
+#else /* no 128-bit integers: PyOS_string_to_double reads them */
 static inline int eisel_lemire(uint64_t w, long q, int neg, double *value) {
     (void)w, (void)q, (void)neg, (void)value;
     return 0;
