@@ -14,8 +14,8 @@
  * Anything else -- strings, null, NaN, objects, ragged nesting, empty inner lists, long
  * integers, a value out of the datatype's range, a datatype not handled here -- leaves
  * the array in the skeleton, where orjson and the existing decoder see it as before. An
- * array whose numbers mostly have more digits than the fast path below holds leaves the
- * whole body to orjson, which reads those faster (SLOW_TRIAL).
+ * array whose numbers mostly are past the conversions below (over 19 digits, subnormal)
+ * leaves the whole body to orjson, which reads those faster (SLOW_TRIAL).
  *
  * Floats are correctly rounded: a decimal whose digits make an integer w <= 2^53, times a
  * power of ten within 10^22, is one IEEE multiplication or division of two exact doubles
