@@ -442,15 +442,31 @@ def wide_tokens() -> int:
     return json_scan._jsonscan.wide_stats()[2]
 
 
+def wide512_tokens() -> int:
+    assert json_scan._jsonscan is not None
+    return json_scan._jsonscan.wide512_stats()[2]
+
+
+# The windows a wide run can take on this CPU: AVX-512 ones (VBMI2) where it has them, the
+# AVX2 ones always (with AVX-512 ones switched off).
+WINDOWS = [
+    *(["avx512"] if json_scan.AVAILABLE and json_scan._jsonscan.wide512_stats()[0] else []),
+    "avx2",
+]
+
+
 @contextmanager
-def wide_runs(enabled: bool) -> Iterator[None]:
+def wide_runs(enabled: bool, windows: str = WINDOWS[0]) -> Iterator[None]:
     assert json_scan._jsonscan is not None
     before = json_scan._jsonscan.wide_stats()[1]
+    before512 = json_scan._jsonscan.wide512_stats()[1]
     json_scan._jsonscan.wide_stats(enabled)
+    json_scan._jsonscan.wide512_stats(windows == "avx512")
     try:
         yield
     finally:
         json_scan._jsonscan.wide_stats(before)
+        json_scan._jsonscan.wide512_stats(before512)
 
 
 # What a window must refuse or stop at: the quick form's near misses, and the bytes that
@@ -478,25 +494,51 @@ def test_wide_runs_decode_as_orjson_and_numpy(tokens, misses, datatype, shortfal
     text = nest(tokens, dims, itertools.repeat(","))
     # A shape short of the count: the windows stop where the buffer does.
     shape = dims if rows > 1 else [max(len(tokens) - shortfall, 0)]
-    for enabled in (True, False):
-        with wide_runs(enabled):
+    for enabled, windows in [*((True, w) for w in WINDOWS), (False, "avx2")]:
+        with wide_runs(enabled, windows):
             same_outcome(request_text(text, datatype, shape, pad=PAD))
 
 
 @wide
+@PROPERTY
+@given(
+    tokens=st.lists(
+        st.integers(-99, 99).map(str) | plain_decimals() | st.sampled_from(WIDE_MISSES),
+        min_size=1,
+        max_size=300,
+    ),
+    datatype=st.sampled_from(FLOAT_TYPES),
+    shortfall=st.sampled_from([0, 1, 5, 9, 40]),
+)
+def test_windows_of_many_short_tokens_decode_as_orjson_and_numpy(tokens, datatype, shortfall):
+    # Short integers put more tokens in a window than an AVX-512 window takes (eight);
+    # tokens of 14 to 17 digits are on either side of the 15 digits one takes.
+    text = "[" + ",".join(tokens) + "]"
+    shape = [max(len(tokens) - shortfall, 0)]
+    for windows in WINDOWS:
+        with wide_runs(True, windows):
+            same_outcome(request_text(text, datatype, shape, pad=PAD))
+
+
+@wide
+@pytest.mark.parametrize("windows", WINDOWS)
 @pytest.mark.parametrize("datatype", FLOAT_TYPES)
-def test_a_compact_float32_batch_is_read_in_wide_runs(datatype):
+def test_a_compact_float32_batch_is_read_in_wide_runs(datatype, windows):
     rows = np.random.default_rng(11).standard_normal((256, 50)).astype(np.float32)
     tokens = [str(v) for v in rows.ravel()]
     body = request_text("[" + ",".join(tokens) + "]", datatype, [256, 50], pad=PAD)
     plain = sum(1 for t in tokens if "e" not in t)
-    with wide_runs(True):
-        before = wide_tokens()
+    with wide_runs(True, windows):
+        before, before512 = wide_tokens(), wide512_tokens()
         (tensor,) = rest_json.decode_request(body).inputs
         expected = np.array([float(t) for t in tokens]).astype(tensor.data.dtype)
         assert tensor.data.tobytes() == expected.tobytes()
         # All but the last value and those next to a token with an exponent.
         assert wide_tokens() - before >= 0.9 * plain
+        if windows == "avx512":
+            assert wide512_tokens() - before512 == wide_tokens() - before
+        else:
+            assert wide512_tokens() == before512
     with wide_runs(False):
         before = wide_tokens()
         same_outcome(body)
@@ -529,13 +571,21 @@ def test_wide_runs_pause_where_other_forms_are_close_together():
         ("[" + ",".join(["1.25", "1.2.5"] + ["1.25"] * 38) + "]", 0),
         ("[" + ",".join(["1.25", "1234567890123456"] + ["1.25"] * 38) + "]", 0),
         ("[" + ",".join(["1.25", "-0.5", "0.125", "-12.5"] * 10) + "]", 38),
+        # More tokens than an AVX-512 window takes (eight): the next window goes on.
+        ("[" + ",".join(["7"] * 40) + "]", 38),
+        # 15 digits and a point: the AVX2 window refuses it (over 15 characters), the
+        # AVX-512 one counts digits alone.
+        ("[" + ",".join(["1.25", "-1.23456789012345"] + ["1.25"] * 38) + "]",
+         {"avx512": 38, "avx2": 0}),
     ],
-)
-def test_wide_windows_take_only_quick_tokens(text, read):
-    with wide_runs(True):
+)  # fmt: skip
+@pytest.mark.parametrize("windows", WINDOWS)
+def test_wide_windows_take_only_quick_tokens(text, read, windows):
+    expected = read[windows] if isinstance(read, dict) else read
+    with wide_runs(True, windows):
         before = wide_tokens()
         same_outcome(request_text(text, "FP32", [40], pad=PAD))
-        assert wide_tokens() - before == read
+        assert wide_tokens() - before == expected
 
 
 # --------------------------------------------------------------------------- integers
