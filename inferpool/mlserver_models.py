@@ -51,7 +51,16 @@ PARAMETERS_SUPPORTED = frozenset(
 )
 # inferpool's own model-settings keys.
 MODEL_OURS = frozenset(
-    {"runtime", "replicas", "timeout", "version_policy", "warmup", "pipeline", "requirements"}
+    {
+        "runtime",
+        "replicas",
+        "timeout",
+        "version_policy",
+        "warmup",
+        "pipeline",
+        "requirements",
+        "max_memory",
+    }
 )
 # inferpool's own parameters keys (an explainer's model: ``runtimes/explainer.py``).
 PARAMETERS_OURS = frozenset({"explains"})

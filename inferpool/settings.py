@@ -136,7 +136,23 @@ class ServerSettings(BaseSettings):
         128, description="requests queued per worker; beyond that a request gets 503"
     )
     worker_memory_limit: int = Field(
-        0, description="MiB of models each worker may hold (placement budget); 0: no limit"
+        0,
+        description="MiB each worker may hold: the placement budget of its models, and a "
+        "hard cap on what it allocates beyond what it shares with the template (an "
+        "allocation past it answers 500 naming the model, and the worker is replaced); "
+        "0: no limit",
+    )
+    worker_max_requests: int = Field(
+        0,
+        ge=0,
+        description="requests a worker answers before it is drained and replaced by a fresh "
+        "one (each worker draws up to a tenth more, so that they do not all go at once); 0: never",
+    )
+    worker_max_rss: int = Field(
+        0,
+        ge=0,
+        description="MiB of private memory (pages not shared with the template) a worker may "
+        "reach before it is drained and replaced by a fresh one; 0: never",
     )
     worker_heartbeat_timeout: float = Field(
         120.0, description="seconds a worker may stay silent before it is killed; 0: never"
@@ -569,6 +585,9 @@ class ModelSettings(BaseModel):
     replicas: int | None = None
     # Seconds one predict may run (504, worker recycled); None: the server's model_timeout.
     timeout: float | None = None
+    # MiB one call of the model may allocate in its worker (a MemoryError past it: 500);
+    # None: only the worker's limit (engine/worker/memory_limit.py, docs/operate/memory.md).
+    max_memory: int | None = Field(None, gt=0)
     # Which versions of the model are served (None: all); repository.discover applies it.
     version_policy: VersionPolicy | None = None
     # Requests run on each replica after it loads, before it is READY (worker/warmup.py).

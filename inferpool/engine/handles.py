@@ -213,6 +213,9 @@ class WorkerHandle:
         self.epoch = 0  # that template's epoch when it forked this one (``Hello``)
         # Replaced by a new generation: it finishes what it holds, then exits (no restart).
         self.retiring = False
+        # It asked to be replaced (``engine/recycling.py`` acts on it): Recycle's message.
+        self.recycle: messages.Recycle | None = None
+        self.large_requests = 0  # sent over its channel, not its ring (``requests_sent``)
         self.dispatch = messages.Dispatch(
             {
                 Op.HELLO: self._on_hello,
@@ -221,14 +224,18 @@ class WorkerHandle:
                 Op.PONG: self._on_pong,
                 Op.LOG: self._on_log,
                 Op.METRICS: self._on_metrics,
+                Op.RECYCLE: self._on_recycle,
             }
         )
 
-    def ask_template(self, template: Channel, threads: int, limits: DecodeLimits) -> None:
-        """Have the template fork this worker with its fds; ours of theirs close after."""
+    def ask_template(
+        self, template: Channel, threads: int, limits: DecodeLimits, memory_limit: int = 0
+    ) -> None:
+        """Have the template fork this worker with its fds; ours of theirs close after.
+        ``memory_limit``: bytes it may map beyond its start (0: none)."""
         spec = messages.Spawn(
             worker=self.slot, threads=threads, slots=self.requests.slots, slot_size=SLOT_SIZE,
-            limits=limits.to_dict(),
+            limits=limits.to_dict(), memory_limit=memory_limit,
         )  # fmt: skip
         fds = [*self.fds, self.request_bell, self.reply_bell, self.child_socket.fileno()]
         try:
@@ -259,6 +266,8 @@ class WorkerHandle:
         (The worker may itself be blocked sending us replies; blocking both would deadlock.)
         """
         message = Outgoing(op, parts)
+        if op == Op.REQUEST:
+            self.large_requests += 1
         if not self.outbox:
             try:
                 self.channel.send_packed(message, block=False)
@@ -316,6 +325,15 @@ class WorkerHandle:
 
     def _on_metrics(self, message: messages.Metrics) -> None:
         custom_metrics_sum.FRONTEND.update(self.pid, message)
+
+    def _on_recycle(self, message: messages.Recycle) -> None:
+        self.recycle = message
+
+    @property
+    def requests_sent(self) -> int:
+        """Requests sent to it so far (its ring's count, which costs nothing per request,
+        and those too big for a slot)."""
+        return self.requests.produced + self.large_requests
 
     def _on_pong(self, message: messages.Pong) -> None:
         """Nothing to do: any message counts as a sign of life (``last_seen``)."""

@@ -6,7 +6,8 @@
 - ``placement.py``: loading a model's replicas where there is room, unloading, and
   loading again on a worker that replaced a dead one;
 - ``generations.py``: models the template loads and shares, brought to the workers by a
-  new generation of workers when the current one was forked without them.
+  new generation of workers when the current one was forked without them;
+- ``recycling.py``: a worker past its request count or memory, replaced by a fresh one.
 
 ``PoolClient`` wires them together: it is the ``PoolEvents`` the supervisor reports to
 ("worker lost", "worker replaced: reload its models", "quarantine this model"), and it
@@ -28,6 +29,7 @@ from inferpool.engine.groups import names_environment
 from inferpool.engine.handles import WorkerHandle
 from inferpool.engine.ipc.messages import Reply
 from inferpool.engine.placement import Placement, set_state
+from inferpool.engine.recycling import Recycler
 from inferpool.engine.states import ModelKey, ModelState, model_key, model_label
 from inferpool.engine.supervisor import Supervisor
 from inferpool.settings import ModelSettings, ServerSettings
@@ -46,6 +48,9 @@ class PoolClient(EngineClient):
             settings, self.table, self.dispatcher, self.supervisor.alive, self.supervisor
         )
         self.generations = Generations(self.supervisor, self.placement, self.dispatcher)
+        self.recycler = Recycler(
+            settings, self.supervisor, self.generations, self.placement, self.dispatcher
+        )
         self._stop_deadline: float | None = None
         self._closed = False
 
@@ -162,5 +167,6 @@ class PoolClient(EngineClient):
             status.required = False
 
     def tick(self, now: float) -> None:
+        self.recycler.tick(now)
         for key in self.dispatcher.waited_too_long(now):
             set_state(self.table, key, ModelState.LOADING, "reloading: its workers restarted")

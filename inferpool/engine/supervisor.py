@@ -109,6 +109,8 @@ class Supervisor:
         self.threads = max(1, (os.cpu_count() or 1) // self.count)
         self.max_queue = max(1, settings.max_queue)
         self.limits = DecodeLimits.from_settings(settings)
+        # Bytes each worker may map beyond its start (worker/memory_limit.py).
+        self.memory_limit = max(0, settings.worker_memory_limit) * 1024 * 1024
         self.workers: list[WorkerHandle | None] = [None] * self.count
         self.retiring: set[WorkerHandle] = set()  # replaced by a new generation, exiting
         self.spares: set[WorkerHandle] = set()  # started for a new generation, not serving
@@ -382,7 +384,7 @@ class Supervisor:
                 raise Superseded(f"worker {slot} was replaced by a new generation")
             self.workers[slot] = worker
         try:
-            worker.ask_template(template.channel, self.threads, self.limits)
+            worker.ask_template(template.channel, self.threads, self.limits, self.memory_limit)
         except OSError as exc:
             worker.close(f"worker {slot} could not start")
             raise WorkerLost(f"cannot start worker {slot}: {exc}") from None

@@ -11,7 +11,8 @@ else is read when Prometheus scrapes:
 - refusals by the limit's setting name (``max_body_bytes``, ``max_header_bytes``,
   ``max_concurrent_streams``, ``max_connections``, ...) or ``overload`` (503);
 - GOAWAY frames our HTTP/2 layer sent, by error code (``transport/http2.py`` counts them);
-- the worker pool's supervision: restarts per worker slot and of the template, seconds
+- the worker pool's supervision: restarts per worker slot and of the template, recycles
+  by reason (``engine/recycling.py``), seconds
   since each worker last sent anything, each worker's RSS and PSS (``smaps_rollup``);
   none of it with ``--workers 0``, which has no workers;
 - CPU seconds and RSS of every process of the tree: ``server``, ``template``, ``worker-N``;
@@ -175,6 +176,15 @@ class ServerCollector(Collector):
         for slot, count in enumerate(supervisor.restarts_by_slot):
             restarts.add_metric([str(slot)], count)
         yield restarts
+        recycles = CounterMetricFamily(
+            "inferpool_worker_recycles",
+            "Workers drained and replaced by a fresh one, by reason: max_requests, max_rss, "
+            "memory_limit",
+            labels=["reason"],
+        )
+        for reason, count in pool.recycler.counts.items():
+            recycles.add_metric([reason], count)
+        yield recycles
         yield self._groups(supervisor)
         yield CounterMetricFamily(
             "inferpool_template_restarts",

@@ -77,6 +77,9 @@ class Op(IntEnum):
     PRELOADED = 16  # template → frontend: how a PRELOAD went, per model, and its epoch
     UNPRELOAD = 17  # frontend → template: drop its copy of a model version
     CREDIT = 18  # frontend → worker: a stream's consumer took chunks, send that many more
+    # worker → frontend: replace me (drain first); numbered apart from the sequence above
+    # so that opcodes added beside it elsewhere do not collide.
+    RECYCLE = 40
 
 
 # -- the slot header -----------------------------------------------------------------------
@@ -238,7 +241,10 @@ class Reply:
     @classmethod
     def from_error(cls, exc: BaseException, model: str = "") -> Reply:
         """The reply for an exception: its own status for an ``InferpoolError``, else a 500
-        for a fault of the server (logged with its traceback, naming ``model``)."""
+        for a fault of the server (logged with its traceback, naming ``model``); a
+        ``MemoryError`` under a worker's memory limit is the 500 that names it."""
+        if isinstance(exc, MemoryError):
+            exc = explain_memory_error(exc, model)
         if isinstance(exc, InferpoolError):
             return cls(exc.status, exc.message.encode())
         logger.error("unexpected error serving model %r", model, exc_info=exc)
@@ -260,6 +266,23 @@ class Reply:
         times = StageTimes(fields[8], fields[9], fields[10], fields[11])
         json = None if json_length < 0 else json_length
         return cls(fields[4], body, json, times, fields[6], fields[7], fields[1], fields[3])
+
+
+# What a ``MemoryError`` becomes in this process: set by a worker under a memory limit
+# (``engine/worker/memory_limit.py``), None elsewhere.
+_out_of_memory: Callable[[MemoryError, str], Exception] | None = None
+
+
+def set_out_of_memory(convert: Callable[[MemoryError, str], Exception] | None) -> None:
+    """Have ``Reply.from_error`` turn a ``MemoryError`` into ``convert(exc, model)``."""
+    global _out_of_memory
+    _out_of_memory = convert
+
+
+def explain_memory_error(exc: MemoryError, model: str) -> Exception:
+    """What ``exc``, raised while serving ``model``, answers: the 500 naming the memory
+    limit it hit in a worker under one, else ``exc`` itself."""
+    return exc if _out_of_memory is None else _out_of_memory(exc, model)
 
 
 # -- control messages ----------------------------------------------------------------------
@@ -307,6 +330,7 @@ class Spawn(Control, frozen=True):
     slots: int
     slot_size: int
     limits: dict[str, int]  # protocol.limits.DecodeLimits as a dict
+    memory_limit: int = 0  # bytes the worker may map beyond its start (worker/memory_limit.py)
 
 
 class Preload(Control, frozen=True):
@@ -369,6 +393,15 @@ class Credit(Control, frozen=True):
     chunks: int
 
 
+class Recycle(Control, frozen=True):
+    """A worker asks to be drained and replaced (``engine/recycling.py``): ``reason`` is
+    the metric's label (``memory_limit``), ``detail`` the sentence the log shows."""
+
+    op = Op.RECYCLE
+    reason: str
+    detail: str
+
+
 class Exited(Control, frozen=True):
     op = Op.EXITED
     pid: int
@@ -429,7 +462,7 @@ class Metrics(Control, frozen=True):
 
 _CONTROLS: tuple[type[Control], ...] = (
     Hello, Load, Loaded, Unload, Stop, Spawn, Preload, Ping, Pong, Cancel, Exited, Log,
-    Metrics, Preloaded, Unpreload, Credit,
+    Metrics, Preloaded, Unpreload, Credit, Recycle,
 )  # fmt: skip
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS: dict[int, msgspec.msgpack.Decoder[Any]] = {

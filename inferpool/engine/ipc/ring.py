@@ -102,6 +102,11 @@ class Ring:
         store_seq_cst(self._map, _TAIL, tail + 1)
         return True
 
+    @property
+    def produced(self) -> int:
+        """Messages this producer has written so far."""
+        return self._tail
+
     def needs_bell(self) -> bool:
         """Whether the consumer may be blocked (or about to be): ring its doorbell after
         ``push``. Always True without the C functions (see ``atomics.NATIVE``)."""

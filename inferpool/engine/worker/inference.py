@@ -12,6 +12,7 @@ from typing import Any
 from inferpool.codecs.image import decode_declared, encode_declared
 from inferpool.codecs.payload import decode_payload
 from inferpool.codecs.registry import encode_outputs
+from inferpool.engine.ipc.messages import explain_memory_error
 from inferpool.engine.worker.model import LoadedModel
 from inferpool.errors import BadRequest, InferpoolError, ModelError
 from inferpool.protocol.rest_json import new_request_id
@@ -114,6 +115,8 @@ def model_failure(
     fault: 400 with the library's message, naming the input. Anything else is a fault
     of the model itself: 500.
     """
+    if isinstance(exc, MemoryError):  # under a worker's memory limit: the 500 naming it
+        exc = explain_memory_error(exc, model.name)
     if isinstance(exc, InferpoolError):
         return exc
     text = str(exc).strip()

@@ -29,6 +29,7 @@ from inferpool.engine.ipc.messages import Kind, Op, Reply, RequestHeader
 from inferpool.engine.ipc.ring import Ring
 from inferpool.engine.worker.batching import Batcher
 from inferpool.engine.worker.heap import release_freed_memory
+from inferpool.engine.worker.memory_limit import MemoryLimit, install
 from inferpool.engine.worker.model import LoadedModel, failure_reason, load_model
 from inferpool.engine.worker.path import Job, run_executions
 from inferpool.engine.worker.preload import forget, preloaded
@@ -61,6 +62,7 @@ class Worker:
         self.epoch = epoch
         limits.configure(limits.DecodeLimits(**spec.limits))
         self.threads = spec.threads
+        self.memory = MemoryLimit(spec.memory_limit, spec.threads)
         self.requests = Ring(request_fd, spec.slots, spec.slot_size)
         self.replies = Ring(reply_fd, spec.slots, spec.slot_size)
         os.close(request_fd)
@@ -89,6 +91,7 @@ class Worker:
     # -- main loop -------------------------------------------------------------------------
     def run(self) -> None:
         limit_native_threads(self.threads)
+        install(self.memory)  # after the rings are mapped: they count as shared
         self.channel.send_control(messages.Hello(pid=os.getpid(), epoch=self.epoch))
         poller = select.poll()
         poller.register(self.request_bell, select.POLLIN)
@@ -148,14 +151,18 @@ class Worker:
         self._mark_running(jobs)
         answered = [False] * len(jobs)
         left = len(jobs)
-        for positions, replies in run_executions(model, jobs):
-            self._answer([jobs[position] for position in positions], replies)
-            for position in positions:
-                answered[position] = True
-            left -= len(positions)
-            if left:
-                pending = zip(jobs, answered, strict=True)
-                self._mark_running([job for job, done in pending if not done])
+        with self.memory.call(model.settings.max_memory):
+            for positions, replies in run_executions(model, jobs):
+                self._answer([jobs[position] for position in positions], replies)
+                for position in positions:
+                    answered[position] = True
+                left -= len(positions)
+                if left:
+                    pending = zip(jobs, answered, strict=True)
+                    self._mark_running([job for job, done in pending if not done])
+        recycle = self.memory.take_tripped()
+        if recycle is not None:  # the worker's limit was hit: the server replaces us
+            self.channel.send_control(recycle)
 
     def _mark_running(self, jobs: list[Job]) -> None:
         """Record what runs, and since when: the frontend blames a crash on it and
