@@ -49,6 +49,13 @@ class InProcessClient(EngineClient):
         # Requests of a batching version waiting for the loop's next turn (or for the
         # model's max_batch_time), per version.
         self._queued: dict[ModelKey, _Queue] = {}
+        # Never the server process itself: it serves every model, and the API.
+        if max(settings.worker_memory_limit, settings.worker_max_requests, settings.worker_max_rss):
+            logger.warning(
+                "--worker-memory-limit, --worker-max-requests and --worker-max-rss apply to "
+                "worker processes; with --workers 0 there is none: nothing is limited or "
+                "recycled"
+            )
 
     async def _load(self, settings: ModelSettings) -> dict[str, Any]:
         from inferpool.engine.worker.model import failure_reason

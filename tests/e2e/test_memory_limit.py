@@ -153,3 +153,17 @@ def test_library_models_work_under_a_small_limit(tmp_path: Path) -> None:
             assert response.status_code == 200, (model, response.text)
             assert len(response.json()["outputs"][0]["data"]) >= 512
         assert "ran out of memory" not in server.output()
+
+
+def test_without_workers_nothing_is_limited_or_recycled(tmp_path: Path) -> None:
+    """--workers 0: the server process itself is never limited nor recycled; it says so."""
+    write_hog(tmp_path, "hog", max_memory=8)
+    args = ("--workers", "0", "--worker-memory-limit", "64", "--worker-max-requests", "2")
+    with Server(tmp_path, *args) as server:
+        server.wait_ready(60)
+        for _ in range(4):
+            response, _ = ask(server, "hog", two_columns(96, 0))
+            assert response.status_code == 200, response.text
+        assert "with --workers 0 there is none: nothing is limited or recycled" in (server.output())
+        assert "inferpool_worker_recycles_total" not in httpx.get(metrics_url(server)).text
+        assert server.stop() == 0

@@ -1,0 +1,116 @@
+"""A leaking model under continuous load is recycled without a failed request
+(``--worker-max-requests``, ``--worker-max-rss``; docs/operate/memory.md, "Recycling").
+
+Two workers serve a model that keeps 1-2 MiB more at every call, and iris beside it; four
+REST clients ask both without a pause. Each worker past its request count, or its private
+memory, is replaced by a fresh one forked from the template: every answer is 200, the
+recycles are counted by reason on /metrics, and the workers' private memory stays bounded
+(without recycling it would grow by hundreds of MiB over the run). ``--worker-memory-
+limit`` is set too, as a safety net: a test that fails must not take the host's memory.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support import Server, build_iris_repository
+from tests.support.grpc import needs_pool
+from tests.support.memory import recycles, two_columns, workers_private_mib, write_leak
+from tests.support.pool import wait_for
+
+pytestmark = [pytest.mark.timeout(600), needs_pool]
+
+IRIS = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64", "data": [5, 3, 1, 0]}]}
+CLIENTS = 4
+CALLS = 300  # per client, half of them to the leaking model
+
+
+class Load:
+    """CLIENTS threads asking the leak and iris in turn; statuses, and the largest private
+    memory of any worker seen meanwhile."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.codes: Counter[int] = Counter()
+        self.errors: list[str] = []
+        self.peak = 0.0
+        self._done = threading.Event()
+
+    def _client(self) -> None:
+        with httpx.Client(base_url=self.server.url, timeout=60) as client:
+            for call in range(CALLS):
+                model, body = ("leak", two_columns(1, 2)) if call % 2 else ("iris-logreg", IRIS)
+                response = client.post(f"/v2/models/{model}/infer", json=body)
+                self.codes[response.status_code] += 1
+                if response.status_code != 200:
+                    self.errors.append(response.text)
+
+    def _watch(self) -> None:
+        while not self._done.is_set():
+            held = workers_private_mib(self.server.process.pid).values()
+            self.peak = max(self.peak, *held, 0.0)
+            time.sleep(0.1)
+
+    def run(self) -> None:
+        watcher = threading.Thread(target=self._watch)
+        watcher.start()
+        clients = [threading.Thread(target=self._client) for _ in range(CLIENTS)]
+        for client in clients:
+            client.start()
+        for client in clients:
+            client.join()
+        self._done.set()
+        watcher.join()
+
+
+def serve(root: Path, leak_mb: int, *args: str) -> Server:
+    build_iris_repository(root)
+    write_leak(root, "leak", leak_mb)
+    return Server(root, "--workers", "2", "--worker-memory-limit", "1024", *args)
+
+
+def metrics_url(server: Server) -> str:
+    return f"http://127.0.0.1:{server.metrics_port}/metrics"
+
+
+def test_max_requests_recycles_under_load_with_no_failed_request(tmp_path: Path) -> None:
+    with serve(tmp_path, 1, "--worker-max-requests", "150") as server:
+        server.wait_ready(120)
+        fresh = max(workers_private_mib(server.process.pid).values())
+        load = Load(server)
+        load.run()
+        assert load.codes == {200: CLIENTS * CALLS}, (load.codes, load.errors[:3])
+        # 1,200 requests over two workers of 150-165 each: about seven recycles.
+        counted = recycles(metrics_url(server))
+        assert counted["max_requests"] >= 4, counted
+        assert counted["max_rss"] == counted["memory_limit"] == 0, counted
+        server.expect_lines([r"was sent \d+ requests \(--worker-max-requests 150\)"])
+        # A worker leaks at most ~83 MiB (165 calls, half of them leaking 1 MiB) before
+        # it goes; without recycling each would hold 300 MiB more by the end.
+        assert load.peak < fresh + 150, (fresh, load.peak)
+        wait_for(lambda: len(workers_private_mib(server.process.pid)) == 2, what="drained")
+        assert server.stop() == 0
+
+
+def test_max_rss_recycles_under_load_with_no_failed_request(tmp_path: Path) -> None:
+    with serve(tmp_path, 2, "--worker-max-rss", "160") as server:
+        server.wait_ready(120)
+        fresh = max(workers_private_mib(server.process.pid).values())
+        assert fresh < 100, fresh  # room to leak before the limit
+        load = Load(server)
+        load.run()
+        assert load.codes == {200: CLIENTS * CALLS}, (load.codes, load.errors[:3])
+        # 600 leaking calls of 2 MiB: 1.2 GiB without recycling.
+        counted = recycles(metrics_url(server))
+        assert counted["max_rss"] >= 3, counted
+        assert counted["max_requests"] == counted["memory_limit"] == 0, counted
+        server.expect_lines([r"holds \d+ MiB of private memory \(--worker-max-rss 160 MiB\)"])
+        # Read every half second: a worker overshoots by what it leaks meanwhile.
+        assert load.peak < 160 + 120, load.peak
+        assert server.stop() == 0
