@@ -30,7 +30,14 @@ EXAMPLES: list[messages.Control] = [
     messages.Loaded(index=8, ok=False, error="no model artefact"),
     messages.Unload(index=7),
     messages.Stop(),
-    messages.Spawn(worker=1, threads=2, slots=64, slot_size=65536, limits={"max_json_depth": 64}),
+    messages.Spawn(
+        worker=1,
+        threads=2,
+        slots=64,
+        slot_size=65536,
+        limits={"max_json_depth": 64},
+        memory_limit=2**30,
+    ),
     messages.Preload(models=[{"name": "a"}, {"name": "b"}], token=9),
     messages.Ping(),
     messages.Pong(),
@@ -53,6 +60,7 @@ EXAMPLES: list[messages.Control] = [
     ),
     messages.Unpreload(name="iris", version="2"),
     messages.Credit(request_id=2**63, chunks=8),
+    messages.Recycle(reason="memory_limit", detail="model 'hog' hit the worker's memory limit"),
 ]
 
 
@@ -64,6 +72,7 @@ def test_kinds_and_opcodes_keep_their_wire_values() -> None:
         "HELLO": 1, "LOAD": 2, "LOADED": 3, "UNLOAD": 4, "REQUEST": 5, "REPLY": 6, "STOP": 7,
         "SPAWN": 8, "PRELOAD": 9, "PING": 10, "PONG": 11, "CANCEL": 12, "EXITED": 13,
         "METRICS": 14, "LOG": 15, "PRELOADED": 16, "UNPRELOAD": 17, "CREDIT": 18,
+        "RECYCLE": 40,
     }  # fmt: skip
 
 
