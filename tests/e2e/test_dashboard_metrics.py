@@ -31,6 +31,7 @@ QUERIES = {
 # (docs/operate/metrics.md).
 POOL_ONLY = {
     "inferpool_worker_restarts_total",
+    "inferpool_worker_recycles_total",
     "inferpool_worker_heartbeat_age_seconds",
     "inferpool_worker_resident_memory_bytes",
     "inferpool_worker_proportional_memory_bytes",
