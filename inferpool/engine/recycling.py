@@ -82,11 +82,11 @@ class Recycler:
         self._budgets: weakref.WeakKeyDictionary[WorkerHandle, int] = weakref.WeakKeyDictionary()
         self._retry: weakref.WeakKeyDictionary[WorkerHandle, float] = weakref.WeakKeyDictionary()
         self._measured = 0.0
-        self._task: asyncio.Task[None] | None = None
+        self._running = False  # a recycle runs (under the supervisor: stop cancels it)
 
     def tick(self, now: float) -> None:
         """Start recycling the first worker that is due, unless a recycle runs."""
-        if self.supervisor.stopping() or (self._task is not None and not self._task.done()):
+        if self._running or self.supervisor.stopping():
             return
         measure = self.max_rss > 0 and now - self._measured >= MEASURE_INTERVAL
         if measure:
@@ -98,7 +98,8 @@ class Recycler:
                 continue
             due = self._due(worker, measure)
             if due is not None:
-                self._task = asyncio.ensure_future(self._recycle(worker, *due))
+                self._running = True
+                self.supervisor.keep(self._recycle(worker, *due))
                 return
 
     def _due(self, worker: WorkerHandle, measure: bool) -> tuple[str, str] | None:
@@ -151,6 +152,8 @@ class Recycler:
                     await self._replace(old, reason)
         except InferpoolError as exc:
             self._failed(old, exc.message)
+        finally:
+            self._running = False
 
     async def _replace(self, old: WorkerHandle, reason: str) -> None:
         fresh = await self.supervisor.spawn(old.slot)

@@ -88,6 +88,7 @@ def test_max_requests_recycles_under_load_with_no_failed_request(tmp_path: Path)
         assert load.codes == {200: CLIENTS * CALLS}, (load.codes, load.errors[:3])
         # 1,200 requests over two workers of 150-165 each: about seven recycles.
         counted = recycles(metrics_url(server))
+        print(f"max_requests: fresh {fresh:.0f} MiB, peak {load.peak:.0f} MiB, {counted}")
         assert counted["max_requests"] >= 4, counted
         assert counted["max_rss"] == counted["memory_limit"] == 0, counted
         server.expect_lines([r"was sent \d+ requests \(--worker-max-requests 150\)"])
@@ -108,6 +109,7 @@ def test_max_rss_recycles_under_load_with_no_failed_request(tmp_path: Path) -> N
         assert load.codes == {200: CLIENTS * CALLS}, (load.codes, load.errors[:3])
         # 600 leaking calls of 2 MiB: 1.2 GiB without recycling.
         counted = recycles(metrics_url(server))
+        print(f"max_rss: fresh {fresh:.0f} MiB, peak {load.peak:.0f} MiB, {counted}")
         assert counted["max_rss"] >= 3, counted
         assert counted["max_requests"] == counted["memory_limit"] == 0, counted
         server.expect_lines([r"holds \d+ MiB of private memory \(--worker-max-rss 160 MiB\)"])
