@@ -148,20 +148,32 @@ class Worker:
 
     def _run(self, model: LoadedModel, jobs: list[Job]) -> None:
         """Run a group, answering each execution's requests as soon as it is done."""
+        max_memory = model.settings.max_memory
+        if max_memory:  # its calls under a cap of their own (worker/memory_limit.py)
+            with self.memory.call(max_memory):
+                self._run_group(model, jobs)
+        else:
+            self._run_group(model, jobs)
+        if self.memory.tripped is not None:
+            self._ask_to_be_recycled()
+
+    def _run_group(self, model: LoadedModel, jobs: list[Job]) -> None:
         self._mark_running(jobs)
         answered = [False] * len(jobs)
         left = len(jobs)
-        with self.memory.call(model.settings.max_memory):
-            for positions, replies in run_executions(model, jobs):
-                self._answer([jobs[position] for position in positions], replies)
-                for position in positions:
-                    answered[position] = True
-                left -= len(positions)
-                if left:
-                    pending = zip(jobs, answered, strict=True)
-                    self._mark_running([job for job, done in pending if not done])
+        for positions, replies in run_executions(model, jobs):
+            self._answer([jobs[position] for position in positions], replies)
+            for position in positions:
+                answered[position] = True
+            left -= len(positions)
+            if left:
+                pending = zip(jobs, answered, strict=True)
+                self._mark_running([job for job, done in pending if not done])
+
+    def _ask_to_be_recycled(self) -> None:
+        """A call hit the worker's memory limit: the server replaces this worker."""
         recycle = self.memory.take_tripped()
-        if recycle is not None:  # the worker's limit was hit: the server replaces us
+        if recycle is not None:
             self.channel.send_control(recycle)
 
     def _mark_running(self, jobs: list[Job]) -> None:
@@ -222,6 +234,8 @@ class Worker:
         ready = self.streams.take()
         if ready:
             self._answer([job for job, _ in ready], [reply for _, reply in ready])
+            if self.memory.tripped is not None:  # (a stream runs in a thread of its own)
+                self._ask_to_be_recycled()
 
     def _on_ping(self, message: messages.Ping) -> None:
         self.channel.send_control(messages.Pong())
