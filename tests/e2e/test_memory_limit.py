@@ -39,11 +39,16 @@ IRIS = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64", "data": [5
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = build_iris_repository(tmp_path_factory.mktemp("memory"))
     write_hog(root, "hog")
     write_hog(root, "capped", max_memory=64)
-    with Server(root, "--workers", "2", "--worker-memory-limit", str(LIMIT)) as server:
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(repository: Path):
+    with Server(repository, "--workers", "2", "--worker-memory-limit", str(LIMIT)) as server:
         server.wait_ready(120)
         yield server
 
@@ -126,6 +131,18 @@ def test_max_memory_caps_a_models_calls_without_recycling(server: Server) -> Non
     # A call past its model's cap leaves the worker's limit untouched: nothing to recycle.
     time.sleep(1)
     assert recycles(metrics_url(server)) == before
+
+
+def test_a_load_past_the_limit_fails_naming_it(server: Server, repository: Path) -> None:
+    folder = write_hog(repository, "heavy", parameters={"extra": {"load_mb": 2 * LIMIT}})
+    response = httpx.post(f"{server.url}/v2/repository/models/{folder.name}/load", timeout=120)
+    assert response.status_code == 500, response.text
+    error = response.json()["error"]
+    assert "model 'heavy' ran out of memory while loading" in error, error
+    assert f"{LIMIT} MiB (--worker-memory-limit)" in error, error
+    # The others kept serving.
+    response, _ = ask(server, "iris-logreg", IRIS)
+    assert response.status_code == 200, response.text
 
 
 def test_library_models_work_under_a_small_limit(tmp_path: Path) -> None:

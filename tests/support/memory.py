@@ -14,8 +14,9 @@ from tests.support.pool import template_pid
 
 MIB = 1 << 20
 
-# Row [MiB, how]: allocates MiB and touches it, at once (how 0: one numpy array) or one
-# MiB at a time (how 1: the worker grows up to the limit first), then answers the sum.
+# Keeps ``load_mb`` MiB from its load on (a parameter). Row [MiB, how]: allocates MiB
+# and touches it, at once (how 0: one numpy array) or one MiB at a time (how 1: the worker
+# grows up to the limit first), then answers the sum.
 HOG_RUNTIME = """
 import numpy as np
 
@@ -26,7 +27,7 @@ MIB = 1 << 20
 
 class Hog(Runtime):
     def load(self):
-        pass
+        self.kept = np.ones(self.settings.parameters.extra.get("load_mb", 0) * MIB // 8)
 
     def predict(self, payload, outputs):
         mib, how = int(payload[0, 0]), int(payload[0, 1])

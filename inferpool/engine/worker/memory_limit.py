@@ -31,7 +31,7 @@ import resource
 from collections.abc import Iterator
 
 from inferpool.engine.ipc import messages
-from inferpool.errors import InferpoolError, ModelError
+from inferpool.errors import InferpoolError, ModelError, ModelLoadError
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +117,18 @@ class MemoryLimit:
         message = f"model '{model}' ran out of memory: {reason}; the allocation failed ({detail})"
         logger.error("%s", message)
         return ModelError(message)
+
+    def load_failed(self, exc: Exception, model: str) -> Exception:
+        """What a load that raised ``exc`` fails with: for a ``MemoryError`` under the
+        worker's limit, the reason naming the model and the limit."""
+        if not isinstance(exc, MemoryError) or self.limit <= 0:
+            return exc
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return ModelLoadError(
+            f"model '{model}' ran out of memory while loading: its worker may allocate "
+            f"{self.limit // MIB} MiB (--worker-memory-limit) beyond what it shares with "
+            f"the template ({detail})"
+        )
 
     def take_tripped(self) -> messages.Recycle | None:
         """The request to be replaced, once, after the worker's limit was hit."""

@@ -268,7 +268,8 @@ class Worker:
             model.runtime.limit_threads(self.threads)
             warm_up(model, f"in worker {self.worker_id}")  # before it is READY: docs/warmup.md
         except Exception as exc:
-            answer = messages.Loaded(index=message.index, ok=False, error=failure_reason(exc))
+            error = failure_reason(self.memory.load_failed(exc, message.settings.get("name", "")))
+            answer = messages.Loaded(index=message.index, ok=False, error=error)
         else:
             self.models[message.index] = model
             answer = messages.Loaded(
