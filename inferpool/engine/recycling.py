@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 
 REASONS = ("max_requests", "max_rss", "memory_limit")  # the metric's label values
 JITTER = 0.1  # a worker's max_requests is drawn in [N, N + N * JITTER]
-MEASURE_INTERVAL = 0.5  # seconds between two readings of the workers' private memory
+MEASURE_INTERVAL = 0.25  # seconds between two readings of the workers' private memory
 RETRY_AFTER = 30.0  # seconds before a worker whose recycle failed is tried again
 
 
@@ -180,6 +180,9 @@ class Recycler:
     ) -> None:
         """The fresh worker serves from now on: no await in here."""
         self.supervisor.take_over(old.slot, fresh)  # the old one retires: it drains
+        for route in self.dispatcher.routes.values():
+            if route not in held and old in route.ready:  # (none: its slot's routes are held)
+                route.ready.remove(old)
         for route in held:
             if not self.dispatcher.current(route):  # unloaded or replaced meanwhile
                 self.placement.unload_from([fresh], route.key, route.index)
