@@ -64,6 +64,11 @@ def _one_arena() -> None:
         mallopt(M_ARENA_MAX, 1)
 
 
+def _detail(exc: MemoryError) -> str:
+    """``MemoryError: Unable to allocate ...`` (Python's own has no message)."""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 class MemoryLimit:
     """The limits of this worker process; ``limit``: bytes, 0 for none."""
 
@@ -81,8 +86,16 @@ class MemoryLimit:
             return
         _one_arena()
         self.baseline = mapped()
-        self.cap = self.baseline + self.limit + self.reserve
-        resource.setrlimit(resource.RLIMIT_AS, (self.cap, self.cap))
+        cap = self.baseline + self.limit + self.reserve
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:  # set lower by whoever started the server
+            cap = min(cap, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        except (ValueError, OSError) as exc:
+            logger.warning("cannot limit this worker's memory: %s", exc)
+            return
+        self.cap = cap
 
     @contextlib.contextmanager
     def call(self, max_memory: int | None) -> Iterator[None]:
@@ -90,10 +103,11 @@ class MemoryLimit:
         if not max_memory:
             yield
             return
+        soft = mapped() + max_memory * MIB  # (a thread it starts takes its stack from it)
+        if self.cap != resource.RLIM_INFINITY and soft >= self.cap:
+            yield  # the worker's limit is the lower: it is what an allocation hits
+            return
         self.model_limit = max_memory * MIB
-        soft = mapped() + self.model_limit  # (a thread it starts takes its stack from it)
-        if self.cap != resource.RLIM_INFINITY:
-            soft = min(soft, self.cap)
         resource.setrlimit(resource.RLIMIT_AS, (soft, self.cap))
         try:
             yield
@@ -104,7 +118,6 @@ class MemoryLimit:
     def out_of_memory(self, exc: MemoryError, model: str) -> InferpoolError | MemoryError:
         """The error a call answers when it ran out of memory: a 500 naming the model and
         the limit it hit (the ``MemoryError`` itself when no limit applies)."""
-        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         if self.model_limit:
             mib = self.model_limit // MIB
             reason = f"its calls may allocate {mib} MiB (its max_memory)"
@@ -114,7 +127,9 @@ class MemoryLimit:
             self.tripped = f"model '{model}' hit the worker's memory limit ({mib} MiB)"
         else:
             return exc
-        message = f"model '{model}' ran out of memory: {reason}; the allocation failed ({detail})"
+        message = (
+            f"model '{model}' ran out of memory: {reason}; the allocation failed ({_detail(exc)})"
+        )
         logger.error("%s", message)
         return ModelError(message)
 
@@ -123,11 +138,10 @@ class MemoryLimit:
         worker's limit, the reason naming the model and the limit."""
         if not isinstance(exc, MemoryError) or self.limit <= 0:
             return exc
-        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         return ModelLoadError(
             f"model '{model}' ran out of memory while loading: its worker may allocate "
             f"{self.limit // MIB} MiB (--worker-memory-limit) beyond what it shares with "
-            f"the template ({detail})"
+            f"the template ({_detail(exc)})"
         )
 
     def take_tripped(self) -> messages.Recycle | None:

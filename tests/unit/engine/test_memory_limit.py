@@ -20,7 +20,7 @@ from inferpool.engine.worker.memory_limit import MIB, MemoryLimit, install
 limit = MemoryLimit(64 * MIB, threads=2)
 install(limit)
 for mib, max_memory, fits in [(16, None, True), (128, None, False), (16, 8, False),
-                              (4, 8, True), (32, None, True)]:
+                              (4, 8, True), (32, None, True), (128, 512, False)]:
     with limit.call(max_memory):  # as a worker runs a call: its errors answered inside
         try:
             np.ones(mib * MIB // 8)
@@ -43,19 +43,23 @@ def test_the_limit_caps_allocations_and_max_memory_caps_a_call() -> None:
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[-1] == "done"
-    worker, recycle, model, no_recycle = lines[:4]
+    worker, recycle, model, no_recycle, above, recycle_again = lines[:6]
     assert worker.startswith("500 model 'hog' ran out of memory: its worker may allocate 64 MiB")
     assert "(--worker-memory-limit)" in worker and "Unable to allocate 128" in worker
     # The worker's limit asks for a recycle; a model's max_memory does not.
     assert "Recycle(reason='memory_limit'" in recycle and "model 'hog' hit" in recycle
     assert model.startswith("500 model 'hog' ran out of memory: its calls may allocate 8 MiB")
     assert no_recycle == "recycle: None"
+    # A max_memory above the worker's limit: the worker's limit is what the call hits.
+    assert above.startswith("500 model 'hog' ran out of memory: its worker may allocate 64")
+    assert "Recycle(reason='memory_limit'" in recycle_again
 
 
 def test_without_a_limit_a_memory_error_is_the_models() -> None:
     run = subprocess.run(
-        [sys.executable, "-c", CHILD.replace("64 * MIB", "0").replace("(128, None, False)",
-                                                                       "(1, None, True)")],
+        [sys.executable, "-c", CHILD.replace("64 * MIB", "0")
+         .replace("(128, None, False)", "(1, None, True)")
+         .replace("(128, 512, False)", "(128, 512, True)")],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     # Without a worker limit max_memory still caps the call (no recycle asked).
