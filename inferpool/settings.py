@@ -145,7 +145,7 @@ class ServerSettings(BaseSettings):
     worker_max_requests: int = Field(
         0,
         ge=0,
-        description="requests a worker answers before it is drained and replaced by a fresh "
+        description="requests sent to a worker before it is drained and replaced by a fresh "
         "one (each worker draws up to a tenth more, so that they do not all go at once); 0: never",
     )
     worker_max_rss: int = Field(

@@ -157,12 +157,9 @@ class Recycler:
 
     async def _replace(self, old: WorkerHandle, reason: str) -> None:
         fresh = await self.supervisor.spawn(old.slot)
-        forked = set(range(self.supervisor.count))
-        held = [
-            route
-            for route in self.dispatcher.routes.values()
-            if old.slot in route.slots and route.slots <= forked
-        ]
+        # What the slot holds (forked by the same template as the old worker, the fresh
+        # one shares the same copies).
+        held = [route for route in self.dispatcher.routes.values() if old.slot in route.slots]
         results = await asyncio.gather(
             *(self.placement.load_on(fresh, route) for route in held), return_exceptions=True
         )
