@@ -18,11 +18,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 
 from tests.support import Server, build_iris_repository
-from tests.support.grpc import needs_pool
+from tests.support.grpc import infer_request, needs_pool, stub_for
 from tests.support.memory import recycles, two_columns, workers_private_mib, write_hog
 from tests.support.pool import wait_for
 from tests.support.runtimes import (
@@ -117,6 +118,16 @@ def test_an_allocation_past_the_limit_answers_500_naming_it(server: Server, how:
     # The hog itself still serves what fits.
     response, _ = ask(server, "hog", two_columns(16, how))
     assert response.status_code == 200, response.text
+
+
+def test_over_grpc_the_answer_is_internal_naming_the_limit(server: Server) -> None:
+    import numpy as np
+
+    with stub_for(server) as stub, pytest.raises(grpc.RpcError) as raised:
+        stub.ModelInfer(infer_request("hog", x=np.array([[10.0 * LIMIT, 0]])), timeout=60)
+    assert raised.value.code() == grpc.StatusCode.INTERNAL
+    details = raised.value.details()
+    assert "model 'hog' ran out of memory" in details and f"{LIMIT} MiB" in details, details
 
 
 def test_max_memory_caps_a_models_calls_without_recycling(server: Server) -> None:
