@@ -123,11 +123,16 @@ def test_an_allocation_past_the_limit_answers_500_naming_it(server: Server, how:
 def test_over_grpc_the_answer_is_internal_naming_the_limit(server: Server) -> None:
     import numpy as np
 
+    before = recycles(metrics_url(server)).get("memory_limit", 0)
     with stub_for(server) as stub, pytest.raises(grpc.RpcError) as raised:
         stub.ModelInfer(infer_request("hog", x=np.array([[10.0 * LIMIT, 0]])), timeout=60)
     assert raised.value.code() == grpc.StatusCode.INTERNAL
     details = raised.value.details()
     assert "model 'hog' ran out of memory" in details and f"{LIMIT} MiB" in details, details
+    wait_for(
+        lambda: recycles(metrics_url(server)).get("memory_limit", 0) == before + 1,
+        what="the recycle counted",
+    )
 
 
 def test_max_memory_caps_a_models_calls_without_recycling(server: Server) -> None:
