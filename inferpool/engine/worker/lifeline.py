@@ -65,7 +65,18 @@ def read_end() -> int:
     global _pipe
     if _pipe is None:
         _pipe = os.pipe2(os.O_CLOEXEC)
+        # A child forked without exec (``os.fork``, multiprocessing) must not keep the
+        # write end: the lifeline would hold until that child too had exited.
+        os.register_at_fork(after_in_child=_forget)
     return _pipe[0]
+
+
+def _forget() -> None:
+    global _pipe
+    if _pipe is not None:
+        for end in _pipe:
+            os.close(end)
+        _pipe = None
 
 
 def hold(lifeline: int) -> int:
