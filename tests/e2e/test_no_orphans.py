@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import threading
 import time
@@ -163,6 +164,18 @@ class Load:
         for thread in self.threads:
             thread.join(60)
 
+    def __enter__(self) -> Load:
+        """Under way: ``running()`` done."""
+        try:
+            self.running()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
 
 @contextmanager
 def tagged_server(root: Path, *args: str) -> Iterator[tuple[Server, str]]:
@@ -179,27 +192,36 @@ def tagged_server(root: Path, *args: str) -> Iterator[tuple[Server, str]]:
 
 
 def kill_server(server: Server, tag: str, expect: Callable[[set[int]], None]) -> float:
-    """SIGKILL the server; the seconds until no process of its tree is left (failing if
-    one still is after ``GONE_WITHIN``) and no memfd of it either. ``expect(pids)``
-    checks the tree before the kill."""
+    """SIGKILL the server; the seconds until the last process of its tree had exited
+    (failing past ``GONE_WITHIN``), after which none is left and no memfd of theirs
+    either. ``expect(pids)`` checks the tree before the kill."""
     tree = psutil.Process(server.process.pid).children(recursive=True)
     pids = tagged(tag)
     assert server.process.pid in pids
     assert {p.pid for p in tree} <= pids, "the tag marks the whole tree"
     expect(pids - {server.process.pid})
+    # Each exit as the kernel records it (a pidfd turns readable), not as polling sees it.
+    exits = {os.pidfd_open(pid): pid for pid in pids - {server.process.pid}}
+    poller = select.poll()
+    for fd in exits:
+        poller.register(fd, select.POLLIN)
     server.process.kill()
     killed = time.monotonic()
-    while time.monotonic() - killed < GONE_WITHIN + 3:
-        # (A dying process drops its memory, and so its environment, before its fds.)
-        if not tagged(tag) and not any(alive(p) for p in tree) and not memfds(pids):
-            break
-        time.sleep(0.01)
+    waiting = set(exits)
+    while waiting and time.monotonic() - killed < GONE_WITHIN + 3:
+        for fd, _ in poller.poll(100):
+            poller.unregister(fd)
+            waiting.discard(fd)
     gone = time.monotonic() - killed
+    for fd in exits:
+        os.close(fd)
     server.process.wait(30)
-    left = {p.pid: p.cmdline() for p in tree if alive(p)}
-    assert not left and not tagged(tag), f"left after {gone:.2f}s: {left} {tagged(tag)}"
+    assert not waiting, f"left after {gone:.2f}s: {[exits[fd] for fd in waiting]}"
     assert gone < GONE_WITHIN, f"the tree took {gone:.2f}s to exit"
-    assert not memfds(pids), memfds(pids)
+    # Nor any process it started after the listing; their memfds went with them. (A dying
+    # process drops its memory, and so its environment, before its fds: waited for.)
+    wait_for(lambda: not tagged(tag) and not memfds(pids), 5, "the tree and its memfds gone")
+    assert not any(alive(p) for p in tree)
     print(f"tree of {len(pids)} processes gone {gone * 1000:.0f} ms after SIGKILL")
     return gone
 
@@ -218,12 +240,8 @@ def with_workers(count: int) -> Callable[[set[int]], None]:
 def test_sigkill_under_load_leaves_no_process_and_no_memfd(tmp_path: Path) -> None:
     with tagged_server(write_repository(tmp_path), "--workers", "2") as (server, tag):
         server.wait_ready(120)
-        load = Load(server, "iris")
-        try:
-            load.running()
+        with Load(server, "iris"):
             kill_server(server, tag, with_workers(2))
-        finally:
-            load.stop()
 
 
 def post_quietly(url: str, body: dict | None = None) -> None:
@@ -250,9 +268,7 @@ def test_sigkill_with_stuck_predicts_and_a_template_stuck_loading(tmp_path: Path
     started = root / "started"
     with tagged_server(root, "--workers", "2") as (server, tag):
         server.wait_ready(120)
-        load = Load(server, "iris")
-        try:
-            load.running()
+        with Load(server, "iris"):
             for _ in range(2):  # one on each worker (the least loaded takes the next)
                 in_background(post_quietly, f"{server.url}/v2/models/spin/infer", rest_body(ROW))
 
@@ -265,8 +281,6 @@ def test_sigkill_with_stuck_predicts_and_a_template_stuck_loading(tmp_path: Path
             wait_for(lambda: state(server, "hang") == "LOADING", 30, "the load under way")
             time.sleep(1.0)  # the template is in it
             kill_server(server, tag, with_workers(2))
-        finally:
-            load.stop()
 
 
 @needs_pool
@@ -299,9 +313,7 @@ def test_workers_outlive_their_template_but_not_the_server(tmp_path: Path) -> No
     serve: they are tied to the server itself, not to their parent."""
     with tagged_server(write_repository(tmp_path), "--workers", "2") as (server, tag):
         server.wait_ready(120)
-        load = Load(server, "iris")
-        try:
-            load.running()
+        with Load(server, "iris") as load:
             first = template_pid(server.process.pid)
             workers = {p.pid for p in psutil.Process(first).children()}
             os.kill(first, signal.SIGKILL)
@@ -316,8 +328,6 @@ def test_workers_outlive_their_template_but_not_the_server(tmp_path: Path) -> No
                 assert set(memfds(workers)) == workers
 
             kill_server(server, tag, orphaned)
-        finally:
-            load.stop()
 
 
 @pytest.mark.slow
@@ -328,9 +338,7 @@ def test_an_environment_groups_template_and_workers_die_with_the_server(tmp_path
     write_where_model(root / "isolated", parameters={"environment_path": str(venv)})
     with tagged_server(root, "--workers", "1") as (server, tag):
         server.wait_ready(120)
-        load = Load(server, "iris")
-        try:
-            load.running()
+        with Load(server, "iris"):
             where = report(server.url, "isolated")
             assert Path(where["prefix"]) == venv
 
@@ -340,20 +348,14 @@ def test_an_environment_groups_template_and_workers_die_with_the_server(tmp_path
                 assert where["pid"] in memfds(children)
 
             kill_server(server, tag, two_templates)
-        finally:
-            load.stop()
 
 
 def test_sigkill_of_an_in_process_server_leaves_no_child(tmp_path: Path) -> None:
     with tagged_server(write_repository(tmp_path), "--workers", "0") as (server, tag):
         server.wait_ready(120)
-        load = Load(server, "iris")
-        try:
-            load.running()
+        with Load(server, "iris"):
 
             def whatever(children: set[int]) -> None:
                 """None expected; a child it may start (a load probe) must go too."""
 
             kill_server(server, tag, whatever)
-        finally:
-            load.stop()
