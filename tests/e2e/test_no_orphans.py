@@ -227,10 +227,11 @@ def kill_server(server: Server, tag: str, expect: Callable[[set[int]], None]) ->
 
 
 def with_workers(count: int) -> Callable[[set[int]], None]:
-    """The tree holds the template and ``count`` workers, the rings' memfds among them."""
+    """The tree holds the template and ``count`` workers (or more: a standby worker the
+    pool may start while the others are busy), the rings' memfds among them."""
 
     def expect(children: set[int]) -> None:
-        assert len(children) == count + 1, children
+        assert len(children) >= count + 1, children
         assert memfds(children), "the workers map their rings"
 
     return expect
@@ -259,6 +260,19 @@ def in_background(function: Callable[..., None], *args: object) -> None:
     threading.Thread(target=function, args=args, daemon=True).start()
 
 
+def spin_both_workers(server: Server, started: Path) -> None:
+    """Calls to ``spin`` until both workers run one (the least loaded takes the next, but
+    the load's requests count too: another call goes every few seconds, up to 8)."""
+    url, sent, last = f"{server.url}/v2/models/spin/infer", 0, 0.0
+    deadline = time.monotonic() + 90
+    while not started.exists() or len(set(started.read_text().split())) < 2:
+        assert time.monotonic() < deadline, "both workers spinning: not after 90 s"
+        if sent < 2 or (sent < 8 and time.monotonic() - last > 3):
+            in_background(post_quietly, url, rest_body(ROW))
+            sent, last = sent + 1, time.monotonic()
+        time.sleep(0.05)
+
+
 @needs_pool
 def test_sigkill_with_stuck_predicts_and_a_template_stuck_loading(tmp_path: Path) -> None:
     """Both workers spin in a predict that never ends, a load keeps coming, and the
@@ -269,13 +283,7 @@ def test_sigkill_with_stuck_predicts_and_a_template_stuck_loading(tmp_path: Path
     with tagged_server(root, "--workers", "2") as (server, tag):
         server.wait_ready(120)
         with Load(server, "iris"):
-            for _ in range(2):  # one on each worker (the least loaded takes the next)
-                in_background(post_quietly, f"{server.url}/v2/models/spin/infer", rest_body(ROW))
-
-            def spinning() -> bool:
-                return started.exists() and len(set(started.read_text().split())) == 2
-
-            wait_for(spinning, 60, "both workers spinning")
+            spin_both_workers(server, started)
             write_repository(tmp_path, "hang", hang_load=True)
             in_background(post_quietly, f"{server.url}/v2/repository/models/hang/load")
             wait_for(lambda: state(server, "hang") == "LOADING", 30, "the load under way")
@@ -324,7 +332,7 @@ def test_workers_outlive_their_template_but_not_the_server(tmp_path: Path) -> No
             assert workers <= tagged(tag)
 
             def orphaned(children: set[int]) -> None:
-                assert workers <= children and len(children) == 3  # + the new template
+                assert workers <= children and len(children) >= 3  # + the new template
                 assert set(memfds(workers)) == workers
 
             kill_server(server, tag, orphaned)
@@ -344,7 +352,7 @@ def test_an_environment_groups_template_and_workers_die_with_the_server(tmp_path
 
             def two_templates(children: set[int]) -> None:
                 # The server's template and worker, the environment's template and worker.
-                assert where["pid"] in children and len(children) == 4, children
+                assert where["pid"] in children and len(children) >= 4, children
                 assert where["pid"] in memfds(children)
 
             kill_server(server, tag, two_templates)
