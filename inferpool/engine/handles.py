@@ -30,6 +30,7 @@ from inferpool.engine.ipc.channel import Channel, Outgoing, socket_pair
 from inferpool.engine.ipc.messages import Op, Reply, ReplyHeader
 from inferpool.engine.ipc.ring import Ring, create_ring_fd
 from inferpool.engine.states import ModelKey, model_key
+from inferpool.engine.worker import lifeline
 from inferpool.errors import WorkerLost
 from inferpool.frontends.request_context import resolve_internal
 from inferpool.protocol.limits import DecodeLimits
@@ -42,7 +43,6 @@ SLOT_SIZE = 256 * 1024
 # What a terminal's Ctrl-C or a service manager sends the whole group; only the frontend acts.
 GROUP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 TEMPLATE_MODULE = "inferpool.engine.worker.template"
-TEMPLATE_COMMAND = (sys.executable, "-m", TEMPLATE_MODULE)
 RECEIVE_BATCH = 64  # control messages taken from a worker per wake-up (the rest: next one)
 
 
@@ -56,21 +56,26 @@ def start_template(python: Path | None = None) -> tuple[subprocess.Popen[bytes],
     the fork (``process.limit_native_threads``).
     """
     ours, theirs = socket_pair()
+    # It dies with us, SIGKILL included, and its workers too (``worker/lifeline.py``): the
+    # parent-death signal for it (started from this thread, the loop's, which lives as long
+    # as we do: that signal follows a thread), our lifeline's read end for them all.
+    alive = lifeline.read_end()
     # It logs as we do (levels, format), through us: ``logs.child_config``.
-    args = (str(theirs.fileno()), json.dumps(logs.child_config()))
+    args = (str(theirs.fileno()), json.dumps(logs.child_config()), str(alive))
     if python is None:
-        argv, env = [*TEMPLATE_COMMAND, *args], dict(os.environ)
+        argv, env = lifeline.command(TEMPLATE_MODULE, *args), dict(os.environ)
         # The template imports this very package, whatever put it on sys.path.
         env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
     else:
-        argv, env = interpreters.command(python, TEMPLATE_MODULE, *args)
+        argv, env = interpreters.command(python, TEMPLATE_MODULE, *args, first=lifeline.PRELUDE)
     env.update(dict.fromkeys(THREAD_ENV, "1"))
+    env[lifeline.PARENT_ENV] = str(os.getpid())
     # Started with SIGTERM and SIGINT blocked (the mask survives exec), so a signal to the
     # whole process group cannot kill it before it ignores them (template.main): the
     # frontend decides when the template and its workers stop.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS)
     try:
-        process = subprocess.Popen(argv, pass_fds=[theirs.fileno()], env=env)
+        process = subprocess.Popen(argv, pass_fds=[theirs.fileno(), alive], env=env)
     except BaseException:
         ours.close()
         raise

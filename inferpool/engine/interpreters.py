@@ -44,8 +44,11 @@ runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
 """
 
 
-def command(python: str | Path, module: str, *args: str) -> tuple[list[str], dict[str, str]]:
-    """The argv and environment that run ``module`` with ``args`` under ``python``."""
+def command(
+    python: str | Path, module: str, *args: str, first: str = ""
+) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment that run ``module`` with ``args`` under ``python``;
+    ``first``: code to run before anything else (``lifeline.PRELUDE``)."""
     overlay = {
         "python": list(sys.version_info[:2]),
         "package": str(Path(inferpool.__file__).resolve()),
@@ -55,7 +58,7 @@ def command(python: str | Path, module: str, *args: str) -> tuple[list[str], dic
     env.pop("PYTHONPATH", None)  # the server's would come before the environment's own
     env.pop("PYTHONHOME", None)
     env[OVERLAY_ENV] = json.dumps(overlay)
-    return [str(python), "-c", BOOT, module, *args], env
+    return [str(python), "-c", first + BOOT, module, *args], env
 
 
 class ProbeFailed(Exception):

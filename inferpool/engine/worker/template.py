@@ -1,7 +1,7 @@
 """The template process that forks workers: a clean, single-threaded parent.
 
 The pool starts it as a fresh interpreter (``python -m inferpool.engine.worker.template FD
-LOGGING``) before any worker, so it has no event loop, no gRPC threads and no OpenMP pool,
+LOGGING LIFELINE``) before any worker, so it has no event loop, no gRPC threads and no OpenMP pool,
 whatever the frontend has started. It imports the runtimes once, loads the models the frontend
 asks for whose runtime allows it (PRELOAD, answered by PRELOADED; UNPRELOAD drops one:
 ``preload.py``), freezes the heap (``gc.freeze()``) so workers share those pages
@@ -14,8 +14,9 @@ started a thread here makes this process unsafe to fork from: it answers, then e
 the workers it forked and tells the frontend how each ended (EXITED: killed by which
 signal, or its exit code), so that a crash can be reported with its cause. It ignores
 SIGTERM and SIGINT, as its workers do, and exits when the frontend's end of its channel
-closes (the frontend stopped, or was killed). Its log records, and its workers', go to
-the frontend (``inferpool.logs``): LOGGING is the frontend's ``logs.child_config()``.
+closes (the frontend stopped, or was killed). Busy, it and its workers still die with the
+frontend (``lifeline.py``, which starts it). Its log records, and its workers', go to the
+frontend (``inferpool.logs``): LOGGING is the frontend's ``logs.child_config()``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from inferpool import logs
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.channel import Channel
 from inferpool.engine.ipc.messages import Op
+from inferpool.engine.worker import lifeline
 from inferpool.runtimes.registry import preload_modules
 
 # What every worker uses, whatever its models: imported before any fork so that workers
@@ -60,9 +62,10 @@ def preload() -> None:
 class Template:
     """The template's loop: the frontend's messages in, forked workers and exit reports out."""
 
-    def __init__(self, channel: Channel, wakeup: int) -> None:
+    def __init__(self, channel: Channel, wakeup: int, alive: int) -> None:
         self.channel = channel
         self.wakeup = wakeup  # readable when SIGCHLD arrived
+        self.alive = alive  # our lifeline to the frontend, which each worker holds too
         self._fds: list[int] = []  # those that came with the message being handled
         self.epoch = 0  # grows whenever the set of preloaded models changes
         self.dispatch = messages.Dispatch(
@@ -120,6 +123,11 @@ class Template:
         if pid == 0:
             code = 0
             try:
+                # Not our parent-death signal: it would kill the workers when we exit
+                # (restarted) while they serve. The frontend's death kills them.
+                lifeline.hold(self.alive)
+                if self.alive >= 0:
+                    os.close(self.alive)
                 os.close(signal.set_wakeup_fd(-1))  # the pipe's writer
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 os.close(self.wakeup)
@@ -153,6 +161,10 @@ class Template:
 
 
 def main() -> None:
+    # argv: our channel's fd, the logging config, the frontend's lifeline. (Our parent-death
+    # signal was set before we imported anything: ``lifeline.command``.)
+    alive = lifeline.hold(int(sys.argv[3]))
+    os.close(int(sys.argv[3]))
     # A signal to the whole group (Ctrl-C, systemd's stop, ``kill -TERM -PGID``) is the
     # frontend's to act on: it drains, then closes our channel. Both came blocked
     # (``handles.start_template``) so that none is lost to the default action before now;
@@ -167,7 +179,7 @@ def main() -> None:
     channel = Channel(socket.socket(fileno=int(sys.argv[1])))
     logs.configure_child(json.loads(sys.argv[2]), channel, "template")
     preload()
-    Template(channel, wakeup).serve()
+    Template(channel, wakeup, alive).serve()
 
 
 if __name__ == "__main__":

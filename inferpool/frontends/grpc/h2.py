@@ -111,13 +111,32 @@ def too_large(length: int, limit: int) -> str:
     return f"message of {length} bytes is over the limit of {limit} bytes (max_body_bytes)"
 
 
-def unframe(chunks: list[bytes], limit: int = MESSAGE_CEILING) -> bytes:
-    """The one message of a unary call from its length-prefixed DATA."""
+_FLAG_SET = "the request message's Compressed-Flag is set but"
+
+
+def compressed(encoding: bytes | None) -> CallError:
+    """The error for a request message whose Compressed-Flag is set, ``encoding`` being the
+    call's ``grpc-encoding``. No encoding (or ``identity``) makes the flag itself wrong:
+    INTERNAL, as the gRPC compression specification requires. A real encoding is one this
+    server does not decode (it accepts identity only): UNIMPLEMENTED, naming both."""
+    if encoding is None:
+        return CallError("INTERNAL", f"{_FLAG_SET} the call has no grpc-encoding header")
+    if encoding == b"identity":
+        return CallError("INTERNAL", f"{_FLAG_SET} the call's grpc-encoding is identity")
+    name = encoding.decode(errors="replace")
+    return CallError("UNIMPLEMENTED", f"grpc-encoding {name!r} is not supported; send identity")
+
+
+def unframe(
+    chunks: list[bytes], limit: int = MESSAGE_CEILING, headers: dict[bytes, bytes] | None = None
+) -> bytes:
+    """The one message of a unary call from its length-prefixed DATA; ``headers``: the
+    call's (its ``grpc-encoding``, read only for a compressed message)."""
     body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if len(body) < 5:
         raise CallError("INTERNAL", "a unary call needs exactly one request message")
     if body[0] != 0:
-        raise CallError("UNIMPLEMENTED", "compressed messages are not supported; send identity")
+        raise compressed((headers or {}).get(b"grpc-encoding"))
     length = int.from_bytes(body[1:5], "big")
     if length > limit:
         raise CallError("RESOURCE_EXHAUSTED", too_large(length, limit))
@@ -284,7 +303,7 @@ class GrpcH2Server:
             return
         from inferpool.frontends.grpc.h2_stream import MessageReader, serve_stream
 
-        reader = MessageReader(self.max_message)
+        reader = MessageReader(self.max_message, headers.get(b"grpc-encoding"))
         stream.on_data = reader.feed
         peer = _peer(connection)
         serving = serve_stream(
@@ -313,7 +332,7 @@ class GrpcH2Server:
             timeout = headers.get(b"grpc-timeout")
             # The deadline counts from arrival, however long the call waits to start.
             expires = time.monotonic() + parse_timeout(timeout) if timeout is not None else None
-            message = unframe(stream.body, self.max_message)
+            message = unframe(stream.body, self.max_message, headers)
         except CallError as exc:
             trailers = status_trailers(exc.code, exc.message)
             connection.respond(stream, RESPONSE_HEADERS + trailers, b"", b"")

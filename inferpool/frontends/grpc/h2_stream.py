@@ -23,6 +23,7 @@ from inferpool.frontends.grpc.h2 import (
     OK_TRAILERS,
     RESPONSE_HEADERS,
     CallError,
+    compressed,
     framed,
     status_trailers,
     stream_status,
@@ -39,8 +40,9 @@ WINDOW_POLL = 0.002
 class MessageReader:
     """The request messages of a client-streaming call, as its DATA arrives."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, encoding: bytes | None = None) -> None:
         self.limit = limit  # bytes per message, and waiting unread in all
+        self.encoding = encoding  # the call's grpc-encoding header
         self._buffer = bytearray()
         self._messages: collections.deque[bytes] = collections.deque()
         self._queued = 0
@@ -64,8 +66,7 @@ class MessageReader:
         buffer = self._buffer
         while len(buffer) >= 5:
             if buffer[0] != 0:
-                message = "compressed messages are not supported; send identity"
-                self._error = CallError("UNIMPLEMENTED", message)
+                self._error = compressed(self.encoding)
                 return
             length = int.from_bytes(buffer[1:5], "big")
             if length > self.limit:

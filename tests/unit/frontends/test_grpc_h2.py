@@ -139,10 +139,27 @@ def test_unframe_joins_a_message_split_anywhere():
     assert unframe([b"", whole, b""]) == bytes(range(256)) * 10
 
 
-def test_unframe_refuses_a_compressed_message_as_unimplemented():
+@pytest.mark.parametrize(
+    ("headers", "code", "says"),
+    [
+        # The flag set with no encoding declared: a malformed message (gRPC's compression
+        # specification), not an unsupported compression.
+        ({}, "INTERNAL", "Compressed-Flag is set but the call has no grpc-encoding"),
+        (None, "INTERNAL", "Compressed-Flag is set but the call has no grpc-encoding"),
+        ({b"grpc-encoding": b"identity"}, "INTERNAL", "grpc-encoding is identity"),
+        ({b"grpc-encoding": b"gzip"}, "UNIMPLEMENTED", "grpc-encoding 'gzip' is not supported"),
+    ],
+)
+def test_unframe_refuses_a_compressed_message(headers, code, says):
     with pytest.raises(CallError) as caught:
-        unframe([message_frame(b"gzipped?", compressed=1)])
-    assert caught.value.code == "UNIMPLEMENTED"
+        unframe([message_frame(b"gzipped?", compressed=1)], headers=headers)
+    assert caught.value.code == code
+    assert says in caught.value.message
+
+
+def test_unframe_takes_an_uncompressed_message_whatever_the_encoding_declared():
+    headers = {b"grpc-encoding": b"gzip"}  # a client may leave any message uncompressed
+    assert unframe([message_frame(b"plain")], headers=headers) == b"plain"
 
 
 @pytest.mark.parametrize(
@@ -251,7 +268,7 @@ def test_message_reader_cuts_messages_split_anywhere():
 @pytest.mark.parametrize(
     ("wire", "code"),
     [
-        (b"\x01\x00\x00\x00\x01x", "UNIMPLEMENTED"),  # compressed
+        (b"\x01\x00\x00\x00\x01x", "INTERNAL"),  # compressed, with no grpc-encoding
         (b"\x00\x00\x00\x01\x00", "RESOURCE_EXHAUSTED"),  # a message over the limit
         (grpc_h2.framed(b"x" * 60) * 2, "RESOURCE_EXHAUSTED"),  # too much waiting unread
         (b"\x00\x00\x00\x00\x05ab", "INTERNAL"),  # the stream ends inside a message
@@ -265,3 +282,14 @@ def test_message_reader_refuses_what_a_call_cannot_take(wire, code):
     with pytest.raises(CallError) as caught:
         asyncio.run(_read_all(reader))
     assert caught.value.code == code
+
+
+def test_message_reader_refuses_a_compression_it_does_not_decode():
+    from inferpool.frontends.grpc.h2_stream import MessageReader
+
+    reader = MessageReader(limit=100, encoding=b"gzip")
+    reader.feed(grpc_h2.framed(b"plain") + b"\x01\x00\x00\x00\x01x", True)
+    with pytest.raises(CallError) as caught:
+        asyncio.run(_read_all(reader))
+    assert caught.value.code == "UNIMPLEMENTED"
+    assert "'gzip'" in caught.value.message
