@@ -250,6 +250,20 @@ class ServerSettings(BaseSettings):
         description="seconds one predict may run before it is answered 504 and its worker is "
         "recycled (a model's own 'timeout' overrides it); 0: no limit",
     )
+    stall_threshold: float = Field(
+        2.0,
+        ge=0,
+        description="seconds one call may run before its worker counts as stalled: it takes no "
+        "new requests, the other models' requests it queues move to other replicas, and a "
+        "standby worker is forked for the models left without one; 0: never",
+    )
+    max_standby_workers: int = Field(
+        2,
+        ge=0,
+        description="most standby workers running at once beside --workers (forked while "
+        "workers are stalled, retired once none is); past it, requests queue behind the "
+        "stalled workers",
+    )
     # -- the model repository API
     model_control_mode: Literal["none", "explicit", "poll"] = Field(
         "explicit",

@@ -213,6 +213,9 @@ class WorkerHandle:
         self.epoch = 0  # that template's epoch when it forked this one (``Hello``)
         # Replaced by a new generation: it finishes what it holds, then exits (no restart).
         self.retiring = False
+        # Forked while workers were stalled, beside the slots (``stalls.py``): retired
+        # once none is.
+        self.standby = False
         self.dispatch = messages.Dispatch(
             {
                 Op.HELLO: self._on_hello,
@@ -366,4 +369,6 @@ class WorkerHandle:
         self.replies.close()
 
     def describe(self) -> str:
-        return f"{'retiring ' if self.retiring else ''}worker {self.slot} (pid {self.pid})"
+        retiring = "retiring " if self.retiring else ""
+        standby = "standby " if self.standby else ""
+        return f"{retiring}{standby}worker {self.slot} (pid {self.pid})"

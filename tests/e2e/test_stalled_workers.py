@@ -1,0 +1,112 @@
+"""A hung or slow model cannot starve the others (issue 37, point 2; engine/stalls.py).
+
+Two calls to a model whose predict sleeps for an hour take both workers of a two-worker
+pool; probes ask an unrelated model without pause over REST and gRPC all along. The
+workers are found stalled after ``--stall-threshold``, a standby worker serves the other
+model, the hung calls are answered 504 / DEADLINE_EXCEEDED at the model's timeout (their
+workers killed and replaced), and the standby worker retires: the pool is back to its
+size and memory came back.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+
+from tests.support import Server, build_iris_repository
+from tests.support.grpc import infer_request, stub_for
+from tests.support.pool import sum_request, wait_for, write_counting_model
+from tests.support.stalls import Probe, metric, tree_memory
+
+pytestmark = pytest.mark.timeout(240)
+
+MODEL_TIMEOUT = 8.0
+THRESHOLD = 1.0
+
+
+def _repository(root: Path) -> Path:
+    build_iris_repository(root)
+    write_counting_model(root, "hung", root / "calls.txt", delay=3600, timeout=MODEL_TIMEOUT)
+    return root
+
+
+def _hung_rest(server: Server, results: dict[str, tuple[float, int, str]]) -> None:
+    started = time.monotonic()
+    reply = httpx.post(f"{server.url}/v2/models/hung/infer", json=sum_request([[1, 2, 3]], "h"),
+                       timeout=60)  # fmt: skip
+    results["rest"] = (time.monotonic() - started, reply.status_code, reply.text)
+
+
+def _hung_grpc(server: Server, results: dict[str, tuple[float, int, str]]) -> None:
+    request = infer_request("hung", x=np.array([[1.0, 2.0, 3.0]]))
+    started = time.monotonic()
+    with stub_for(server) as stub:
+        try:
+            stub.ModelInfer(request, timeout=60)
+            code, details = "OK", ""
+        except grpc.RpcError as exc:
+            code, details = exc.code().name, exc.details()
+    results["grpc"] = (time.monotonic() - started, code, details)
+
+
+def test_hung_calls_do_not_starve_another_model(tmp_path: Path) -> None:
+    repository = _repository(tmp_path)
+    args = ("--workers", "2", "--stall-threshold", str(THRESHOLD))
+    with Server(repository, *args) as server:
+        server.wait_ready()
+        for _ in range(20):  # every worker warm, as in service
+            httpx.post(f"{server.url}/v2/models/iris-logreg/infer", timeout=30,
+                       json={"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64",
+                                         "data": [[5.1, 3.5, 1.4, 0.2]]}]})  # fmt: skip
+        processes, memory = tree_memory(server.process.pid)
+        assert processes == 4  # the server, the template, two workers
+        probes = [Probe(server, "iris-logreg", p).start() for p in ("rest", "grpc")]
+        time.sleep(1)
+        results: dict[str, tuple[float, int, str]] = {}
+        hung = [threading.Thread(target=_hung_rest, args=(server, results)),
+                threading.Thread(target=_hung_grpc, args=(server, results))]  # fmt: skip
+        for thread in hung:
+            thread.start()
+        # A standby worker runs while both workers are stalled.
+        wait_for(lambda: tree_memory(server.process.pid)[0] == 5, 10, "a standby worker")
+        for thread in hung:
+            thread.join(60)
+        time.sleep(1)  # the probes go on past the timeouts, through the replacements
+        for probe in probes:
+            probe.stop()
+
+        seconds, status, text = results["rest"]
+        assert status == 504, text
+        assert "ran longer than its timeout (8 s)" in text
+        assert MODEL_TIMEOUT - 0.5 < seconds < MODEL_TIMEOUT + 5
+        seconds, code, details = results["grpc"]
+        assert code == "DEADLINE_EXCEEDED", details
+        assert MODEL_TIMEOUT - 0.5 < seconds < MODEL_TIMEOUT + 5
+
+        for probe in probes:
+            assert probe.statuses() == {"200" if probe.protocol == "rest" else "OK"}
+            assert len(probe.answers) > 50, probe.protocol
+            assert probe.p99() < 2.0, (probe.protocol, probe.p99())
+            # A request sent before the workers were found stalled waits for the standby
+            # worker: the threshold and a fork, no more.
+            assert probe.slowest() < THRESHOLD + 4, (probe.protocol, probe.slowest())
+
+        # Back to its size: two workers (replacements), the standby worker retired.
+        wait_for(lambda: tree_memory(server.process.pid)[0] == 4, 20, "the pool's size")
+        page = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+        assert metric(page, "inferpool_worker_timeout_kills_total") == 2
+        assert metric(page, "inferpool_worker_stalls_total") >= 2
+        assert metric(page, "inferpool_standby_workers_started_total") >= 1
+        assert metric(page, "inferpool_standby_workers") == 0
+        server.wait_ready(10)
+        after = tree_memory(server.process.pid)[1]
+        assert after < memory + 30 * 2**20, (memory / 2**20, after / 2**20)
+        log = server.output()
+        assert "has run one call of model 'hung'" in log
+        assert "standby worker" in log and "retires" in log
