@@ -7,8 +7,8 @@ running records at every supervision tick (``PoolClient.tick``):
 
 - a worker whose one group has run longer than ``stall_threshold`` is *stalled*: its
   replicas move from their routes' ``ready`` lists to their ``stalled`` ones (the
-  dispatcher sends it nothing new), and the requests of other models queued behind the
-  long call move to a ready replica (read back from its request ring, cancelled there);
+  dispatcher sends it nothing new), and the requests queued behind the long call move
+  to a ready replica of their model (read back from its request ring, cancelled there);
 - while a model that is not the stalling one has stalled replicas and none ready, a
   *standby worker* is forked by the stalled worker's template (sharing its copies, as
   any worker), loads the models the stalled workers hold except the stalling ones, and
@@ -39,6 +39,7 @@ from inferpool.engine.dispatch import Dispatcher, Route, send
 from inferpool.engine.handles import WorkerHandle
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.messages import HEADER
+from inferpool.engine.ipc.ring import RUNNING_IDS
 from inferpool.engine.placement import Placement
 from inferpool.engine.supervisor import Supervisor
 from inferpool.errors import InferpoolError
@@ -141,15 +142,18 @@ class Stalls:
                 self._move_from(worker, model_index)
 
     def _move_from(self, worker: WorkerHandle, stalling: int) -> None:
-        """Send the requests of other models that ``worker`` holds and has not started to
-        a ready replica, and cancel them on ``worker`` (a worker drops a cancelled request
-        it has not started; should it have started one already, its answer is dropped).
+        """Send the requests ``worker`` holds and has not started to a ready replica of
+        their model, and cancel them on ``worker`` (a worker drops a cancelled request it
+        has not started; should it have started one already, its answer is dropped).
 
         Their bytes are read back from its request ring: a slot keeps them until it is
         written again, and the dispatcher writes no more to a stalled worker. A request
         too big for a slot (sent in its own memfd) cannot be read back: it waits."""
-        running = worker.requests.running()
+        running, group = worker.requests.running(), worker.requests.running_group()
         started = set(running[1]) if running is not None else set()
+        # Its own model's requests move too (to its replicas that are not stalled), when
+        # the record names every request of the running group.
+        whole = group is not None and group[1] <= RUNNING_IDS
         held = {
             request_id
             for request_id, receiver in worker.inflight.items()
@@ -160,8 +164,8 @@ class Stalls:
             return
         for request_id, (fields, body) in worker.requests.find(held).items():
             route = self.dispatcher.route_of(fields[1])
-            if fields[1] == stalling or route is None or not route.ready:
-                continue  # its own model's requests wait for it; others have nowhere to go
+            if route is None or not route.ready or (fields[1] == stalling and not whole):
+                continue
             target = self.dispatcher.pick(route)
             receiver = worker.inflight.get(request_id)
             if target is None or receiver is None or receiver.done():

@@ -103,6 +103,8 @@ def test_hung_calls_do_not_starve_another_model(tmp_path: Path) -> None:
         assert metric(page, "inferpool_worker_timeout_kills_total") == 2
         assert metric(page, "inferpool_worker_stalls_total") >= 2
         assert metric(page, "inferpool_standby_workers_started_total") >= 1
+        # The probes' requests queued behind the hung calls before they counted as stalled.
+        assert metric(page, "inferpool_stalled_requests_moved_total") >= 1
         assert metric(page, "inferpool_standby_workers") == 0
         server.wait_ready(10)
         after = tree_memory(server.process.pid)[1]
@@ -110,3 +112,41 @@ def test_hung_calls_do_not_starve_another_model(tmp_path: Path) -> None:
         log = server.output()
         assert "has run one call of model 'hung'" in log
         assert "standby worker" in log and "retires" in log
+
+
+def test_hung_calls_in_process_leave_the_loop_serving(tmp_path: Path) -> None:
+    """``--workers 0``: predicts run in 1 + --max-standby-workers threads off the loop; two
+    hung calls hold two of the three, the third serves the other model, and the hung
+    calls are answered at the model's timeout (their threads stay held: a thread cannot
+    be killed). The server still stops at once."""
+    repository = _repository(tmp_path)
+    with Server(repository, "--workers", "0") as server:
+        server.wait_ready()
+        probes = [Probe(server, "iris-logreg", p).start() for p in ("rest", "grpc")]
+        time.sleep(1)
+        results: dict[str, tuple[float, int, str]] = {}
+        hung = [threading.Thread(target=_hung_rest, args=(server, results)),
+                threading.Thread(target=_hung_grpc, args=(server, results))]  # fmt: skip
+        for thread in hung:
+            thread.start()
+        for thread in hung:
+            thread.join(60)
+        for probe in probes:
+            probe.stop()
+
+        seconds, status, text = results["rest"]
+        assert status == 504, text
+        assert "ran longer than its timeout (8 s)" in text
+        assert "holds one of the 3 predict threads" in text
+        assert MODEL_TIMEOUT - 0.5 < seconds < MODEL_TIMEOUT + 5
+        seconds, code, details = results["grpc"]
+        assert code == "DEADLINE_EXCEEDED", details
+        assert MODEL_TIMEOUT - 0.5 < seconds < MODEL_TIMEOUT + 5
+        for probe in probes:
+            assert probe.statuses() == {"200" if probe.protocol == "rest" else "OK"}
+            assert len(probe.answers) > 50, probe.protocol
+            assert probe.p99() < 2.0, (probe.protocol, probe.p99())
+            assert probe.slowest() < 2.0, (probe.protocol, probe.slowest())
+        started = time.monotonic()
+        assert server.stop() == 0
+        assert time.monotonic() - started < 20
