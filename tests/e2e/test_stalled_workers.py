@@ -150,3 +150,44 @@ def test_hung_calls_in_process_leave_the_loop_serving(tmp_path: Path) -> None:
         started = time.monotonic()
         assert server.stop() == 0
         assert time.monotonic() - started < 20
+
+
+def test_the_standby_bound_holds_when_standby_workers_stall_too(tmp_path: Path) -> None:
+    """``--max-standby-workers 1``: model ``hung`` stalls both workers, the standby worker
+    serves the others, then model ``hung2`` stalls the standby worker: no second one is
+    forked (the log says so); the other model's requests wait behind a stalled worker,
+    and every hung call is answered 504 at its timeout; the pool comes back to its size."""
+    repository = _repository(tmp_path)
+    write_counting_model(repository, "hung2", tmp_path / "calls2.txt", delay=3600,
+                         timeout=MODEL_TIMEOUT)  # fmt: skip
+    args = ("--workers", "2", "--stall-threshold", str(THRESHOLD), "--max-standby-workers", "1")
+    with Server(repository, *args) as server:
+        server.wait_ready()
+        replies: list[int] = []
+
+        def ask(model: str) -> None:
+            url = f"{server.url}/v2/models/{model}/infer"
+            reply = httpx.post(url, json=sum_request([[1, 2, 3]], model), timeout=60)
+            replies.append(reply.status_code)
+
+        hung = [threading.Thread(target=ask, args=("hung",)) for _ in range(2)]
+        for thread in hung:
+            thread.start()
+        wait_for(lambda: tree_memory(server.process.pid)[0] == 5, 10, "a standby worker")
+        server.expect_lines([r"standby worker 0 \(pid \d+\) started .* it serves .*'hung2'"])
+        hung.append(threading.Thread(target=ask, args=("hung2",)))
+        hung[-1].start()
+        server.expect_lines([
+            r"standby worker 0 \(pid \d+\) has run one call of model 'hung2'",
+            r"has no ready replica and 1 standby worker\(s\) run already "
+            r"\(--max-standby-workers\): its requests wait behind the stalled workers",
+        ])  # fmt: skip
+        assert tree_memory(server.process.pid)[0] == 5  # no second standby worker
+        for thread in hung:
+            thread.join(60)
+        assert replies == [504, 504, 504]
+        wait_for(lambda: tree_memory(server.process.pid)[0] == 4, 20, "the pool's size")
+        body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64",
+                            "data": [[5.1, 3.5, 1.4, 0.2]]}]}  # fmt: skip
+        url = f"{server.url}/v2/models/iris-logreg/infer"
+        assert httpx.post(url, json=body, timeout=30).status_code == 200
