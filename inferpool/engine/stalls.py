@@ -168,7 +168,7 @@ class Stalls:
                 continue
             target = self.dispatcher.pick(route)
             receiver = worker.inflight.get(request_id)
-            if target is None or receiver is None or receiver.done():
+            if target is None or target is worker or receiver is None or receiver.done():
                 continue
             try:
                 send(target, HEADER.pack(*fields), body)

@@ -22,7 +22,7 @@ import pytest
 from tests.support import Server, build_iris_repository
 from tests.support.grpc import infer_request, stub_for
 from tests.support.pool import sum_request, wait_for, write_counting_model
-from tests.support.stalls import Probe, metric, tree_memory
+from tests.support.stalls import IRIS_ROW, Probe, metric, tree_memory
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -55,24 +55,52 @@ def _hung_grpc(server: Server, results: dict[str, tuple[float, int, str]]) -> No
     results["grpc"] = (time.monotonic() - started, code, details)
 
 
+def _probe_two_hung_calls(server: Server) -> tuple[list[Probe], list[threading.Thread], dict]:
+    """Probes of ``iris-logreg`` over REST and gRPC, then (a second later) one hung call
+    over each; the probes, the hung calls' threads, and where their answers go."""
+    probes = [Probe(server, "iris-logreg", protocol).start() for protocol in ("rest", "grpc")]
+    time.sleep(1)
+    results: dict[str, tuple[float, int, str]] = {}
+    hung = [threading.Thread(target=_hung_rest, args=(server, results)),
+            threading.Thread(target=_hung_grpc, args=(server, results))]  # fmt: skip
+    for thread in hung:
+        thread.start()
+    return probes, hung, results
+
+
+def _check(probes: list[Probe], results: dict, slowest: float) -> None:
+    """Each hung call answered 504 / DEADLINE_EXCEEDED at its timeout; every probe's
+    answer a 200 / OK, p99 under 2 s and none slower than ``slowest``."""
+    seconds, status, text = results["rest"]
+    assert status == 504, text
+    assert "ran longer than its timeout (8 s)" in text
+    assert MODEL_TIMEOUT - 0.5 < seconds < MODEL_TIMEOUT + 5
+    seconds, code, details = results["grpc"]
+    assert code == "DEADLINE_EXCEEDED", details
+    assert MODEL_TIMEOUT - 0.5 < seconds < MODEL_TIMEOUT + 5
+    for probe in probes:
+        assert probe.statuses() == {"200" if probe.protocol == "rest" else "OK"}
+        assert len(probe.answers) > 50, probe.protocol
+        assert probe.p99() < 2.0, (probe.protocol, probe.p99())
+        assert probe.slowest() < slowest, (probe.protocol, probe.slowest())
+
+
+def _ask_iris(server: Server) -> int:
+    body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64", "data": IRIS_ROW}]}
+    url = f"{server.url}/v2/models/iris-logreg/infer"
+    return httpx.post(url, json=body, timeout=30).status_code
+
+
 def test_hung_calls_do_not_starve_another_model(tmp_path: Path) -> None:
     repository = _repository(tmp_path)
     args = ("--workers", "2", "--stall-threshold", str(THRESHOLD))
     with Server(repository, *args) as server:
         server.wait_ready()
         for _ in range(20):  # every worker warm, as in service
-            httpx.post(f"{server.url}/v2/models/iris-logreg/infer", timeout=30,
-                       json={"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64",
-                                         "data": [[5.1, 3.5, 1.4, 0.2]]}]})  # fmt: skip
+            assert _ask_iris(server) == 200
         processes, memory = tree_memory(server.process.pid)
         assert processes == 4  # the server, the template, two workers
-        probes = [Probe(server, "iris-logreg", p).start() for p in ("rest", "grpc")]
-        time.sleep(1)
-        results: dict[str, tuple[float, int, str]] = {}
-        hung = [threading.Thread(target=_hung_rest, args=(server, results)),
-                threading.Thread(target=_hung_grpc, args=(server, results))]  # fmt: skip
-        for thread in hung:
-            thread.start()
+        probes, hung, results = _probe_two_hung_calls(server)
         # A standby worker runs while both workers are stalled.
         wait_for(lambda: tree_memory(server.process.pid)[0] == 5, 10, "a standby worker")
         for thread in hung:
@@ -81,21 +109,9 @@ def test_hung_calls_do_not_starve_another_model(tmp_path: Path) -> None:
         for probe in probes:
             probe.stop()
 
-        seconds, status, text = results["rest"]
-        assert status == 504, text
-        assert "ran longer than its timeout (8 s)" in text
-        assert MODEL_TIMEOUT - 0.5 < seconds < MODEL_TIMEOUT + 5
-        seconds, code, details = results["grpc"]
-        assert code == "DEADLINE_EXCEEDED", details
-        assert MODEL_TIMEOUT - 0.5 < seconds < MODEL_TIMEOUT + 5
-
-        for probe in probes:
-            assert probe.statuses() == {"200" if probe.protocol == "rest" else "OK"}
-            assert len(probe.answers) > 50, probe.protocol
-            assert probe.p99() < 2.0, (probe.protocol, probe.p99())
-            # A request sent before the workers were found stalled waits for the standby
-            # worker: the threshold and a fork, no more.
-            assert probe.slowest() < THRESHOLD + 4, (probe.protocol, probe.slowest())
+        # A request sent before the workers were found stalled waits for the standby
+        # worker: the threshold and a fork, no more.
+        _check(probes, results, slowest=THRESHOLD + 4)
 
         # Back to its size: two workers (replacements), the standby worker retired.
         wait_for(lambda: tree_memory(server.process.pid)[0] == 4, 20, "the pool's size")
@@ -122,31 +138,13 @@ def test_hung_calls_in_process_leave_the_loop_serving(tmp_path: Path) -> None:
     repository = _repository(tmp_path)
     with Server(repository, "--workers", "0") as server:
         server.wait_ready()
-        probes = [Probe(server, "iris-logreg", p).start() for p in ("rest", "grpc")]
-        time.sleep(1)
-        results: dict[str, tuple[float, int, str]] = {}
-        hung = [threading.Thread(target=_hung_rest, args=(server, results)),
-                threading.Thread(target=_hung_grpc, args=(server, results))]  # fmt: skip
-        for thread in hung:
-            thread.start()
+        probes, hung, results = _probe_two_hung_calls(server)
         for thread in hung:
             thread.join(60)
         for probe in probes:
             probe.stop()
-
-        seconds, status, text = results["rest"]
-        assert status == 504, text
-        assert "ran longer than its timeout (8 s)" in text
-        assert "holds one of the 3 predict threads" in text
-        assert MODEL_TIMEOUT - 0.5 < seconds < MODEL_TIMEOUT + 5
-        seconds, code, details = results["grpc"]
-        assert code == "DEADLINE_EXCEEDED", details
-        assert MODEL_TIMEOUT - 0.5 < seconds < MODEL_TIMEOUT + 5
-        for probe in probes:
-            assert probe.statuses() == {"200" if probe.protocol == "rest" else "OK"}
-            assert len(probe.answers) > 50, probe.protocol
-            assert probe.p99() < 2.0, (probe.protocol, probe.p99())
-            assert probe.slowest() < 2.0, (probe.protocol, probe.slowest())
+        _check(probes, results, slowest=2.0)  # a free thread all along
+        assert "holds one of the 3 predict threads" in results["rest"][2]
         started = time.monotonic()
         assert server.stop() == 0
         assert time.monotonic() - started < 20
@@ -187,7 +185,4 @@ def test_the_standby_bound_holds_when_standby_workers_stall_too(tmp_path: Path) 
             thread.join(60)
         assert replies == [504, 504, 504]
         wait_for(lambda: tree_memory(server.process.pid)[0] == 4, 20, "the pool's size")
-        body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64",
-                            "data": [[5.1, 3.5, 1.4, 0.2]]}]}  # fmt: skip
-        url = f"{server.url}/v2/models/iris-logreg/infer"
-        assert httpx.post(url, json=body, timeout=30).status_code == 200
+        assert _ask_iris(server) == 200

@@ -71,6 +71,16 @@ def make(
     return dispatcher, route
 
 
+async def answer_when_pushed(worker: FakeWorker, body: bytes) -> None:
+    """Wait (bounded) for the one request pushed to ``worker``, and answer it 200."""
+    for _ in range(100):
+        if worker.requests.pushed:
+            break
+        await asyncio.sleep(0.01)
+    [header] = worker.requests.pushed
+    worker.inflight.pop(header.request_id).set_result(Reply(200, body))
+
+
 def test_the_least_loaded_replica_is_picked() -> None:
     workers = [FakeWorker(0, busy=3), FakeWorker(1, busy=1), FakeWorker(2, busy=2)]
     dispatcher, route = make(workers)
@@ -161,20 +171,17 @@ def test_a_waiting_request_takes_the_replica_that_comes_back() -> None:
     worker = FakeWorker(0)
     dispatcher, route = make([])
 
-    async def run() -> Reply:
-        call = asyncio.ensure_future(dispatcher.infer("m", Kind.REST, b"{}", None, None))
-        await asyncio.sleep(0.05)
-        assert route.waiting == 1 and not worker.requests.pushed
-        assert dispatcher.replica_ready(route, worker)  # type: ignore[arg-type]
-        for _ in range(100):
-            if worker.requests.pushed:
-                break
-            await asyncio.sleep(0.01)
-        [header] = worker.requests.pushed
-        worker.inflight.pop(header.request_id).set_result(Reply(200, b"back"))
-        return await call
+    assert asyncio.run(takes_the_replica_back(dispatcher, route, worker)).body == b"back"
 
-    assert asyncio.run(run()).body == b"back"
+
+async def takes_the_replica_back(dispatcher: Dispatcher, route: Route, worker: FakeWorker) -> Reply:
+    """A request that waits for a replica, given ``worker`` as one: its answer there."""
+    call = asyncio.ensure_future(dispatcher.infer("m", Kind.REST, b"{}", None, None))
+    await asyncio.sleep(0.05)
+    assert route.waiting == 1 and not worker.requests.pushed
+    assert dispatcher.replica_ready(route, worker)  # type: ignore[arg-type]
+    await answer_when_pushed(worker, b"back")
+    return await call
 
 
 def test_a_model_quarantined_while_waiting_says_so() -> None:
@@ -249,20 +256,7 @@ def test_while_a_standby_worker_comes_a_request_waits_for_it() -> None:
     route.stalled, route.ready = route.ready, []
     route.standby_coming = True
 
-    async def run() -> Reply:
-        call = asyncio.ensure_future(dispatcher.infer("m", Kind.REST, b"{}", None, None))
-        await asyncio.sleep(0.05)
-        assert route.waiting == 1 and not stalled.requests.pushed
-        assert dispatcher.replica_ready(route, standby)  # type: ignore[arg-type]
-        for _ in range(100):
-            if standby.requests.pushed:
-                break
-            await asyncio.sleep(0.01)
-        [header] = standby.requests.pushed
-        standby.inflight.pop(header.request_id).set_result(Reply(200, b"standby"))
-        return await call
-
-    assert asyncio.run(run()).body == b"standby"
+    assert asyncio.run(takes_the_replica_back(dispatcher, route, standby)).body == b"back"
     assert not stalled.requests.pushed
 
 
@@ -277,12 +271,7 @@ def test_a_standby_worker_that_does_not_come_leaves_the_stalled_replica() -> Non
         await asyncio.sleep(0.05)
         route.standby_coming = False
         route.wake()  # it could not start
-        for _ in range(100):
-            if stalled.requests.pushed:
-                break
-            await asyncio.sleep(0.01)
-        [header] = stalled.requests.pushed
-        stalled.inflight.pop(header.request_id).set_result(Reply(200, b"behind"))
+        await answer_when_pushed(stalled, b"behind")
         assert (await call).body == b"behind"
 
     asyncio.run(run())
