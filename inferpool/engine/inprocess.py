@@ -118,7 +118,7 @@ class InProcessClient(EngineClient):
         if not model.batching.joins:  # a group of one, as a worker would run it
             if threads is None:
                 return run_group(model, [Job(header, body)])[0]
-            future = threads.submit(run_first, model, Job(header, body))
+            future = threads.submit(run_first, model, Job(header, body), key=key)
         else:
             future = asyncio.get_running_loop().create_future()
             queue = self._queued.get(key)
@@ -166,7 +166,7 @@ class InProcessClient(EngineClient):
         waiting = [(job, future) for job, future in queue.waiting if not future.done()]
         jobs = [job for job, _ in waiting]
         if self.threads is not None:
-            done = self.threads.submit(run_all, queue.model, jobs)
+            done = self.threads.submit(run_all, queue.model, jobs, key=key, count=len(jobs))
             done.add_done_callback(lambda done: _answer(waiting, done))
             return
         try:
@@ -175,9 +175,12 @@ class InProcessClient(EngineClient):
             _fail(waiting, exc)
 
     def running_requests(self) -> dict[ModelKey, int]:
-        """In-flight requests that are running, not queued for the next batch: those of a
-        version without a queue right now (the loop runs a request from the moment it is
-        accepted to its reply without yielding, unless it joins a batch)."""
+        """In-flight requests that are running: those a predict thread runs now (the
+        others wait for a thread or a batch); on the loop (``--stall-threshold 0``), those
+        of a version without a queue right now (the loop runs a request from the moment
+        it is accepted to its reply without yielding, unless it joins a batch)."""
+        if self.threads is not None:
+            return self.threads.running_by_key()
         running = super().running_requests()
         for key, queue in self._queued.items():
             left = running.get(key, 0) - len(queue.waiting)

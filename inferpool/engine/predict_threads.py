@@ -25,7 +25,9 @@ from typing import Any, TypeVar
 from inferpool.errors import DeadlineExceeded
 
 _Result = TypeVar("_Result")
-_Job = tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future[Any], asyncio.AbstractEventLoop]
+_Job = tuple[
+    Callable[..., Any], tuple[Any, ...], asyncio.Future[Any], asyncio.AbstractEventLoop, str, int
+]
 
 
 class PredictThreads:
@@ -34,19 +36,33 @@ class PredictThreads:
     def __init__(self, count: int) -> None:
         self.count = max(1, count)
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        # What each thread runs now: (model version, requests), written by that thread
+        # alone; the metrics' queued gauge counts the rest as waiting.
+        self.running: list[tuple[str, int] | None] = [None] * self.count
         self._started = False
 
-    def submit(self, function: Callable[..., _Result], *args: Any) -> asyncio.Future[_Result]:
-        """``function(*args)`` in a free thread; its result (or error) in the future."""
+    def submit(
+        self, function: Callable[..., _Result], *args: Any, key: str, count: int = 1
+    ) -> asyncio.Future[_Result]:
+        """``function(*args)`` (``count`` requests of the model version ``key``) in a free
+        thread; its result (or error) in the future."""
         if not self._started:
             self._started = True
             for number in range(self.count):
                 name = f"inferpool-predict-{number}"
-                threading.Thread(target=self._serve, name=name, daemon=True).start()
+                threading.Thread(target=self._serve, args=(number,), name=name, daemon=True).start()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_Result] = loop.create_future()
-        self._jobs.put((function, args, future, loop))
+        self._jobs.put((function, args, future, loop, key, count))
         return future
+
+    def running_by_key(self) -> dict[str, int]:
+        """Per model version, the requests the threads are running now."""
+        counts: dict[str, int] = {}
+        for entry in list(self.running):
+            if entry is not None:
+                counts[entry[0]] = counts.get(entry[0], 0) + entry[1]
+        return counts
 
     async def wait(
         self, future: asyncio.Future[_Result], timeout: float | None, what: str
@@ -73,13 +89,15 @@ class PredictThreads:
                 )
             )
 
-    def _serve(self) -> None:
+    def _serve(self, number: int) -> None:
         while True:
-            function, args, future, loop = self._jobs.get()
+            function, args, future, loop, key, count = self._jobs.get()
+            self.running[number] = (key, count)
             try:
                 result, error = function(*args), None
             except BaseException as exc:  # handed to the awaiting coroutine
                 result, error = None, exc
+            self.running[number] = None
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits now
                 loop.call_soon_threadsafe(_settle, future, result, error)
             del function, args, future, result, error  # nothing of it kept while idle
