@@ -150,12 +150,14 @@ def test_in_process_on_the_loop_nothing_waits(tmp_path):
     assert len(seen) > 1
 
 
-def test_in_process_the_predict_threads_run_and_the_rest_wait(tmp_path):
-    # --workers 0: predicts run in 1 + --max-standby-workers threads (3) while the loop
-    # answers scrapes: four requests at once, three run, one waits for a thread.
+def test_in_process_one_predict_runs_in_a_thread_and_the_rest_wait(tmp_path):
+    # --workers 0: predicts run in threads while the loop answers scrapes, one at a time
+    # per model version: four requests at once, one runs, three wait.
     slow_model(tmp_path, "slow")
     with Server(tmp_path, "--workers", "0") as server:
         server.wait_ready()
-        seen = asyncio.run(load_and_scrape(server, "slow", 4, 1.0))
+        started = time.monotonic()
+        seen = asyncio.run(load_and_scrape(server, "slow", 4, 0.5))
+    assert time.monotonic() - started >= 4 * 0.5  # the four ran one after another
     check_consistent(seen, 4)
-    assert (4, 1) in seen, seen
+    assert (4, 3) in seen, seen
