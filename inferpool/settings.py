@@ -254,15 +254,16 @@ class ServerSettings(BaseSettings):
         2.0,
         ge=0,
         description="seconds one call may run before its worker counts as stalled: it takes no "
-        "new requests, the other models' requests it queues move to other replicas, and a "
-        "standby worker is forked for the models left without one; 0: never",
+        "new requests, those queued behind the call move to other replicas, and a standby "
+        "worker is forked for the models left without one; 0: never (and with --workers 0, "
+        "predicts run on the event loop instead of in threads)",
     )
     max_standby_workers: int = Field(
         2,
         ge=0,
         description="most standby workers running at once beside --workers (forked while "
         "workers are stalled, retired once none is); past it, requests queue behind the "
-        "stalled workers",
+        "stalled workers. With --workers 0: 1 + this many predict threads",
     )
     # -- the model repository API
     model_control_mode: Literal["none", "explicit", "poll"] = Field(
