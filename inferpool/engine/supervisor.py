@@ -257,8 +257,8 @@ class Supervisor:
         return [w for w in self.workers if w is not None and w.alive]
 
     def supervised(self) -> list[WorkerHandle]:
-        """The live workers, current, retiring and spare: their timeouts and heartbeats are
-        watched, and shutdown stops them all."""
+        """The live workers, current, retiring, spare and standby: their timeouts and
+        heartbeats are watched, and shutdown stops them all."""
         others = (*self.retiring, *self.spares, *self.standby)
         return [*self.alive(), *(w for w in others if w.alive)]
 
