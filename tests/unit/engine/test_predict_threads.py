@@ -6,11 +6,26 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from inferpool.engine.predict_threads import PredictThreads
 from inferpool.errors import DeadlineExceeded
+
+
+def blocking(release: threading.Event) -> tuple[list[Any], Callable[[Any], Any]]:
+    """A call that notes its argument, waits for ``release``, then returns the argument;
+    and the list of the arguments of the calls that started."""
+    started: list[Any] = []
+
+    def call(argument: Any) -> Any:
+        started.append(argument)
+        release.wait(10)
+        return argument
+
+    return started, call
 
 
 def test_calls_run_off_the_loop_and_return_or_raise() -> None:
@@ -28,14 +43,8 @@ def test_calls_run_off_the_loop_and_return_or_raise() -> None:
 def test_a_hung_model_holds_one_thread_and_the_others_go_on() -> None:
     """Three calls of a model that blocks: one runs, two wait on the loop (no thread);
     another model's calls run meanwhile, in the second thread."""
-    threads = PredictThreads(2)
-    release = threading.Event()
-    started: list[str] = []
-
-    def hang(name: str) -> str:
-        started.append(name)
-        release.wait(10)
-        return name
+    threads, release = PredictThreads(2), threading.Event()
+    started, hang = blocking(release)
 
     async def run() -> None:
         hung = [threads.submit(hang, f"h{i}", key="hung") for i in range(3)]
@@ -50,14 +59,8 @@ def test_a_hung_model_holds_one_thread_and_the_others_go_on() -> None:
 
 
 def test_past_its_timeout_a_call_is_deadline_exceeded_and_a_waiting_one_never_runs() -> None:
-    threads = PredictThreads(2)
-    release = threading.Event()
-    ran: list[int] = []
-
-    def call(number: int) -> int:
-        ran.append(number)
-        release.wait(10)
-        return number
+    threads, release = PredictThreads(2), threading.Event()
+    ran, call = blocking(release)
 
     async def run() -> None:
         first = threads.submit(call, 1, key="m")
