@@ -266,6 +266,21 @@ class ServerSettings(BaseSettings):
         description="seconds one predict may run before it is answered 504 and its worker is "
         "recycled (a model's own 'timeout' overrides it); 0: no limit",
     )
+    stall_threshold: float = Field(
+        2.0,
+        ge=0,
+        description="seconds one call may run before its worker counts as stalled: it takes no "
+        "new requests, those queued behind the call move to other replicas, and a standby "
+        "worker is forked for the models left without one; 0: never (and with --workers 0, "
+        "predicts run on the event loop instead of in threads)",
+    )
+    max_standby_workers: int = Field(
+        2,
+        ge=0,
+        description="most standby workers running at once beside --workers (forked while "
+        "workers are stalled, retired once none is); past it, requests queue behind the "
+        "stalled workers. With --workers 0: 1 + this many predict threads",
+    )
     # -- the model repository API
     model_control_mode: Literal["none", "explicit", "poll"] = Field(
         "explicit",

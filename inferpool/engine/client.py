@@ -487,9 +487,7 @@ class EngineClient(ABC):
     def running_requests(self) -> dict[ModelKey, int]:
         """Per model version, its in-flight requests that are running now rather than
         waiting (for a worker, a batch or a replica); the rest are queued. Read at scrape
-        time. In-process none waits: a request runs on the event loop from the moment it
-        is accepted until it is answered, without yielding the loop (so a scrape, served
-        by the same loop, finds none in flight at all)."""
+        time (in-process: ``InProcessClient.running_requests``)."""
         return {key: stats.in_flight for key, stats in self.stats.items() if stats.in_flight}
 
     def _record(

@@ -55,6 +55,11 @@ class Route:
         self.label = model_label(self.key)
         self.index = index
         self.ready: list[WorkerHandle] = []
+        # Replicas on workers stalled by a long call (``stalls.py``): out of ``ready``
+        # until it ends; used only when no other replica is ready and no standby worker
+        # is coming for this model (``standby_coming``).
+        self.stalled: list[WorkerHandle] = []
+        self.standby_coming = False
         self.slots: set[int] = set()  # the worker slots meant to hold a replica
         self.turn = 0  # whose turn a tie is, under load
         self.empty_since: float | None = None  # since when no replica is ready
@@ -74,6 +79,10 @@ class Route:
     def replica_back(self) -> None:
         """A replica is ready again, or never will be: wake the waiting requests."""
         self.empty_since = None
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake the requests waiting for a replica (they look again)."""
         if self.back is not None:
             self.back.set()
             self.back = None
@@ -131,6 +140,8 @@ class Dispatcher:
         """``worker`` is gone: its replicas take no more requests."""
         for key in worker.models:
             route = self.routes.get(key)
+            if route is not None and worker in route.stalled:
+                route.stalled.remove(worker)
             if route is None or worker not in route.ready:
                 continue
             route.ready.remove(worker)
@@ -251,9 +262,10 @@ class Dispatcher:
         route = self.routes.get(key)
         if route is None:
             raise NotReady(f"{describe_key(key)} has no ready replica")
-        if not route.ready:
-            route = await self._wait_for_replica(key, route, deadline)
-        worker = self.pick(route)
+        if route.ready:
+            worker = self.pick(route)
+        else:
+            worker = await self._no_ready_replica(key, route, deadline)
         if worker is None:
             raise Overloaded(
                 f"{route.describe()} is overloaded: every replica's queue is full "
@@ -273,11 +285,7 @@ class Dispatcher:
         else:
             worker.inflight[request_id] = receiver
         try:
-            if worker.requests.push(header, body):
-                if worker.requests.needs_bell():  # a busy worker finds it without one
-                    os.eventfd_write(worker.request_bell, 1)
-            else:  # bigger than a slot: its own memfd over the control channel
-                worker.post(Op.REQUEST, header, body)
+            send(worker, header, body)
         except OSError:  # it died and its EOF is not handled yet, or no fd for the memfd
             worker.inflight.pop(request_id, None)
             lost = WorkerLost(f"{worker.describe()} could not take the request; retry it")
@@ -288,8 +296,22 @@ class Dispatcher:
         track(request_id)  # its request id, for the worker's log records (request_context)
         return worker, request_id
 
+    async def _no_ready_replica(
+        self, key: ModelKey, route: Route, deadline: float | None
+    ) -> WorkerHandle | None:
+        """Where a request goes when no replica is ready: a standby worker's once it is up
+        (if one is coming), else the least-loaded stalled replica (it waits behind the long
+        call), else a replacement's once it is back (bounded wait)."""
+        if route.stalled and not route.standby_coming:
+            return least_loaded(route.stalled, self.max_queue)
+        route = await self._wait_for_replica(key, route, deadline)
+        if route.ready:
+            return self.pick(route)
+        return least_loaded(route.stalled, self.max_queue)
+
     async def _wait_for_replica(self, key: ModelKey, route: Route, deadline: float | None) -> Route:
-        """Wait (bounded) while the workers holding the model's replicas are replaced."""
+        """Wait (bounded) while the workers holding the model's replicas are replaced, or
+        while a standby worker loads it; the route, with a ready or a stalled replica."""
         if self.stopping():
             raise NotReady(f"{route.describe()} has no ready replica: the server is shutting down")
         if route.waiting >= self.max_queue * self.worker_count:
@@ -305,9 +327,25 @@ class Dispatcher:
         finally:
             route.waiting -= 1
         current = self.routes.get(key)
-        if current is not None and current.ready:
+        if current is not None and (current.ready or current.stalled):
             return current
         status = self.table.get(key)
         if status is not None and status.state is not ModelState.READY:
             raise NotReady(status.describe())  # e.g. quarantined meanwhile
         raise NotReady(f"{route.describe()} has no ready replica: its workers are restarting")
+
+
+def send(worker: WorkerHandle, header: bytes, body: bytes) -> None:
+    """Put a request in ``worker``'s ring (bigger than a slot: its own memfd over the
+    control channel), ringing its doorbell if it may be asleep; OSError if it died."""
+    if worker.requests.push(header, body):
+        if worker.requests.needs_bell():  # a busy worker finds it without one
+            os.eventfd_write(worker.request_bell, 1)
+    else:
+        worker.post(Op.REQUEST, header, body)
+
+
+def least_loaded(workers: list[WorkerHandle], max_queue: int) -> WorkerHandle | None:
+    """The worker of ``workers`` with the fewest requests in flight and room for one more."""
+    worker = min(workers, key=lambda candidate: len(candidate.inflight), default=None)
+    return worker if worker is not None and len(worker.inflight) < max_queue else None

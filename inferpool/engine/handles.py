@@ -221,6 +221,9 @@ class WorkerHandle:
         # It asked to be replaced (``engine/recycling.py`` acts on it): Recycle's message.
         self.recycle: messages.Recycle | None = None
         self.large_requests = 0  # sent over its channel, not its ring (``requests_sent``)
+        # Forked while workers were stalled, beside the slots (``stalls.py``): retired
+        # once none is.
+        self.standby = False
         self.dispatch = messages.Dispatch(
             {
                 Op.HELLO: self._on_hello,
@@ -389,4 +392,6 @@ class WorkerHandle:
         self.replies.close()
 
     def describe(self) -> str:
-        return f"{'retiring ' if self.retiring else ''}worker {self.slot} (pid {self.pid})"
+        retiring = "retiring " if self.retiring else ""
+        standby = "standby " if self.standby else ""
+        return f"{retiring}{standby}worker {self.slot} (pid {self.pid})"

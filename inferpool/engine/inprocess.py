@@ -16,7 +16,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from inferpool.engine.capabilities import here, importable_here
@@ -24,6 +24,7 @@ from inferpool.engine.client import EngineClient
 from inferpool.engine.environments import named_environment
 from inferpool.engine.groups import lacking, runtime_library
 from inferpool.engine.ipc.messages import Reply, RequestHeader
+from inferpool.engine.predict_threads import PredictThreads
 from inferpool.engine.scheduler import PlacementError, place
 from inferpool.engine.states import ModelKey, describe_key, model_key
 from inferpool.errors import InferpoolError, ModelLoadError, from_status
@@ -56,6 +57,11 @@ class InProcessClient(EngineClient):
                 "worker processes; with --workers 0 there is none: nothing is limited or "
                 "recycled"
             )
+        # Predicts run off the loop, so that a hung one cannot stop it (predict_threads.py);
+        # --stall-threshold 0: on the loop, as before.
+        self.threads: PredictThreads | None = None
+        if settings.stall_threshold > 0:
+            self.threads = PredictThreads(1 + settings.max_standby_workers)
 
     async def _load(self, settings: ModelSettings) -> dict[str, Any]:
         from inferpool.engine.worker.model import failure_reason
@@ -115,16 +121,24 @@ class InProcessClient(EngineClient):
         now = time.monotonic_ns()
         header = RequestHeader(0, 0, kind, json_length, deadline_ns, now, len(body))
         model = self.models[key]
+        threads = self.threads
         if not model.batching.joins:  # a group of one, as a worker would run it
-            return run_group(model, [Job(header, body)])[0]
-        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        queue = self._queued.get(key)
-        if queue is None:
-            queue = self._queued[key] = _Queue(model, self._run_queued, key)
-        queue.add(Job(header, body), future)
-        if queue.full():
-            self._run_queued(key)
-        return await future
+            if threads is None:
+                return run_group(model, [Job(header, body)])[0]
+            future = threads.submit(run_first, model, Job(header, body), key=key)
+        else:
+            future = asyncio.get_running_loop().create_future()
+            queue = self._queued.get(key)
+            if queue is None:
+                queue = self._queued[key] = _Queue(model, self._run_queued, key)
+            queue.add(Job(header, body), future)
+            if queue.full():
+                self._run_queued(key)
+        if threads is None:
+            return await future
+        status = self.table.get(key)
+        timeout = self._chunk_timeout(status) if status is not None else None
+        return await threads.wait(future, timeout, describe_key(key))
 
     async def _infer_stream(
         self, key: ModelKey, kind: int, body: bytes, json_length: int | None, deadline: float | None
@@ -158,21 +172,22 @@ class InProcessClient(EngineClient):
         queue.timer.cancel()
         waiting = [(job, future) for job, future in queue.waiting if not future.done()]
         jobs = [job for job, _ in waiting]
+        if self.threads is not None:
+            done = self.threads.submit(run_all, queue.model, jobs, key=key, count=len(jobs))
+            done.add_done_callback(lambda done: _answer(waiting, done))
+            return
         try:
-            for positions, replies in run_executions(queue.model, jobs):
-                for position, reply in zip(positions, replies, strict=True):
-                    future = waiting[position][1]
-                    if not future.done():
-                        future.set_result(reply)
+            _answer_executions(waiting, run_executions(queue.model, jobs))
         except Exception as exc:  # a bug of the path: answer every caller, never hang one
-            for _, future in waiting:
-                if not future.done():
-                    future.set_exception(exc)
+            _fail(waiting, exc)
 
     def running_requests(self) -> dict[ModelKey, int]:
-        """In-flight requests that are running, not queued for the next batch: those of a
-        version without a queue right now (the loop runs a request from the moment it is
-        accepted to its reply without yielding, unless it joins a batch)."""
+        """In-flight requests that are running: those a predict thread runs now (the
+        others wait for a thread or a batch); on the loop (``--stall-threshold 0``), those
+        of a version without a queue right now (the loop runs a request from the moment
+        it is accepted to its reply without yielding, unless it joins a batch)."""
+        if self.threads is not None:
+            return self.threads.running_by_key()
         running = super().running_requests()
         for key, queue in self._queued.items():
             left = running.get(key, 0) - len(queue.waiting)
@@ -232,6 +247,51 @@ class _Queue:
     def full(self) -> bool:
         batching = self.model.batching
         return batching.wait_ns > 0 and len(self.waiting) >= batching.rows
+
+
+def run_first(model: LoadedModel, job: Job) -> Reply:
+    """A group of one, in a predict thread."""
+    from inferpool.engine.worker.path import run_group
+
+    return run_group(model, [job])[0]
+
+
+def run_all(model: LoadedModel, jobs: list[Job]) -> list[tuple[list[int], list[Reply]]]:
+    """Every execution of a batching version's queued requests, in a predict thread."""
+    from inferpool.engine.worker.path import run_executions
+
+    return list(run_executions(model, jobs))
+
+
+_Waiting = list[tuple["Job", asyncio.Future[Reply]]]
+
+
+def _answer_executions(
+    waiting: _Waiting, executions: Iterable[tuple[list[int], list[Reply]]]
+) -> None:
+    """Answer each waiting request from the executions that ran it."""
+    for positions, replies in executions:
+        for position, reply in zip(positions, replies, strict=True):
+            future = waiting[position][1]
+            if not future.done():
+                future.set_result(reply)
+
+
+def _answer(waiting: _Waiting, done: asyncio.Future[list[tuple[list[int], list[Reply]]]]) -> None:
+    """The queued requests' executions came back from a predict thread."""
+    if done.cancelled():
+        return
+    error = done.exception()
+    if error is None:
+        _answer_executions(waiting, done.result())
+    else:  # a bug of the path: answer every caller, never hang one
+        _fail(waiting, error)
+
+
+def _fail(waiting: _Waiting, error: BaseException) -> None:
+    for _, future in waiting:
+        if not future.done():
+            future.set_exception(error)
 
 
 # Loads run in a thread (the loop keeps answering health checks), one at a time: a

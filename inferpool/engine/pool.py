@@ -8,6 +8,8 @@
 - ``generations.py``: models the template loads and shares, brought to the workers by a
   new generation of workers when the current one was forked without them;
 - ``recycling.py``: a worker past its request count or memory, replaced by a fresh one.
+- ``stalls.py``: workers stalled by a long call take no new requests, and standby
+  workers serve the other models meanwhile.
 
 ``PoolClient`` wires them together: it is the ``PoolEvents`` the supervisor reports to
 ("worker lost", "worker replaced: reload its models", "quarantine this model"), and it
@@ -30,6 +32,7 @@ from inferpool.engine.handles import WorkerHandle
 from inferpool.engine.ipc.messages import Reply
 from inferpool.engine.placement import Placement, set_state
 from inferpool.engine.recycling import Recycler
+from inferpool.engine.stalls import Stalls
 from inferpool.engine.states import ModelKey, ModelState, model_key, model_label
 from inferpool.engine.supervisor import Supervisor
 from inferpool.settings import ModelSettings, ServerSettings
@@ -51,6 +54,7 @@ class PoolClient(EngineClient):
         self.recycler = Recycler(
             settings, self.supervisor, self.generations, self.placement, self.dispatcher
         )
+        self.stalls = Stalls(settings, self.supervisor, self.dispatcher, self.placement)
         self._stop_deadline: float | None = None
         self._closed = False
 
@@ -76,7 +80,9 @@ class PoolClient(EngineClient):
         return self.supervisor.wedged
 
     def running_requests(self) -> dict[ModelKey, int]:
-        return self.dispatcher.running([*self.supervisor.workers, *self.supervisor.retiring])
+        supervisor = self.supervisor
+        return self.dispatcher.running([*supervisor.workers, *supervisor.retiring,
+                                        *supervisor.standby])  # fmt: skip
 
     def live_reason(self) -> str | None:
         if self._closed:
@@ -168,5 +174,6 @@ class PoolClient(EngineClient):
 
     def tick(self, now: float) -> None:
         self.recycler.tick(now)
+        self.stalls.tick(now)
         for key in self.dispatcher.waited_too_long(now):
             set_state(self.table, key, ModelState.LOADING, "reloading: its workers restarted")

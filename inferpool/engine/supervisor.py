@@ -114,6 +114,7 @@ class Supervisor:
         self.workers: list[WorkerHandle | None] = [None] * self.count
         self.retiring: set[WorkerHandle] = set()  # replaced by a new generation, exiting
         self.spares: set[WorkerHandle] = set()  # started for a new generation, not serving
+        self.standby: set[WorkerHandle] = set()  # forked while workers stall (stalls.py)
         self._starting: set[WorkerHandle] = set()  # asked of the template, not up yet
         # Per slot, how many new generations took it over: a replacement started before
         # one did must not take the slot back.
@@ -121,6 +122,7 @@ class Supervisor:
         # Readable by metrics and tests.
         self.worker_restarts = 0
         self.restarts_by_slot = [0] * self.count  # worker_restarts, per slot
+        self.timeout_kills = 0  # workers killed because a call ran past its model's timeout
         self.wedged: str | None = None  # why the process is not live, if it is not
         self.crashes = CrashBook()
         self.exits = ExitStatuses()
@@ -257,9 +259,10 @@ class Supervisor:
         return [w for w in self.workers if w is not None and w.alive]
 
     def supervised(self) -> list[WorkerHandle]:
-        """The live workers, current, retiring and spare: their timeouts and heartbeats are
-        watched, and shutdown stops them all."""
-        return [*self.alive(), *(w for w in (*self.retiring, *self.spares) if w.alive)]
+        """The live workers, current, retiring, spare and standby: their timeouts and
+        heartbeats are watched, and shutdown stops them all."""
+        others = (*self.retiring, *self.spares, *self.standby)
+        return [*self.alive(), *(w for w in others if w.alive)]
 
     async def start(self) -> None:
         repository = self.settings.model_repository
@@ -334,6 +337,7 @@ class Supervisor:
             f"{worker.describe()} was recycled"
         )
         logger.error("%s", message)
+        self.timeout_kills += 1
         late = Reply.from_error(DeadlineExceeded(message))
         for request_id in request_ids:
             future = worker.inflight.pop(request_id, None)
@@ -444,6 +448,8 @@ class Supervisor:
         that did not take over (its roll fails). Not replaced, not counted as a restart."""
         self.retiring.discard(worker)
         self.spares.discard(worker)
+        self.standby.discard(worker)
+        self.events.worker_lost(worker)  # a standby worker serves replicas until it is gone
         if self.stopping() or not worker.hello.done():
             return
         if worker.template is not self.group_of(worker.slot).keeper.template:
@@ -452,7 +458,8 @@ class Supervisor:
             self._blame(worker, running[0], running[1])
         if not worker.retiring:
             if crash:  # else closed because its generation did not take over
-                logger.warning("%s of a new generation exited", worker.describe())
+                what = "" if worker.standby else " of a new generation"
+                logger.warning("%s%s exited", worker.describe(), what)
         elif failed:
             logger.error("%s exited with %d request(s) unanswered", worker.describe(), failed)
         else:

@@ -6,8 +6,8 @@ table; the pool's routes) into metric families when scraped; nothing here runs p
 request. The two gauges an autoscaler reads (docs/deploy/autoscaling.md) come from the same
 place: ``inferpool_model_in_flight_requests`` (accepted by the engine, not yet answered)
 and ``inferpool_model_queued_requests`` (those of them that no worker runs yet: waiting for
-a replica, in a worker's queue or its batcher); with ``--workers 0`` nothing waits, so
-queued is 0 by construction. docs/operate/metrics.md lists every metric.
+a replica, in a worker's queue or its batcher; with ``--workers 0``, for a predict
+thread or a batch). docs/operate/metrics.md lists every metric.
 """
 
 from __future__ import annotations

@@ -167,6 +167,37 @@ class ServerCollector(Collector):
             )
         return groups
 
+    @staticmethod
+    def _stalls(pool: PoolClient) -> Iterator[Metric]:
+        """Stalled workers, standby workers and timeouts (``engine/stalls.py``)."""
+        stalls, supervisor = pool.stalls, pool.supervisor
+        yield CounterMetricFamily(
+            "inferpool_worker_stalls",
+            "Times a worker ran one call past --stall-threshold (it took no new requests "
+            "until the call ended)",
+            value=stalls.stalls,
+        )
+        yield CounterMetricFamily(
+            "inferpool_stalled_requests_moved",
+            "Requests queued behind a stalled worker's call moved to another worker",
+            value=stalls.moved,
+        )
+        yield CounterMetricFamily(
+            "inferpool_standby_workers_started",
+            "Standby workers forked while workers were stalled",
+            value=stalls.standby_started,
+        )
+        yield GaugeMetricFamily(
+            "inferpool_standby_workers",
+            "Standby workers running now (beside --workers)",
+            value=len(supervisor.standby),
+        )
+        yield CounterMetricFamily(
+            "inferpool_worker_timeout_kills",
+            "Workers killed because a call ran past its model's timeout (answered 504)",
+            value=supervisor.timeout_kills,
+        )
+
     def _workers(self, pool: PoolClient) -> Iterator[Metric]:
         supervisor = pool.supervisor
         labels = ["worker"]
@@ -186,6 +217,7 @@ class ServerCollector(Collector):
             recycles.add_metric([reason], count)
         yield recycles
         yield self._groups(supervisor)
+        yield from self._stalls(pool)
         yield CounterMetricFamily(
             "inferpool_template_restarts",
             "Times the worker template process was restarted",
@@ -253,6 +285,9 @@ class ServerCollector(Collector):
         for worker in pool.supervisor.alive():
             if worker.pid:
                 yield f"worker-{worker.slot}", worker.pid
+        standby = sorted(worker.pid for worker in pool.supervisor.standby if worker.pid)
+        for number, pid in enumerate(standby):
+            yield f"standby-{number}", pid
 
     def _read(self, pid: int, read: Callable[[psutil.Process], _T]) -> _T | None:
         """``read`` of the process ``pid`` (kept between scrapes), or None if it is gone."""

@@ -136,14 +136,28 @@ def test_the_autoscaling_manifests_and_doc_name_exported_metrics(pool):
     assert named <= exported, named - exported
 
 
-def test_in_process_nothing_waits(tmp_path):
-    # --workers 0: a request runs on the event loop from acceptance to answer, so the
-    # scrape (served by that loop) finds none in flight and none queued, under load too.
+def test_in_process_on_the_loop_nothing_waits(tmp_path):
+    # --workers 0 --stall-threshold 0: a request runs on the event loop from acceptance to
+    # answer, so the scrape (served by that loop) finds none in flight and none queued,
+    # under load too.
     slow_model(tmp_path, "slow")
-    with Server(tmp_path, "--workers", "0") as server:
+    with Server(tmp_path, "--workers", "0", "--stall-threshold", "0") as server:
         server.wait_ready()
         started = time.monotonic()
         seen = asyncio.run(load_and_scrape(server, "slow", 4, 0.3))
     assert time.monotonic() - started >= 4 * 0.3  # the four ran one after another
     assert set(seen) == {(0, 0)}
     assert len(seen) > 1
+
+
+def test_in_process_one_predict_runs_in_a_thread_and_the_rest_wait(tmp_path):
+    # --workers 0: predicts run in threads while the loop answers scrapes, one at a time
+    # per model version: four requests at once, one runs, three wait.
+    slow_model(tmp_path, "slow")
+    with Server(tmp_path, "--workers", "0") as server:
+        server.wait_ready()
+        started = time.monotonic()
+        seen = asyncio.run(load_and_scrape(server, "slow", 4, 0.5))
+    assert time.monotonic() - started >= 4 * 0.5  # the four ran one after another
+    check_consistent(seen, 4)
+    assert (4, 3) in seen, seen

@@ -106,6 +106,21 @@ class Ring:
     def produced(self) -> int:
         """Messages this producer has written so far."""
         return self._tail
+    def find(self, request_ids: set[int]) -> dict[int, tuple[tuple[int, ...], bytes]]:
+        """The messages of ``request_ids`` that the slots still hold, by request id, as
+        (header fields, body): taken by the consumer or not, a slot keeps its bytes until
+        the producer reuses it. Only the producer calls this (it alone writes the slots, so
+        each slot's header and body are of one message); a stalled consumer's queued
+        requests are moved to another worker this way (``engine/stalls.py``)."""
+        found = {}
+        # The last ``slots`` messages written (a slot never written is left untouched).
+        for position in range(max(0, self._tail - self.slots), self._tail):
+            start = self._slot(position)
+            fields = HEADER.unpack_from(self._map, start)
+            if fields[0] in request_ids:
+                body_at = start + HEADER_SIZE
+                found[fields[0]] = (fields, self._map[body_at : body_at + fields[-1]])
+        return found
 
     def needs_bell(self) -> bool:
         """Whether the consumer may be blocked (or about to be): ring its doorbell after

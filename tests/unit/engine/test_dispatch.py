@@ -71,6 +71,16 @@ def make(
     return dispatcher, route
 
 
+async def answer_when_pushed(worker: FakeWorker, body: bytes) -> None:
+    """Wait (bounded) for the one request pushed to ``worker``, and answer it 200."""
+    for _ in range(100):
+        if worker.requests.pushed:
+            break
+        await asyncio.sleep(0.01)
+    [header] = worker.requests.pushed
+    worker.inflight.pop(header.request_id).set_result(Reply(200, body))
+
+
 def test_the_least_loaded_replica_is_picked() -> None:
     workers = [FakeWorker(0, busy=3), FakeWorker(1, busy=1), FakeWorker(2, busy=2)]
     dispatcher, route = make(workers)
@@ -161,20 +171,17 @@ def test_a_waiting_request_takes_the_replica_that_comes_back() -> None:
     worker = FakeWorker(0)
     dispatcher, route = make([])
 
-    async def run() -> Reply:
-        call = asyncio.ensure_future(dispatcher.infer("m", Kind.REST, b"{}", None, None))
-        await asyncio.sleep(0.05)
-        assert route.waiting == 1 and not worker.requests.pushed
-        assert dispatcher.replica_ready(route, worker)  # type: ignore[arg-type]
-        for _ in range(100):
-            if worker.requests.pushed:
-                break
-            await asyncio.sleep(0.01)
-        [header] = worker.requests.pushed
-        worker.inflight.pop(header.request_id).set_result(Reply(200, b"back"))
-        return await call
+    assert asyncio.run(takes_the_replica_back(dispatcher, route, worker)).body == b"back"
 
-    assert asyncio.run(run()).body == b"back"
+
+async def takes_the_replica_back(dispatcher: Dispatcher, route: Route, worker: FakeWorker) -> Reply:
+    """A request that waits for a replica, given ``worker`` as one: its answer there."""
+    call = asyncio.ensure_future(dispatcher.infer("m", Kind.REST, b"{}", None, None))
+    await asyncio.sleep(0.05)
+    assert route.waiting == 1 and not worker.requests.pushed
+    assert dispatcher.replica_ready(route, worker)  # type: ignore[arg-type]
+    await answer_when_pushed(worker, b"back")
+    return await call
 
 
 def test_a_model_quarantined_while_waiting_says_so() -> None:
@@ -223,3 +230,57 @@ def test_a_new_version_replaces_the_route() -> None:
     assert dispatcher.route_of(7) is None and dispatcher.route_of(8) is new
     assert dispatcher.current(new) and not dispatcher.current(old)
     assert not dispatcher.replica_ready(old, FakeWorker(1))  # type: ignore[arg-type]
+
+
+def test_without_a_ready_replica_a_request_queues_behind_the_least_loaded_stalled_one() -> None:
+    """``stalls.py`` moved both replicas to ``stalled``: no standby worker coming (the
+    bound is reached), the request waits behind the long call, on the least-loaded one."""
+    workers = [FakeWorker(0, busy=3), FakeWorker(1, busy=1)]
+    dispatcher, route = make(workers)
+    route.stalled, route.ready = route.ready, []
+
+    async def run() -> None:
+        call = asyncio.ensure_future(dispatcher.infer("m", Kind.REST, b"{}", None, None))
+        await asyncio.sleep(0.05)
+        [header] = workers[1].requests.pushed
+        workers[1].inflight.pop(header.request_id).set_result(Reply(200, b"late"))
+        assert (await call).body == b"late"
+
+    asyncio.run(run())
+    assert not workers[0].requests.pushed
+
+
+def test_while_a_standby_worker_comes_a_request_waits_for_it() -> None:
+    stalled, standby = FakeWorker(0, busy=1), FakeWorker(1)
+    dispatcher, route = make([stalled])
+    route.stalled, route.ready = route.ready, []
+    route.standby_coming = True
+
+    assert asyncio.run(takes_the_replica_back(dispatcher, route, standby)).body == b"back"
+    assert not stalled.requests.pushed
+
+
+def test_a_standby_worker_that_does_not_come_leaves_the_stalled_replica() -> None:
+    stalled = FakeWorker(0, busy=1)
+    dispatcher, route = make([stalled])
+    route.stalled, route.ready = route.ready, []
+    route.standby_coming = True
+
+    async def run() -> None:
+        call = asyncio.ensure_future(dispatcher.infer("m", Kind.REST, b"{}", None, None))
+        await asyncio.sleep(0.05)
+        route.standby_coming = False
+        route.wake()  # it could not start
+        await answer_when_pushed(stalled, b"behind")
+        assert (await call).body == b"behind"
+
+    asyncio.run(run())
+
+
+def test_a_lost_stalled_worker_leaves_the_stalled_replicas() -> None:
+    workers = [FakeWorker(0), FakeWorker(1)]
+    dispatcher, route = make(workers)
+    route.ready.remove(workers[0])  # type: ignore[arg-type]
+    route.stalled.append(workers[0])  # type: ignore[arg-type]
+    dispatcher.worker_lost(workers[0])  # type: ignore[arg-type]
+    assert route.stalled == [] and route.ready == [workers[1]]

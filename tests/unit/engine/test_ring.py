@@ -248,3 +248,21 @@ def test_no_message_waits_for_a_bell_that_never_comes() -> None:
     assert lost == 0, f"the consumer waited for a bell with message {received} unread"
     assert received == WAKE_MESSAGES
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_the_producer_finds_the_messages_its_slots_still_hold() -> None:
+    """A stalled consumer's queued requests are read back (``stalls.py``): taken or not,
+    a slot holds its message until the producer writes it again; an id never pushed, or
+    whose slot was written again, is not found."""
+    producer, consumer = make_pair(slots=4)
+    for i in range(1, 4):
+        assert producer.push(header(i, 2), bytes([i, i]))
+    consumer.pop_all()  # taken (a worker's batcher holds them now): still in their slots
+    assert producer.push(header(4, 1), b"d")  # not taken
+    found = producer.find({2, 4, 99})
+    assert {i: body for i, (_, body) in found.items()} == {2: b"\x02\x02", 4: b"d"}
+    assert found[2][0][:2] == (2, 1) and found[2][0][-1] == 2  # id, model index, length
+    consumer.pop_all()
+    for i in range(5, 7):  # slots of 1 and 2 written again
+        assert producer.push(header(i, 1), b"e")
+    assert set(producer.find({1, 2, 3, 4, 5, 6})) == {3, 4, 5, 6}
