@@ -97,6 +97,9 @@ def test_loading_is_503_with_retry_after_and_unloaded_is_404(server: Server) -> 
     assert (reply.status_code, reply.json()) == (404, {"error": unloaded})
     assert "retry-after" not in reply.headers
     assert grpc_refusal(server, "slow")[:2] == (grpc.StatusCode.NOT_FOUND, unloaded)
+    # A custom endpoint's call too (its paths are unknown while it is not loaded).
+    custom = httpx.post(f"{server.url}/v2/models/slow/anything", content=b"{}", timeout=30)
+    assert (custom.status_code, custom.json()) == (404, {"error": unloaded})
     step = "pipeline 'twice', step 1 ('slow')"
     reply = rest_infer(server, "twice")
     assert (reply.status_code, reply.json()) == (404, {"error": f"{step}: {unloaded}"})
