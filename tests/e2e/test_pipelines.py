@@ -4,7 +4,9 @@ router by a classifier's output and one by a request parameter, aggregators (mea
 regressors, vote of three classifiers), a failing step named in the error with the
 child's status, the children's and the pipeline's statistics, a span per step, load
 errors (unknown child, cycles, outputs that do not exist, a malformed step) through the
-repository API, and a pipeline whose child is unloaded turning not ready, naming the step.
+repository API, and a pipeline whose child is unloaded or failed turning UNAVAILABLE,
+answering as the child would (404 / 503) naming the step, while the server stays ready,
+and READY again once the child is loaded.
 """
 
 from __future__ import annotations
