@@ -28,6 +28,9 @@ class InferpoolError(Exception):
     """Base error: a message safe to show to a client, and its HTTP status."""
 
     status: int = 500
+    #: the client should come back later: REST adds ``Retry-After``, gRPC
+    #: ``grpc-retry-pushback-ms``
+    retry_after: bool = False
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -68,10 +71,17 @@ class NotReady(InferpoolError):
     status = 503
 
 
+class ModelLoading(NotReady):
+    """The model is loading (or reloading after its workers restarted): retry shortly."""
+
+    retry_after = True
+
+
 class Overloaded(InferpoolError):
     """Every queue that could take the request is full; the client should retry."""
 
     status = 503
+    retry_after = True
 
 
 class WorkerLost(InferpoolError):

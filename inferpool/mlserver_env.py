@@ -252,11 +252,10 @@ def environment_values(environ: Mapping[str, str], ours: Iterable[str]) -> dict[
         # MLServer's image runs `mlserver start $MLSERVER_MODELS_DIR`: the argument wins.
         values["model_repository"] = models_dir
     tarball = environ.get(ENV_TARBALL)
+    # MLServer's image runs the whole server in it when the file exists (and skips a path
+    # that does not exist, which its image sets by default): here every model runs in it.
     if tarball and Path(tarball).is_file():
-        raise SettingsRefused(
-            f"environment: {ENV_TARBALL}={tarball}: per-model Python environments are not "
-            "implemented; the model would run in inferpool's environment"
-        )
+        values["environment_tarball"] = tarball
     return values
 
 

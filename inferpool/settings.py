@@ -173,6 +173,12 @@ class ServerSettings(BaseSettings):
         ge=1,
         description="workers started for an environment a model names that no worker group runs",
     )
+    environment_tarball: Path | None = Field(
+        None,
+        description="an environment (tarball or folder) that every model runs in unless it "
+        "names its own, as MLServer's MLSERVER_ENV_TARBALL: the models' workers are started "
+        "with its interpreter (needs --workers 1 or more)",
+    )
     environments_dir: Path | None = Field(
         None,
         description="where environment tarballs are unpacked, by their hash (default: "
@@ -347,7 +353,23 @@ class ServerSettings(BaseSettings):
             self.allow_empty = True
         if self.cors_settings is None:
             warn_idle_cors_variables(os.environ)
+        if self.environment_tarball is not None:
+            self._use_server_environment(self.environment_tarball)
         return self
+
+    def _use_server_environment(self, tarball: Path) -> None:
+        """Every model runs in ``environment_tarball``: in workers of its own interpreter,
+        as many as the server's own unless ``environment_workers`` says otherwise."""
+        if self.workers <= 0:
+            raise ValueError(
+                f"environment_tarball {tarball}: the models run in workers "
+                "started with that environment's interpreter, and with --workers 0 there "
+                "is none; give --workers 1 or more"
+            )
+        # Absolute now: a relative path means the directory the server was started in.
+        self.environment_tarball = Path(os.path.abspath(tarball))
+        if "environment_workers" not in self.model_fields_set:
+            self.environment_workers = self.workers
 
     @classmethod
     def settings_customise_sources(

@@ -374,7 +374,7 @@ class EngineClient(ABC):
             if plan is not None:
                 self.pipelines.sync()  # its readiness follows its children's
             if status.state is not ModelState.READY:
-                raise NotReady(status.describe())
+                raise status.refusal() if plan is None else self.pipelines.refusal(plan, status)
             check_deadline(deadline)
             if plan is None:
                 reply = await self._infer(key, kind, body, json_length, deadline)
@@ -436,8 +436,9 @@ class EngineClient(ABC):
         stats = self._stats_of(key)
         protocol = PROTOCOL_OF_KIND[kind]
         if status.state is not ModelState.READY:
-            stats.refuse(protocol, 503, "unavailable")
-            raise NotReady(status.describe())
+            refusal = status.refusal()
+            stats.refuse(protocol, refusal.status, error_reason(refusal))
+            raise refusal
         check_deadline(deadline)
         timeout = self._chunk_timeout(status)
         started = time.perf_counter_ns()

@@ -72,14 +72,16 @@ class Environment:
     source: str  # what the model named, for messages and logs
 
 
-def named_environment(settings: ModelSettings) -> Path | None:
+def named_environment(settings: ModelSettings, server: Path | None = None) -> Path | None:
     """The environment a model names: ``parameters.environment_tarball`` (MLServer's key) or
     ``parameters.environment_path`` (an existing folder), relative to the model's folder;
-    None if neither. Both set, or a value that is not a path: ``EnvironmentUnusable``."""
+    else the ``server``'s (``ServerSettings.environment_tarball``: every model runs in it
+    as if it named it); None if none. Both keys set, or a value that is not a path:
+    ``EnvironmentUnusable``."""
     extra = settings.parameters.model_extra or {}
     given = [key for key in (TARBALL_KEY, FOLDER_KEY) if extra.get(key) is not None]
     if not given:
-        return None
+        return server
     if len(given) > 1:
         raise EnvironmentUnusable(
             f"model '{settings.name}' names both parameters.{TARBALL_KEY} and "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from inferpool.engine.capabilities import (
@@ -74,10 +75,11 @@ class WorkerGroup:
         )
 
 
-def names_environment(document: dict[str, Any]) -> bool:
-    """The model settings (as JSON) name an environment of their own."""
+def names_environment(document: dict[str, Any], server: Path | None = None) -> bool:
+    """The model settings (as JSON) name an environment of their own, or run in the
+    ``server``'s (``ServerSettings.environment_tarball``), which every model runs in."""
     parameters = document.get("parameters") or {}
-    return any(parameters.get(key) for key in ENVIRONMENT_KEYS)
+    return server is not None or any(parameters.get(key) for key in ENVIRONMENT_KEYS)
 
 
 class RuntimeLibrary(NamedTuple):

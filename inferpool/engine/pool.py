@@ -156,7 +156,8 @@ class PoolClient(EngineClient):
 
     def shared_documents(self) -> list[dict[str, Any]]:
         documents = [route.settings.model_dump(mode="json") for route in self.routes.values()]
-        return [document for document in documents if not names_environment(document)]
+        server = self.settings.environment_tarball
+        return [document for document in documents if not names_environment(document, server)]
 
     def quarantine(self, model_index: int, reason: str) -> None:
         route = self.dispatcher.route_of(model_index)

@@ -16,6 +16,13 @@ As in Triton's index, a version unloaded while the repository still holds it sta
 listed: UNAVAILABLE with the reason ``"unloaded"``, not counted for readiness, answering
 model-ready false (never "not found") until it is loaded again. A version the repository
 no longer holds is dropped from the table.
+
+What an inference on a version that is not READY answers (``ModelStatus.refusal``) tells
+the client whether to retry: unloaded (or unloading) on purpose is 404 / NOT_FOUND saying
+so, as MLServer and KServe answer for a model they no longer serve (a 503 would be retried
+for ever); LOADING is 503 / UNAVAILABLE with ``Retry-After`` (it will serve soon); FAILED,
+or UNAVAILABLE for another reason (a pipeline whose member is not READY answers as that
+member does, see ``pipelines/manager.py``), is 503 without it.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from inferpool.errors import ModelNotFound, NotReady
+from inferpool.errors import InferpoolError, ModelLoading, ModelNotFound, NotReady
 from inferpool.protocol.endpoints import Announced
 
 if TYPE_CHECKING:
@@ -99,6 +106,17 @@ class ModelStatus:
     def unloaded(self) -> bool:
         """Unloaded and still listed: the repository holds it, nothing serves it."""
         return self.state is ModelState.UNAVAILABLE and self.reason == UNLOADED
+
+    def refusal(self) -> InferpoolError:
+        """The error an inference on this version answers while it is not READY."""
+        if self.unloaded or self.state is ModelState.UNLOADING:
+            model = describe_key(self.key)
+            if self.state is ModelState.UNLOADING:
+                return ModelNotFound(f"{model} is being unloaded")
+            return ModelNotFound(f"{model} was unloaded (load it again to serve it)")
+        if self.state is ModelState.LOADING:
+            return ModelLoading(self.describe())
+        return NotReady(self.describe())
 
     def index_entry(self) -> dict[str, Any]:
         entry = {"name": self.name, "state": self.state.value, "reason": self.reason}
@@ -189,10 +207,10 @@ class ModelTable:
         return found
 
     def ready_model(self, name: str, version: str | None = None) -> ModelStatus:
-        """The model if it is READY; 404 if unknown, 503 with the reason otherwise."""
+        """The model if it is READY; 404 if unknown or unloaded, else ``refusal``'s 503."""
         status = self.find(name, version)
         if status.state is not ModelState.READY:
-            raise NotReady(status.describe())
+            raise status.refusal()
         return status
 
     def not_ready_reason(self, allow_empty: bool) -> str | None:
@@ -201,6 +219,13 @@ class ModelTable:
         if not counted and not allow_empty:
             return "no model is loaded (pass --allow-empty to serve an empty repository)"
         for status in counted:
-            if status.state is not ModelState.READY:
+            # UNAVAILABLE is never a fault of its own: unloaded on purpose (no longer
+            # required), or a pipeline waiting for a member, which counts for itself (an
+            # unloaded member keeps the server ready, as any unloaded model does).
+            if status.state not in _COUNTED_AS_SERVING:
                 return status.describe()
         return None
+
+
+# States that do not make the server not ready (see ``not_ready_reason``).
+_COUNTED_AS_SERVING = (ModelState.READY, ModelState.UNAVAILABLE)

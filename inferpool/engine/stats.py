@@ -27,6 +27,7 @@ from inferpool.engine.ipc.messages import Kind, Reply, StageTimes
 from inferpool.errors import (
     InferpoolError,
     ModelError,
+    ModelNotFound,
     Overloaded,
     WorkerLost,
 )
@@ -264,6 +265,8 @@ def error_reason(exc: BaseException) -> str:
         return "worker_lost"
     if isinstance(exc, ModelError):
         return "model_error"
+    if isinstance(exc, ModelNotFound):  # counted for a version only once it was unloaded
+        return "unavailable"
     if isinstance(exc, InferpoolError):  # NotReady, DeadlineExceeded, ClientGone, 4xx
         return status_reason(exc.status)
     return "internal"

@@ -173,7 +173,7 @@ class Supervisor:
         """The key of the environment the model names, once ``group_for`` prepared it."""
         from inferpool.engine.environments import named_environment
 
-        named = named_environment(settings)
+        named = named_environment(settings, self.settings.environment_tarball)
         return None if named is None else self.named.get(str(named))
 
     def eligible(
@@ -198,7 +198,7 @@ class Supervisor:
         None if it names none. ModelLoadError if the environment cannot be used."""
         from inferpool.engine.environments import default_cache, named_environment, prepare
 
-        named = named_environment(settings)
+        named = named_environment(settings, self.settings.environment_tarball)
         if named is None:
             return None
         cache = self.settings.environments_dir or default_cache()
@@ -271,7 +271,8 @@ class Supervisor:
             found = discover(repository) if repository is not None else []
         documents = [d.settings.model_dump(mode="json") for d in found if d.settings]
         # A model with an environment of its own is never loaded by the server's template.
-        self.templates.start([d for d in documents if not names_environment(d)])
+        server = self.settings.environment_tarball
+        self.templates.start([d for d in documents if not names_environment(d, server)])
         await asyncio.gather(*(self._spawn(slot, installs=0) for slot in range(self.count)))
         for group in self.settings.worker_groups:
             if group.environment is not None:

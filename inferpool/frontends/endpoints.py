@@ -49,8 +49,8 @@ class EndpointRouter:
     def route(self, name: str, version: str | None, path: str, method: str) -> ModelStatus:
         """The version that answers ``path`` (normalized) for ``method``; raises 404/405.
 
-        A version that is not READY is returned as it is: the engine call answers 503
-        saying why (its endpoints are unknown until it loads)."""
+        A version that is not READY is returned as it is: the engine call answers as an
+        inference would (``ModelStatus.refusal``; its endpoints are unknown until it loads)."""
         status = self.client.table.find(name, version)
         if status.state is not ModelState.READY:
             return status

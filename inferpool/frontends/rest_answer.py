@@ -102,10 +102,11 @@ def failed(scope: Any, exc: InferpoolError) -> tuple[int, bytes, bytes]:
 
 
 def refusal_lines(exc: InferpoolError) -> bytes:
-    """Header lines an error adds (Retry-After when overloaded), counted in the metrics'
-    refusals when a limit refused the request."""
-    if isinstance(exc, Overloaded):
-        count_rejected("rest", OVERLOAD)
+    """Header lines an error adds (Retry-After when overloaded or the model is loading),
+    counted in the metrics' refusals when a limit refused the request."""
+    if exc.retry_after:
+        if isinstance(exc, Overloaded):
+            count_rejected("rest", OVERLOAD)
         return RETRY_LINE
     if isinstance(exc, BodyTooLarge):
         count_rejected("rest", "max_body_bytes")

@@ -166,7 +166,7 @@ def test_unload_and_load_by_name_take_every_version(tmp_path: Path, workers: int
         server.wait_ready()
         api = f"{server.url}/v2/repository/models/iris"
         assert httpx.post(f"{api}/unload").status_code == 200
-        # Every version stays listed, unloaded (Triton's index), and answers 503.
+        # Every version stays listed, unloaded (Triton's index), and answers 404.
         index = httpx.post(f"{server.url}/v2/repository/index", json={}).json()
         unloaded = {(e["name"], e.get("version"), e["state"], e["reason"]) for e in index}
         assert unloaded == {
@@ -174,7 +174,7 @@ def test_unload_and_load_by_name_take_every_version(tmp_path: Path, workers: int
             ("iris", "v2", "UNAVAILABLE", "unloaded"),
             ("other", None, "READY", ""),
         }
-        assert httpx.post(f"{server.url}/v2/models/iris/infer", json=BODY).status_code == 503
+        assert httpx.post(f"{server.url}/v2/models/iris/infer", json=BODY).status_code == 404
 
         # A version removed from the repository is not loaded again (nor listed); a new
         # one is.

@@ -122,14 +122,35 @@ def test_settings_that_would_serve_differently_stop_the_start(
     assert variable in error and reason in error
 
 
-def test_an_environment_tarball_that_exists_stops_the_start(
+def test_an_environment_tarball_runs_every_model_in_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # MLServer's image sets MLSERVER_ENV_TARBALL by default and skips a missing file.
+    monkeypatch.setenv("MLSERVER_ENV_TARBALL", "environment.tar.gz")
+    monkeypatch.chdir(tmp_path)
+    assert load_server_settings(tmp_path, {}).environment_tarball is None
+    (tmp_path / "environment.tar.gz").write_bytes(b"")
+    settings = load_server_settings(tmp_path, {"workers": 3})
+    # Absolute (the directory the server started in), with as many workers as the server.
+    assert settings.environment_tarball == tmp_path / "environment.tar.gz"
+    assert settings.environment_workers == 3
+    given = load_server_settings(tmp_path, {"workers": 3, "environment_workers": 1})
+    assert given.environment_workers == 1
+    # inferpool's own names for it win over MLServer's variable.
+    (tmp_path / "settings.json").write_text(json.dumps({"environment_tarball": "/envs/a.tgz"}))
+    assert load_server_settings(tmp_path, {}).environment_tarball == Path("/envs/a.tgz")
+    monkeypatch.setenv("INFERPOOL_ENVIRONMENT_TARBALL", "/envs/b.tgz")
+    assert load_server_settings(tmp_path, {}).environment_tarball == Path("/envs/b.tgz")
+
+
+def test_an_environment_tarball_without_workers_stops_the_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("MLSERVER_ENV_TARBALL", str(tmp_path / "environment.tar.gz"))
-    load_server_settings(tmp_path, {})  # MLServer's image skips a missing tarball too
     (tmp_path / "environment.tar.gz").write_bytes(b"")
-    assert main(["serve", str(tmp_path)]) == 2
-    assert "MLSERVER_ENV_TARBALL" in capsys.readouterr().err
+    monkeypatch.setenv("MLSERVER_ENV_TARBALL", str(tmp_path / "environment.tar.gz"))
+    assert main(["serve", str(tmp_path), "--workers", "0"]) == 2
+    error = capsys.readouterr().err
+    assert "environment_tarball" in error and "--workers 1 or more" in error
 
 
 def test_cors_keys_come_from_mlserver_variables_once_cors_settings_is_set(

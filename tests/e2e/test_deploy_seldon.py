@@ -125,8 +125,9 @@ def test_seldon_agent_drives_inferpool(tmp_path: Path) -> None:
             path.unlink() if path.is_file() else path.rmdir()
         folder.parent.rmdir()
         # Unloaded: listed UNAVAILABLE until something notices its folder went (Triton's
-        # index); the agent sends it nothing more.
-        assert httpx.post(infer_url, json=rows_request(X[:2]), timeout=30).status_code == 503
+        # index); the agent sends it nothing more. A request that still came would be a
+        # 404, as MLServer answers: the one status on which the agent loads it again.
+        assert httpx.post(infer_url, json=rows_request(X[:2]), timeout=30).status_code == 404
         index = stub.RepositoryIndex(pb.RepositoryIndexRequest(), timeout=10)
         assert not [m for m in index.models if m.state in ("READY", "LOADING")]
         # The agent takes NOT_FOUND on an unload as done.

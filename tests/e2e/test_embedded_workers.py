@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import inferpool
-from inferpool.errors import BadRequest, ModelNotFound, NotReady
+from inferpool.errors import BadRequest, ModelNotFound
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -79,10 +79,10 @@ def test_dataframe_in_dataframe_out(engine: inferpool.Engine, frame_repo: Path, 
 def test_load_and_unload(engine: inferpool.Engine, iris_frame) -> None:
     rows = iris_frame.to_numpy()[:2]
     engine.unload_sync("scaler")
-    # Triton's index: an unloaded model stays listed, UNAVAILABLE, and answers 503.
+    # Triton's index: an unloaded model stays listed, UNAVAILABLE; it answers 404.
     listed = {m["name"]: (m["state"], m["reason"]) for m in engine.models()}
     assert listed == {"classifier": ("READY", ""), "scaler": ("UNAVAILABLE", "unloaded")}
-    with pytest.raises(NotReady, match=r"^model 'scaler' is UNAVAILABLE: unloaded$"):
+    with pytest.raises(ModelNotFound, match=r"^model 'scaler' was unloaded \(load it again"):
         engine.infer_sync("scaler", rows)
     engine.load_sync("scaler")
     assert sorted(m["state"] for m in engine.models()) == ["READY", "READY"]

@@ -183,7 +183,9 @@ def test_repository_unload_then_load(stub):
         ready_only = stub.RepositoryIndex(pb.RepositoryIndexRequest(ready=True))
         assert "iris-rf" not in [m.name for m in ready_only.models]
         error = rpc_error(stub.ModelInfer, infer_request("iris-rf", x=X[:1]))
-        assert error.code() is grpc.StatusCode.UNAVAILABLE  # listed as unloaded, as Triton
+        # Listed as unloaded (as Triton), answering NOT_FOUND: nothing serves it.
+        assert error.code() is grpc.StatusCode.NOT_FOUND
+        assert "was unloaded" in error.details()
     finally:
         stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="iris-rf"))
     assert stub.ModelInfer(infer_request("iris-rf", x=X[:1])).outputs[0].name == "predict"

@@ -4,7 +4,9 @@ router by a classifier's output and one by a request parameter, aggregators (mea
 regressors, vote of three classifiers), a failing step named in the error with the
 child's status, the children's and the pipeline's statistics, a span per step, load
 errors (unknown child, cycles, outputs that do not exist, a malformed step) through the
-repository API, and a pipeline whose child is unloaded turning not ready, naming the step.
+repository API, and a pipeline whose child is unloaded or failed turning UNAVAILABLE,
+answering as the child would (404 / 503) naming the step, while the server stays ready,
+and READY again once the child is loaded.
 """
 
 from __future__ import annotations
@@ -380,22 +382,60 @@ def test_a_pipeline_is_ready_when_its_children_are(setup) -> None:
         assert not stub.ModelReady(pb.ModelReadyRequest(name="mean"), timeout=10).ready
         document = httpx.get(f"{server.url}/v2/models/mean", timeout=10).json()
         assert (document["state"], document["reason"]) == ("UNAVAILABLE", reason)
+        index = httpx.post(f"{server.url}/v2/repository/index", json={}, timeout=10).json()
+        assert {"name": "mean", "state": "UNAVAILABLE", "reason": reason} in index
+        # It answers as its member does: unloaded on purpose is a 404 naming the member.
+        error = "pipeline 'mean', step 1 ('avg'): model 'reg-b' was unloaded (load it again"
         reply = rest_infer(server, "mean", X[:2])
-        assert reply.status_code == 503
-        assert reply.json()["error"] == f"model 'mean' is UNAVAILABLE: {reason}"
+        assert reply.status_code == 404
+        assert reply.json()["error"] == f"{error} to serve it)"
+        assert "retry-after" not in reply.headers
         with pytest.raises(grpc.RpcError) as caught:
             stub.ModelInfer(infer_request("mean", x=X[:2]), timeout=30)
-        assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
-        # Strict readiness: a pipeline the repository asked for cannot serve.
-        assert httpx.get(f"{server.url}/v2/health/ready", timeout=10).status_code == 503
+        assert caught.value.code() is grpc.StatusCode.NOT_FOUND
+        assert caught.value.details() == f"{error} to serve it)"
+        # The member was unloaded on purpose: the server stays ready, as for any model.
+        assert httpx.get(f"{server.url}/v2/health/ready", timeout=10).status_code == 200
+        assert stub.ServerReady(pb.ServerReadyRequest(), timeout=10).ready
         # A pipeline not calling it serves on.
         assert rest_infer(server, "chain", X[:2]).status_code == 200
     finally:
         assert api_load(server, "reg-b").status_code == 200
     assert httpx.get(f"{server.url}/v2/models/mean/ready", timeout=10).status_code == 200
+    index = httpx.post(f"{server.url}/v2/repository/index", json={}, timeout=10).json()
+    assert {"name": "mean", "state": "READY", "reason": ""} in index
     expected = (models["reg-a"].predict(X[:2]) + models["reg-b"].predict(X[:2])) / 2
     np.testing.assert_allclose(rest_output(server, "mean", X[:2]), expected, rtol=1e-9)
     assert httpx.get(f"{server.url}/v2/health/ready", timeout=10).status_code == 200
+
+
+def test_a_pipeline_whose_member_failed_names_it_and_comes_back(setup) -> None:
+    server, models, root, stub = setup
+    artefact = root / "reg-b" / "model.joblib"
+    kept = artefact.read_bytes()
+    assert httpx.post(f"{server.url}/v2/repository/models/reg-b/unload", timeout=60).is_success
+    try:
+        artefact.write_bytes(b"not a pickle")
+        assert api_load(server, "reg-b").status_code == 500
+        index = httpx.post(f"{server.url}/v2/repository/index", json={}, timeout=10).json()
+        (entry,) = [entry for entry in index if entry["name"] == "mean"]
+        step = "pipeline 'mean', step 1 ('avg'): model 'reg-b' failed to load: "
+        assert entry["state"] == "UNAVAILABLE" and entry["reason"].startswith(step)
+        # A failed member is a 503 naming it (not a 404: it is meant to serve).
+        reply = rest_infer(server, "mean", X[:2])
+        assert reply.status_code == 503
+        assert reply.json()["error"] == entry["reason"]
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.ModelInfer(infer_request("mean", x=X[:2]), timeout=30)
+        assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert caught.value.details().startswith(step)
+    finally:
+        artefact.write_bytes(kept)
+        assert api_load(server, "reg-b").status_code == 200
+    index = httpx.post(f"{server.url}/v2/repository/index", json={}, timeout=10).json()
+    assert {"name": "mean", "state": "READY", "reason": ""} in index
+    expected = (models["reg-a"].predict(X[:2]) + models["reg-b"].predict(X[:2])) / 2
+    np.testing.assert_allclose(rest_output(server, "mean", X[:2]), expected, rtol=1e-9)
 
 
 def test_the_readme_example_answers_the_mean_of_the_probabilities(setup) -> None:

@@ -2,8 +2,9 @@
 
 A version unloaded through the API stays listed (UNAVAILABLE, reason "unloaded"): model
 ready answers false (REST 503, gRPC ``ready: false``, tritonclient's ``is_model_ready``
-False, never NOT_FOUND), metadata carries its state, inference is 503 / UNAVAILABLE
-saying it is unloaded, statistics leave it out, and the server stays ready. Loading it
+False, never NOT_FOUND), metadata carries its state, inference is 404 / NOT_FOUND saying
+it was unloaded (as MLServer and KServe: a 503 would be retried for ever), statistics
+leave it out, and the server stays ready. Loading it
 again makes it READY. A version the repository no longer holds is dropped. The REST
 index honours ``{"ready": true}`` as gRPC's ``RepositoryIndex`` does. The table is the
 engine client's, the same in-process and with workers: the pool's run is ``slow`` (the CI
@@ -29,6 +30,7 @@ from tests.support.grpc import infer_request, needs_pool, stub_for
 BODY = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
 
 WORKERS = [0, pytest.param(2, marks=(needs_pool, pytest.mark.slow))]
+UNLOADED_ERROR = "model 'iris-rf' was unloaded (load it again to serve it)"
 
 
 @pytest.fixture(scope="module", params=WORKERS, ids=lambda w: f"w{w}")
@@ -78,17 +80,21 @@ def test_an_unloaded_model_stays_listed_and_answers_not_ready(server: Server, st
             "iris-rf"
         )
         assert not triton_grpc.InferenceServerClient(server.grpc_address).is_model_ready("iris-rf")
-        # Metadata says its state; inference is 503 / UNAVAILABLE saying it is unloaded.
+        # Metadata says its state; inference is 404 / NOT_FOUND saying it was unloaded,
+        # with no Retry-After: nothing will serve it until it is loaded again.
         metadata = httpx.get(f"{url}/v2/models/iris-rf", timeout=10).json()
         assert (metadata["state"], metadata["reason"]) == ("UNAVAILABLE", "unloaded")
         infer = httpx.post(f"{url}/v2/models/iris-rf/infer", json=BODY, timeout=30)
-        assert infer.status_code == 503
-        assert infer.json() == {"error": "model 'iris-rf' is UNAVAILABLE: unloaded"}
+        assert infer.status_code == 404
+        assert infer.json() == {"error": UNLOADED_ERROR}
+        assert "retry-after" not in infer.headers
         x, _ = iris_data()
         with pytest.raises(grpc.RpcError) as error:
             stub.ModelInfer(infer_request("iris-rf", x=x[:1]), timeout=30)
-        assert error.value.code() is grpc.StatusCode.UNAVAILABLE
-        assert "unloaded" in error.value.details()
+        assert error.value.code() is grpc.StatusCode.NOT_FOUND
+        assert error.value.details() == UNLOADED_ERROR
+        metadata = dict(error.value.trailing_metadata() or ())
+        assert "grpc-retry-pushback-ms" not in metadata
         # Statistics: only loaded models have them (as Triton).
         stats = httpx.get(f"{url}/v2/models/stats", timeout=10).json()["model_stats"]
         assert [s["name"] for s in stats] == ["iris-logreg"]

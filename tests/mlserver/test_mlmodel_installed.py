@@ -20,6 +20,7 @@ import pytest
 
 from tests.mlserver.runtimes import (
     CASES,
+    GREETER_REQUEST,
     grpc_outputs,
     grpc_request,
     write_repository,
@@ -141,3 +142,34 @@ def test_inference_error_answers_as_in_mlserver(server: Server, mlserver: str) -
     with stub_for(server) as stub, pytest.raises(grpc.RpcError) as raised:
         stub.ModelInfer(grpc_request("scaler", body), timeout=30)
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_an_unloaded_model_answers_404_as_in_mlserver(server: Server, mlserver: str) -> None:
+    """MLServer drops an unloaded model from its registry: inference is 404 "Model greeter
+    not found", and its index lists the folder UNAVAILABLE. inferpool answers 404 too
+    (saying it was unloaded), never a 503 that clients would retry for ever."""
+    urls = (server.url, mlserver)
+    for url in urls:
+        unloaded = httpx.post(f"{url}/v2/repository/models/greeter/unload", timeout=60)
+        assert unloaded.status_code == 200, unloaded.text
+    try:
+        ours, theirs = (
+            httpx.post(f"{url}/v2/models/greeter/infer", json=GREETER_REQUEST, timeout=30)
+            for url in urls
+        )
+        assert ours.status_code == theirs.status_code == 404
+        assert theirs.json() == {"error": "Model greeter not found"}
+        assert ours.json() == {"error": "model 'greeter' was unloaded (load it again to serve it)"}
+        for url in urls:
+            index = httpx.post(f"{url}/v2/repository/index", json={}, timeout=30).json()
+            (entry,) = [entry for entry in index if entry["name"] == "greeter"]
+            assert entry["state"] == "UNAVAILABLE"
+        with stub_for(server) as stub, pytest.raises(grpc.RpcError) as raised:
+            stub.ModelInfer(grpc_request("greeter", GREETER_REQUEST), timeout=30)
+        assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        for url in urls:
+            httpx.post(f"{url}/v2/repository/models/greeter/load", timeout=60)
+    for url in urls:
+        answer = httpx.post(f"{url}/v2/models/greeter/infer", json=GREETER_REQUEST, timeout=30)
+        assert answer.status_code == 200, answer.text

@@ -13,7 +13,7 @@ import pytest
 import inferpool
 from inferpool.engine.client import StartupFailed
 from inferpool.engine.embedded_io import build_request
-from inferpool.errors import BadRequest, Forbidden, ModelNotFound, NotReady
+from inferpool.errors import BadRequest, Forbidden, ModelNotFound
 from inferpool.protocol import grpc_wire
 from inferpool.protocol.grpc_raw import from_wire, to_wire
 from inferpool.protocol.types import InferenceResponse, Tensor
@@ -65,7 +65,7 @@ def test_async_engine_loads_and_unloads(iris_repo: Path) -> None:
             assert (await engine.infer("iris-logreg", ROWS))["predict"].tolist() == [0, 2]
             await engine.unload("iris-logreg")
             seen.append(sorted(f"{m['name']} {m['state']}" for m in engine.models()))
-            with pytest.raises(NotReady, match="UNAVAILABLE: unloaded"):
+            with pytest.raises(ModelNotFound, match="'iris-logreg' was unloaded"):
                 await engine.infer("iris-logreg", ROWS)
             with pytest.raises(ModelNotFound, match="not in the model repository"):
                 await engine.load("nothing-like-it")

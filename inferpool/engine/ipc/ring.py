@@ -106,6 +106,7 @@ class Ring:
     def produced(self) -> int:
         """Messages this producer has written so far."""
         return self._tail
+
     def find(self, request_ids: set[int]) -> dict[int, tuple[tuple[int, ...], bytes]]:
         """The messages of ``request_ids`` that the slots still hold, by request id, as
         (header fields, body): taken by the consumer or not, a slot keeps its bytes until

@@ -10,6 +10,8 @@ of each child call (``PipelineReply.steps``), which the tracer makes into spans.
 
 A pipeline's readiness follows its children's: ``sync`` turns a READY pipeline
 UNAVAILABLE, naming the step, while a child is not READY, and READY again once it is.
+Its requests meanwhile answer as the child's would (``refusal``): 404 for a child
+unloaded on purpose, 503 (with ``Retry-After`` while it loads) otherwise.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from inferpool.engine.ipc.messages import Kind, Reply
 from inferpool.engine.pipelines.graph import Call, Plan, PlanError, build_plan, check_cycle
 from inferpool.engine.pipelines.runner import Run, StepTrace
-from inferpool.engine.states import ModelKey, ModelState, describe_key, model_key
+from inferpool.engine.states import ModelKey, ModelState, ModelStatus, describe_key, model_key
 from inferpool.errors import InferpoolError, ModelNotFound
 from inferpool.pipeline_settings import PipelineSpec
 from inferpool.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
@@ -155,16 +157,41 @@ class Pipelines:
 
     def not_ready_reason(self, plan: Plan) -> str | None:
         """The first step whose child is not READY, as one sentence, or None."""
+        waiting = self._waiting_for(plan)
+        if waiting is None:
+            return None
+        label, call, status = waiting
+        if status is None:
+            return f"{label}: {describe_key(model_key(call.model, call.version))} is not loaded"
+        return f"{label}: {status.describe()}"
+
+    def refusal(self, plan: Plan, status: ModelStatus) -> InferpoolError:
+        """What a request to the pipeline (``status``: not READY) answers: the refusal of
+        its first child that is not READY, naming the step (404 for a child unloaded or
+        not listed, 503 otherwise); the pipeline's own when it is not waiting for one."""
+        waiting = self._waiting_for(plan) if status.state is ModelState.UNAVAILABLE else None
+        if waiting is None:
+            return status.refusal()
+        label, call, child = waiting
+        if child is None:
+            shown = describe_key(model_key(call.model, call.version))
+            return ModelNotFound(f"{label}: {shown} is not loaded")
+        nested = self.plans.get(child.key)  # a pipeline calling one that waits in turn
+        error = child.refusal() if nested is None else self.refusal(nested, child)
+        return type(error)(f"{label}: {error.message}")
+
+    def _waiting_for(self, plan: Plan) -> tuple[str, Call, ModelStatus | None] | None:
+        """The first step whose child is not READY: its label, the call and the child's
+        status (None: not listed at all); None when every child is READY."""
         table = self.client.table
         for step in plan.steps:
             for call in step.every_call():
                 try:
                     status = table.find(call.model, call.version)
                 except ModelNotFound:
-                    shown = describe_key(model_key(call.model, call.version))
-                    return f"{step.label(plan.name)}: {shown} is not loaded"
+                    return step.label(plan.name), call, None
                 if status.state is not ModelState.READY:
-                    return f"{step.label(plan.name)}: {status.describe()}"
+                    return step.label(plan.name), call, status
         return None
 
     # -- requests ----------------------------------------------------------------------------

@@ -6,7 +6,7 @@ requests, predict once on their concatenation, and split the result.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from inferpool.codecs.image import decode_declared, encode_declared
@@ -16,7 +16,7 @@ from inferpool.engine.ipc.messages import explain_memory_error
 from inferpool.engine.worker.model import LoadedModel
 from inferpool.errors import BadRequest, InferpoolError, ModelError
 from inferpool.protocol.rest_json import new_request_id
-from inferpool.protocol.types import InferenceRequest, InferenceResponse
+from inferpool.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput
 from inferpool.runtimes.base import Answer
 
 # Request parameters that describe the request's own encoding, not the response's (and
@@ -129,6 +129,10 @@ def model_failure(
 def respond(
     model: LoadedModel, request: InferenceRequest, result: Mapping[str, Any]
 ) -> InferenceResponse:
+    """The response to ``request``: the result's outputs (only those the request names,
+    when it names some), encoded, with the request's parameters echoed."""
+    if request.outputs:
+        result = only_requested(result, request.outputs)
     outputs, content_type = encode_outputs(
         encode_declared(result, model.image_outputs) if model.image_outputs else result
     )
@@ -145,6 +149,22 @@ def respond(
         parameters=parameters,
         outputs=outputs,
     )
+
+
+def only_requested(
+    result: Mapping[str, Any], requested: Sequence[RequestedOutput]
+) -> Mapping[str, Any]:
+    """The outputs of ``result`` the request names: the V2 protocol returns
+    only the requested outputs, whatever else a runtime computed (a custom runtime's
+    extra values). A result with none of them is kept whole: a runtime that answers
+    under its own name whatever the request asks (``open_outputs``: MLServer's LightGBM
+    and MLflow runtimes) still answers. ``prepare`` refused the names the model lacks."""
+    kept = {output.name: result[output.name] for output in requested if output.name in result}
+    if not kept or len(kept) == len(result):
+        return result  # nothing to drop (or nothing named): the runtime's own mapping
+    if type(result) is Answer:
+        return Answer(kept, result.parameters)
+    return kept
 
 
 def infer(model: LoadedModel, request: InferenceRequest) -> InferenceResponse:

@@ -359,9 +359,8 @@ def call_status(exc: Exception, method: str) -> tuple[str, str, bool]:
     clients with a retry policy honour. Anything but an InferpoolError is logged: a bug.
     """
     if isinstance(exc, InferpoolError):
-        overloaded = isinstance(exc, Overloaded)
-        if overloaded:
+        if isinstance(exc, Overloaded):
             count_rejected("grpc", OVERLOAD)
-        return grpc_code_for(exc.status), exc.message, overloaded
+        return grpc_code_for(exc.status), exc.message, exc.retry_after
     logger.exception("gRPC %s failed", method)
     return "INTERNAL", f"internal error: {type(exc).__name__}: {exc}", False
