@@ -139,10 +139,41 @@ def test_unframe_joins_a_message_split_anywhere():
     assert unframe([b"", whole, b""]) == bytes(range(256)) * 10
 
 
-def test_unframe_refuses_a_compressed_message_as_unimplemented():
+def test_unframe_inflates_a_message_by_its_grpc_encoding():
+    import gzip
+    import zlib
+
+    message = b"hello " * 100
+    assert unframe([message_frame(gzip.compress(message), 1)], encoding=b"gzip") == message
+    assert unframe([message_frame(zlib.compress(message), 1)], encoding=b"deflate") == message
+    # The flag decides: an identity message of a gzip call is read as it is.
+    assert unframe([message_frame(message)], encoding=b"gzip") == message
+
+
+@pytest.mark.parametrize(
+    ("body", "encoding", "code"),
+    [
+        (b"gzipped?", None, "INTERNAL"),  # flagged compressed, no grpc-encoding
+        (b"gzipped?", b"identity", "INTERNAL"),
+        (b"gzipped?", b"br", "UNIMPLEMENTED"),
+        (b"not gzip", b"gzip", "INTERNAL"),
+        (b"\x1f\x8b\x08\x00", b"gzip", "INTERNAL"),  # truncated
+        (None, b"gzip", "RESOURCE_EXHAUSTED"),  # inflates past the limit
+    ],
+)
+def test_unframe_refuses_a_compressed_message_it_cannot_read(body, encoding, code):
+    import gzip
+
+    body = gzip.compress(b"x" * 1000) if body is None else body
     with pytest.raises(CallError) as caught:
-        unframe([message_frame(b"gzipped?", compressed=1)])
-    assert caught.value.code == "UNIMPLEMENTED"
+        unframe([message_frame(body, compressed=1)], limit=500, encoding=encoding)
+    assert caught.value.code == code
+
+
+def test_unframe_refuses_an_unknown_flag():
+    with pytest.raises(CallError) as caught:
+        unframe([message_frame(b"x", compressed=2)])
+    assert caught.value.code == "INTERNAL"
 
 
 @pytest.mark.parametrize(
@@ -248,10 +279,22 @@ def test_message_reader_cuts_messages_split_anywhere():
     assert asyncio.run(_read_all(reader)) == [b"one", b"", b"three"]
 
 
+def test_message_reader_inflates_messages_of_a_gzip_call():
+    import gzip
+
+    from inferpool.frontends.grpc.h2_stream import MessageReader
+
+    reader = MessageReader(limit=100, encoding=b"gzip")
+    wire = message_frame(gzip.compress(b"one"), 1) + grpc_h2.framed(b"two")
+    reader.feed(wire, True)
+    assert asyncio.run(_read_all(reader)) == [b"one", b"two"]
+
+
 @pytest.mark.parametrize(
     ("wire", "code"),
     [
-        (b"\x01\x00\x00\x00\x01x", "UNIMPLEMENTED"),  # compressed
+        (b"\x01\x00\x00\x00\x01x", "INTERNAL"),  # flagged compressed, no grpc-encoding
+        (b"\x02\x00\x00\x00\x01x", "INTERNAL"),  # no such flag
         (b"\x00\x00\x00\x01\x00", "RESOURCE_EXHAUSTED"),  # a message over the limit
         (grpc_h2.framed(b"x" * 60) * 2, "RESOURCE_EXHAUSTED"),  # too much waiting unread
         (b"\x00\x00\x00\x00\x05ab", "INTERNAL"),  # the stream ends inside a message
