@@ -4,10 +4,11 @@ of at least ``gzip_min_bytes`` goes out gzipped, at ``gzip_level``, to a client 
 says ``Vary: Accept-Encoding``, since its form depends on that header.
 
 The infer routes (``rest_infer``) compress their answer bytes here, in the frontend: a
-smaller answer costs one length test, a larger one the header scan and zlib (level 1
-compresses V2 JSON nearly as well as 6 or 9 at a fraction of the CPU: the figures are in
-benchmarks/RESULTS.md). An answer of ``THREAD_BYTES`` or more is compressed in a thread
-(zlib lets go of the GIL), so the loop goes on serving other requests meanwhile. Triton's
+smaller answer costs one length test, a larger one the header scan and the compressor
+(``gzip_codec``: ISA-L's when installed, else zlib's; level 1 compresses V2 JSON nearly
+as well as 6 or 9 at a fraction of the CPU: the figures are in benchmarks/RESULTS.md). An
+answer of ``THREAD_BYTES`` or more is compressed in a thread (both let go of the GIL), so
+the loop goes on serving other requests meanwhile. Triton's
 binary extension is compressed whole: ``Inference-Header-Content-Length`` still counts the
 JSON header's uncompressed bytes, as Triton sends it and tritonclient reads it.
 
@@ -20,15 +21,13 @@ events back.
 from __future__ import annotations
 
 import asyncio
-import zlib
 from typing import Any
 
 from starlette.middleware.gzip import GZipMiddleware
 
+from inferpool.frontends.gzip_codec import gzipped
 from inferpool.settings import ServerSettings
 
-# zlib's wbits for a gzip header and trailer.
-GZIP_WBITS = 16 + zlib.MAX_WBITS
 # Answers this large are compressed off the event loop.
 THREAD_BYTES = 256 * 1024
 VARY_LINE = b"vary: accept-encoding\r\n"
@@ -71,10 +70,6 @@ def accept_encoding(headers: list[tuple[bytes, bytes]]) -> bytes:
     """Every ``Accept-Encoding`` value of an ASGI header list, joined (empty if none)."""
     values = [value for name, value in headers if name == b"accept-encoding"]
     return b",".join(values)
-
-
-def gzipped(body: bytes, level: int) -> bytes:
-    return zlib.compress(body, level, wbits=GZIP_WBITS)
 
 
 def _relength(head: bytes, old: int, new: int) -> bytes:

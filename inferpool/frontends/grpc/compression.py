@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import zlib
 
+from inferpool.frontends.gzip_codec import gzipped
 from inferpool.settings import ServerSettings
 from inferpool.transport.http2_wire import literal
 
@@ -84,7 +85,7 @@ class ResponseGzip:
         enough; None: send it as identity."""
         if len(message) < self.min_bytes or not accepts_gzip(headers):
             return None
-        compressed = zlib.compress(message, self.level, wbits=16 + zlib.MAX_WBITS)
+        compressed = gzipped(message, self.level)
         return b"\x01" + len(compressed).to_bytes(4, "big") + compressed
 
 

@@ -128,3 +128,19 @@ def test_settings_bounds():
 def test_mlserver_and_inferpool_variables_set_it(monkeypatch, variable, value, enabled):
     monkeypatch.setenv(variable, value)
     assert ServerSettings().gzip_enabled is enabled
+
+
+@pytest.mark.parametrize("level", [1, 3, 6, 9])
+def test_both_compressors_write_gzip(level):
+    from inferpool.frontends import gzip_codec
+
+    body = b'{"outputs": [' + b"0.123456789, 2, " * 500 + b"1]}"
+    compressors = [gzip_codec._zlib]
+    isal = gzip_codec._isal()
+    if isal is not None:
+        compressors.append(isal)
+        assert gzip_codec.LIBRARY == "isal"  # installed: it is the one used
+    for compress in compressors:
+        compressed = compress(body, level)
+        assert compressed[:2] == b"\x1f\x8b" and gzip.decompress(compressed) == body
+        assert len(compressed) < len(body) // 4
