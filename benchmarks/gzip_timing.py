@@ -1,8 +1,9 @@
 """``python -m benchmarks.gzip_timing``: what gzipping an answer costs (``gzip_enabled``).
 
 ``zlib`` (the default): in-process, the CPU time zlib takes to gzip V2 JSON answers of
-several sizes at levels 1, 3, 6 and 9, and ISA-L at its level 1 when ``isal`` is installed (best of several runs, microseconds of CPU) and the
-compressed size's share of the answer. Two kinds of answer: ``predict_proba`` of three
+several sizes at levels 1, 3, 6 and 9, and ISA-L at its level 1 when ``isal`` is
+installed (best of several runs, microseconds of CPU), and the compressed size's share of
+the answer. Two kinds of answer: ``predict_proba`` of three
 classes (FP64 numbers of 17 digits, as orjson writes them) and class labels (INT64).
 
 ``served``: starts ``inferpool serve`` on the iris model of the benchmark repository,

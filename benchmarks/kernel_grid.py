@@ -31,6 +31,8 @@ FEATURES = 6
 # Kind of target → how each case builds it from a row's signal (a float per row).
 BALANCES = {"balanced": 0.5, "skewed": 0.05}
 FEATURE_KINDS = ("float", "int", "category")
+# Libraries that split on pandas ``category`` columns themselves: one more feature kind.
+NATIVE_CATEGORIES = ("xgboost", "lightgbm")
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,18 @@ class Case:
         return f"{self.library}-{self.model}-{self.balance}-{self.features}-{self.fmt}"
 
 
-def features(kind: str, rng: np.random.Generator) -> np.ndarray:
-    """float: normal values; int: counts 0..99; category: codes 0..4 (as floats)."""
+def features(kind: str, rng: np.random.Generator) -> Any:
+    """float: normal values; int: counts 0..99; category: codes 0..4 (as floats);
+    pandas-category: a DataFrame whose first three columns are pandas categories (codes
+    0..4), the others floats."""
+    if kind == "pandas-category":
+        import pandas as pd
+
+        codes = features("category", rng)
+        frame = pd.DataFrame(codes, columns=[f"f{i}" for i in range(FEATURES)])
+        for column in frame.columns[:3]:
+            frame[column] = frame[column].astype(int).astype("category")
+        return frame
     if kind == "float":
         return rng.normal(size=(ROWS, FEATURES))
     if kind == "int":
@@ -55,8 +67,9 @@ def features(kind: str, rng: np.random.Generator) -> np.ndarray:
     return rng.integers(0, 5, size=(ROWS, FEATURES)).astype(np.float64)
 
 
-def signal(X: np.ndarray) -> np.ndarray:
+def signal(X: Any) -> np.ndarray:
     """A per-row score in (0, 1) that depends on the features, ranked."""
+    X = np.asarray(X, dtype=np.float64)
     raw = X[:, 0] - 0.5 * X[:, 1] + 0.25 * X[:, 2] * X[:, 3]
     return (np.argsort(np.argsort(raw)) + 0.5) / len(raw)
 
@@ -87,12 +100,16 @@ Trainer = Callable[[np.ndarray, np.ndarray], Any]
 def xgboost_trainers() -> dict[str, tuple[str, Trainer]]:
     import xgboost as xgb
 
-    def estimator(cls: Any, **params: Any) -> Trainer:
-        return lambda X, y: cls(n_jobs=1, **params).fit(X, y)
+    def categorical(X: Any) -> dict[str, Any]:
+        # XGBoost refuses pandas categories unless told to split on them.
+        return {"enable_categorical": True} if hasattr(X, "dtypes") else {}
 
-    def ranker(X: np.ndarray, y: np.ndarray) -> Any:
+    def estimator(cls: Any, **params: Any) -> Trainer:
+        return lambda X, y: cls(n_jobs=1, **params, **categorical(X)).fit(X, y)
+
+    def ranker(X: Any, y: np.ndarray) -> Any:
         qid = np.repeat(np.arange(len(X) // 20), 20)
-        return xgb.XGBRanker(n_jobs=1).fit(X, np.minimum(y, 4), qid=qid)
+        return xgb.XGBRanker(n_jobs=1, **categorical(X)).fit(X, np.minimum(y, 4), qid=qid)
 
     return {
         "binary:logistic": ("binary", estimator(xgb.XGBClassifier)),
@@ -183,7 +200,8 @@ def cases(only: str | None) -> Iterator[tuple[Case, str, Trainer]]:
             continue
         for model, (kind, train) in trainers().items():
             for balance in BALANCES:
-                for feature_kind in FEATURE_KINDS:
+                native = ("pandas-category",) if library in NATIVE_CATEGORIES else ()
+                for feature_kind in FEATURE_KINDS + native:
                     for fmt in formats:
                         yield Case(library, model, balance, feature_kind, fmt), kind, train
 
