@@ -21,7 +21,14 @@ from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.generated import grpc_predict_v2_pb2_grpc as pb_grpc
 from tests.support import Server, build_iris_repository, iris_data
 from tests.support.h2client import Client
-from tests.support.h2frames import INTERNAL, OK, UNIMPLEMENTED, grpc_frame, request_headers
+from tests.support.h2frames import (
+    INTERNAL,
+    OK,
+    SERVICE,
+    UNIMPLEMENTED,
+    grpc_frame,
+    request_headers,
+)
 
 MODEL = "iris-logreg"
 INFER = f"/v2/models/{MODEL}/infer"
@@ -181,6 +188,35 @@ def test_a_large_grpc_response_is_gzipped_for_a_client_that_accepts_it(server):
         small = client.call(grpc_request(ROWS[:2]), request_headers(extra=[ACCEPT_GZIP]))
         assert small.data[0] == 0
         assert len(small.response().outputs[0].contents.fp64_contents) == 6
+
+
+def stream_messages(data: bytes) -> list[tuple[int, bytes]]:
+    """The (flag, payload) of each length-prefixed message of a stream's DATA."""
+    messages = []
+    while data:
+        length = int.from_bytes(data[1:5], "big")
+        messages.append((data[0], data[5 : 5 + length]))
+        data = data[5 + length :]
+    return messages
+
+
+def test_stream_answers_are_gzipped_for_a_client_that_accepts_it(server):
+    stream = SERVICE + b"ModelStreamInfer"
+    requests = grpc_frame(grpc_request(ROWS)) + grpc_frame(grpc_request(ROWS[:2]))
+    with Client(server.grpc_port) as client:
+        reply = client.call(b"", request_headers(stream, extra=[ACCEPT_GZIP]), raw_body=requests)
+        assert reply.status == OK, reply.message
+        assert dict(reply.headers)[b"grpc-encoding"] == b"gzip"
+        (big_flag, big), (small_flag, small) = stream_messages(bytes(reply.data))
+        assert (big_flag, small_flag) == (1, 0)  # the small answer stays identity
+        answer = pb.ModelStreamInferResponse.FromString(gzip.decompress(big)).infer_response
+        assert len(answer.outputs[0].contents.fp64_contents) == 3 * len(ROWS)
+        answer = pb.ModelStreamInferResponse.FromString(small).infer_response
+        assert len(answer.outputs[0].contents.fp64_contents) == 6
+        # Without grpc-accept-encoding: identity throughout.
+        plain = client.call(b"", request_headers(stream), raw_body=requests)
+        assert b"grpc-encoding" not in dict(plain.headers)
+        assert [flag for flag, _ in stream_messages(bytes(plain.data))] == [0, 0]
 
 
 @pytest.mark.parametrize("implementation", ["builtin", "grpcio"])
