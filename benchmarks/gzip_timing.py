@@ -121,7 +121,7 @@ def served(duration: int, connections: int, workers: int) -> None:
     import psutil
 
     from benchmarks.models import build_repository
-    from tests.support import free_port
+    from tests.support import free_port, wait_for_200
 
     with tempfile.TemporaryDirectory(prefix="gzip-timing-") as tmp:
         root = Path(tmp)
@@ -133,13 +133,7 @@ def served(duration: int, connections: int, workers: int) -> None:
         server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         try:
             url = f"http://127.0.0.1:{port}"
-            for _ in range(600):
-                try:
-                    if httpx.get(url + "/v2/health/ready", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.1)
+            wait_for_200(url + "/v2/health/ready", server, lambda: "(output not kept)", 120)
             process = psutil.Process(server.pid)
             print(
                 f"{'rows':>6}{'answer':>10}{'accept':>10}{'req/s':>10}{'mean ms':>9}"
