@@ -90,7 +90,7 @@ class MessageReader:
                     self._error = CallError(exc.code, exc.message)
                     return
             self._messages.append(payload)
-            self._queued += length
+            self._queued += len(payload)  # inflated: what waits in memory
             del buffer[: 5 + length]
         if self._queued + len(buffer) > self.limit:
             message = f"over {self.limit} bytes of request messages wait unanswered"

@@ -288,6 +288,12 @@ def test_message_reader_inflates_messages_of_a_gzip_call():
     wire = message_frame(gzip.compress(b"one"), 1) + grpc_h2.framed(b"two")
     reader.feed(wire, True)
     assert asyncio.run(_read_all(reader)) == [b"one", b"two"]
+    # What waits unread is counted inflated: two messages of 60 bytes, 25 compressed.
+    reader = MessageReader(limit=100, encoding=b"gzip")
+    reader.feed(message_frame(gzip.compress(b"x" * 60), 1) * 2, True)
+    with pytest.raises(CallError) as caught:
+        asyncio.run(_read_all(reader))
+    assert caught.value.code == "RESOURCE_EXHAUSTED"
 
 
 @pytest.mark.parametrize(
