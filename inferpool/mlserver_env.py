@@ -70,12 +70,6 @@ def _metrics_endpoint(value: str | None) -> dict[str, Any]:
     return {}
 
 
-def _gzip(value: bool) -> dict[str, Any]:
-    if value:
-        raise _Warn("inferpool does not compress responses (clients get them uncompressed)")
-    return {}
-
-
 class _Warn(Exception):
     """A value that inferpool does not implement but that changes nothing served."""
 
@@ -138,7 +132,7 @@ SERVER_RULES: dict[str, Rule] = {
     ),
     "cache_enabled": Rule(bool, reason="inferpool caches no responses: every request is predicted"),
     "cache_size": Rule(int, reason="inferpool caches no responses"),
-    "gzip_enabled": Rule(bool, _gzip),
+    "gzip_enabled": Rule(bool, _to("gzip_enabled")),
 }
 
 _logged: set[str] = set()

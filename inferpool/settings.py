@@ -219,6 +219,25 @@ class ServerSettings(BaseSettings):
         description='MLServer\'s CORS keys as JSON, e.g. \'{"allow_origins": ["*"]}\'; '
         "unset: no CORS headers",
     )
+    # -- response compression (MLServer's gzip_enabled; docs/operate/compression.md)
+    gzip_enabled: bool = Field(
+        True,
+        description="gzip answers of at least --gzip-min-bytes to clients that accept it "
+        "(REST Accept-Encoding, gRPC grpc-accept-encoding)",
+    )
+    gzip_min_bytes: int = Field(
+        1024,
+        ge=0,
+        description="smallest answer body (bytes) that is compressed: a smaller one fits one "
+        "packet anyway, and zlib's fixed cost would outweigh the bytes saved",
+    )
+    gzip_level: int = Field(
+        1,
+        ge=1,
+        le=9,
+        description="zlib level of response compression: 1 compresses V2 JSON answers nearly "
+        "as well as 6 or 9 at a fraction of their CPU (benchmarks/RESULTS.md)",
+    )
 
     # -- limits: each checked before anything is allocated (README, "Limits and security")
     max_body_bytes: int = Field(

@@ -35,6 +35,7 @@ from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.mlflow_scoring import scoring_routes
 from inferpool.frontends.model_config import model_config
 from inferpool.frontends.rest_endpoints import endpoint_routes
+from inferpool.frontends.rest_gzip import GzipRoutes
 from inferpool.frontends.rest_infer import InferRoutes
 from inferpool.frontends.rest_input import read_body, scan_headers
 from inferpool.frontends.rest_stream import stream_routes
@@ -81,6 +82,7 @@ def build_app(
     V2 routes (``/metrics`` when it has no port of its own)."""
     plane = DataPlane(client)
     stack = middleware(client.settings, tracer)
+    gzip = client.settings.gzip_enabled
 
     async def live(request: Request) -> Response:
         return health_response(plane.live(), "live")
@@ -149,10 +151,13 @@ def build_app(
     # path after everything else.
     feedback, endpoints, bare = endpoint_routes(plane, model, versioned)
     routes += [*feedback, *endpoints, *extra_routes, *bare]
-    routes_in_front.app = Starlette(
+    starlette: ASGIApp = Starlette(
         routes=routes,
         exception_handlers={InferpoolError: _inferpool_error, HTTPException: _http_error},
     )
+    # MLServer's gzip_enabled for the routes Starlette answers (the infer routes in front
+    # compress their own answers: rest_gzip.py).
+    routes_in_front.app = GzipRoutes(starlette, client.settings) if gzip else starlette
     app: ASGIApp = routes_in_front
     for cls, args, kwargs in reversed(stack):
         app = cls(app, *args, **kwargs)

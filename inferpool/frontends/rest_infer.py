@@ -23,6 +23,7 @@ from inferpool.engine.ipc.messages import Kind
 from inferpool.errors import InferpoolError
 from inferpool.frontends import rest_answer, rest_input
 from inferpool.frontends.dataplane import DataPlane
+from inferpool.frontends.rest_gzip import answer_gzip
 from inferpool.frontends.rest_input import await_reply
 from inferpool.protocol.request_headers import http_headers, wrap
 
@@ -64,6 +65,8 @@ class InferRoutes:
         self.default_timeout = client.settings.request_timeout
         self.find = client.table.find
         self.infer = plane.infer
+        # Answers of gzip_min_bytes or more, gzipped for clients that accept it (or None).
+        self.gzip = answer_gzip(client.settings)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -99,6 +102,9 @@ class InferRoutes:
             # A bug of ours: logged with its traceback, answered without one.
             logger.exception("unexpected error serving %s", scope["path"])
             answer = rest_answer.failed(scope, InferpoolError("internal server error"))
+        gzip = self.gzip
+        if gzip is not None and len(answer[2]) >= gzip.min_bytes:
+            answer = await gzip.compress(scope, answer)
         await rest_answer.write(scope, send, answer, direct)
 
     async def _answer(

@@ -25,6 +25,12 @@ from urllib.parse import quote
 from inferpool.engine.client import EngineClient
 from inferpool.frontends.access_log import given_id, log_request
 from inferpool.frontends.dataplane import DataPlane
+from inferpool.frontends.grpc.compression import (
+    GZIP_HEADERS,
+    BadMessage,
+    inflate,
+    response_gzip,
+)
 from inferpool.frontends.grpc.custom import ExtensionServices, extension_methods, log_method
 from inferpool.frontends.grpc.health import CHECK_PATH, WATCH_PATH, HealthService
 from inferpool.frontends.grpc.service import (
@@ -111,38 +117,28 @@ def too_large(length: int, limit: int) -> str:
     return f"message of {length} bytes is over the limit of {limit} bytes (max_body_bytes)"
 
 
-_FLAG_SET = "the request message's Compressed-Flag is set but"
-
-
-def compressed(encoding: bytes | None) -> CallError:
-    """The error for a request message whose Compressed-Flag is set, ``encoding`` being the
-    call's ``grpc-encoding``. No encoding (or ``identity``) makes the flag itself wrong:
-    INTERNAL, as the gRPC compression specification requires. A real encoding is one this
-    server does not decode (it accepts identity only): UNIMPLEMENTED, naming both."""
-    if encoding is None:
-        return CallError("INTERNAL", f"{_FLAG_SET} the call has no grpc-encoding header")
-    if encoding == b"identity":
-        return CallError("INTERNAL", f"{_FLAG_SET} the call's grpc-encoding is identity")
-    name = encoding.decode(errors="replace")
-    return CallError("UNIMPLEMENTED", f"grpc-encoding {name!r} is not supported; send identity")
-
-
 def unframe(
-    chunks: list[bytes], limit: int = MESSAGE_CEILING, headers: dict[bytes, bytes] | None = None
+    chunks: list[bytes], limit: int = MESSAGE_CEILING, encoding: bytes | None = None
 ) -> bytes:
-    """The one message of a unary call from its length-prefixed DATA; ``headers``: the
-    call's (its ``grpc-encoding``, read only for a compressed message)."""
+    """The one message of a unary call from its length-prefixed DATA, inflated by the
+    call's ``grpc-encoding`` when flagged compressed (``compression.inflate``)."""
     body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if len(body) < 5:
         raise CallError("INTERNAL", "a unary call needs exactly one request message")
-    if body[0] != 0:
-        raise compressed((headers or {}).get(b"grpc-encoding"))
+    flag = body[0]
+    if flag > 1:
+        raise CallError("INTERNAL", f"invalid compressed flag {flag} of the message prefix")
     length = int.from_bytes(body[1:5], "big")
     if length > limit:
         raise CallError("RESOURCE_EXHAUSTED", too_large(length, limit))
     if len(body) != 5 + length:
         raise CallError("INTERNAL", "a unary call needs exactly one request message")
-    return body[5:]
+    if flag == 0:
+        return body[5:]
+    try:
+        return inflate(body[5:], encoding, limit)
+    except BadMessage as exc:
+        raise CallError(exc.code, exc.message) from None
 
 
 def ok_trailers(request_id: bytes) -> bytes:
@@ -211,6 +207,8 @@ class GrpcH2Server:
         body_limit = {"max_body_bytes": settings.max_body_bytes + 5}
         self.limits = Limits.from_settings(settings.model_copy(update=body_limit))
         self.access_log = settings.access_log
+        # Responses gzipped for clients that accept it (compression.py), or None.
+        self.gzip = response_gzip(settings)
         self.service = InferenceService(DataPlane(client))
         prefix = f"/{SERVICE}/".encode()
         self.methods: dict[bytes, tuple[str, Any, Any]] = {
@@ -307,7 +305,7 @@ class GrpcH2Server:
         stream.on_data = reader.feed
         peer = _peer(connection)
         serving = serve_stream(
-            self.service, connection, stream, reader, expires, self.access_log, peer
+            self.service, connection, stream, reader, expires, self.access_log, peer, self.gzip
         )
         self._start_call(stream, serving)
 
@@ -332,7 +330,7 @@ class GrpcH2Server:
             timeout = headers.get(b"grpc-timeout")
             # The deadline counts from arrival, however long the call waits to start.
             expires = time.monotonic() + parse_timeout(timeout) if timeout is not None else None
-            message = unframe(stream.body, self.max_message, headers)
+            message = unframe(stream.body, self.max_message, headers.get(b"grpc-encoding"))
         except CallError as exc:
             trailers = status_trailers(exc.code, exc.message)
             connection.respond(stream, RESPONSE_HEADERS + trailers, b"", b"")
@@ -390,11 +388,18 @@ class GrpcH2Server:
                 # The deadline passed while the loop was busy (an in-process model), so
                 # the timer could not fire; the client has given up on this reply.
                 raise CallError("DEADLINE_EXCEEDED", "Deadline Exceeded")
+            head, data = RESPONSE_HEADERS, None
+            gzip = self.gzip
+            if gzip is not None and len(body) >= gzip.min_bytes:
+                data = gzip.framed(stream.headers, body)
+                head = RESPONSE_HEADERS if data is None else RESPONSE_HEADERS + GZIP_HEADERS
+            if data is None:
+                data = framed(body)
             if handler is None:
                 request_id = infer_request_id().encode()
-                connection.respond(stream, RESPONSE_HEADERS, framed(body), ok_trailers(request_id))
+                connection.respond(stream, head, data, ok_trailers(request_id))
             else:
-                connection.respond(stream, RESPONSE_HEADERS, framed(body), OK_TRAILERS)
+                connection.respond(stream, head, data, OK_TRAILERS)
         except asyncio.CancelledError:
             if stream.closed:  # the client reset the stream or went away
                 code = "CANCELLED"

@@ -19,11 +19,17 @@ import collections
 import time
 
 from inferpool.frontends.access_log import given_id, log_request
+from inferpool.frontends.grpc.compression import (
+    GZIP_HEADERS,
+    BadMessage,
+    ResponseGzip,
+    accepts_gzip,
+    inflate,
+)
 from inferpool.frontends.grpc.h2 import (
     OK_TRAILERS,
     RESPONSE_HEADERS,
     CallError,
-    compressed,
     framed,
     status_trailers,
     stream_status,
@@ -42,7 +48,7 @@ class MessageReader:
 
     def __init__(self, limit: int, encoding: bytes | None = None) -> None:
         self.limit = limit  # bytes per message, and waiting unread in all
-        self.encoding = encoding  # the call's grpc-encoding header
+        self.encoding = encoding  # the call's grpc-encoding, for messages flagged compressed
         self._buffer = bytearray()
         self._messages: collections.deque[bytes] = collections.deque()
         self._queued = 0
@@ -65,8 +71,10 @@ class MessageReader:
     def _cut(self) -> None:
         buffer = self._buffer
         while len(buffer) >= 5:
-            if buffer[0] != 0:
-                self._error = compressed(self.encoding)
+            flag = buffer[0]
+            if flag > 1:
+                message = f"invalid compressed flag {flag} of a message prefix"
+                self._error = CallError("INTERNAL", message)
                 return
             length = int.from_bytes(buffer[1:5], "big")
             if length > self.limit:
@@ -74,8 +82,15 @@ class MessageReader:
                 return
             if len(buffer) < 5 + length:
                 break
-            self._messages.append(bytes(buffer[5 : 5 + length]))
-            self._queued += length
+            payload = bytes(buffer[5 : 5 + length])
+            if flag:
+                try:
+                    payload = inflate(payload, self.encoding, self.limit)
+                except BadMessage as exc:
+                    self._error = CallError(exc.code, exc.message)
+                    return
+            self._messages.append(payload)
+            self._queued += len(payload)  # inflated: what waits in memory
             del buffer[: 5 + length]
         if self._queued + len(buffer) > self.limit:
             message = f"over {self.limit} bytes of request messages wait unanswered"
@@ -106,11 +121,16 @@ async def serve_stream(
     expires: float | None,
     access_log: bool,
     peer: str | None,
+    gzip: ResponseGzip | None = None,
 ) -> None:
-    """One ModelStreamInfer call, to its trailers (the module's text)."""
+    """One ModelStreamInfer call, to its trailers (the module's text); ``gzip``: the
+    server's response compression (None: off), for a client that accepts gzip."""
     started = time.perf_counter()
     code, text, pushback = "OK", "", False
     opened = False
+    if gzip is not None and not accepts_gzip(stream.headers):
+        gzip = None
+    head = RESPONSE_HEADERS + GZIP_HEADERS if gzip is not None else RESPONSE_HEADERS
     try:
         remaining = None if expires is None else max(0.0, expires - time.monotonic())
         async with asyncio.timeout(remaining):
@@ -118,9 +138,10 @@ async def serve_stream(
                 while stream.pending is not None and not stream.closed:
                     await asyncio.sleep(WINDOW_POLL)  # the last answer waits for window
                 if not opened:
-                    connection.open_stream(stream, RESPONSE_HEADERS)
+                    connection.open_stream(stream, head)
                     opened = True
-                connection.send_data(stream, framed(message))
+                data = gzip.framed(stream.headers, message) if gzip is not None else None
+                connection.send_data(stream, framed(message) if data is None else data)
     except (Exception, asyncio.CancelledError) as exc:
         code, text, pushback = stream_status(exc, stream, "ModelStreamInfer")
         if code == "CANCELLED":

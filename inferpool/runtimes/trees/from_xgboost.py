@@ -9,6 +9,9 @@ linear boosters and a missing-value marker other than NaN are not reproduced.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -109,15 +112,40 @@ def _cover(tree: dict[str, Any]) -> np.ndarray | None:
 
 
 def _base_margin(objective: str, base_score: str, n_columns: int) -> np.ndarray:
-    """XGBoost's base_score (stored as a prediction) turned into a margin, in float32."""
+    """XGBoost's base_score (stored as a prediction: estimated from the training labels
+    since XGBoost 2.0, one per class or target since 3.1) turned into a margin, in
+    float32 as XGBoost's ``ProbToMargin`` computes it."""
     values = [F32(v) for v in base_score.strip("[]").split(",") if v.strip()]
     score = np.array(values if len(values) > 1 else values * n_columns, dtype=F32)
     if objective in LOGISTIC_OBJECTIVES:
-        margin: np.ndarray = -np.log(F32(1.0) / score - F32(1.0))
-        return margin
+        # 1/p - 1 in float32 arithmetic, as XGBoost's C++ does, then its logf.
+        return -_logf(F32(1.0) / score - F32(1.0))
     if objective in EXP_OBJECTIVES:
-        return np.log(score)
+        return _logf(score)
     return score
+
+
+def _logf(values: np.ndarray) -> np.ndarray:
+    """The C library's ``logf``, which XGBoost calls. numpy's float32 log (its own SIMD
+    approximation) and a float64 log rounded to float32 are each one ulp off it for some
+    values, and a base margin one ulp off the library's shifts every prediction of the
+    model (a default model estimates its base_score from the labels: any value occurs)."""
+    logf = _libm_logf()
+    if logf is None:  # no C library to ask: the correctly rounded value is nearly always it
+        return np.log(values.astype(np.float64)).astype(F32)
+    return np.array([logf(float(v)) for v in values], dtype=F32)
+
+
+@functools.cache
+def _libm_logf() -> Callable[[float], float] | None:
+    name = ctypes.util.find_library("m")
+    try:
+        logf = ctypes.CDLL(name).logf if name else None
+    except (OSError, AttributeError):
+        return None
+    if logf is not None:
+        logf.restype, logf.argtypes = ctypes.c_float, [ctypes.c_float]
+    return logf
 
 
 def _link(objective: str) -> Callable[[np.ndarray], np.ndarray]:

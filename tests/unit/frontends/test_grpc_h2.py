@@ -139,27 +139,41 @@ def test_unframe_joins_a_message_split_anywhere():
     assert unframe([b"", whole, b""]) == bytes(range(256)) * 10
 
 
+def test_unframe_inflates_a_message_by_its_grpc_encoding():
+    import gzip
+    import zlib
+
+    message = b"hello " * 100
+    assert unframe([message_frame(gzip.compress(message), 1)], encoding=b"gzip") == message
+    assert unframe([message_frame(zlib.compress(message), 1)], encoding=b"deflate") == message
+    # The flag decides: an identity message of a gzip call is read as it is.
+    assert unframe([message_frame(message)], encoding=b"gzip") == message
+
+
 @pytest.mark.parametrize(
-    ("headers", "code", "says"),
+    ("body", "encoding", "code"),
     [
-        # The flag set with no encoding declared: a malformed message (gRPC's compression
-        # specification), not an unsupported compression.
-        ({}, "INTERNAL", "Compressed-Flag is set but the call has no grpc-encoding"),
-        (None, "INTERNAL", "Compressed-Flag is set but the call has no grpc-encoding"),
-        ({b"grpc-encoding": b"identity"}, "INTERNAL", "grpc-encoding is identity"),
-        ({b"grpc-encoding": b"gzip"}, "UNIMPLEMENTED", "grpc-encoding 'gzip' is not supported"),
+        (b"gzipped?", None, "INTERNAL"),  # flagged compressed, no grpc-encoding
+        (b"gzipped?", b"identity", "INTERNAL"),
+        (b"gzipped?", b"br", "UNIMPLEMENTED"),
+        (b"not gzip", b"gzip", "INTERNAL"),
+        (b"\x1f\x8b\x08\x00", b"gzip", "INTERNAL"),  # truncated
+        (None, b"gzip", "RESOURCE_EXHAUSTED"),  # inflates past the limit
     ],
 )
-def test_unframe_refuses_a_compressed_message(headers, code, says):
+def test_unframe_refuses_a_compressed_message_it_cannot_read(body, encoding, code):
+    import gzip
+
+    body = gzip.compress(b"x" * 1000) if body is None else body
     with pytest.raises(CallError) as caught:
-        unframe([message_frame(b"gzipped?", compressed=1)], headers=headers)
+        unframe([message_frame(body, compressed=1)], limit=500, encoding=encoding)
     assert caught.value.code == code
-    assert says in caught.value.message
 
 
-def test_unframe_takes_an_uncompressed_message_whatever_the_encoding_declared():
-    headers = {b"grpc-encoding": b"gzip"}  # a client may leave any message uncompressed
-    assert unframe([message_frame(b"plain")], headers=headers) == b"plain"
+def test_unframe_refuses_an_unknown_flag():
+    with pytest.raises(CallError) as caught:
+        unframe([message_frame(b"x", compressed=2)])
+    assert caught.value.code == "INTERNAL"
 
 
 @pytest.mark.parametrize(
@@ -265,10 +279,28 @@ def test_message_reader_cuts_messages_split_anywhere():
     assert asyncio.run(_read_all(reader)) == [b"one", b"", b"three"]
 
 
+def test_message_reader_inflates_messages_of_a_gzip_call():
+    import gzip
+
+    from inferpool.frontends.grpc.h2_stream import MessageReader
+
+    reader = MessageReader(limit=100, encoding=b"gzip")
+    wire = message_frame(gzip.compress(b"one"), 1) + grpc_h2.framed(b"two")
+    reader.feed(wire, True)
+    assert asyncio.run(_read_all(reader)) == [b"one", b"two"]
+    # What waits unread is counted inflated: two messages of 60 bytes, 25 compressed.
+    reader = MessageReader(limit=100, encoding=b"gzip")
+    reader.feed(message_frame(gzip.compress(b"x" * 60), 1) * 2, True)
+    with pytest.raises(CallError) as caught:
+        asyncio.run(_read_all(reader))
+    assert caught.value.code == "RESOURCE_EXHAUSTED"
+
+
 @pytest.mark.parametrize(
     ("wire", "code"),
     [
-        (b"\x01\x00\x00\x00\x01x", "INTERNAL"),  # compressed, with no grpc-encoding
+        (b"\x01\x00\x00\x00\x01x", "INTERNAL"),  # flagged compressed, no grpc-encoding
+        (b"\x02\x00\x00\x00\x01x", "INTERNAL"),  # no such flag
         (b"\x00\x00\x00\x01\x00", "RESOURCE_EXHAUSTED"),  # a message over the limit
         (grpc_h2.framed(b"x" * 60) * 2, "RESOURCE_EXHAUSTED"),  # too much waiting unread
         (b"\x00\x00\x00\x00\x05ab", "INTERNAL"),  # the stream ends inside a message
@@ -287,9 +319,9 @@ def test_message_reader_refuses_what_a_call_cannot_take(wire, code):
 def test_message_reader_refuses_a_compression_it_does_not_decode():
     from inferpool.frontends.grpc.h2_stream import MessageReader
 
-    reader = MessageReader(limit=100, encoding=b"gzip")
+    reader = MessageReader(limit=100, encoding=b"br")
     reader.feed(grpc_h2.framed(b"plain") + b"\x01\x00\x00\x00\x01x", True)
     with pytest.raises(CallError) as caught:
         asyncio.run(_read_all(reader))
     assert caught.value.code == "UNIMPLEMENTED"
-    assert "'gzip'" in caught.value.message
+    assert "'br'" in caught.value.message
