@@ -25,12 +25,11 @@ from typing import Any
 
 from inferpool import logs
 from inferpool.engine import custom_metrics_sum, interpreters
-from inferpool.engine.ipc import messages
+from inferpool.engine.ipc import lifeline, messages
 from inferpool.engine.ipc.channel import Channel, Outgoing, socket_pair
 from inferpool.engine.ipc.messages import Op, Reply, ReplyHeader
 from inferpool.engine.ipc.ring import Ring, create_ring_fd
 from inferpool.engine.states import ModelKey, model_key
-from inferpool.engine.worker import lifeline
 from inferpool.errors import WorkerLost
 from inferpool.frontends.request_context import resolve_internal
 from inferpool.protocol.limits import DecodeLimits
@@ -56,7 +55,7 @@ def start_template(python: Path | None = None) -> tuple[subprocess.Popen[bytes],
     the fork (``process.limit_native_threads``).
     """
     ours, theirs = socket_pair()
-    # It dies with us, SIGKILL included, and its workers too (``worker/lifeline.py``): the
+    # It dies with us, SIGKILL included, and its workers too (``ipc/lifeline.py``): the
     # parent-death signal for it (started from this thread, the loop's, which lives as long
     # as we do: that signal follows a thread), our lifeline's read end for them all.
     alive = lifeline.read_end()

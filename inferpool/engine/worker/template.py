@@ -32,10 +32,9 @@ import socket
 import sys
 
 from inferpool import logs
-from inferpool.engine.ipc import messages
+from inferpool.engine.ipc import lifeline, messages
 from inferpool.engine.ipc.channel import Channel
 from inferpool.engine.ipc.messages import Op
-from inferpool.engine.worker import lifeline
 from inferpool.runtimes.registry import preload_modules
 
 # What every worker uses, whatever its models: imported before any fork so that workers

@@ -1,4 +1,4 @@
-"""The kernel mechanisms that end the server's children with it (``worker/lifeline.py``):
+"""The kernel mechanisms that end the server's children with it (``ipc/lifeline.py``):
 the lifeline pipe (SIGKILL to each holder when its last writer is gone, busy or not) and
 the prelude that sets the parent-death signal before a child imports anything."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from inferpool.engine.worker import lifeline
+from inferpool.engine.ipc import lifeline
 
 WAIT = 10.0  # seconds; each of these ends in milliseconds
 
@@ -91,7 +91,7 @@ def test_a_forked_child_of_the_server_does_not_keep_the_write_end(tmp_path: Path
     done = run(
         """
         import os
-        from inferpool.engine.worker import lifeline
+        from inferpool.engine.ipc import lifeline
         lifeline.read_end()
         write_end = lifeline._pipe[1]
         pid = os.fork()
@@ -119,7 +119,7 @@ def test_the_prelude_ties_the_child_to_its_parent(tmp_path: Path, parent_alive: 
     done = run(
         f"""
         import os, subprocess, sys, time
-        from inferpool.engine.worker import lifeline
+        from inferpool.engine.ipc import lifeline
         env = {{**os.environ, lifeline.PARENT_ENV: str({parent})}}
         child = subprocess.Popen(lifeline.command("sleeper"), env=env)
         time.sleep(1.0)  # the child runs its prelude (or has already exited)
