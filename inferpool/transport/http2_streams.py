@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from inferpool.transport.http2_wire import (
     CONTINUATION,
@@ -35,6 +35,7 @@ from inferpool.transport.http2_wire import (
     ProtocolFailure,
     frame,
 )
+from inferpool.transport.unsent import ANSWERS
 
 if TYPE_CHECKING:
     from inferpool.transport.http2 import Http2Connection
@@ -188,6 +189,7 @@ class Http2Streams(asyncio.Protocol):
             if size <= 0:
                 stream.pending = pending
                 self._blocked[stream.id] = stream
+                ANSWERS.hold(self)  # counted in the process's unsent answers while it waits
                 return
             out.append(frame(DATA, 0, stream.id, pending[:size].tobytes()))
             pending = pending[size:]
@@ -240,6 +242,19 @@ class Http2Streams(asyncio.Protocol):
         out += [frame(CONTINUATION, 0, stream_id, piece) for piece in pieces[1:-1]]
         out.append(frame(CONTINUATION, END_HEADERS, stream_id, pieces[-1]))
         return b"".join(out)
+
+    def unsent(self) -> int:
+        """Answer bytes not yet read by the peer: the answers waiting for window (whole:
+        what is left of each is a view of it) and the transport's buffer
+        (``transport.unsent.Holder``)."""
+        held = sum(
+            len(cast(bytes, stream.pending.obj))
+            for stream in self._blocked.values()
+            if stream.pending is not None
+        )
+        if self.transport is not None:
+            held += self.transport.get_write_buffer_size()
+        return held
 
     def _flush_blocked(self, out: list[bytes]) -> None:
         for stream in list(self._blocked.values()):
