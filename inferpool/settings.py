@@ -226,7 +226,7 @@ class ServerSettings(BaseSettings):
         "RESOURCE_EXHAUSTED); 0: no bound",
     )
     max_unsent_bytes_per_connection: int = Field(
-        64 * MIB,
+        32 * MIB,
         description="answer bytes one connection may hold unread beyond its first answer; past "
         "it its large answers and its new HTTP/2 streams are refused (RESOURCE_EXHAUSTED); "
         "0: no bound",

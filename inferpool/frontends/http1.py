@@ -348,6 +348,9 @@ class GuardedHttpTools(HttpToolsProtocol):
     def resume_writing(self) -> None:
         super().resume_writing()
         self._write_at = 0.0
+        if self._large:
+            self._large = 0
+            ANSWERS.released()  # a large answer is (nearly) sent: its memory is coming back
         if self._after_drain:
             self._after_drain = False
             if not self.transport.is_closing():

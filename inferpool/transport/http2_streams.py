@@ -119,7 +119,8 @@ class Http2Streams(asyncio.Protocol):
         self._count_reset()
         if self.streams.get(stream.id) is stream:
             del self.streams[stream.id]
-        self._blocked.pop(stream.id, None)
+        if self._blocked.pop(stream.id, None) is not None:
+            ANSWERS.released()  # an answer that waited for window is dropped
         self._drop(stream)
         out.append(frame(RST_STREAM, 0, stream.id, U32.pack(code)))
 
@@ -196,7 +197,8 @@ class Http2Streams(asyncio.Protocol):
             self._send_window -= size
             stream.send_window -= size
         stream.pending = None
-        self._blocked.pop(stream.id, None)
+        if self._blocked.pop(stream.id, None) is not None:
+            ANSWERS.released()  # an answer that waited for window is sent
         if stream.streaming:
             return  # more DATA, or end_stream, follows
         self._finish(stream)

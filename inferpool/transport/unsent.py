@@ -21,6 +21,7 @@ per-connection bound is still served.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 # Answers smaller than this are never refused: they are sent at once unless a writer is
@@ -50,16 +51,29 @@ class UnsentAnswers:
         self.limit = limit
         self.per_connection = per_connection
         self.holders: set[Holder] = set()
+        # Called when answers held for slow readers may have been freed (the frontend's
+        # ``reclaim.trim_soon``: give the heap's free pages back).
+        self.on_release: Callable[[], None] | None = None
 
-    def configure(self, limit: int, per_connection: int) -> None:
+    def configure(
+        self, limit: int, per_connection: int, on_release: Callable[[], None] | None = None
+    ) -> None:
         self.limit, self.per_connection = limit, per_connection
+        self.on_release = on_release
+
+    def released(self) -> None:
+        """Answers held for a slow reader were freed, or one was refused."""
+        if self.on_release is not None:
+            self.on_release()
 
     def hold(self, holder: Holder) -> None:
         """``holder`` may hold unsent bytes from now on; it leaves once it holds none."""
         self.holders.add(holder)
 
     def release(self, holder: Holder) -> None:
-        self.holders.discard(holder)
+        if holder in self.holders:
+            self.holders.discard(holder)
+            self.released()
 
     def total(self) -> int:
         """Unsent answer bytes of every holder; those that hold none leave."""
@@ -68,6 +82,7 @@ class UnsentAnswers:
             held = holder.unsent()
             if held <= 0:
                 self.holders.discard(holder)
+                self.released()
             total += held
         return total
 
@@ -79,6 +94,7 @@ class UnsentAnswers:
         if self.per_connection and holder is not None:
             held = holder.unsent()
             if held > 0 and held + size > self.per_connection:
+                self.released()  # the answer refused is freed
                 return PER_CONNECTION, (
                     f"answer of {_mib(size)} not sent: this connection holds {_mib(held)} of "
                     f"answers its client has not read yet (max_unsent_bytes_per_connection="
@@ -87,6 +103,7 @@ class UnsentAnswers:
         if self.limit:
             total = self.total()
             if total > 0 and total + size > self.limit:
+                self.released()
                 return TOTAL, (
                     f"answer of {_mib(size)} not sent: the server holds {_mib(total)} of "
                     f"answers its clients have not read yet (max_unsent_bytes={self.limit}); "
