@@ -5,10 +5,11 @@ A custom model answers ``big`` UINT8 zeros (REST: two bytes each in JSON) or, fo
 negative ``big``, FP64 ones (gRPC: eight bytes each in protobuf, quicker to encode):
 8.6 MiB answers by default. ``--readers`` clients on raw sockets each send one request at
 once and then read 64 KiB every 50 ms (the gRPC ones grant HTTP/2 window only for what
-they have read). The frontend's RSS is sampled every 50 ms: its baseline (after one
-answer read whole), its peak while the readers read, and what it is 3 s after the last
-reader finished. Each reader's outcome is counted (its whole answer, or a 503 /
-RESOURCE_EXHAUSTED naming ``--max-unsent-bytes``).
+they have read). The frontend's RSS is sampled every 20 ms: its baseline (after one
+answer read whole), its peak while the readers read, what it held once every answer was
+written or refused (the peak also has the answers in flight: read from the workers,
+refused or not), and what it is 3 s after the last reader finished. Each reader's outcome
+is counted (its whole answer, or a 503 / RESOURCE_EXHAUSTED naming the bound).
 
     python -m benchmarks.slow_readers --protocol rest --workers 2 [-- extra serve flags]
 """
@@ -25,6 +26,7 @@ import textwrap
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import h2.config
@@ -60,6 +62,10 @@ CHUNK = 64 * 1024
 PAUSE = 0.05
 
 
+def _nothing() -> None:
+    pass
+
+
 def write_model(root: Path) -> None:
     folder = root / "big"
     folder.mkdir(parents=True)
@@ -82,8 +88,11 @@ def rest_request(count: int) -> bytes:
     return head.encode() + body
 
 
-def rest_reader(port: int, count: int, slow: bool) -> str:
-    """One request, its answer read ``CHUNK`` every ``PAUSE``; the answer's status."""
+def read_rest_answer(
+    port: int, count: int, slow: bool, on_head: Callable[[], None] = _nothing
+) -> tuple[str, bytes, bytes]:
+    """One request, its answer read ``CHUNK`` every ``PAUSE``: its status ("closed" or
+    "cut" if the server closed first), head and first ``CHUNK`` bytes (an error whole)."""
     with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, CHUNK)
         sock.sendall(rest_request(count))
@@ -91,20 +100,27 @@ def rest_reader(port: int, count: int, slow: bool) -> str:
         while b"\r\n\r\n" not in data:
             chunk = sock.recv(CHUNK)
             if not chunk:
-                return "closed"
+                return "closed", data, b""
             data += chunk
-        head, _, rest = data.partition(b"\r\n\r\n")
+        head, _, body = data.partition(b"\r\n\r\n")
+        on_head()
         lines = head.lower().split(b"\r\n")
         length = next(int(line[15:]) for line in lines if line.startswith(b"content-length:"))
-        got = len(rest)
-        while got < length:
+        received = len(body)
+        while received < length:
             if slow:
                 time.sleep(PAUSE)
             chunk = sock.recv(CHUNK)
             if not chunk:
-                return "cut"
-            got += len(chunk)
-        return head.split(b" ")[1].decode()
+                return "cut", head, body
+            body += chunk if len(body) < CHUNK else b""
+            received += len(chunk)
+        return head.split(b" ")[1].decode(), head, body
+
+
+def rest_reader(port: int, count: int, slow: bool, on_head: Callable[[], None] = _nothing) -> str:
+    """One request, its answer read ``CHUNK`` every ``PAUSE``; the answer's status."""
+    return read_rest_answer(port, count, slow, on_head)[0]
 
 
 def grpc_request(count: int) -> bytes:
@@ -115,7 +131,7 @@ def grpc_request(count: int) -> bytes:
     return b"\x00" + len(message).to_bytes(4, "big") + message
 
 
-def grpc_reader(port: int, count: int, slow: bool) -> str:
+def grpc_reader(port: int, count: int, slow: bool, on_head: Callable[[], None] = _nothing) -> str:
     """One call over h2, window granted as the answer is read; its grpc-status."""
     with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, CHUNK)
@@ -145,6 +161,8 @@ def grpc_reader(port: int, count: int, slow: bool) -> str:
                 if isinstance(event, h2.events.DataReceived):
                     conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
                 elif isinstance(event, h2.events.TrailersReceived | h2.events.ResponseReceived):
+                    if isinstance(event, h2.events.ResponseReceived):
+                        on_head()
                     status = dict(event.headers).get(b"grpc-status", status.encode()).decode()
                 elif isinstance(event, h2.events.StreamEnded):
                     return status
@@ -209,22 +227,33 @@ def run(
     baseline = rss_mib(server.pid)
     outcomes: Counter[str] = Counter()
     peak = baseline
+    heads = threading.Semaphore(0)
     threads = [
-        threading.Thread(target=lambda: outcomes.update([reader(port, count, True)]))
+        threading.Thread(target=lambda: outcomes.update([reader(port, count, True, heads.release)]))
         for _ in range(args.readers)
     ]
     started = time.monotonic()
     for thread in threads:
         thread.start()
+    answered, held_until = 0, 0.0
+    held = baseline  # once every answer is written or refused: what is kept for the readers
     while any(thread.is_alive() for thread in threads):
-        peak = max(peak, rss_mib(server.pid))
-        time.sleep(0.05)
+        rss = rss_mib(server.pid)
+        peak = max(peak, rss)
+        while answered < args.readers and heads.acquire(blocking=False):
+            answered += 1
+            if answered == args.readers:
+                held_until = time.monotonic() + 0.3
+        if answered == args.readers and time.monotonic() < held_until:
+            held = max(held, rss)
+        time.sleep(0.02)
     took = time.monotonic() - started
     time.sleep(3)
     after = rss_mib(server.pid)
     print(f"{args.protocol} readers={args.readers} elements={count} outcomes={dict(outcomes)}")
     print(
         f"frontend RSS: baseline {baseline:.0f} MiB, peak {peak:.0f} (+{peak - baseline:.0f}), "
+        f"held once every answer was out +{held - baseline:.0f}, "
         f"3 s after {after:.0f} (+{after - baseline:.0f}); readers took {took:.1f} s"
     )
     return 0

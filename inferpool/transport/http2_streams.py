@@ -110,6 +110,7 @@ class Http2Streams(asyncio.Protocol):
         self._peer_max_frame = DEFAULT_MAX_FRAME
         self._blocked: dict[int, Stream] = {}  # streams with DATA waiting for window
         self._buffered = 0  # body bytes of unfinished requests held on this connection
+        self._biggest = 0  # the largest write since the transport's buffer was last empty
         # RST_STREAM received plus streams we reset: a per-second budget the timer refills.
         self._resets = RESET_BUDGET
 
@@ -254,9 +255,12 @@ class Http2Streams(asyncio.Protocol):
             for stream in self._blocked.values()
             if stream.pending is not None
         )
-        if self.transport is not None:
-            held += self.transport.get_write_buffer_size()
-        return held
+        buffered = 0 if self.transport is None else self.transport.get_write_buffer_size()
+        if not buffered:
+            self._biggest = 0
+        # The transport keeps each write whole until its last byte is sent, and only the
+        # first one in its buffer can be partly sent: at most the largest write more.
+        return held + buffered + (self._biggest if buffered else 0)
 
     def _flush_blocked(self, out: list[bytes]) -> None:
         for stream in list(self._blocked.values()):
@@ -276,6 +280,8 @@ class Http2Streams(asyncio.Protocol):
         transport = self.transport
         if transport is None:
             return
+        if len(data) > self._biggest:
+            self._biggest = len(data)
         transport.write(data)
         if self.going_away_sent and not self.streams:
             self._closed_by_us = True

@@ -6,9 +6,10 @@ HTTP/2, never open their stream windows at all (SETTINGS_INITIAL_WINDOW_SIZE 0, 
 WINDOW_UPDATE). The frontend keeps at most ``--max-unsent-bytes`` of unread answers in
 total and ``--max-unsent-bytes-per-connection`` per connection beyond its first answer:
 past them a large answer is refused (REST 503 with Retry-After, gRPC RESOURCE_EXHAUSTED,
-both naming the setting). Each test asserts those answers, that the frontend's RSS stayed
-within the bound (plus the answers in flight) and came back within 20 MiB of where it
-started, and that other clients (health checks, a small model's inferences) kept their
+both naming the setting). Each test asserts those answers; that what the frontend's RSS
+held once every answer was out of the workers stayed within the bound plus one answer
+(without the bounds it held every answer), and came back within 20 MiB of where it
+started; and that other clients (health checks, a small model's inferences) kept their
 latency meanwhile. Both engines: ``--workers 2`` and ``--workers 0``.
 """
 
@@ -17,9 +18,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
-import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -31,6 +30,7 @@ import h2.settings
 import httpx
 import pytest
 
+from benchmarks.slow_readers import CHUNK, PAUSE, read_rest_answer
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from tests.support import Server, build_iris_repository, write_custom_model
 from tests.support.h2client import Client, RawConnection
@@ -47,7 +47,15 @@ from tests.support.h2frames import (
     grpc_frame,
     request_headers,
 )
-from tests.support.probes import HealthProbe, rss_mib
+from tests.support.probes import HealthProbe
+from tests.support.slow_readers import (
+    BIG_RUNTIME,
+    Memory,
+    SmallInferences,
+    latency,
+    run_all,
+    small_latency,
+)
 
 MIB = 1 << 20
 TOTAL = 16 * MIB  # --max-unsent-bytes
@@ -55,34 +63,8 @@ PER_CONNECTION = 4 * MIB  # --max-unsent-bytes-per-connection
 # Longer than a slow reader takes to read an answer (8.6 MiB at 1.3 MB/s): a REST answer
 # must be read down within it.
 WRITE_TIMEOUT = 10.0
-CHUNK = 64 * 1024  # a slow reader reads this much
-PAUSE = 0.05  # every this many seconds
 RESOURCE_EXHAUSTED = 8
 SLACK = 12  # MiB the frontend's RSS may show beyond what it holds (its heap, the probes)
-
-# ``big`` answers that many UINT8 zeros (two bytes each in JSON), or for a negative count
-# that many FP64 zeros (eight bytes each in protobuf, quick to encode).
-BIG_RUNTIME = """
-    import numpy as np
-
-    from inferpool import Runtime, TensorSpec
-
-
-    class Big(Runtime):
-        accepts = "dict"
-
-        def load(self):
-            pass
-
-        def outputs(self):
-            return [TensorSpec("y", "UINT8", [-1]), TensorSpec("z", "FP64", [-1])]
-
-        def predict(self, payload, outputs):
-            size = int(payload["big"].reshape(-1)[0])
-            if size < 0:
-                return {"z": np.zeros(-size, dtype=np.float64)}
-            return {"y": np.zeros(size, dtype=np.uint8)}
-"""
 
 
 @pytest.fixture(scope="module")
@@ -106,165 +88,16 @@ def server(request, repo) -> Iterator[Server]:
         yield server
 
 
-# -- what the tests watch -------------------------------------------------------------------
-def latency(server: Server) -> float:
-    """Seconds a health check may take meanwhile, on a 2-core machine shared with other
-    tests while two workers encode large answers. With ``--workers 0`` the model runs in
-    the frontend's process, and encoding one 8.6 MiB answer holds its loop for a moment,
-    whatever the bounds."""
-    return 5.0 if server.workers else 8.0
-
-
-def small_latency(server: Server) -> float:
-    """Seconds a small model's inference may take meanwhile: it may also wait in a
-    worker's queue behind large answers being encoded (issue 37's surge workers address
-    that; the bounds here do not)."""
-    return latency(server) + 5.0
-
-
-class Memory:
-    """The frontend's RSS, sampled every 20 ms in a thread: its baseline, its peak, and
-    what it held once every answer was written or refused (``hold``)."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.baseline = rss_mib(pid)
-        self.peak = self.baseline
-        self.held = self.baseline
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.02):
-            self.peak = max(self.peak, rss_mib(self.pid))
-
-    def __enter__(self) -> Memory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def hold(self, seconds: float = 0.3) -> None:
-        """Sample what is held now, for ``seconds``: call it once the answers are out of
-        the workers, so that what shows is what the frontend keeps for its readers (the
-        peak also has the answers in flight: read from the workers, two copies each for
-        a moment, and several at once when a loaded machine lets them pile up)."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            self.held = max(self.held, rss_mib(self.pid))
-            time.sleep(0.02)
-
-    def assert_held_under(self, mib: float) -> None:
-        assert self.held - self.baseline < mib, (self.baseline, self.held, self.peak)
-
-    def assert_back(self, slack: float = 20, wait: float = 15) -> None:
-        """RSS comes back within ``slack`` MiB of the baseline (a collection may be due)."""
-        deadline = time.monotonic() + wait
-        while rss_mib(self.pid) > self.baseline + slack and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert rss_mib(self.pid) <= self.baseline + slack, (self.baseline, rss_mib(self.pid))
-
-
-class SmallInferences:
-    """Another client's small inferences (iris over REST), one every 50 ms in a thread:
-    every one must answer 200, the slowest within ``limit`` seconds."""
-
-    def __init__(self, server: Server, limit: float = 3.0) -> None:
-        self.url = f"{server.url}/v2/models/iris-logreg/infer"
-        self.limit = limit
-        self.latencies: list[float] = []
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        tensor = {"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [5.1, 3.5, 1.4, 0.2]}
-        with httpx.Client(timeout=15) as client:
-            while not self._stop.wait(0.05):
-                started = time.monotonic()
-                try:
-                    response = client.post(self.url, json={"inputs": [tensor]})
-                    if response.status_code != 200:
-                        self.failures.append(f"{response.status_code} {response.text}")
-                except httpx.HTTPError as exc:
-                    self.failures.append(repr(exc))
-                self.latencies.append(time.monotonic() - started)
-
-    def __enter__(self) -> SmallInferences:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join(20)
-        if exc_info[0] is not None:
-            return
-        assert not self.failures, self.failures[:3]
-        assert self.latencies, "no inference ran"
-        assert max(self.latencies) < self.limit, f"an inference took {max(self.latencies):.2f}s"
-
-
-Reader = Callable[[Callable[[], None]], tuple[str, str]]
-
-
-def run_all(reader: Reader, count: int, memory: Memory) -> tuple[Counter[str], list[str]]:
-    """Run ``count`` readers, each in a thread of its own, all at once; once every one has
-    its answer's head (every answer is written or refused), what the frontend holds is
-    sampled. How many ended how, and their messages."""
-    outcomes: list[tuple[str, str]] = []
-    heads = threading.Semaphore(0)
-    threads = [
-        threading.Thread(target=lambda: outcomes.append(reader(heads.release)))
-        for _ in range(count)
-    ]
-    for thread in threads:
-        thread.start()
-    for _ in range(count):
-        assert heads.acquire(timeout=60), "a reader got no answer"
-    memory.hold()
-    for thread in threads:
-        thread.join(120)
-    assert len(outcomes) == count, "a reader did not finish"
-    return Counter(outcome for outcome, _ in outcomes), [message for _, message in outcomes]
-
-
 # -- REST ---------------------------------------------------------------------------------
-def rest_request(count: int) -> bytes:
-    tensor = {"name": "big", "datatype": "INT64", "shape": [1], "data": [count]}
-    body = json.dumps({"inputs": [tensor]}).encode()
-    head = f"POST /v2/models/big/infer HTTP/1.1\r\nHost: t\r\nContent-Length: {len(body)}\r\n\r\n"
-    return head.encode() + body
-
-
 def slow_rest_reader(server: Server, count: int, on_head: Callable[[], None]) -> tuple[str, str]:
-    """One request; its answer read ``CHUNK`` every ``PAUSE``: ("200", "") once read whole,
-    else the status and the answer (an error is read whole)."""
-    with socket.create_connection(("127.0.0.1", server.http_port), timeout=60) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, CHUNK)
-        sock.sendall(rest_request(count))
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = sock.recv(CHUNK)
-            assert chunk, "closed before the answer's head"
-            data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        on_head()
-        lines = head.lower().split(b"\r\n")
-        length = next(int(line[15:]) for line in lines if line.startswith(b"content-length:"))
-        received = len(body)
-        while received < length:
-            time.sleep(PAUSE)
-            chunk = sock.recv(CHUNK)
-            assert chunk, f"cut off after {received} of {length} bytes"
-            body += chunk if len(body) < CHUNK else b""  # an error is small: keep it whole
-            received += len(chunk)
-        status = head.split(b" ")[1].decode()
-        if status == "200":
-            return status, ""
-        assert b"retry-after: 1" in lines, head
-        return status, body.decode()
+    """One request; its answer read 64 KiB every 50 ms: ("200", "") once read whole, else
+    the status and the error."""
+    status, head, body = read_rest_answer(server.http_port, count, True, on_head)
+    assert status not in ("closed", "cut"), (status, head)
+    if status == "200":
+        return status, ""
+    assert b"retry-after: 1" in head.lower().split(b"\r\n"), head
+    return status, body.decode()
 
 
 def test_slow_rest_readers_hold_bounded_memory_and_give_it_back(server):
