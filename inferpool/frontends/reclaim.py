@@ -72,3 +72,32 @@ def _trim() -> None:
     _trim_scheduled = None
     if MALLOC_TRIM is not None:
         MALLOC_TRIM(0)
+
+
+class PeriodicTrim:
+    """``malloc_trim(0)`` every ``period`` seconds on the running loop, until ``cancel``.
+
+    For the grpc.aio server, whose connections and answers C-core holds where the frontend
+    cannot see them: the memory its threads freed stays in their glibc arenas. Measured
+    here, after a peer that never opened its window made it hold 150 answers of 576 KB,
+    the frontend kept +146 MiB once the connection had closed, and +2 MiB after one trim.
+    A trim costs about 0.15 ms when there is nothing to give back.
+    """
+
+    def __init__(self, period: float) -> None:
+        self.period = period
+        self._handle: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        if MALLOC_TRIM is not None:
+            self._handle = asyncio.get_running_loop().call_later(self.period, self._run)
+
+    def _run(self) -> None:
+        if MALLOC_TRIM is not None:
+            MALLOC_TRIM(0)
+        self._handle = asyncio.get_running_loop().call_later(self.period, self._run)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
