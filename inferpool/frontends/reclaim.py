@@ -1,4 +1,5 @@
-"""The memory of HTTP/1.1 connections cut off with answers unsent, given back soon.
+"""Memory that answers held for clients took, given back soon: HTTP/1.1 connections cut
+off with answers unsent, and the heap's free pages once held answers are freed.
 
 An answer a peer never reads stays in its transport's write buffer until the transport
 is freed. Uvicorn's protocol, its request cycle, their flow control and the transport
