@@ -260,6 +260,18 @@ class ServerSettings(BaseSettings):
     max_concurrent_streams: int = Field(
         256, description="HTTP/2 streams (calls) open at once on one connection"
     )
+    max_unsent_bytes: int = Field(
+        256 * MIB,
+        description="answer bytes a frontend process may hold for clients that have not read "
+        "them yet, all connections together; past it a large answer is refused (503 / "
+        "RESOURCE_EXHAUSTED); 0: no bound",
+    )
+    max_unsent_bytes_per_connection: int = Field(
+        32 * MIB,
+        description="answer bytes one connection may hold unread beyond its first answer; past "
+        "it its large answers and its new HTTP/2 streams are refused (RESOURCE_EXHAUSTED); "
+        "0: no bound",
+    )
     max_connections: int = Field(
         4096,
         description="open client connections on all ports together; at the limit the longest "

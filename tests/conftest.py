@@ -20,6 +20,7 @@ SLOW_FILES = frozenset(
         "tests/e2e/test_worker_recycling.py",
         "tests/e2e/test_stalled_workers.py",
         "tests/e2e/test_server_environment.py",
+        "tests/e2e/test_slow_readers.py",
         "tests/fuzz/test_soak.py",
         "tests/unit/engine/test_ring_stress.py",
     }

@@ -12,7 +12,8 @@ subclass adds, per connection:
   (``header_timeout`` from the first byte), body (``body_timeout`` after the headers);
 - a write bound: once the transport's buffer is over its high-water mark, the peer has
   ``write_timeout`` to read it down, else the connection is aborted (``close()`` would wait
-  for the peer forever); meanwhile no pipelined request is read or started;
+  for the peer forever); meanwhile no pipelined request is read or started, and the
+  connection counts in the process's unsent answers (``transport/unsent.py``);
 - header size and count limits (431), a Content-Length over ``max_body_bytes`` (413),
   both answered before the app runs, then a short lingering close so the client reads the
   answer instead of a reset;
@@ -43,6 +44,7 @@ from inferpool.frontends.reclaim import collect_soon
 from inferpool.frontends.rest_answer import DIRECT
 from inferpool.frontends.rest_input import GONE, WATCH, WATCHING, too_large_message
 from inferpool.settings import ServerSettings
+from inferpool.transport.unsent import ANSWERS, SMALL
 
 logger = logging.getLogger("inferpool.http")
 
@@ -96,6 +98,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._running_cycle: Any = None
         self._running_task: asyncio.Task[None] | None = None
         self._after_drain = False  # a finished answer waits for the peer to read
+        self._large = 0  # bytes of the last large answer written whole (``respond``)
         self._admitted = False
 
     # -- connection -------------------------------------------------------------------------
@@ -110,6 +113,7 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
+        ANSWERS.release(self)
         if self._admitted:
             self.registry.release(self)
         if self._timer is not None:
@@ -280,8 +284,14 @@ class GuardedHttpTools(HttpToolsProtocol):
         content.append(head)
         keep_alive = cycle.keep_alive
         content.append(b"\r\n" if keep_alive else b"connection: close\r\n\r\n")
-        content.append(body)
-        self.transport.write(b"".join(content))
+        if len(body) < SMALL:
+            content.append(body)
+            self.transport.write(b"".join(content))
+        else:
+            # The body as it is, not a copy joined to the head: a reader that reads it
+            # slowly keeps one copy here, not two (one writev either way).
+            self.transport.writelines((b"".join(content), body))
+            self._large = len(body)
         cycle.response_complete = True
         cycle.message_event.set()
         if not keep_alive:
@@ -322,8 +332,15 @@ class GuardedHttpTools(HttpToolsProtocol):
                 self._arm(self.settings.idle_timeout)
         self._sync_timer()
 
+    def unsent(self) -> int:
+        """Answer bytes written that the peer has not read (``transport.unsent.Holder``):
+        a large answer counts whole until it is sent, as the transport keeps it whole."""
+        size: int = self.transport.get_write_buffer_size()
+        return max(size, self._large) if size else 0
+
     def pause_writing(self) -> None:
         super().pause_writing()
+        ANSWERS.hold(self)
         if self.settings.write_timeout > 0:
             self._write_at = self.loop.time() + self.settings.write_timeout
             self._sync_timer()
@@ -331,6 +348,9 @@ class GuardedHttpTools(HttpToolsProtocol):
     def resume_writing(self) -> None:
         super().resume_writing()
         self._write_at = 0.0
+        if self._large:
+            self._large = 0
+            ANSWERS.released()  # a large answer is (nearly) sent: its memory is coming back
         if self._after_drain:
             self._after_drain = False
             if not self.transport.is_closing():

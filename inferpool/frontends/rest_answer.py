@@ -17,6 +17,7 @@ bytes as the two ASGI messages.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -34,6 +35,7 @@ from inferpool.frontends.request_context import (
     generate,
 )
 from inferpool.frontends.rest_input import BodyTooLarge, read_body, request_timeout, scan_headers
+from inferpool.transport.unsent import ANSWERS, SMALL
 
 # Scope key of a server that writes a whole answer itself (http1.py): its protocol object,
 # whose ``respond(scope, status, head, body)`` returns False when it cannot (then the ASGI
@@ -80,8 +82,10 @@ def answered(scope: Any, reply: Reply) -> tuple[int, bytes, bytes]:
         request_id = (reply.status == 200 and echoed_rest_id(reply.body)) or generate()
         scope[REQUEST_ID] = request_id
         current_request_id.set(request_id)
-    scope[REPLY] = reply
     body = reply.body
+    # For the access log and the span, which read no 200's body: a large one stays only in
+    # the transport, and is freed once sent, even if the connection keeps the scope.
+    scope[REPLY] = reply if len(body) < SMALL else replace(reply, body=b"")
     identity = request_id.encode()
     if reply.status != 200:
         body = orjson.dumps({"error": body.decode("utf-8", "replace")})
@@ -93,12 +97,31 @@ def answered(scope: Any, reply: Reply) -> tuple[int, bytes, bytes]:
 
 def failed(scope: Any, exc: InferpoolError) -> tuple[int, bytes, bytes]:
     """An inference that raised before a reply: the error, with its id."""
+    status, head, body = _error(scope, exc.status, exc.message)
+    return status, head + refusal_lines(exc), body
+
+
+def _error(scope: Any, status: int, message: str) -> tuple[int, bytes, bytes]:
     request_id = scope.get(REQUEST_ID) or generate()
     scope[REQUEST_ID] = request_id
     current_request_id.set(request_id)
-    body = orjson.dumps({"error": exc.message})
-    head = JSON_HEAD % (len(body), request_id.encode())
-    return exc.status, head + refusal_lines(exc), body
+    body = orjson.dumps({"error": message})
+    return status, JSON_HEAD % (len(body), request_id.encode()), body
+
+
+def held_back(scope: Any, answer: tuple[int, bytes, bytes]) -> tuple[int, bytes, bytes]:
+    """``answer``, or a 503 with Retry-After in its place when keeping it for its client
+    would pass a bound of the answers clients have not read yet (``transport/unsent.py``)."""
+    size = len(answer[2])
+    if size < SMALL:
+        return answer
+    refusal = ANSWERS.refusal(scope.get(DIRECT), size)
+    if refusal is None:
+        return answer
+    limit, message = refusal
+    count_rejected("rest", limit)
+    status, head, body = _error(scope, 503, message)
+    return status, head + RETRY_LINE, body
 
 
 def refusal_lines(exc: InferpoolError) -> bytes:
@@ -134,8 +157,9 @@ def header_pairs(head: bytes) -> list[tuple[bytes, bytes]]:
 async def write(
     scope: Any, send: Any, answer: tuple[int, bytes, bytes], direct: bool = False
 ) -> None:
-    """Send ``answer``; in one write by the protocol when ``direct`` and it can."""
-    status, head, body = answer
+    """Send ``answer``; in one write by the protocol when ``direct`` and it can. A large
+    answer past a bound of unsent answers is replaced by a 503 (``held_back``)."""
+    status, head, body = held_back(scope, answer)
     if direct:
         writer = scope.get(DIRECT)
         if writer is not None and writer.respond(scope, status, head, body):

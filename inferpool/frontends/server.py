@@ -38,8 +38,10 @@ from inferpool.frontends.http1 import protocol_class
 from inferpool.frontends.hypercorn_drain import DrainBodyFirst
 from inferpool.frontends.listen import bind_socket
 from inferpool.frontends.metrics import build_metrics_app
+from inferpool.frontends.reclaim import trim_soon
 from inferpool.frontends.rest import build_app
 from inferpool.settings import ServerSettings
+from inferpool.transport.unsent import ANSWERS
 
 logger = logging.getLogger("inferpool")
 
@@ -175,6 +177,10 @@ def _hypercorn_config(config: Any, settings: ServerSettings) -> Any:
 async def serve(settings: ServerSettings) -> int:
     """Serve until SIGTERM/SIGINT; the process exit code."""
     keep_bodies_on_the_heap()  # glibc: no page faults per large request body
+    # Answers clients have not read yet: bounded in total and per connection.
+    ANSWERS.configure(
+        settings.max_unsent_bytes, settings.max_unsent_bytes_per_connection, trim_soon
+    )
     try:
         # Every frontend's connections under one cap, bounded by the descriptors we may open.
         connections = Connections(settings.max_connections, raise_fd_limit())

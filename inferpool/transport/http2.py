@@ -74,6 +74,7 @@ from inferpool.transport.http2_wire import (
     ProtocolFailure,
     frame,
 )
+from inferpool.transport.unsent import ANSWERS
 
 logger = logging.getLogger(__name__)
 # hpack logs every header it decodes at DEBUG: noise, and a cost per call at any level.
@@ -174,6 +175,7 @@ class Http2Connection(Http2FrameReader):
         self._partial.clear()
         self._block = []
         self._continuing = None
+        ANSWERS.release(self)
         if self._admitted:
             self._admitted = False
             self.registry.release(self)
@@ -187,6 +189,7 @@ class Http2Connection(Http2FrameReader):
         # so a client that only sends cannot pile replies up in this process; the timer
         # closes the connection if it stays so for write_timeout.
         self._paused_at = time.monotonic()
+        ANSWERS.hold(self)
         if self.transport is not None:
             self.transport.pause_reading()
 

@@ -61,6 +61,7 @@ from inferpool.transport.http2_wire import (
     frame,
     unpad,
 )
+from inferpool.transport.unsent import ANSWERS, PER_CONNECTION
 
 if TYPE_CHECKING:
     from inferpool.transport.http2 import Http2Connection
@@ -267,6 +268,8 @@ class Http2FrameReader(Http2Streams):
                 return
             stream.headers = headers
             stream.length = length
+            if self._blocked and self._holds_too_much(stream, flags, out):
+                return
             if flags & END_STREAM and length:
                 self._reset(stream, PROTOCOL_ERROR, out)  # content-length but no DATA
                 return
@@ -282,6 +285,16 @@ class Http2FrameReader(Http2Streams):
                 stream.on_data(b"", True)
             else:
                 self._hand_over(stream)
+
+    def _holds_too_much(self, stream: Stream, flags: int, out: list[bytes]) -> bool:
+        """Refuse a new stream (answered RESOURCE_EXHAUSTED by ``on_reject``) while the
+        connection holds more unread answers than its bound: its peer does not read them."""
+        refusal = ANSWERS.connection_refusal(self)
+        if refusal is None:
+            return False
+        stream.ended = bool(flags & END_STREAM)
+        self._reject(stream, PER_CONNECTION, refusal, out)
+        return True
 
     def _data(self, flags: int, stream_id: int, payload: bytes, out: list[bytes]) -> None:
         if not self._settings_seen:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from inferpool.transport.http2_wire import (
     CONTINUATION,
@@ -35,6 +35,7 @@ from inferpool.transport.http2_wire import (
     ProtocolFailure,
     frame,
 )
+from inferpool.transport.unsent import ANSWERS
 
 if TYPE_CHECKING:
     from inferpool.transport.http2 import Http2Connection
@@ -109,6 +110,7 @@ class Http2Streams(asyncio.Protocol):
         self._peer_max_frame = DEFAULT_MAX_FRAME
         self._blocked: dict[int, Stream] = {}  # streams with DATA waiting for window
         self._buffered = 0  # body bytes of unfinished requests held on this connection
+        self._biggest = 0  # the largest write since the transport's buffer was last empty
         # RST_STREAM received plus streams we reset: a per-second budget the timer refills.
         self._resets = RESET_BUDGET
 
@@ -118,7 +120,8 @@ class Http2Streams(asyncio.Protocol):
         self._count_reset()
         if self.streams.get(stream.id) is stream:
             del self.streams[stream.id]
-        self._blocked.pop(stream.id, None)
+        if self._blocked.pop(stream.id, None) is not None:
+            ANSWERS.released()  # an answer that waited for window is dropped
         self._drop(stream)
         out.append(frame(RST_STREAM, 0, stream.id, U32.pack(code)))
 
@@ -188,13 +191,15 @@ class Http2Streams(asyncio.Protocol):
             if size <= 0:
                 stream.pending = pending
                 self._blocked[stream.id] = stream
+                ANSWERS.hold(self)  # counted in the process's unsent answers while it waits
                 return
             out.append(frame(DATA, 0, stream.id, pending[:size].tobytes()))
             pending = pending[size:]
             self._send_window -= size
             stream.send_window -= size
         stream.pending = None
-        self._blocked.pop(stream.id, None)
+        if self._blocked.pop(stream.id, None) is not None:
+            ANSWERS.released()  # an answer that waited for window is sent
         if stream.streaming:
             return  # more DATA, or end_stream, follows
         self._finish(stream)
@@ -241,6 +246,22 @@ class Http2Streams(asyncio.Protocol):
         out.append(frame(CONTINUATION, END_HEADERS, stream_id, pieces[-1]))
         return b"".join(out)
 
+    def unsent(self) -> int:
+        """Answer bytes not yet read by the peer: the answers waiting for window (whole:
+        what is left of each is a view of it) and the transport's buffer
+        (``transport.unsent.Holder``)."""
+        held = sum(
+            len(cast(bytes, stream.pending.obj))
+            for stream in self._blocked.values()
+            if stream.pending is not None
+        )
+        buffered = 0 if self.transport is None else self.transport.get_write_buffer_size()
+        if not buffered:
+            self._biggest = 0
+        # The transport keeps each write whole until its last byte is sent, and only the
+        # first one in its buffer can be partly sent: at most the largest write more.
+        return held + buffered + (self._biggest if buffered else 0)
+
     def _flush_blocked(self, out: list[bytes]) -> None:
         for stream in list(self._blocked.values()):
             if self._send_window <= 0:
@@ -259,6 +280,8 @@ class Http2Streams(asyncio.Protocol):
         transport = self.transport
         if transport is None:
             return
+        if len(data) > self._biggest:
+            self._biggest = len(data)
         transport.write(data)
         if self.going_away_sent and not self.streams:
             self._closed_by_us = True

@@ -35,6 +35,7 @@ from inferpool.frontends.grpc.service import (
     trace_call,
     typed_methods,
 )
+from inferpool.frontends.reclaim import PeriodicTrim
 from inferpool.frontends.request_context import HEADER
 from inferpool.protocol.health import HealthCheckRequest
 from inferpool.settings import ServerSettings
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
 # Triton's default: messages as large as gRPC allows, so big raw batches fit.
 MAX_MESSAGE_BYTES = 2**31 - 1
+TRIM_PERIOD = 10.0  # seconds between two malloc_trim(0) calls (reclaim.PeriodicTrim)
 
 
 def guarded(
@@ -298,6 +300,9 @@ class GrpcServer:
         # ``tracer``: the server's ``tracing.RequestTracer``, or None (tracing off).
         self.settings = settings
         self.server = grpc.aio.server(options=grpc_options(settings))
+        # The answers C-core held for slow readers are freed in its threads' arenas; the
+        # frontend cannot see when (frontends/reclaim.py).
+        self.trim = PeriodicTrim(TRIM_PERIOD)
         self.health = HealthService(DataPlane(client))
         self.server.add_generic_rpc_handlers(
             (
@@ -317,9 +322,11 @@ class GrpcServer:
 
     async def start(self) -> None:
         await self.server.start()
+        self.trim.start()
 
     async def stop(self) -> None:
         """Refuse new calls; in-flight calls get the shutdown grace period to finish."""
+        self.trim.cancel()
         self.health.close()  # the open Watches end (OK) instead of holding the drain up
         await self.server.stop(self.settings.shutdown_timeout)
 

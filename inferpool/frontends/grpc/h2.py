@@ -49,8 +49,9 @@ from inferpool.frontends.request_context import HEADER
 from inferpool.protocol.health import HealthCheckRequest, MalformedMessage
 from inferpool.settings import ServerSettings
 from inferpool.transport.http2 import Http2Connection
-from inferpool.transport.http2_streams import Stream
+from inferpool.transport.http2_streams import REFUSED, Stream
 from inferpool.transport.http2_wire import Limits, literal, literal_indexed_name
+from inferpool.transport.unsent import ANSWERS, SMALL
 
 if TYPE_CHECKING:
     from inferpool.observability.tracing import RequestTracer
@@ -388,6 +389,7 @@ class GrpcH2Server:
                 # The deadline passed while the loop was busy (an in-process model), so
                 # the timer could not fire; the client has given up on this reply.
                 raise CallError("DEADLINE_EXCEEDED", "Deadline Exceeded")
+            held_back(connection, len(body))
             head, data = RESPONSE_HEADERS, None
             gzip = self.gzip
             if gzip is not None and len(body) >= gzip.min_bytes:
@@ -489,6 +491,16 @@ class GrpcH2Server:
             connection.end_stream(stream, trailers)
         else:
             connection.respond(stream, RESPONSE_HEADERS + trailers, b"", b"")
+
+
+def held_back(connection: Http2Connection, size: int) -> None:
+    """Raise RESOURCE_EXHAUSTED instead of keeping an answer of ``size`` bytes past a bound
+    of the answers peers have not read yet (``transport/unsent.py``)."""
+    if size >= SMALL:
+        refusal = ANSWERS.refusal(connection, size)
+        if refusal is not None:
+            REFUSED[refusal[0]] += 1
+            raise CallError("RESOURCE_EXHAUSTED", refusal[1])
 
 
 def stream_status(exc: BaseException, stream: Stream, method: str) -> tuple[str, str, bool]:
