@@ -31,8 +31,8 @@
 
 /* The multipliers that fold a token's sixteen digits (one a byte, most significant first)
  * into two eight-digit halves, shared by quick_number (SSE, one token), wide_convert
- * (AVX2, four) and wide512_window (AVX-512, eight): adjacent digits x10 + x1 (maddubs), adjacent pairs x100 + x1 (madd), then
- * adjacent fours x10^4 + x1 (madd again). */
+ * (AVX2, four) and wide512_window (AVX-512, eight): adjacent digits x10 + x1 (maddubs),
+ * adjacent pairs x100 + x1 (madd), then adjacent fours x10^4 + x1 (madd again). */
 #define FOLD_PAIRS 0x010A       /* 10, 1 as two bytes */
 #define FOLD_FOURS 0x00010064   /* 100, 1 as two 16-bit words */
 #define FOLD_EIGHTS 0x00012710  /* 10^4, 1 as two 16-bit words */
