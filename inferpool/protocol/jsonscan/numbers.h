@@ -4,14 +4,14 @@
  * by Clinger's fast path, else Eisel-Lemire (../_pow5.h's table), else
  * PyOS_string_to_double on a copy of the token. Digits are read eight at a time as
  * little-endian words where SWAR (common.h) allows. Included by ../_jsonscan.c after
- * common.h; the SIMD tiers (tier_*.h) take only tokens whose value read_number would give by
- * Clinger's fast path, so their results are checked against it.
+ * common.h. The SIMD tiers (tier_*.h) take only tokens whose value read_number would give
+ * by Clinger's fast path, and give that value bit for bit; what they do not take, this
+ * reads.
  */
 #ifndef INFERPOOL_JSONSCAN_NUMBERS_H
 #define INFERPOOL_JSONSCAN_NUMBERS_H
 
 /* ---------------------------------------------------------------- digits ----------- */
-
 
 /* Digits eight bytes at a time (little-endian loads; a decimal float32 has about nine).
  * A byte is a digit when it XOR '0' is below 10; `non_digits` marks the others. */

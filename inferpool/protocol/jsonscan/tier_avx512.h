@@ -16,6 +16,7 @@
  * powers of ten (the number of digits after their points, from the points' and commas'
  * places) and stored with one masked store: the values of wide_window's path, the same
  * division of exact integers under 10^15. */
+#include <immintrin.h>
 #define WIDE512_TARGET \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512vbmi2,bmi,bmi2")))
 #define WIDE512_TOKENS 8
