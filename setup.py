@@ -6,8 +6,9 @@
   too, for x86-64 alone: its store order makes plain loads and stores exact there
   (inferpool/engine/ipc/atomics.py). On any other CPU (arm64) the worker pool refuses to
   start without them, saying why.
-- The JSON tensor scanner (inferpool/protocol/_jsonscan.c) is ``optional``: without it a
-  REST JSON request's data is parsed by orjson alone (inferpool/protocol/json_scan.py).
+- The JSON tensor scanner (inferpool/protocol/_jsonscan.c, one translation unit including
+  inferpool/protocol/jsonscan/*.h) is ``optional``: without it a REST JSON request's data
+  is parsed by orjson alone (inferpool/protocol/json_scan.py).
 """
 
 from setuptools import Extension, setup
@@ -27,7 +28,17 @@ setup(
         Extension(
             "inferpool.protocol._jsonscan",
             sources=["inferpool/protocol/_jsonscan.c"],
-            depends=["inferpool/protocol/_pow5.h"],
+            # One translation unit: a change to any of its headers rebuilds it.
+            depends=[
+                "inferpool/protocol/_pow5.h",
+                "inferpool/protocol/jsonscan/common.h",
+                "inferpool/protocol/jsonscan/numbers.h",
+                "inferpool/protocol/jsonscan/dispatch.h",
+                "inferpool/protocol/jsonscan/tier_ssse3.h",
+                "inferpool/protocol/jsonscan/tier_avx2.h",
+                "inferpool/protocol/jsonscan/tier_avx512.h",
+                "inferpool/protocol/jsonscan/scan_generic.h",
+            ],
             optional=True,
         ),
     ]

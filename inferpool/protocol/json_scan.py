@@ -1,5 +1,6 @@
-"""The Python side of the JSON tensor scanner (``_jsonscan.c``): a request body's numeric
-``data`` arrays read straight into numpy buffers, the rest left to orjson.
+"""The Python side of the JSON tensor scanner (``_jsonscan.c`` and its ``jsonscan/``
+headers, one per instruction set): a request body's numeric ``data`` arrays read straight
+into numpy buffers, the rest left to orjson.
 
 ``scan`` hands back the body's "skeleton" (each array it read replaced by ``0``) and what
 it read, by input index. rest_json parses the skeleton with orjson, puts each

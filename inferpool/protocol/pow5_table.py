@@ -1,5 +1,5 @@
 """The table of powers of five that the JSON scanner's Eisel-Lemire conversion multiplies
-by (``_jsonscan.c``, ``eisel_lemire``): written into ``_pow5.h`` by ``python -m
+by (``jsonscan/numbers.h``, ``eisel_lemire``): written into ``_pow5.h`` by ``python -m
 inferpool.protocol.pow5_table``, and checked against that file by the tests.
 
 Entry q (from ``MIN_Q`` to ``MAX_Q``) is 5^q as a 128-bit significand whose top bit is set,

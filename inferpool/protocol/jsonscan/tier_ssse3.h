@@ -1,0 +1,130 @@
+/* SSSE3 tier: quick runs (quick_run), the tokens of a float array's plain decimals each
+ * followed by a comma, read with no data-dependent branch per number. Owns quick_number
+ * (one token: its digits shuffled into place and folded, then Clinger's fast path),
+ * comma_bits (the 64-byte window of commas) and the loop that hands a compact run to the
+ * wide tiers (dispatch.h's switches and wide_judge). Every function here is compiled with
+ * target("ssse3") and only called where have_ssse3 (dispatch.h). Included by
+ * ../_jsonscan.c after dispatch.h, where QUICK is 1.
+ */
+#ifndef INFERPOOL_JSONSCAN_TIER_SSSE3_H
+#define INFERPOOL_JSONSCAN_TIER_SSSE3_H
+
+/* Runs of plain decimals, the body of a float tensor's data as clients write it, read with
+ * SSSE3 and without a data-dependent branch per number: a 64-byte bitmap of the commas
+ * gives each token's end before the token is read, so the numbers' conversions overlap.
+ * Only for tokens whose value read_number would give by Clinger's fast path; anything else
+ * ends the run, and read_number reads it. Chosen at run time (have_ssse3), so the module
+ * still loads on a CPU without SSSE3. */
+#include <tmmintrin.h>
+#define QUICK_TARGET __attribute__((target("ssse3")))
+
+/* The token at q when it is -?(0|[1-9][0-9]*)(.[0-9]+)?, at most 15 characters after its
+ * sign: its length, and in *value what read_number gives when a comma follows it (w <
+ * 10^15, e10 >= -14: Clinger's fast path). 0 for any other token. Reads 17 bytes. */
+static inline __attribute__((always_inline)) QUICK_TARGET int quick_number(const char *q,
+                                                                            double *value) {
+    const int neg = *q == '-';
+    const char *const b = q + neg;
+    const __m128i chunk = _mm_loadu_si128((const __m128i *)b);
+    const __m128i digit = _mm_and_si128(_mm_cmpgt_epi8(chunk, _mm_set1_epi8('0' - 1)),
+                                        _mm_cmplt_epi8(chunk, _mm_set1_epi8('9' + 1)));
+    const unsigned digit_bits = (unsigned)_mm_movemask_epi8(digit);
+    const unsigned dot_bits =
+        (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(chunk, _mm_set1_epi8('.')));
+    const int len = __builtin_ctz(~(digit_bits | dot_bits)); /* digits and points: 0..16 */
+    const unsigned dot = dot_bits & ((1u << len) - 1);
+    const int has_dot = dot != 0;
+    const int int_len = __builtin_ctz(dot | (1u << len)); /* len when there is no point */
+    const int frac_len = len - int_len - has_dot;
+    /* Bitwise, not ||: one branch for all of them. (What follows the token is quick_run's
+     * to check: a comma.) */
+    const int other = (len > 15) | ((dot & (dot - 1)) != 0) | (int_len == 0) |
+                      (has_dot & (frac_len == 0)) | ((b[0] == '0') & (int_len > 1));
+    if (other) return 0;
+    const __m128i digits =
+        _mm_shuffle_epi8(_mm_sub_epi8(chunk, _mm_set1_epi8('0')),
+                         _mm_load_si128((const __m128i *)DIGIT_SHUFFLE[len][int_len]));
+    const __m128i pairs = _mm_maddubs_epi16(digits, _mm_set1_epi16(FOLD_PAIRS));
+    const __m128i fours = _mm_madd_epi16(pairs, _mm_set1_epi32(FOLD_FOURS));
+    const __m128i packed = _mm_packs_epi32(fours, fours);                     /* < 10^4 */
+    const __m128i eights = _mm_madd_epi16(packed, _mm_set1_epi32(FOLD_EIGHTS));
+    const uint64_t halves = (uint64_t)_mm_cvtsi128_si64(eights);
+    const uint64_t w = (halves & 0xFFFFFFFFu) * 100000000u + (halves >> 32);
+    double d = (double)w / POW10[frac_len];
+    /* A negative integer zero is the int 0 (+0.0 as a float); a decimal keeps its sign. */
+    uint64_t bits;
+    memcpy(&bits, &d, 8);
+    bits ^= (uint64_t)(neg & (has_dot | (w != 0))) << 63;
+    memcpy(&d, &bits, 8);
+    *value = d;
+    return neg + len;
+}
+
+static inline QUICK_TARGET uint64_t comma_bits(const char *q) {
+    const __m128i comma = _mm_set1_epi8(',');
+    uint64_t bits = 0;
+    for (int i = 0; i < QUICK_WINDOW / 16; i++) {
+        const __m128i chunk = _mm_loadu_si128((const __m128i *)(q + 16 * i));
+        bits |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(chunk, comma)) << (16 * i);
+    }
+    return bits;
+}
+
+/* The tokens at s[p], each followed by a comma (then whitespace), into out[count...] as
+ * FP32 (size 4) or FP64, none past `expected`. How many were read, *end where the first
+ * one not read starts; -1 when that is the first and it is not of the quick form. A quick
+ * token's value is finite as FP32 too (under 10^15). `wide`: the array's WideState. */
+static QUICK_TARGET __attribute__((noinline)) Py_ssize_t
+quick_run(const char *s, Py_ssize_t p, Py_ssize_t n, int size, char *out, Py_ssize_t count,
+          Py_ssize_t expected, WideState *wide, Py_ssize_t *end) {
+    const Py_ssize_t first = count;
+    Py_ssize_t wide_read = -1; /* -1: no wide run tried */
+    while (n - p >= QUICK_WINDOW + QUICK_READ) {
+        const Py_ssize_t base = p;
+        uint64_t commas = comma_bits(s + base);
+        if (commas == 0) break;
+        do {
+            const Py_ssize_t next = base + __builtin_ctzll(commas);
+            double d;
+            const int len = quick_number(s + p, &d);
+            if (len == 0 || p + len != next) {
+                if (len == 0 && count == first) return -1;
+                goto done;
+            }
+            if (count < expected) {
+                if (size == 4)
+                    ((float *)out)[count] = (float)d;
+                else
+                    ((double *)out)[count] = d;
+            }
+            count++;
+            p = skip_ws(s, next + 1, n);
+            commas &= commas - 1;
+            /* A wide run is tried after the first token, once it is known to be a quick
+             * one followed by a comma: a run at a row's last value or at a token of
+             * another form tells nothing of what wide runs read. */
+            if (__builtin_expect(count == first + 1 && have_wide && wide_enabled, 0)) {
+                if (wide->pause > 0) {
+                    wide->pause--;
+                    continue;
+                }
+                Py_ssize_t stop;
+                wide_read = have_wide512 && wide512_enabled
+                                ? wide512_run(s, p, n, size, out, count, expected, &stop)
+                                : wide_run(s, p, n, size, out, count, expected, &stop);
+                if (wide_read > 0) {
+                    count += wide_read;
+                    p = skip_ws(s, stop, n);
+                    break; /* a new window of commas from there */
+                }
+            }
+        } while (commas != 0);
+    }
+done:
+    *end = p;
+    if (wide_read >= 0) wide_judge(wide, wide_read, count - first);
+    quick_tokens += (unsigned long long)(count - first);
+    return count - first;
+}
+
+#endif /* INFERPOOL_JSONSCAN_TIER_SSSE3_H */
