@@ -34,6 +34,7 @@ from inferpool.frontends.grpc.service import (
     call_status,
     infer_request_id,
     ok_body,
+    response_metadata,
     route_of,
     trace_call,
     typed_methods,
@@ -373,7 +374,10 @@ class GrpcH2Server:
                 raise CallError("DEADLINE_EXCEEDED", "Deadline Exceeded")
             if handler is None:
                 request_id = infer_request_id().encode()
-                connection.respond(stream, RESPONSE_HEADERS, framed(body), ok_trailers(request_id))
+                trailers = ok_trailers(request_id) + b"".join(
+                    literal(key.encode(), value.encode()) for key, value in response_metadata.get()
+                )
+                connection.respond(stream, RESPONSE_HEADERS, framed(body), trailers)
             else:
                 connection.respond(stream, RESPONSE_HEADERS, framed(body), OK_TRAILERS)
         except asyncio.CancelledError:
