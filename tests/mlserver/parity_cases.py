@@ -42,9 +42,7 @@ def test_unload_is_awaited_async_or_sync(server: Server, repository: Path) -> No
         assert _wait_for_file(repository / name / "unloaded.txt") == f"{name} unloaded"
 
 
-def test_failing_unload_is_logged_and_the_server_stays_up(
-    server: Server, repository: Path
-) -> None:
+def test_failing_unload_is_logged_and_the_server_stays_up(server: Server, repository: Path) -> None:
     response = httpx.post(f"{server.url}/v2/repository/models/failing-unload/unload", timeout=60)
     assert response.status_code == 200, response.text
     assert _wait_for_file(repository / "failing-unload" / "unloaded.txt") == "failing-unload tried"
@@ -66,9 +64,7 @@ def _sizes_seen(log: Path) -> list[int]:
 
 def test_adaptive_batching_joins_concurrent_requests(server: Server, repository: Path) -> None:
     # 8 requests of 1 or 2 rows at once; max_batch_size 4 (requests), max_batch_time 1 s.
-    requests = [
-        _fp64_request("doubler", [float(i)] * (1 + i % 2), f"req-{i}") for i in range(8)
-    ]
+    requests = [_fp64_request("doubler", [float(i)] * (1 + i % 2), f"req-{i}") for i in range(8)]
     responses = _concurrently(server, "doubler", requests)
     for i, response in enumerate(responses):
         assert response.status_code == 200, response.text
