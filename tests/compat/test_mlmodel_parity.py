@@ -6,12 +6,8 @@ with the builtin gRPC server and in-process with grpcio's."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from tests.mlserver.parity_cases import (  # noqa: F401 - collected here
+    fixtures,
     test_adaptive_batching_joins_concurrent_requests,
     test_failing_unload_is_logged_and_the_server_stays_up,
     test_max_batch_size_alone_does_not_batch,
@@ -19,27 +15,5 @@ from tests.mlserver.parity_cases import (  # noqa: F401 - collected here
     test_response_headers_are_http_headers,
     test_unload_is_awaited_async_or_sync,
 )
-from tests.mlserver.parity_runtimes import write_repository
-from tests.support import Server
 
-SETUPS = [("1", "builtin"), ("0", "grpcio")]
-
-
-@pytest.fixture(scope="module", params=SETUPS, ids=["workers-builtin", "in-process-grpcio"])
-def served(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[tuple[Server, Path]]:
-    repository = write_repository(tmp_path_factory.mktemp("parity"), rewrite=True)
-    workers, implementation = request.param
-    args = ("--workers", workers, "--grpc-implementation", implementation)
-    with Server(repository, *args) as running:
-        running.wait_ready()
-        yield running, repository
-
-
-@pytest.fixture
-def server(served: tuple[Server, Path]) -> Server:
-    return served[0]
-
-
-@pytest.fixture
-def repository(served: tuple[Server, Path]) -> Path:
-    return served[1]
+served, server, repository = fixtures(rewrite=True)

@@ -1,22 +1,52 @@
 """The tests of MLServer's behaviours around ``predict`` (``parity_runtimes``), shared by
 ``tests/compat/test_mlmodel_parity.py`` (inferpool's compatibility package) and
 ``tests/mlserver/test_parity_installed.py`` (MLServer 1.7.1 installed): each module
-imports them and provides the ``server`` fixture (a ``Server`` of the repository that
-``parity_runtimes.write_repository`` wrote, as ``server.repository``).
+imports them with the fixtures ``fixtures`` makes (a ``server`` of the repository that
+``parity_runtimes.write_repository`` wrote, and that ``repository``), once in worker
+processes with the builtin gRPC server and once in-process with grpcio's.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
+from tests.mlserver.parity_runtimes import write_repository
 from tests.support import Server
 from tests.support.grpc import stub_for
+
+SETUPS = [("1", "builtin"), ("0", "grpcio")]
+
+
+def fixtures(rewrite: bool) -> tuple[Callable, ...]:
+    """The ``served``, ``server`` and ``repository`` fixtures of a module: the runtimes'
+    imports rewritten to ``inferpool.mlserver`` (``rewrite``) or as written."""
+
+    @pytest.fixture(scope="module", params=SETUPS, ids=["workers-builtin", "in-process-grpcio"])
+    def served(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[tuple[Server, Path]]:
+        repository = write_repository(tmp_path_factory.mktemp("parity"), rewrite=rewrite)
+        workers, implementation = request.param
+        args = ("--workers", workers, "--grpc-implementation", implementation)
+        with Server(repository, *args) as running:
+            running.wait_ready()
+            yield running, repository
+
+    @pytest.fixture
+    def server(served: tuple[Server, Path]) -> Server:
+        return served[0]
+
+    @pytest.fixture
+    def repository(served: tuple[Server, Path]) -> Path:
+        return served[1]
+
+    return served, server, repository
 
 
 def _wait_for_file(path: Path, timeout: float = 60) -> str:
