@@ -58,7 +58,7 @@ def _wait_for_file(path: Path, timeout: float = 60) -> str:
     return path.read_text()
 
 
-def _fp64_request(model: str, values: list[float], request_id: str = "") -> dict:
+def fp64_request(values: list[float], request_id: str = "") -> dict:
     return {
         "id": request_id,
         "inputs": [{"name": "x", "datatype": "FP64", "shape": [len(values)], "data": values}],
@@ -78,24 +78,26 @@ def test_failing_unload_is_logged_and_the_server_stays_up(server: Server, reposi
     assert _wait_for_file(repository / "failing-unload" / "unloaded.txt") == "failing-unload tried"
     server.expect_lines([r"failing-unload.*unload\(\) raised", "would not close"], timeout=30)
     assert httpx.get(f"{server.url}/v2/health/ready").status_code == 200
-    body = _fp64_request("tagger", [1.0])
+    body = fp64_request([1.0])
     assert httpx.post(f"{server.url}/v2/models/tagger/infer", json=body).status_code == 200
 
 
-def _concurrently(server: Server, model: str, requests: list[dict]) -> list[httpx.Response]:
-    url = f"{server.url}/v2/models/{model}/infer"
+def concurrently(base: str, model: str, requests: list[dict]) -> list[httpx.Response]:
+    """``requests`` sent to ``model`` at once (a thread each); the responses in order."""
+    url = f"{base}/v2/models/{model}/infer"
     with httpx.Client(timeout=60) as client, ThreadPoolExecutor(len(requests)) as pool:
         return list(pool.map(lambda body: client.post(url, json=body), requests))
 
 
-def _sizes_seen(log: Path) -> list[int]:
+def sizes_seen(log: Path) -> list[int]:
+    """The rows of each predict the doubler ran (its log)."""
     return [int(line) for line in log.read_text().split()]
 
 
 def test_adaptive_batching_joins_concurrent_requests(server: Server, repository: Path) -> None:
     # 8 requests of 1 or 2 rows at once; max_batch_size 4 (requests), max_batch_time 1 s.
-    requests = [_fp64_request("doubler", [float(i)] * (1 + i % 2), f"req-{i}") for i in range(8)]
-    responses = _concurrently(server, "doubler", requests)
+    requests = [fp64_request([float(i)] * (1 + i % 2), f"req-{i}") for i in range(8)]
+    responses = concurrently(server.url, "doubler", requests)
     for i, response in enumerate(responses):
         assert response.status_code == 200, response.text
         body = response.json()
@@ -103,7 +105,7 @@ def test_adaptive_batching_joins_concurrent_requests(server: Server, repository:
         (output,) = body["outputs"]
         assert output["shape"] == [1 + i % 2, 1]  # NumpyCodec adds the column
         assert output["data"] == [2.0 * i] * (1 + i % 2)
-    sizes = _sizes_seen(repository / "doubler" / "batches.log")
+    sizes = sizes_seen(repository / "doubler" / "batches.log")
     assert sum(sizes) == sum(1 + i % 2 for i in range(8))  # every row predicted once
     assert len(sizes) < 8, sizes  # some requests were predicted together
     assert max(sizes) <= 8, sizes  # at most 4 requests of at most 2 rows
@@ -111,14 +113,14 @@ def test_adaptive_batching_joins_concurrent_requests(server: Server, repository:
 
 def test_max_batch_size_alone_does_not_batch(server: Server, repository: Path) -> None:
     # MLServer batches only with max_batch_time > 0 as well.
-    requests = [_fp64_request("doubler-unbatched", [float(i)] * 2) for i in range(6)]
-    responses = _concurrently(server, "doubler-unbatched", requests)
+    requests = [fp64_request([float(i)] * 2) for i in range(6)]
+    responses = concurrently(server.url, "doubler-unbatched", requests)
     assert all(response.status_code == 200 for response in responses)
-    assert _sizes_seen(repository / "doubler-unbatched" / "batches.log") == [2] * 6
+    assert sizes_seen(repository / "doubler-unbatched" / "batches.log") == [2] * 6
 
 
 def test_response_headers_are_http_headers(server: Server) -> None:
-    body = _fp64_request("tagger", [1.0, 2.0])
+    body = fp64_request([1.0, 2.0])
     response = httpx.post(f"{server.url}/v2/models/tagger/infer", json=body, timeout=30)
     assert response.status_code == 200, response.text
     assert response.headers["x-model-tag"] == "blue"
