@@ -1,5 +1,5 @@
 """MLServer custom runtimes for what MLServer does around ``predict``: ``unload()``, adaptive
-batching, response headers, stream in / stream out. Written once as source text, as
+batching, response headers. Written once as source text, as
 MLServer's docs write them (``from mlserver import MLModel``); the repository holding them.
 
 ``tests/mlserver/test_parity_installed.py`` serves them unchanged (MLServer installed);
@@ -98,42 +98,6 @@ class Tagger(MLModel):
         )
 """
 
-# Stream in, stream out: a running sum over every request of the client's stream, one
-# response per request, and a last one with the total once the stream ends.
-SUMMER = """
-from typing import AsyncIterator
-
-import numpy as np
-from mlserver import MLModel
-from mlserver.codecs import NumpyCodec
-from mlserver.types import InferenceRequest, InferenceResponse
-
-
-class Summer(MLModel):
-    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
-        raise NotImplementedError("this model streams")
-
-    async def predict_stream(
-        self, payloads: AsyncIterator[InferenceRequest]
-    ) -> AsyncIterator[InferenceResponse]:
-        total = 0.0
-        seen = 0
-        async for payload in payloads:
-            total += float(NumpyCodec.decode_input(payload.inputs[0]).sum())
-            seen += 1
-            yield self._answer(total, "partial")
-        yield self._answer(total, f"final of {seen}")
-
-    def _answer(self, total: float, what: str) -> InferenceResponse:
-        return InferenceResponse(
-            model_name=self.name,
-            outputs=[
-                NumpyCodec.encode_output("total", np.array([total])),
-                NumpyCodec.encode_output("what", np.array([what.encode()])),
-            ],
-        )
-"""
-
 # model name → (module, source, class, settings beyond name and implementation)
 MODELS: dict[str, tuple[str, str, str, dict]] = {
     "async-unload": ("unloaders", UNLOADERS, "AsyncUnload", {"uri": "."}),
@@ -142,7 +106,6 @@ MODELS: dict[str, tuple[str, str, str, dict]] = {
     "doubler": ("doubler", DOUBLER, "Doubler", {"uri": "."}),
     "doubler-unbatched": ("doubler", DOUBLER, "Doubler", {"uri": "."}),
     "tagger": ("tagger", TAGGER, "Tagger", {}),
-    "summer": ("summer", SUMMER, "Summer", {}),
 }
 # MLServer's adaptive batching: both settings. The unbatched one sets only the size,
 # which MLServer ignores (it needs max_batch_time > 0 too).
