@@ -64,7 +64,7 @@ class InProcessClient(EngineClient):
             self.threads = PredictThreads(1 + settings.max_standby_workers)
 
     async def _load(self, settings: ModelSettings) -> dict[str, Any]:
-        from inferpool.engine.worker.model import failure_reason
+        from inferpool.engine.worker.model import failure_reason, unload_model
 
         await self._check_capabilities(settings)
         try:
@@ -76,7 +76,7 @@ class InProcessClient(EngineClient):
         replaced = self.models.get(key)
         self.models[key] = model
         if replaced is not None:  # a reload: the old runtime's custom counters are kept
-            replaced.runtime.metrics.close()
+            await asyncio.to_thread(unload_model, replaced)
         predictor = model.runtime.predictor()
         if predictor:
             logger.info("%s: predicted by %s", describe_key(key), predictor)
@@ -107,9 +107,11 @@ class InProcessClient(EngineClient):
                 raise ModelLoadError(str(exc)) from None
 
     async def _unload(self, key: ModelKey) -> None:
+        from inferpool.engine.worker.model import unload_model
+
         model = self.models.pop(key, None)
-        if model is not None:
-            model.runtime.metrics.close()  # its custom counters keep their last values
+        if model is not None:  # off the loop: an MLServer model's unload() may take a while
+            await asyncio.to_thread(unload_model, model)
 
     async def _infer(
         self, key: ModelKey, kind: int, body: bytes, json_length: int | None, deadline: float | None

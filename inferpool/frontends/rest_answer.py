@@ -17,6 +17,7 @@ bytes as the two ASGI messages.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -49,6 +50,9 @@ BINARY_HEAD = (
     b"inference-header-content-length: %d\r\n" + _ID_LINE
 )
 RETRY_LINE = b"retry-after: 1\r\n"
+# An HTTP header name (RFC 9110's token).
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_OWN_HEADERS = frozenset({"content-type", "content-length", "transfer-encoding", "connection"})
 
 
 def take_header_id(scope: Any, header: bytes | None) -> None:
@@ -93,6 +97,17 @@ def answered(scope: Any, reply: Reply) -> tuple[int, bytes, bytes]:
     if reply.json_length is None:
         return 200, JSON_HEAD % (len(body), identity), body
     return 200, BINARY_HEAD % (len(body), reply.json_length, identity), body
+
+
+def header_lines(headers: dict[str, str]) -> bytes:
+    """A runtime's response headers as header lines (latin-1, as HTTP/1.1 carries them);
+    a name that is not an HTTP token, or one the server sets itself (the body's type and
+    framing), is left out rather than break the response."""
+    lines = []
+    for name, value in headers.items():
+        if _TOKEN.fullmatch(name) and name.lower() not in _OWN_HEADERS:
+            lines.append(f"{name}: {value}\r\n".encode("latin-1", "replace"))
+    return b"".join(lines)
 
 
 def failed(scope: Any, exc: InferpoolError) -> tuple[int, bytes, bytes]:

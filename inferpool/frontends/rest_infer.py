@@ -25,7 +25,7 @@ from inferpool.frontends import rest_answer, rest_input
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.rest_gzip import answer_gzip
 from inferpool.frontends.rest_input import await_reply
-from inferpool.protocol.request_headers import http_headers, wrap
+from inferpool.protocol.request_headers import http_headers, unwrap, wrap
 
 logger = logging.getLogger("inferpool.http")
 
@@ -121,6 +121,12 @@ class InferRoutes:
         deadline = None if timeout is None else time.monotonic() + timeout
         call = self.infer(name, version, kind, body, json_length, deadline)
         reply = await await_reply(scope, receive, call, timeout)
+        if kind == Kind.REST_HEADERS and reply.status == 200:
+            # The headers the runtime's response set (parameters.headers), as MLServer
+            # sends them: HTTP response headers, no longer in the JSON body.
+            headers, reply.body = unwrap(reply.body)
+            status, head, body = rest_answer.answered(scope, reply)
+            return status, head + rest_answer.header_lines(headers), body
         return rest_answer.answered(scope, reply)
 
 

@@ -7,6 +7,12 @@ built-in runtimes never pay: for such a model the frontend sends the body as
 (``wrap``), and the worker's wire format for that kind (``rest_headers_wire``,
 ``grpc_headers_wire``) decodes the body as usual and sets the headers (``with_headers``).
 As MLServer does, they replace whatever ``parameters.headers`` the request carried.
+
+The way back is the same block: a response's ``parameters.headers`` (a name → value
+object the runtime set, as MLServer's ``InferenceResponse.parameters.headers``) leaves the
+JSON or protobuf body and travels in front of it (``with_response_headers``); the frontend
+takes it off (``unwrap``) and sends it as HTTP response headers, or gRPC trailing
+metadata, as MLServer 1.7.1 does.
 """
 
 from __future__ import annotations
@@ -16,13 +22,14 @@ from collections.abc import Callable, Iterable
 import orjson
 
 from inferpool.errors import BadRequest
-from inferpool.protocol.types import InferenceRequest
+from inferpool.protocol.types import InferenceRequest, InferenceResponse
 
 # The block's length in front of it: 4 bytes, big-endian.
 _LENGTH = 4
 HEADERS = "headers"
 
 Decoder = Callable[[bytes, int | None], InferenceRequest]
+Encoder = Callable[[InferenceResponse, InferenceRequest], tuple[bytes, int | None]]
 
 
 def http_headers(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
@@ -67,3 +74,34 @@ def with_headers(decode: Decoder) -> Decoder:
         return request
 
     return decode_with_headers
+
+
+def with_response_headers(encode: Encoder) -> Encoder:
+    """A wire format's encoder that moves the response's ``parameters.headers`` out of
+    the body into a headers block in front of it (``wrap``; an empty block when none)."""
+
+    def encode_with_headers(
+        response: InferenceResponse, request: InferenceRequest
+    ) -> tuple[bytes, int | None]:
+        headers = response.parameters.get(HEADERS)
+        found: dict[str, str] = {}
+        if isinstance(headers, dict):  # MLServer takes them out of the body
+            del response.parameters[HEADERS]
+            found = {str(name): _header_text(value) for name, value in headers.items()}
+        body, json_length = encode(response, request)
+        return wrap(found, body), json_length
+
+    return encode_with_headers
+
+
+def _header_text(value: object) -> str:
+    """A header's value as text on one line (a line break would end the header)."""
+    text = value if isinstance(value, str) else str(value)
+    return text.replace("\r", " ").replace("\n", " ")
+
+
+def unwrap(body: bytes) -> tuple[dict[str, str], bytes]:
+    """The headers block and the body that ``with_response_headers`` joined."""
+    size = int.from_bytes(body[:_LENGTH], "big")
+    end = _LENGTH + size
+    return orjson.loads(body[_LENGTH:end]), body[end:]

@@ -69,6 +69,10 @@ class Runtime(ABC):
     #: (docs/batching.md). Set True in your subclass when that holds; the built-in
     #: runtimes say it here, an MLflow model when its flavour does.
     rows_independent: bool = False
+    #: ``predict_requests`` joins the payloads of several queued requests (whole
+    #: requests, ``accepts = "request"``) into one predict: an MLServer custom runtime
+    #: with adaptive batching (``max_batch_size`` > 1 and ``max_batch_time`` > 0)
+    joins_requests: bool = False
     #: also serve each custom endpoint at its bare path (``/path``, as MLServer's custom
     #: endpoints were) while this is the only loaded model using that path
     bare_endpoints: ClassVar[bool] = False
@@ -93,6 +97,15 @@ class Runtime(ABC):
 
         A single value (not a mapping) is taken as the first requested output.
         """
+
+    def predict_requests(self, payloads: list[Any], outputs: Sequence[str]) -> list[dict[str, Any]]:
+        """For a runtime that ``joins_requests``: one predict for the payloads of several
+        requests (each asking for ``outputs``), and each one's result, in order."""
+        raise NotImplementedError(f"the {self.platform} runtime does not join requests")
+
+    def unload(self) -> None:  # noqa: B027 - optional hook
+        """Release what ``load`` acquired when the model is unloaded (or replaced by a
+        reload). What it raises is logged; the model is unloaded all the same."""
 
     def serving(self) -> Runtime:
         """The runtime that serves the model once ``load`` has run: this one, unless the

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
 import json
 import os
 import sys
 import threading
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, ClassVar, TypeVar
@@ -36,6 +37,7 @@ from inferpool.mlserver.metrics import current_model
 from inferpool.protocol.datatypes import NUMPY_BY_DATATYPE
 from inferpool.protocol.types import InferenceRequest, Tensor, TensorSpec
 from inferpool.runtimes.base import Answer, Runtime
+from inferpool.runtimes.mlmodel_batch import merge_requests, split_answer
 from inferpool.settings import MODEL_SETTINGS_FILE, ModelSettings
 
 T = TypeVar("T")
@@ -141,6 +143,9 @@ class MLModelRuntime(Runtime):
     def __init__(self, settings: ModelSettings) -> None:
         super().__init__(settings)
         self.model: Any = None
+        # MLServer's adaptive batching: on with both max_batch_size > 1 and
+        # max_batch_time > 0 (MLServer ignores either alone).
+        self.joins_requests = settings.max_batch_size > 1 and settings.max_batch_time > 0
 
     def load(self) -> None:
         self.model = self.model_class(self._model_settings())
@@ -156,6 +161,16 @@ class MLModelRuntime(Runtime):
         if not ready:
             raise ModelLoadError(f"model '{self.name}': load() returned {ready!r}")
 
+    def unload(self) -> None:
+        """The model's ``unload()``, awaited when it is a coroutine (MLServer's is), called
+        when it is a plain method; what it raises reaches the engine, which logs it."""
+        if self.model is None:
+            return
+        result = self.model.unload()
+        if inspect.isawaitable(result):
+            self._run_loading(self._in_context(result))
+        self.model.ready = False
+
     def _run_loading(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine of the model's loading (``load``, ``metadata``): on the
         process's loop, whose thread a fork-safe model must not start (the template may
@@ -169,7 +184,7 @@ class MLModelRuntime(Runtime):
         finally:
             loop.close()
 
-    async def _in_context(self, coroutine: Coroutine[Any, Any, T]) -> T:
+    async def _in_context(self, coroutine: Awaitable[T]) -> T:
         """Run ``coroutine`` as this model's: ``mlserver.log`` records into its metrics."""
         current_model.set(self.metrics)  # in this task's own context only
         return await coroutine
@@ -199,6 +214,12 @@ class MLModelRuntime(Runtime):
         except self.flavour.error_class as exc:
             raise from_status(getattr(exc, "status_code", 400), str(exc)) from None
         return self._answer(response)
+
+    def predict_requests(self, payloads: list[Any], outputs: Sequence[str]) -> list[dict[str, Any]]:
+        """One ``predict`` for several requests, joined and split as MLServer's adaptive
+        batching does (``mlmodel_batch``)."""
+        merged, sizes = merge_requests(payloads)
+        return split_answer(self.predict(merged, outputs), sizes)
 
     @property
     def streams(self) -> bool:

@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -46,11 +47,18 @@ def server(request: pytest.FixtureRequest, repository: Path) -> Iterator[Server]
 @pytest.fixture(scope="module")
 def mlserver(repository: Path) -> Iterator[str]:
     """MLServer 1.7.1 itself on the same repository: its REST address."""
-    http_port = free_port()
+    with running_mlserver(repository) as (url, _):
+        yield url
+
+
+@contextmanager
+def running_mlserver(repository: Path) -> Iterator[tuple[str, str]]:
+    """MLServer 1.7.1 serving ``repository`` in-process: its REST URL and gRPC address."""
+    http_port, grpc_port = free_port(), free_port()
     env = {
         **os.environ,
         "MLSERVER_HTTP_PORT": str(http_port),
-        "MLSERVER_GRPC_PORT": str(free_port()),
+        "MLSERVER_GRPC_PORT": str(grpc_port),
         "MLSERVER_METRICS_PORT": str(free_port()),
         "MLSERVER_PARALLEL_WORKERS": "0",
         "MLSERVER_HOST": "127.0.0.1",
@@ -59,7 +67,8 @@ def mlserver(repository: Path) -> Iterator[str]:
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
-            yield _wait_ready(f"http://127.0.0.1:{http_port}", process, log)
+            url = _wait_ready(f"http://127.0.0.1:{http_port}", process, log)
+            yield url, f"127.0.0.1:{grpc_port}"
         finally:
             process.terminate()
             process.wait(30)

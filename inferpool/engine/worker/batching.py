@@ -13,7 +13,9 @@ at once.
 ``Batcher`` holds a worker's queued requests per model and hands out those that are due.
 Payloads that agree on every dimension but the first (same dtype, same outputs) share a
 ``join_key``: the worker path (``path.py``) concatenates them up to the policy's rows,
-predicts once and splits the result back.
+predicts once and splits the result back. A runtime that ``joins_requests`` (an MLServer
+custom runtime with adaptive batching) joins whole requests itself, each counting one row,
+so that ``max_batch_size`` counts requests as in MLServer.
 """
 
 from __future__ import annotations
@@ -134,9 +136,12 @@ class Batcher:
         return min(waits) if waits else None
 
 
-def join_key(payload: Any, outputs: list[str]) -> Hashable | None:
+def join_key(payload: Any, outputs: list[str], whole: bool = False) -> Hashable | None:
     """Payloads with equal keys can be concatenated; None for one that joins no other
-    (a dict of inputs, a whole request, a scalar)."""
+    (a dict of inputs, a whole request, a scalar). ``whole``: the runtime joins whole
+    requests itself (``Runtime.joins_requests``), those asking for the same outputs."""
+    if whole:
+        return ("requests", tuple(outputs))
     if isinstance(payload, np.ndarray) and payload.ndim >= 1:
         return ("array", payload.shape[1:], payload.dtype.str, tuple(outputs))
     if isinstance(payload, pd.DataFrame):

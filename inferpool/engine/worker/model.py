@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from inferpool.codecs.image import declared_images
@@ -15,6 +16,8 @@ from inferpool.runtimes.base import Runtime
 from inferpool.runtimes.endpoints import Endpoint, endpoint_table
 from inferpool.runtimes.registry import runtime_class
 from inferpool.settings import ModelSettings
+
+logger = logging.getLogger(__name__)
 
 
 class LoadedModel:
@@ -59,6 +62,18 @@ def load_model(settings: ModelSettings) -> LoadedModel:
     runtime.load()
     runtime = runtime.serving()
     return LoadedModel(settings, runtime)
+
+
+def unload_model(model: LoadedModel) -> None:
+    """Let the runtime release what it holds (``Runtime.unload``: an MLServer model's
+    ``unload()``) and close its custom metrics. Never raises: a failing ``unload`` is
+    logged with its traceback, and the model is unloaded all the same (as MLServer, whose
+    server stays up)."""
+    model.runtime.metrics.close()  # its custom counters keep their last values
+    try:
+        model.runtime.unload()
+    except Exception:
+        logger.exception("model '%s': unload() raised; the model is unloaded anyway", model.name)
 
 
 def failure_reason(exc: BaseException) -> str:

@@ -111,7 +111,10 @@ def run_executions(
         except Exception as exc:
             yield [position], [Reply.from_error(exc, model.name)]
             continue
-        key = batching.join_key(decoded.payload, decoded.outputs) if limit > 1 else None
+        key = None
+        if limit > 1:
+            whole = model.runtime.joins_requests
+            key = batching.join_key(decoded.payload, decoded.outputs, whole)
         if key is None:
             yield _execute(model, [decoded])
             continue
@@ -204,12 +207,19 @@ def _predict_joined(
 ) -> list[dict[str, Any]] | None:
     """Each member's part of one predict on the joined payloads; None when that fails or
     the result cannot be split by rows (the caller then predicts each alone)."""
+    parts: list[dict[str, Any]] | None
     try:
-        joined = batching.concatenate([member.payload for member in members])
-        started = time.monotonic_ns()
-        result = inference.predict(model, joined, members[0].outputs)
-        infer_ns = time.monotonic_ns() - started
-        parts = batching.split(result, rows)
+        if model.runtime.joins_requests:  # it joins and splits whole requests itself
+            payloads = [member.payload for member in members]
+            started = time.monotonic_ns()
+            parts = model.runtime.predict_requests(payloads, members[0].outputs)
+            infer_ns = time.monotonic_ns() - started
+        else:
+            joined = batching.concatenate([member.payload for member in members])
+            started = time.monotonic_ns()
+            result = inference.predict(model, joined, members[0].outputs)
+            infer_ns = time.monotonic_ns() - started
+            parts = batching.split(result, rows)
     except Exception:
         return None  # one bad request must not fail the others: they run one by one
     if parts is not None:

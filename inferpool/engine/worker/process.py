@@ -30,7 +30,12 @@ from inferpool.engine.ipc.ring import Ring
 from inferpool.engine.worker.batching import Batcher
 from inferpool.engine.worker.heap import release_freed_memory
 from inferpool.engine.worker.memory_limit import MemoryLimit, install
-from inferpool.engine.worker.model import LoadedModel, failure_reason, load_model
+from inferpool.engine.worker.model import (
+    LoadedModel,
+    failure_reason,
+    load_model,
+    unload_model,
+)
 from inferpool.engine.worker.path import Job, run_executions
 from inferpool.engine.worker.preload import forget, preloaded
 from inferpool.engine.worker.streaming import WorkerStreams, streams
@@ -215,7 +220,7 @@ class Worker:
         # (A reload of unchanged files took the same template copy under a new index.)
         if model is None or any(held is model for held in self.models.values()):
             return
-        model.runtime.metrics.close()
+        unload_model(model)
         forget(model)  # the template's copy as this process inherited it: freed now
         del model
         release_freed_memory()

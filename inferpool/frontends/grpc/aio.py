@@ -31,6 +31,7 @@ from inferpool.frontends.grpc.service import (
     call_status,
     infer_request_id,
     ok_body,
+    response_metadata,
     route_of,
     trace_call,
     typed_methods,
@@ -71,7 +72,7 @@ def guarded(
                 return await handler(request, context)
             reply = await handler(request, context)
             body = ok_body(reply)
-            context.set_trailing_metadata(((HEADER, infer_request_id()),))
+            context.set_trailing_metadata(((HEADER, infer_request_id()), *response_metadata.get()))
             return body
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED  # the client went away or its deadline passed

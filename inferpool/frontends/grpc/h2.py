@@ -40,6 +40,7 @@ from inferpool.frontends.grpc.service import (
     call_status,
     infer_request_id,
     ok_body,
+    response_metadata,
     route_of,
     trace_call,
     typed_methods,
@@ -399,7 +400,11 @@ class GrpcH2Server:
                 data = framed(body)
             if handler is None:
                 request_id = infer_request_id().encode()
-                connection.respond(stream, head, data, ok_trailers(request_id))
+                trailers = ok_trailers(request_id)
+                metadata = response_metadata.get()
+                if metadata:  # a runtime's parameters.headers, as MLServer sends them
+                    trailers += b"".join(literal(k.encode(), v.encode()) for k, v in metadata)
+                connection.respond(stream, head, data, trailers)
             else:
                 connection.respond(stream, head, data, OK_TRAILERS)
         except asyncio.CancelledError:

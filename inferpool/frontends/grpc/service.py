@@ -12,8 +12,10 @@ matching gRPC status code.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from google.protobuf import json_format
@@ -42,7 +44,7 @@ from inferpool.frontends.request_context import (
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.grpc_wire import set_parameters
 from inferpool.protocol.protowire import scan_fields
-from inferpool.protocol.request_headers import grpc_metadata, wrap
+from inferpool.protocol.request_headers import grpc_metadata, unwrap, wrap
 
 if TYPE_CHECKING:
     from inferpool.observability.tracing import RequestTracer
@@ -59,6 +61,16 @@ Handler = Callable[[Any, Any], Awaitable[Any]]
 
 # -- routing: the model name and version, read straight from the request bytes ------------
 _ROUTE_FIELDS = frozenset((1, 2, 3))  # model_name, model_version, id
+# The trailing metadata a ModelInfer call ends with beside its x-request-id: the headers
+# its response set (a custom runtime's parameters.headers), as ``trailing_metadata`` has
+# them; set by ``infer``, read by the server that ends the call (aio.py, h2.py).
+response_metadata: ContextVar[tuple[tuple[str, str], ...]] = ContextVar(
+    "inferpool_response_metadata", default=()
+)
+# gRPC's metadata key alphabet, a printable ASCII value, and the call's own headers.
+_METADATA_KEY = re.compile(r"[0-9a-z_.-]+")
+_METADATA_VALUE = re.compile(r"[\x20-\x7e]*")
+_CALL_HEADERS = frozenset({"content-type", "te", "user-agent", "x-request-id"})
 
 
 def read_infer_request(body: bytes) -> tuple[str, str | None, str | None]:
@@ -133,6 +145,10 @@ class InferenceService:
             body = wrap(grpc_metadata(_call_metadata(metadata)), body)
             kind = Kind.GRPC_HEADERS
         reply = await self.plane.infer(name, version, kind, body, None, deadline)
+        response_metadata.set(())
+        if kind == Kind.GRPC_HEADERS and reply.status == 200:
+            headers, reply.body = unwrap(reply.body)
+            response_metadata.set(trailing_metadata(headers))
         if request_id is None:
             current_request_id.set(
                 (reply.status == 200 and echoed_grpc_id(reply.body)) or generate()
@@ -229,6 +245,25 @@ class InferenceService:
     ) -> pb.RepositoryModelUnloadResponse:
         await self.plane.unload(request.model_name, _authorization(context))
         return pb.RepositoryModelUnloadResponse()
+
+
+def trailing_metadata(headers: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """A runtime's response headers as gRPC metadata, keys lower-cased (as MLServer's
+    ``to_metadata``); what gRPC cannot carry as text metadata (a key outside its alphabet,
+    gRPC's own, a binary ``-bin`` key, a value that is not printable ASCII) is left out
+    rather than fail the call."""
+    pairs = []
+    for name, value in headers.items():
+        key = name.lower()
+        if (
+            _METADATA_KEY.fullmatch(key)
+            and not key.startswith("grpc-")
+            and not key.endswith("-bin")
+            and key not in _CALL_HEADERS
+            and _METADATA_VALUE.fullmatch(value)
+        ):
+            pairs.append((key, value))
+    return tuple(pairs)
 
 
 def stream_error(message: str) -> bytes:
