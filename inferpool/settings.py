@@ -118,7 +118,8 @@ class ServerSettings(BaseSettings):
         description="ModelStreamInfer's response message: triton (ModelStreamInferResponse), "
         "mlserver (bare ModelInferResponse, as MLServer streams) or auto (mlserver when the "
         "call's first request sends typed contents and no raw_input_contents, as MLServer's "
-        "clients do; triton otherwise, as tritonclient always sends raw contents)",
+        "clients do, to an MLServer MLModel runtime; triton otherwise, as tritonclient "
+        "always sends raw contents)",
     )
     metrics_port: int = Field(
         8082,

@@ -2,8 +2,8 @@
 MLServer's with bare ``ModelInferResponse`` messages (``frontends/grpc/stream_message.py``):
 tritonclient's ``start_stream``/``async_stream_infer`` and a plain grpcio client written as
 MLServer's streaming example is (typed contents, responses parsed as ModelInferResponse),
-against the example's text model, on both gRPC servers; ``--grpc-stream-response`` forcing
-either message."""
+against the example's text model, on both gRPC servers; inferpool's own runtimes keeping
+Triton's message for typed contents; ``--grpc-stream-response`` forcing either message."""
 
 from __future__ import annotations
 
@@ -61,8 +61,35 @@ PROMPT = "What is the capital of France?"
 WORDS = ["What", " is", " the", " capital", " of", " France?"]
 
 
+# The README's streaming runtime: an inferpool Runtime, one word per chunk.
+WORDS_MODEL = """
+    import numpy as np
+
+    from inferpool import Runtime
+
+
+    class Words(Runtime):
+        def load(self):
+            pass
+
+        def predict(self, payload, outputs):
+            return {"text_output": np.array([" ".join(payload)], dtype=object)}
+
+        async def predict_stream(self, payloads):
+            async for payload in payloads:
+                for word in payload[0].split(" "):
+                    yield {"text_output": np.array([word], dtype=object)}
+"""
+
+
 def repository(root):
     write_custom_model(root / "text-model", TEXT_MODEL, "TextModel", module="text_model")
+    spec = {"name": "text_input", "datatype": "BYTES", "shape": [-1]}
+    inputs = [{**spec, "parameters": {"content_type": "str"}}]
+    outputs = [{"name": "text_output", "datatype": "BYTES", "shape": [-1]}]
+    write_custom_model(
+        root / "words", WORDS_MODEL, "Words", module="words", inputs=inputs, outputs=outputs
+    )
     return root
 
 
@@ -170,11 +197,25 @@ def test_the_setting_forces_one_message(tmp_path, setting, request_of, message) 
     assert [words_of(answer) for answer in answers] == WORDS
 
 
-def test_auto_reads_the_first_requests_contents() -> None:
-    assert speaks_mlserver("auto", mlserver_request().SerializeToString())
-    assert not speaks_mlserver("auto", raw_request().SerializeToString())
+def test_auto_reads_the_first_requests_contents_and_model() -> None:
+    typed, raw = mlserver_request().SerializeToString(), raw_request().SerializeToString()
+    assert speaks_mlserver("auto", typed, True)
+    assert speaks_mlserver("auto", typed, None)  # an unknown model: its error ends the call
+    assert not speaks_mlserver("auto", typed, False)  # inferpool's own runtimes: Triton's
+    assert not speaks_mlserver("auto", raw, True)
     # No inputs, or bytes that are no message: Triton's (the error is reported in it).
-    assert not speaks_mlserver("auto", pb.ModelInferRequest(model_name="m").SerializeToString())
-    assert not speaks_mlserver("auto", b"\xff\xff")
-    assert speaks_mlserver("mlserver", b"")
-    assert not speaks_mlserver("triton", mlserver_request().SerializeToString())
+    empty = pb.ModelInferRequest(model_name="m").SerializeToString()
+    assert not speaks_mlserver("auto", empty, True)
+    assert not speaks_mlserver("auto", b"\xff\xff", None)
+    assert speaks_mlserver("mlserver", raw, False)
+    assert not speaks_mlserver("triton", typed, True)
+
+
+def test_inferpools_own_runtimes_keep_tritons_message(server: Server) -> None:
+    # The README's client: typed contents, Triton's message, to an inferpool Runtime.
+    request = mlserver_request("words")
+    request.inputs[0].name = "text_input"
+    del request.outputs[:]
+    answers = call(server, [request], pb.ModelStreamInferResponse)
+    assert not any(answer.error_message for answer in answers)
+    assert [words_of(answer.infer_response) for answer in answers] == PROMPT.split(" ")

@@ -159,7 +159,8 @@ class InferenceService:
         mlserver: bool | None = None  # the call's message (stream_message.py), at its first
         async for body in requests:
             if mlserver is None:
-                mlserver = speaks_mlserver(client.settings.grpc_stream_response, body)
+                setting = client.settings.grpc_stream_response
+                mlserver = speaks_mlserver(setting, body, self._mlmodel(body))
             try:
                 name, version, _ = read_infer_request(body)
                 replies = client.infer_stream(name, version, Kind.GRPC_STREAM, body, None, deadline)
@@ -175,6 +176,14 @@ class InferenceService:
                 if mlserver:
                     raise  # MLServer's: the call ends with the error's status
                 yield stream_error(exc.message)
+
+    def _mlmodel(self, body: bytes) -> bool | None:
+        """Whether the request's model is an MLServer custom runtime; None: no such model."""
+        try:
+            name, version, _ = read_infer_request(body)
+            return self.plane.client.table.find(name, version).endpoints.mlserver
+        except InferpoolError:
+            return None
 
     async def server_live(self, request: Any, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self.plane.live()["live"])

@@ -9,11 +9,15 @@ parses the other's, so each call is answered in one of them, chosen by the serve
 ``grpc_stream_response`` setting:
 
 - ``triton`` / ``mlserver``: always that one;
-- ``auto`` (the default): by the call's first request. Triton's clients (tritonclient in
-  every language, perf_analyzer) always send tensors as ``raw_input_contents`` (field 7);
-  MLServer's converters and its documentation's examples send typed ``contents``. A first
-  request with typed contents and no raw contents gets MLServer's message; any other,
-  Triton's. The whole call keeps the choice of its first request.
+- ``auto`` (the default): by the call's first request and its model. Triton's clients
+  (tritonclient in every language, perf_analyzer) always send tensors as
+  ``raw_input_contents`` (field 7); MLServer's converters and its documentation's
+  examples send typed ``contents``, and stream to MLServer custom runtimes (``MLModel``
+  subclasses). A first request with typed contents and no raw contents, to a model whose
+  runtime is an MLModel (or to no model the server knows, whose error then ends the call
+  as MLServer's does), gets MLServer's message; any other, Triton's: a client of
+  inferpool's own runtimes keeps the message it has always had. The whole call keeps the
+  choice of its first request.
 """
 
 from __future__ import annotations
@@ -28,10 +32,14 @@ AUTO = "auto"
 _INPUTS, _RAW = 5, 7
 
 
-def speaks_mlserver(setting: str, first_request: bytes) -> bool:
-    """Whether a call answers with MLServer's bare ModelInferResponse (the module's rule)."""
+def speaks_mlserver(setting: str, first_request: bytes, mlmodel: bool | None) -> bool:
+    """Whether a call answers with MLServer's bare ModelInferResponse (the module's rule).
+    ``mlmodel``: the first request's model is an MLServer custom runtime (None: no model
+    the server knows)."""
     if setting != AUTO:
         return setting == MLSERVER
+    if mlmodel is False:
+        return False
     try:
         fields = scan_fields(first_request, (_INPUTS, _RAW))
         if _RAW in fields or _INPUTS not in fields:
