@@ -18,6 +18,7 @@ import tritonclient.grpc as triton
 from inferpool.frontends.grpc.stream_message import speaks_mlserver
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from tests.support import Server, write_custom_model
+from tests.support.grpc import needs_pool
 
 STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
 
@@ -93,10 +94,19 @@ def repository(root):
     return root
 
 
-@pytest.fixture(scope="module", params=["builtin", "grpcio"])
+# Both gRPC servers; the model's runtime kind reaches the frontend in-process and from a
+# worker pool.
+SETUPS = [
+    pytest.param(("builtin", 0), id="builtin-w0"),
+    pytest.param(("grpcio", 2), id="grpcio-w2", marks=needs_pool),
+]
+
+
+@pytest.fixture(scope="module", params=SETUPS)
 def server(request, tmp_path_factory) -> Iterator[Server]:
     root = repository(tmp_path_factory.mktemp("stream-message"))
-    flags = ("--workers", "0", "--grpc-implementation", request.param)
+    implementation, workers = request.param
+    flags = ("--workers", str(workers), "--grpc-implementation", implementation)
     with Server(root, *flags) as running:
         running.wait_ready()
         yield running
