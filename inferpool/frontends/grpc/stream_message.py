@@ -10,7 +10,7 @@ parses the other's, so each call is answered in one of them, chosen by the serve
 
 - ``triton`` / ``mlserver``: always that one;
 - ``auto`` (the default): by the call's first request and its model. Triton's clients
-  (tritonclient in every language, perf_analyzer) always send tensors as
+  (tritonclient in Python and C++, perf_analyzer) always send tensors as
   ``raw_input_contents`` (field 7); MLServer's converters and its documentation's
   examples send typed ``contents``, and stream to MLServer custom runtimes (``MLModel``
   subclasses). A first request with typed contents and no raw contents, to a model whose
