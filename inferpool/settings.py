@@ -113,6 +113,14 @@ class ServerSettings(BaseSettings):
         "builtin",
         description="gRPC server: builtin (inferpool's HTTP/2, fastest) or grpcio (grpc.aio)",
     )
+    grpc_stream_response: Literal["auto", "triton", "mlserver"] = Field(
+        "auto",
+        description="ModelStreamInfer's response message: triton (ModelStreamInferResponse), "
+        "mlserver (bare ModelInferResponse, as MLServer streams) or auto (mlserver when the "
+        "call's first request sends typed contents and no raw_input_contents, as MLServer's "
+        "clients do, to an MLServer MLModel runtime; triton otherwise, as tritonclient "
+        "always sends raw contents)",
+    )
     metrics_port: int = Field(
         8082,
         description="Prometheus metrics port; 0 serves /metrics on the REST port instead, "

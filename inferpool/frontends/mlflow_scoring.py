@@ -1,11 +1,12 @@
-"""MLflow's scoring server at the root of a single-model server: ``POST /invocations``
-(JSON or CSV), ``GET /ping``, ``GET /health`` and ``GET /version``, answering as
-``mlflow models serve`` does, so MLflow's clients and probes work unchanged.
+"""MLflow's scoring server at the root of a single-model server, or of its MLflow model:
+``POST /invocations`` (JSON or CSV), ``GET /ping``, ``GET /health`` and ``GET /version``,
+answering as ``mlflow models serve`` does, so MLflow's clients and probes work unchanged.
 
 The body goes to the model's workers as a custom-endpoint call (``codecs.mlflow_scoring``
 reads it there); this module only picks the endpoint from the Content-Type, as MLflow
-checks it, and writes errors in MLflow's form (``{"error_code", "message"}``). A server of
-more than one model has no "the model": these routes then answer 404 saying so.
+checks it, and writes errors in MLflow's form (``{"error_code", "message"}``). In a server
+of several models they answer for its only MLflow model, as MLServer's MLflow runtime
+does; with none or several, 404 saying which to use instead.
 """
 
 from __future__ import annotations
@@ -67,14 +68,21 @@ def scoring_routes(plane: DataPlane) -> list[Route]:
     version = server_version()
 
     def the_model() -> ModelStatus:
-        names = sorted({status.name for status in client.table.all()})
-        if len(names) != 1:
-            served = f"{len(names)} models ({', '.join(names)})" if names else "no model"
-            raise ModelNotFound(
-                f"MLflow's scoring endpoints answer for a server of exactly one model; this "
-                f"one serves {served}: use /v2/models/{{name}}/invocations"
-            )
-        return client.table.find(names[0])
+        statuses = client.table.all()
+        names = sorted({status.name for status in statuses})
+        if len(names) == 1:
+            return client.table.find(names[0])
+        # As MLServer, whose MLflow runtime registers these routes at the root: the
+        # server's MLflow model answers them, whatever other models it serves.
+        flavoured = sorted({s.name for s in statuses if s.metadata.get("platform") == "mlflow"})
+        if len(flavoured) == 1:
+            return client.table.find(flavoured[0])
+        served = f"{len(names)} models ({', '.join(names)})" if names else "no model"
+        mlflow = f"{len(flavoured)} of them MLflow models" if flavoured else "none of them MLflow's"
+        raise ModelNotFound(
+            f"MLflow's scoring endpoints answer for the server's only model or its only MLflow "
+            f"model; this one serves {served}, {mlflow}: use /v2/models/{{name}}/invocations"
+        )
 
     async def ping(request: Request) -> Response:
         try:

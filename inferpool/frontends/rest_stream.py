@@ -37,6 +37,7 @@ from inferpool.frontends import rest_answer
 from inferpool.frontends.access_log import REQUEST_ID
 from inferpool.frontends.request_context import HEADER_BYTES
 from inferpool.frontends.rest_input import read_body, request_timeout, scan_headers
+from inferpool.frontends.stream_headers import with_headers
 
 EVENT_STREAM = b"text/event-stream"
 
@@ -75,7 +76,7 @@ def stream_routes(
                 await replies.aclose()
                 return answer(rest_answer.answered(scope, first))
             rest_answer.answered(scope, first)  # resolves the request id
-            return EventStream(first, replies, scope[REQUEST_ID])
+            return EventStream(first, replies, scope[REQUEST_ID], params["name"])
 
         return endpoint
 
@@ -101,26 +102,30 @@ def stream_routes(
     return routes
 
 
-def event(reply: Reply) -> bytes:
-    """One Server-Sent Event for a reply: its JSON, or ``{"error": ...}``."""
+def event(reply: Reply, model: str, request_id: str) -> bytes:
+    """One Server-Sent Event for a reply: its JSON (a V2 response with MLServer's
+    ``parameters.headers``: ``stream_headers.py``), or ``{"error": ...}``."""
     if reply.status != 200:
         return b"data: " + orjson.dumps({"error": reply.body.decode("utf-8", "replace")}) + b"\n\n"
     body = reply.body
     if reply.json_length is not None:  # binary outputs cannot travel in an event
         message = "binary_data_output cannot stream: ask for JSON outputs"
         return b"data: " + orjson.dumps({"error": message}) + b"\n\n"
-    return b"data: " + body + b"\n\n"
+    return b"data: " + with_headers(body, model, request_id) + b"\n\n"
 
 
 class EventStream(Response):
     """The events of a stream's replies, written as they come; stopped (the stream
     cancelled) when the client disconnects."""
 
-    def __init__(self, first: Reply, replies: AsyncGenerator[Reply, None], request_id: str) -> None:
+    def __init__(
+        self, first: Reply, replies: AsyncGenerator[Reply, None], request_id: str, model: str
+    ) -> None:
         super().__init__(media_type=EVENT_STREAM.decode())
         self.first = first
         self.replies = replies
         self.request_id = request_id
+        self.model = model
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = [
@@ -145,7 +150,8 @@ class EventStream(Response):
         reply = self.first
         while True:
             if reply.status != 200 or reply.body:
-                await send({"type": "http.response.body", "body": event(reply), "more_body": True})
+                body = event(reply, self.model, self.request_id)
+                await send({"type": "http.response.body", "body": body, "more_body": True})
             if not reply.flags & MORE:
                 break
             try:

@@ -143,10 +143,13 @@ ANNOUNCED = "inferpool:endpoints"
 
 class Announced(msgspec.Struct, frozen=True):
     """A loaded model's endpoints as the frontend routes them: methods by path, and
-    whether its runtime serves them at their bare paths too."""
+    whether its runtime serves them at their bare paths too; ``mlserver``: the runtime is
+    an MLServer custom runtime (its gRPC stream answers in MLServer's message when the
+    client speaks MLServer's: ``frontends/grpc/stream_message.py``)."""
 
     paths: dict[str, list[str]] = {}
     bare: bool = False
+    mlserver: bool = False
 
 
 def announce(metadata: dict[str, object], announced: Announced) -> dict[str, object]:

@@ -31,7 +31,12 @@ from inferpool.protocol.mlflow_endpoints import scoring_document
 from inferpool.protocol.types import TensorSpec
 from inferpool.runtimes.artefacts import single_threaded
 from inferpool.runtimes.base import Answer, Runtime
-from inferpool.runtimes.mlflow_schema import check_payload, is_tensor_schema, specs_of
+from inferpool.runtimes.mlflow_schema import (
+    check_payload,
+    is_tensor_schema,
+    model_content_type,
+    specs_of,
+)
 from inferpool.runtimes.mlserver_outputs import (
     MLFLOW_ARRAY_OUTPUT,
     as_output,
@@ -106,6 +111,17 @@ class MLflowRuntime(Runtime):
             classes = len(self.estimator.classes_)
             specs.append(TensorSpec(PREDICT_PROBA, "FP64", [-1, classes]))
         return specs
+
+    def metadata(self) -> dict[str, Any]:
+        document = super().metadata()
+        # MLServer's metadata names the request content type the signature implies (it
+        # overrides the settings' one), else the settings'.
+        content_type = (
+            model_content_type(self.input_schema) or self.settings.parameters.content_type
+        )
+        if content_type:
+            document["parameters"] = {"content_type": content_type}
+        return document
 
     def default_outputs(self) -> list[str]:
         # A pyfunc model computes all of its outputs in one call; return them all.

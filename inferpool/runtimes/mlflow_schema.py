@@ -2,8 +2,11 @@
 
 MLflow's column types map to V2 datatypes; the types V2 has no datatype for (``string``,
 ``binary``, ``datetime``, arrays and objects) become BYTES tagged with the content type
-that decodes them, so no type information is lost. Reads schema objects by their
-attributes, so this module never imports mlflow.
+that decodes them, so no type information is lost. Every tensor carries the content type
+MLServer's MLflow runtime gives it (``np`` for numbers and for tensor-based signatures,
+``pd_json`` for nested columns), a column has MLServer's shape ``[-1, 1]``, and the
+model's own content type (``model_content_type``) is MLServer's too. Reads schema objects
+by their attributes, so this module never imports mlflow.
 """
 
 from __future__ import annotations
@@ -18,19 +21,21 @@ from inferpool.protocol.datatypes import datatype_of
 from inferpool.protocol.types import TensorSpec
 from inferpool.runtimes.tabular import is_dataframe
 
-# MLflow DataType name → (V2 datatype, content type or None)
-COLUMN_TYPES: dict[str, tuple[str, str | None]] = {
-    "boolean": ("BOOL", None),
-    "integer": ("INT32", None),
-    "long": ("INT64", None),
-    "float": ("FP32", None),
-    "double": ("FP64", None),
+# MLflow DataType name → (V2 datatype, content type), as MLServer's MLflow runtime says.
+COLUMN_TYPES: dict[str, tuple[str, str]] = {
+    "boolean": ("BOOL", "np"),
+    "integer": ("INT32", "np"),
+    "long": ("INT64", "np"),
+    "float": ("FP32", "np"),
+    "double": ("FP64", "np"),
     "string": ("BYTES", "str"),
     "binary": ("BYTES", "base64"),
     "datetime": ("BYTES", "datetime"),
 }
 # Arrays, objects and maps of a column travel as JSON documents.
-NESTED_TYPE = ("BYTES", "json")
+NESTED_TYPE = ("BYTES", "pd_json")
+# A column's shape: one value per row.
+COLUMN_SHAPE = [-1, 1]
 
 
 def is_tensor_schema(schema: Any) -> bool:
@@ -46,17 +51,27 @@ def specs_of(schema: Any, prefix: str) -> list[TensorSpec]:
 
 def _spec(item: Any, default_name: str) -> TensorSpec:
     name = item.name if item.name is not None else default_name
-    parameters: dict[str, Any]
     if hasattr(item, "shape"):  # a TensorSpec: a numpy dtype and a shape
         datatype = datatype_of(np.empty(0, dtype=item.type))
-        parameters = {"content_type": "str"} if datatype == "BYTES" else {}
-        return TensorSpec(name, datatype, list(item.shape), parameters)
+        # Strings decode as str (MLflow enforces str, not bytes); the rest as MLServer's np.
+        content_type = "str" if datatype == "BYTES" else "np"
+        return TensorSpec(name, datatype, list(item.shape), {"content_type": content_type})
     type_name = getattr(item.type, "name", None)
     datatype, content_type = COLUMN_TYPES.get(type_name or "", NESTED_TYPE)
-    parameters = {"content_type": content_type} if content_type else {}
+    parameters: dict[str, Any] = {"content_type": content_type}
     if not getattr(item, "required", True):
         parameters["optional"] = True
-    return TensorSpec(name, datatype, [-1], parameters)  # a column: one value per row
+    return TensorSpec(name, datatype, list(COLUMN_SHAPE), parameters)
+
+
+def model_content_type(schema: Any) -> str | None:
+    """The model's request content type, as MLServer derives it from the input schema
+    (``dict`` for named tensors, ``np`` for one unnamed tensor, ``pd`` for columns)."""
+    if schema is None:
+        return None
+    if schema.is_tensor_spec():
+        return "dict" if schema.has_input_names() else "np"
+    return "pd"
 
 
 def required_names(schema: Any) -> list[str]:

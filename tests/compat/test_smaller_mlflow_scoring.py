@@ -272,8 +272,9 @@ def test_a_server_of_several_models_answers_404_with_the_reason(iris_server, pat
     error = response.json()
     assert error["error_code"] == "RESOURCE_DOES_NOT_EXIST"
     assert error["message"] == (
-        "MLflow's scoring endpoints answer for a server of exactly one model; this one "
-        "serves 2 models (iris-logreg, iris-rf): use /v2/models/{name}/invocations"
+        "MLflow's scoring endpoints answer for the server's only model or its only MLflow "
+        "model; this one serves 2 models (iris-logreg, iris-rf), none of them MLflow's: use "
+        "/v2/models/{name}/invocations"
     )
 
 

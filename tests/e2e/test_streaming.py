@@ -272,8 +272,9 @@ def test_a_worker_dying_mid_stream_ends_it_with_an_error(rest: Server) -> None:
 # -- gRPC ---------------------------------------------------------------------------------
 def stream_request(model: str, values: list[int], request_id: str = "") -> pb.ModelInferRequest:
     request = pb.ModelInferRequest(model_name=model, id=request_id)
-    tensor = request.inputs.add(name="x", datatype="INT64", shape=[len(values)])
-    tensor.contents.int64_contents.extend(values)
+    request.inputs.add(name="x", datatype="INT64", shape=[len(values)])
+    # Raw contents, as Triton's clients send: the call is answered with Triton's message.
+    request.raw_input_contents.append(np.array(values, "<i8").tobytes())
     return request
 
 

@@ -48,7 +48,8 @@ class LoadedModel:
     def announced(self) -> dict[str, Any]:
         """The metadata a load answers with: the model's, and its endpoints for routing."""
         paths = {path: list(endpoint.methods) for path, endpoint in self.endpoints.items()}
-        return announce(self.metadata, Announced(paths, self.runtime.bare_endpoints))
+        mlserver = self.runtime.platform == "mlserver"  # an MLModel (runtimes/mlmodel.py)
+        return announce(self.metadata, Announced(paths, self.runtime.bare_endpoints, mlserver))
 
     @property
     def name(self) -> str:

@@ -201,6 +201,10 @@ def stream_infer(
         except (asyncio.CancelledError, GeneratorExit):
             code = grpc.StatusCode.CANCELLED  # the client went away or its deadline passed
             raise
+        except InferpoolError as exc:  # MLServer's message: an error ends the call
+            name, text, _ = call_status(exc, "ModelStreamInfer")
+            code = grpc.StatusCode[name]
+            await context.abort(code, text)
         finally:
             if access_log:
                 known = given_id(metadata)

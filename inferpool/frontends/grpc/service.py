@@ -32,6 +32,11 @@ from inferpool.errors import (
 )
 from inferpool.frontends.access_log import trace_headers
 from inferpool.frontends.dataplane import DataPlane
+from inferpool.frontends.grpc.stream_message import (
+    response_message,
+    speaks_mlserver,
+    stream_error,
+)
 from inferpool.frontends.metrics_server import OVERLOAD, count_rejected
 from inferpool.frontends.model_config import model_config
 from inferpool.frontends.request_context import (
@@ -159,25 +164,41 @@ class InferenceService:
         self, requests: AsyncIterator[bytes], deadline: float | None
     ) -> AsyncIterator[bytes]:
         """ModelStreamInfer on raw bytes, both servers: each ModelInferRequest in turn,
-        answered by serialized ModelStreamInferResponse messages, one per chunk of a model
-        that streams (``predict_stream``), else one. A request's error is one message with
-        ``error_message`` set, and the stream goes on with the next request (Triton's).
+        answered by serialized messages, one per chunk of a model that streams
+        (``predict_stream``), else one: Triton's ModelStreamInferResponse or MLServer's
+        ModelInferResponse, as ``stream_message.speaks_mlserver`` chooses at the first
+        request. With Triton's, a request's error is one message with ``error_message`` set
+        and the stream goes on with the next request; with MLServer's it ends the call.
         ``deadline`` (a ``time.monotonic()`` instant, or None) is the whole call's."""
         client = self.plane.client
+        mlserver: bool | None = None  # the call's message (stream_message.py), at its first
         async for body in requests:
+            if mlserver is None:
+                setting = client.settings.grpc_stream_response
+                mlserver = speaks_mlserver(setting, body, self._mlmodel(body))
             try:
                 name, version, _ = read_infer_request(body)
                 replies = client.infer_stream(name, version, Kind.GRPC_STREAM, body, None, deadline)
                 try:
                     async for reply in replies:
                         if reply.status != 200:
-                            yield stream_error(reply.body.decode("utf-8", "replace"))
-                        elif reply.body:
-                            yield _field(2, reply.body)
+                            raise from_status(reply.status, reply.body.decode("utf-8", "replace"))
+                        if reply.body:
+                            yield response_message(reply.body, mlserver)
                 finally:
                     await replies.aclose()
             except InferpoolError as exc:
+                if mlserver:
+                    raise  # MLServer's: the call ends with the error's status
                 yield stream_error(exc.message)
+
+    def _mlmodel(self, body: bytes) -> bool | None:
+        """Whether the request's model is an MLServer custom runtime; None: no such model."""
+        try:
+            name, version, _ = read_infer_request(body)
+            return self.plane.client.table.find(name, version).endpoints.mlserver
+        except InferpoolError:
+            return None
 
     async def server_live(self, request: Any, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self.plane.live()["live"])
@@ -264,22 +285,6 @@ def trailing_metadata(headers: dict[str, str]) -> tuple[tuple[str, str], ...]:
         ):
             pairs.append((key, value))
     return tuple(pairs)
-
-
-def stream_error(message: str) -> bytes:
-    """A serialized ModelStreamInferResponse carrying ``error_message``."""
-    return _field(1, message.encode())
-
-
-def _field(number: int, value: bytes) -> bytes:
-    """A length-delimited protobuf field: its tag, its length (a varint), its bytes."""
-    head = bytearray((number << 3 | 2,))
-    length = len(value)
-    while length > 0x7F:
-        head.append(length & 0x7F | 0x80)
-        length >>= 7
-    head.append(length)
-    return bytes(head) + value
 
 
 def ok_body(reply: Reply) -> bytes:

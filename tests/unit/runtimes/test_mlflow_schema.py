@@ -7,7 +7,7 @@ from mlflow.types import DataType
 from mlflow.types.schema import Array, ColSpec, Schema, TensorSpec
 
 from inferpool.errors import BadRequest
-from inferpool.runtimes.mlflow_schema import check_payload, specs_of
+from inferpool.runtimes.mlflow_schema import check_payload, model_content_type, specs_of
 
 
 def test_every_column_type_keeps_its_type():
@@ -38,14 +38,22 @@ def test_every_column_type_keeps_its_type():
         "vector": "BYTES",
         "extra": "FP64",
     }
+    # MLServer's MLflow runtime's content types and column shape (mlserver_mlflow/metadata).
     content_types = {n: s.parameters.get("content_type") for n, s in specs.items()}
-    assert content_types["city"] == "str"
-    assert content_types["photo"] == "base64"
-    assert content_types["when"] == "datetime"
-    assert content_types["vector"] == "json"
-    assert content_types["price"] is None
+    assert content_types == {
+        "flag": "np",
+        "count": "np",
+        "id": "np",
+        "ratio": "np",
+        "price": "np",
+        "city": "str",
+        "photo": "base64",
+        "when": "datetime",
+        "vector": "pd_json",
+        "extra": "np",
+    }
     assert specs["extra"].parameters["optional"] is True
-    assert specs["price"].shape == [-1]
+    assert {tuple(s.shape) for s in specs.values()} == {(-1, 1)}
 
 
 def test_tensor_specs_keep_dtype_shape_and_name():
@@ -54,6 +62,7 @@ def test_tensor_specs_keep_dtype_shape_and_name():
     )
     x, s = specs_of(schema, "input")
     assert (x.name, x.datatype, x.shape) == ("x", "FP32", [-1, 4])
+    assert x.parameters == {"content_type": "np"}  # MLServer's; strings decode as str
     assert (s.name, s.datatype, s.parameters) == ("s", "BYTES", {"content_type": "str"})
     (unnamed,) = specs_of(Schema([TensorSpec(np.dtype(np.int64), (-1, 2))]), "input")
     assert (unnamed.name, unnamed.datatype, unnamed.shape) == ("input-0", "INT64", [-1, 2])
@@ -61,6 +70,14 @@ def test_tensor_specs_keep_dtype_shape_and_name():
 
 def test_no_schema_has_no_specs():
     assert specs_of(None, "input") == []
+    assert model_content_type(None) is None
+
+
+def test_the_model_content_type_is_mlservers():
+    named = Schema([TensorSpec(np.dtype(np.float32), (-1, 4), "x")])
+    unnamed = Schema([TensorSpec(np.dtype(np.float32), (-1, 4))])
+    columns = Schema([ColSpec(DataType.double, "a")])
+    assert [model_content_type(s) for s in (named, unnamed, columns)] == ["dict", "np", "pd"]
 
 
 def test_unknown_and_missing_columns_are_refused():
