@@ -250,6 +250,18 @@ class ServerSettings(BaseSettings):
         description="seconds one predict may run before it is answered 504 and its worker is "
         "recycled (a model's own 'timeout' overrides it); 0: no limit",
     )
+    model_load_timeout: float = Field(
+        300.0,
+        description="seconds one model's load may run in the worker template process or in "
+        "the load probe (--workers 0) before it is killed and the model FAILED as hung; "
+        "0: no limit",
+    )
+    load_probe: bool = Field(
+        True,
+        description="with --workers 0, load each model of a built-in runtime in a short-lived "
+        "child process first, so that a model file that crashes its library fails that model "
+        "instead of the server (docs/operate/lifecycle.md)",
+    )
     # -- the model repository API
     model_control_mode: Literal["none", "explicit", "poll"] = Field(
         "explicit",

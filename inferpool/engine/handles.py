@@ -100,6 +100,10 @@ class TemplateProcess:
         self._open = True
         self.epoch = 0  # its epoch as of its last answer
         self.copies: dict[ModelKey, messages.PreloadResult] = {}
+        # Its last announced load not answered yet, and since when (``load_blame.py``).
+        self.loading: messages.Loading | None = None
+        self.loading_since = 0.0
+        self.hung: float | None = None  # killed as hung after this many seconds of a load
         self._answers: dict[int, asyncio.Future[messages.Preloaded]] = {}
         self._tokens = itertools.count(1)
         self._dispatch = messages.Dispatch(
@@ -107,9 +111,15 @@ class TemplateProcess:
                 Op.EXITED: lambda message: exited(message.pid, message.status),
                 Op.LOG: lambda message: logs.replay(message, "template", None),
                 Op.PRELOADED: self._on_preloaded,
+                Op.LOADING: self._on_loading,
             }
         )
         asyncio.get_running_loop().add_reader(self.channel.fileno(), self.receive)
+
+    def _on_loading(self, message: messages.Loading) -> None:
+        if not message.file:  # a new model: its time starts now
+            self.loading_since = time.monotonic()
+        self.loading = message
 
     async def preload(self, models: list[dict[str, Any]]) -> list[messages.PreloadResult]:
         """Have it load (or keep) these models, shared by the workers it forks from now on;
@@ -138,6 +148,7 @@ class TemplateProcess:
         return copy is not None and worker.template is self and worker.epoch >= copy.epoch
 
     def _on_preloaded(self, message: messages.Preloaded) -> None:
+        self.loading = None
         self.epoch = message.epoch
         for result in message.models:
             if result.ok:
@@ -213,6 +224,9 @@ class WorkerHandle:
         self.epoch = 0  # that template's epoch when it forked this one (``Hello``)
         # Replaced by a new generation: it finishes what it holds, then exits (no restart).
         self.retiring = False
+        # Its last announced load not answered yet (``load_blame.py``), and since when.
+        self.loading: messages.Loading | None = None
+        self.loading_since = 0.0
         self.dispatch = messages.Dispatch(
             {
                 Op.HELLO: self._on_hello,
@@ -221,8 +235,14 @@ class WorkerHandle:
                 Op.PONG: self._on_pong,
                 Op.LOG: self._on_log,
                 Op.METRICS: self._on_metrics,
+                Op.LOADING: self._on_loading,
             }
         )
+
+    def _on_loading(self, message: messages.Loading) -> None:
+        if not message.file:
+            self.loading_since = time.monotonic()
+        self.loading = message
 
     def ask_template(self, template: Channel, threads: int, limits: DecodeLimits) -> None:
         """Have the template fork this worker with its fds; ours of theirs close after."""
@@ -305,6 +325,7 @@ class WorkerHandle:
             future.set_result(Reply.from_header(header, payload[messages.HEADER_SIZE :]))
 
     def _on_loaded(self, message: messages.Loaded) -> None:
+        self.loading = None
         future = self.loads.pop(message.index, None)
         if future is not None and not future.done():
             future.set_result(message)

@@ -127,6 +127,7 @@ class Supervisor:
         self.templates = TemplateKeeper(
             self.exits, self.outages, events, stopping, self.keep,
             gone=lambda: self._template_gone(self.templates),
+            load_timeout=settings.model_load_timeout,
         )  # fmt: skip
         self.groups = [
             WorkerGroup("default", range(settings.workers), self.templates, self.outages,

@@ -77,6 +77,8 @@ class Op(IntEnum):
     PRELOADED = 16  # template → frontend: how a PRELOAD went, per model, and its epoch
     UNPRELOAD = 17  # frontend → template: drop its copy of a model version
     CREDIT = 18  # frontend → worker: a stream's consumer took chunks, send that many more
+    # (30: apart from the ops other changes add after 18, so that merges do not collide)
+    LOADING = 30  # template/worker → frontend: about to load a model (and open which file)
 
 
 # -- the slot header -----------------------------------------------------------------------
@@ -427,9 +429,21 @@ class Metrics(Control, frozen=True):
     ended: list[ModelMetricsState] = []
 
 
+class Loading(Control, frozen=True):
+    """Sent before a model's load, and again before its runtime opens each artefact
+    (``runtimes.load_errors.listen``): if the process dies before its answer, the frontend
+    knows which model and which file killed it."""
+
+    op = Op.LOADING
+    name: str
+    version: str | None
+    file: str = ""  # the artefact being opened ("" before the runtime opens one)
+    library: str = ""  # the library opening it, as load errors name it
+
+
 _CONTROLS: tuple[type[Control], ...] = (
     Hello, Load, Loaded, Unload, Stop, Spawn, Preload, Ping, Pong, Cancel, Exited, Log,
-    Metrics, Preloaded, Unpreload, Credit,
+    Metrics, Preloaded, Unpreload, Credit, Loading,
 )  # fmt: skip
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS: dict[int, msgspec.msgpack.Decoder[Any]] = {
