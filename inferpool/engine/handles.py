@@ -46,6 +46,15 @@ TEMPLATE_COMMAND = (sys.executable, "-m", TEMPLATE_MODULE)
 RECEIVE_BATCH = 64  # control messages taken from a worker per wake-up (the rest: next one)
 
 
+def child_environment() -> dict[str, str]:
+    """The environment of a child running this very interpreter and package (the template,
+    the load probe): whatever put the package on sys.path, and native pools of one thread."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
+    env.update(dict.fromkeys(THREAD_ENV, "1"))
+    return env
+
+
 def start_template(python: Path | None = None) -> tuple[subprocess.Popen[bytes], Channel]:
     """The template process, its native thread pools capped at one thread; ``python``:
     another environment's interpreter (``interpreters.py``), else the server's.
@@ -59,12 +68,10 @@ def start_template(python: Path | None = None) -> tuple[subprocess.Popen[bytes],
     # It logs as we do (levels, format), through us: ``logs.child_config``.
     args = (str(theirs.fileno()), json.dumps(logs.child_config()))
     if python is None:
-        argv, env = [*TEMPLATE_COMMAND, *args], dict(os.environ)
-        # The template imports this very package, whatever put it on sys.path.
-        env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
+        argv, env = [*TEMPLATE_COMMAND, *args], child_environment()
     else:
         argv, env = interpreters.command(python, TEMPLATE_MODULE, *args)
-    env.update(dict.fromkeys(THREAD_ENV, "1"))
+        env.update(dict.fromkeys(THREAD_ENV, "1"))
     # Started with SIGTERM and SIGINT blocked (the mask survives exec), so a signal to the
     # whole process group cannot kill it before it ignores them (template.main): the
     # frontend decides when the template and its workers stop.

@@ -24,6 +24,7 @@ from inferpool.engine.client import EngineClient
 from inferpool.engine.environments import named_environment
 from inferpool.engine.groups import lacking, runtime_library
 from inferpool.engine.ipc.messages import Reply, RequestHeader
+from inferpool.engine.load_probe import LoadProbe, probed
 from inferpool.engine.scheduler import PlacementError, place
 from inferpool.engine.states import ModelKey, describe_key, model_key
 from inferpool.errors import InferpoolError, ModelLoadError, from_status
@@ -49,11 +50,14 @@ class InProcessClient(EngineClient):
         # Requests of a batching version waiting for the loop's next turn (or for the
         # model's max_batch_time), per version.
         self._queued: dict[ModelKey, _Queue] = {}
+        self.probe = LoadProbe(settings.model_load_timeout)
 
     async def _load(self, settings: ModelSettings) -> dict[str, Any]:
         from inferpool.engine.worker.model import failure_reason
 
         await self._check_capabilities(settings)
+        if self.settings.load_probe and probed(settings):
+            await self.probe.check(settings)  # a file that crashes its library fails here
         try:
             # A thread keeps the loop answering health checks while a model loads.
             model = await _in_daemon_thread(_load_one_at_a_time, settings)
