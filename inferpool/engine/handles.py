@@ -234,6 +234,7 @@ class WorkerHandle:
         # Its last announced load not answered yet (``load_blame.py``), and since when.
         self.loading: messages.Loading | None = None
         self.loading_since = 0.0
+        self.hung: float | None = None  # killed as hung after this many seconds of a load
         self.dispatch = messages.Dispatch(
             {
                 Op.HELLO: self._on_hello,
