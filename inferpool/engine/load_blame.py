@@ -41,7 +41,7 @@ def blame(loading: Loading, status: int | None, hung: float | None = None) -> st
     how = how_it_ended(status, hung)
     if loading.file:
         return crashed(loading.file, loading.library, how)
-    return f"the process loading it {how} (before its runtime opened a model file)"
+    return f"the process loading it {how} while its runtime's load() ran (no model file opened yet)"
 
 
 class Verdicts:

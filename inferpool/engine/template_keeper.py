@@ -16,6 +16,7 @@ restarts once, without it: the same files are never asked of it again (``verdict
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine
@@ -79,6 +80,7 @@ class TemplateKeeper:
         self.verdicts = Verdicts()
         self.load_timeout = load_timeout  # 0: a load may take forever
         self._asked: dict[ModelKey, dict[str, Any]] = {}  # documents sent, by key
+        self._started_at = time.monotonic()  # of the template running or restarting now
         self.restarts = 0  # readable by metrics and tests
         self._up: asyncio.Event | None = None
         self._start_documents: list[dict[str, Any]] = []  # the repository's at start-up
@@ -92,6 +94,7 @@ class TemplateKeeper:
     def _start(self, documents: list[dict[str, Any]]) -> None:
         template = TemplateProcess(self.exits.reported, self._template_gone, self.python)
         self.template = template
+        self._started_at = time.monotonic()
         self.outages.template_up(time.monotonic())
         self.keep(self._preload_then_open(template, documents))
         if self.load_timeout > 0:
@@ -182,12 +185,19 @@ class TemplateKeeper:
                 return
 
     async def running(self) -> TemplateProcess:
-        """The template, once it is up and ready to fork; NotReady if it does not come up."""
+        """The template, once it is up and ready to fork; NotReady if it does not come up
+        within ``START_TIMEOUT`` of its start or of the last model it began to load (a big
+        repository preloads for longer; a load that hangs is ``load_timeout``'s business)."""
         assert self._up is not None
-        try:
-            await asyncio.wait_for(self._up.wait(), START_TIMEOUT)
-        except TimeoutError:
-            raise NotReady("the worker template process is not running") from None
+        while not self._up.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._up.wait(), WATCH_INTERVAL)
+            template = self.template
+            progress = self._started_at if template is None else max(
+                self._started_at, template.loading_since
+            )  # fmt: skip
+            if not self._up.is_set() and time.monotonic() - progress > START_TIMEOUT:
+                raise NotReady("the worker template process is not running")
         assert self.template is not None
         return self.template
 
@@ -204,6 +214,7 @@ class TemplateKeeper:
         if template is not self.template:
             return
         self.template = None
+        self._started_at = time.monotonic()  # waiting for its restart starts now
         assert self._up is not None
         self._up.clear()
         if self.stopping():

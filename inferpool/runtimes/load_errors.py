@@ -43,6 +43,9 @@ def reading(path: Path, library: str) -> Iterator[None]:
     announced first, and any error of the block raised as one ``ModelLoadError`` sentence."""
     if _listener is not None:
         _listener(str(path), library)
+    if path.is_file() and path.stat().st_size == 0:
+        # Never handed to the library: XGBoost aborts the process on an empty buffer.
+        raise ModelLoadError(f"{path.name} is not a valid {library} model (the file is empty)")
     try:
         yield
     except ModelLoadError:
@@ -54,8 +57,6 @@ def reading(path: Path, library: str) -> Iterator[None]:
 def describe(exc: BaseException, path: Path, library: str) -> str:
     """The sentence for ``library`` failing to load ``path`` with ``exc``."""
     name = path.name
-    if path.is_file() and path.stat().st_size == 0:
-        return f"{name} is not a valid {library} model (the file is empty)"
     if isinstance(exc, WrongModel):
         return f"{name} is not a valid {library} model ({exc})"
     if isinstance(exc, ModuleNotFoundError):
@@ -65,7 +66,8 @@ def describe(exc: BaseException, path: Path, library: str) -> str:
             f"needs the module '{module}', which is not installed; it was written with other "
             "libraries or another version of them)"
         )
-    if isinstance(exc, AttributeError) and "Can't get attribute" in str(exc):
+    if isinstance(exc, AttributeError) and looks_like(path) == "a pickle":
+        # Unpickling looks up each class by name: a missing one raises AttributeError.
         return (
             f"{name} is not a model this server can load with {library} (it is a pickle of a "
             f"class that does not exist here: {_detail(exc)}; it was written with another "

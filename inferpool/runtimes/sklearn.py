@@ -319,7 +319,10 @@ def _unpickle(path: Path) -> Any:
                 raise  # a module of an installed package: another version wrote the file
             extra = EXTRAS.get(package)
             fix = f"install inferpool[{extra}]" if extra else f"install {package}"
-            raise ModelLoadError(f"{path.name} needs {package}: {fix}") from None
+            raise ModelLoadError(
+                f"{path.name} is not a model this server can load with {LIBRARY} (it needs "
+                f"{package}: {fix})"
+            ) from None
 
 
 def _check_estimator(model: Any, path: Path) -> None:

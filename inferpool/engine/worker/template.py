@@ -92,6 +92,8 @@ class Template:
                 return
             try:
                 self.dispatch(op, payload)
+            except ConnectionError:
+                return  # the frontend went away while we answered (it stopped): exit
             finally:
                 for fd in self._fds:  # a handler takes the fds it keeps
                     os.close(fd)
