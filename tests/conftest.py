@@ -17,6 +17,7 @@ SLOW_FILES = frozenset(
     {
         "tests/e2e/test_drain_signals.py",
         "tests/e2e/test_http2_hostile.py",
+        "tests/e2e/test_load_containment_hangs.py",
         "tests/fuzz/test_soak.py",
         "tests/unit/engine/test_ring_stress.py",
     }

@@ -59,10 +59,12 @@ class LightGBMRuntime(BoostedTreesRuntime):
             with reading(path, LIBRARY):
                 model = unpickle(path)
                 check_type(model, (lightgbm.LGBMModel, lightgbm.Booster), LIBRARY)
-        else:
-            with reading(path, LIBRARY), single_threaded():
-                model = lightgbm.Booster(model_file=str(path))
-        self.adopt(model)
+            self.adopt(model)
+            return
+        with single_threaded():  # the tree kernel's check predicts with LightGBM too
+            with reading(path, LIBRARY):
+                booster = lightgbm.Booster(model_file=str(path))
+            self.adopt(booster)
 
     def adopt(self, model: Any) -> None:
         """Serve an in-memory LightGBM Booster or scikit-learn-API LightGBM estimator."""
@@ -113,9 +115,10 @@ class MLServerLightGBMRuntime(LightGBMRuntime):
     def load(self) -> None:
         path = find_mlserver_artefact(self.settings, "lightgbm")
         refuse_pickle(self.settings, path, "LightGBM")
-        with reading(path, LIBRARY), single_threaded():
-            booster = lightgbm.Booster(model_file=str(path))
-        self.adopt(booster)
+        with single_threaded():
+            with reading(path, LIBRARY):
+                booster = lightgbm.Booster(model_file=str(path))
+            self.adopt(booster)
 
     def outputs(self) -> list[TensorSpec]:
         declared = self.settings.output_specs()

@@ -82,12 +82,12 @@ def threads_left(before: int, settle: float = THREADS_SETTLE) -> int:
 
 
 def preload(
-    documents: list[dict[str, Any]], epoch: int, send: Callable[[Loading], None]
+    documents: list[dict[str, Any]], epoch: int, send: Callable[[Loading], None] | None = None
 ) -> tuple[list[PreloadResult], int]:
     """Load (or keep) the models of ``documents`` (model settings as JSON).
 
     ``epoch`` is the template's; each copy loaded now increments it. Each load is announced
-    through ``send`` first (``announce.py``). Returns one result per document and the new
+    through ``send`` first, if given (``announce.py``). Returns one result per document and the new
     epoch. A result with ``forked_threads`` ends the list: this process must not fork any
     more.
     """
@@ -105,7 +105,7 @@ def preload(
 
 
 def _preload_one(
-    document: dict[str, Any], epoch: int, send: Callable[[Loading], None]
+    document: dict[str, Any], epoch: int, send: Callable[[Loading], None] | None
 ) -> PreloadResult:
     """The result of holding one model; a copy loaded now gets ``epoch``."""
     name, version = key = _key(document)
@@ -122,8 +122,11 @@ def _preload_one(
         return PreloadResult(name, version, True, size=entry.size, epoch=entry.epoch)
     threads = thread_count()
     try:
-        with announcing(send, name, version):
+        if send is None:
             model = load_model(settings)
+        else:
+            with announcing(send, name, version):
+                model = load_model(settings)
     except Exception as exc:
         # A copy loaded from older files stays: the workers serving it share its pages.
         return PreloadResult(name, version, False, failure_reason(exc))

@@ -53,6 +53,7 @@ EXAMPLES: list[messages.Control] = [
     ),
     messages.Unpreload(name="iris", version="2"),
     messages.Credit(request_id=2**63, chunks=8),
+    messages.Loading(name="lgb", version=None, file="/m/lgb/model.txt", library="LightGBM"),
 ]
 
 
@@ -64,6 +65,7 @@ def test_kinds_and_opcodes_keep_their_wire_values() -> None:
         "HELLO": 1, "LOAD": 2, "LOADED": 3, "UNLOAD": 4, "REQUEST": 5, "REPLY": 6, "STOP": 7,
         "SPAWN": 8, "PRELOAD": 9, "PING": 10, "PONG": 11, "CANCEL": 12, "EXITED": 13,
         "METRICS": 14, "LOG": 15, "PRELOADED": 16, "UNPRELOAD": 17, "CREDIT": 18,
+        "LOADING": 30,
     }  # fmt: skip
 
 
