@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import threading
 import time
@@ -57,7 +58,14 @@ class InProcessClient(EngineClient):
 
         await self._check_capabilities(settings)
         if self.settings.load_probe and probed(settings):
-            await self.probe.check(settings)  # a file that crashes its library fails here
+            # A file that crashes its library fails here; meanwhile this process imports the
+            # runtime's modules (what the probe's child does too), which cannot crash.
+            imports = asyncio.ensure_future(_in_daemon_thread(_import_runtime, settings))
+            try:
+                await self.probe.check(settings)
+            finally:
+                with contextlib.suppress(Exception):  # the load says why, if it must
+                    await imports
         try:
             # A thread keeps the loop answering health checks while a model loads.
             model = await _in_daemon_thread(_load_one_at_a_time, settings)
@@ -247,6 +255,19 @@ def _load_one_at_a_time(settings: ModelSettings) -> LoadedModel:
         model = load_model(settings)
         warm_up(model, "in the server process")  # before it is stored and READY
         return model
+
+
+def _import_runtime(settings: ModelSettings) -> None:
+    """Import the model's runtime and the library modules its models use (the template's
+    list, ``RuntimeEntry.preload``), one load or import at a time."""
+    from inferpool.runtimes.registry import RUNTIMES, runtime_class, runtime_name_for
+
+    entry = RUNTIMES.get(runtime_name_for(settings))
+    with _LOAD_LOCK:
+        for module in entry.preload if entry is not None else ():
+            with contextlib.suppress(ImportError):
+                importlib.import_module(module)
+        runtime_class(settings)
 
 
 async def _in_daemon_thread(function: Callable[[_Arg], _Result], argument: _Arg) -> _Result:

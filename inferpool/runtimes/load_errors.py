@@ -31,10 +31,20 @@ _listener: Callable[[str, str], None] | None = None
 MAX_DETAIL = 160  # characters of the library's own message kept in the sentence
 
 
-def listen(listener: Callable[[str, str], None] | None) -> None:
-    """Have ``listener(file, library)`` called before each artefact is opened (None: stop)."""
-    global _listener
-    _listener = listener
+def listen(listener: Callable[[str, str], None] | None, stop_after_reading: bool = False) -> None:
+    """Have ``listener(file, library)`` called before each artefact is opened (None: stop).
+
+    ``stop_after_reading``: a load stops (``ArtefactRead``) as soon as its artefact has been
+    read, before the runtime builds anything from it (the load probe asks only that)."""
+    global _listener, _stop_after_reading
+    _listener, _stop_after_reading = listener, stop_after_reading
+
+
+_stop_after_reading = False
+
+
+class ArtefactRead(BaseException):
+    """Raised out of ``reading`` once the artefact has been read, when ``listen`` asked."""
 
 
 @contextmanager
@@ -52,6 +62,8 @@ def reading(path: Path, library: str) -> Iterator[None]:
         raise
     except Exception as exc:
         raise ModelLoadError(describe(exc, path, library)) from None
+    if _stop_after_reading:
+        raise ArtefactRead(str(path))
 
 
 def describe(exc: BaseException, path: Path, library: str) -> str:

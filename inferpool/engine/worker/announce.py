@@ -17,12 +17,17 @@ from inferpool.runtimes.load_errors import listen
 
 
 @contextmanager
-def announcing(send: Callable[[Loading], None], name: str, version: str | None) -> Iterator[None]:
-    """Announce the load of model ``name`` (``version``) and each file its runtime opens."""
+def announcing(
+    send: Callable[[Loading], None], name: str, version: str | None, only_read: bool = False
+) -> Iterator[None]:
+    """Announce the load of model ``name`` (``version``) and each file its runtime opens;
+    ``only_read``: the load stops once its artefact is read (``load_errors.ArtefactRead``)."""
     send(Loading(name=name, version=version))
-    listen(
-        lambda file, library: send(Loading(name=name, version=version, file=file, library=library))
-    )
+
+    def opening(file: str, library: str) -> None:
+        send(Loading(name=name, version=version, file=file, library=library))
+
+    listen(opening, stop_after_reading=only_read)
     try:
         yield
     finally:

@@ -1,5 +1,8 @@
-"""The load probe's child: loads models one by one and says how each went, so that a model
-file that crashes its library kills this short-lived process, not the server.
+"""The load probe's child: reads models one by one and says how each went, so that a model
+file that crashes its library kills this short-lived process, not the server. Each load
+stops once the runtime has read its artefact (``load_errors.ArtefactRead``): what the
+server builds from it afterwards (tree kernels, their checks) is its own code, and doing it
+twice would double the start-up's work.
 
 ``python -m inferpool.engine.worker.probe FD`` reads a JSON list of model settings on
 stdin and writes JSON lines to the pipe ``FD``: ``{"loading": i}`` before model ``i``,
@@ -19,6 +22,7 @@ from typing import IO, Any
 from inferpool.engine.ipc.messages import Loading
 from inferpool.engine.worker.announce import announcing
 from inferpool.engine.worker.model import failure_reason, load_model
+from inferpool.runtimes.load_errors import ArtefactRead
 from inferpool.settings import ModelSettings
 
 
@@ -37,8 +41,10 @@ def probe(documents: list[dict[str, Any]], out: IO[str]) -> None:
         error = None
         try:
             settings = ModelSettings(**document)
-            with announcing(send, settings.name, settings.version):
+            with announcing(send, settings.name, settings.version, only_read=True):
                 load_model(settings)
+        except ArtefactRead:
+            pass  # read: what the server builds from it next cannot crash the library's parser
         except Exception as exc:
             error = failure_reason(exc)
         write({"done": index, "error": error})
