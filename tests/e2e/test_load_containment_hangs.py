@@ -1,15 +1,18 @@
 """Loading is contained (issue 37.1), the loads that hang: a model whose load never returns
 is killed after ``--model-load-timeout`` and fails alone, once, as hung; the others serve.
 
-Slow (each waits out a load timeout): in the ``slow`` tox environment. XGBoost 2's loader
-spins forever on a UBJSON file cut after 100 bytes (measured: still running after 25 s);
-with ``--workers 0`` the load probe's child is killed, with workers the template is, and
+Slow (each waits out a load timeout): in the ``slow`` tox environment. A library that never
+returns from reading a file (here LightGBM opening a FIFO nobody writes; XGBoost 2 was seen
+spinning for over 20 s on a UBJSON file cut after 100 bytes, but not every time): with
+``--workers 0`` the load probe's child is killed, with workers the template is, and
 restarted once without that model. A custom runtime marked ``fork_safe`` is loaded by the
 template too: one whose ``load()`` sleeps forever is handled the same way.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import time
 from pathlib import Path
@@ -19,9 +22,7 @@ import pytest
 
 from tests.e2e.test_load_containment import infer_iris, settled
 from tests.support import Server, build_iris_repository, write_custom_model
-from tests.support.broken_models import file_model
 from tests.support.pool import children, process_exists, wait_for
-from tests.support.runtimes import xgboost_estimator
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -45,9 +46,13 @@ class Sleeper(Runtime):
 """
 
 
-def hung_ubj() -> bytes:
-    model, _ = xgboost_estimator("regressor")
-    return bytes(model.get_booster().save_raw("ubj"))[:100]
+def never_written(folder: Path) -> None:
+    """A LightGBM model whose ``model.txt`` is a FIFO nobody writes: LightGBM's loader
+    blocks opening it, for ever (deterministic, unlike a library's spin on a broken file)."""
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "model.txt")
+    settings = {"name": folder.name, "runtime": "lightgbm", "parameters": {"uri": "./model.txt"}}
+    (folder / "model-settings.json").write_text(json.dumps(settings))
 
 
 @pytest.mark.parametrize("workers", ["0", "2"])
@@ -55,15 +60,15 @@ def test_a_library_that_hangs_on_a_file_fails_that_model_as_hung(
     tmp_path: Path, workers: str
 ) -> None:
     repository = build_iris_repository(tmp_path / "models")
-    file_model("model.ubj", hung_ubj())(repository / "xgb-hangs")
+    never_written(repository / "lgb-hangs")
     arguments = ("--workers", workers, "--no-exit-on-error", "--model-load-timeout", str(TIMEOUT))
     with Server(repository, *arguments) as server:
         server.wait_live(120)
         index = settled(server, 3, timeout=240)
-        assert index["xgb-hangs"]["state"] == "FAILED"
-        assert index["xgb-hangs"]["reason"] == (
-            f"model.ubj is not a valid XGBoost model (the process hung for {TIMEOUT} s and was "
-            "killed while XGBoost parsed it; the file may be truncated or corrupt)"
+        assert index["lgb-hangs"]["state"] == "FAILED"
+        assert index["lgb-hangs"]["reason"] == (
+            f"model.txt is not a valid LightGBM model (the process hung for {TIMEOUT} s and was "
+            "killed while LightGBM parsed it; the file may be truncated or corrupt)"
         )
         assert index["iris-logreg"]["state"] == "READY"
         assert infer_iris(server).status_code == 200
