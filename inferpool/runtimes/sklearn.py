@@ -315,7 +315,7 @@ def _unpickle(path: Path) -> Any:
             return unpickle(path)
         except ModuleNotFoundError as exc:
             package = (exc.name or "").partition(".")[0]
-            if not package or importlib.util.find_spec(package) is not None:
+            if not package or _installed(package):
                 raise  # a module of an installed package: another version wrote the file
             extra = EXTRAS.get(package)
             fix = f"install inferpool[{extra}]" if extra else f"install {package}"
@@ -323,6 +323,14 @@ def _unpickle(path: Path) -> Any:
                 f"{path.name} is not a model this server can load with {LIBRARY} (it needs "
                 f"{package}: {fix})"
             ) from None
+
+
+def _installed(package: str) -> bool:
+    """Whether ``package`` can be imported here (without importing it)."""
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _check_estimator(model: Any, path: Path) -> None:
