@@ -326,6 +326,18 @@ class ServerSettings(BaseSettings):
         "workers are stalled, retired once none is); past it, requests queue behind the "
         "stalled workers. With --workers 0: 1 + this many predict threads",
     )
+    model_load_timeout: float = Field(
+        300.0,
+        description="seconds one model's load may run in the worker template process or in "
+        "the load probe (--workers 0) before it is killed and the model FAILED as hung; "
+        "0: no limit",
+    )
+    load_probe: bool = Field(
+        True,
+        description="with --workers 0, load each model of a built-in runtime in a short-lived "
+        "child process first, so that a model file that crashes its library fails that model "
+        "instead of the server (docs/operate/lifecycle.md)",
+    )
     # -- the model repository API
     model_control_mode: Literal["none", "explicit", "poll"] = Field(
         "explicit",

@@ -21,6 +21,7 @@ SLOW_FILES = frozenset(
         "tests/e2e/test_stalled_workers.py",
         "tests/e2e/test_server_environment.py",
         "tests/e2e/test_slow_readers.py",
+        "tests/e2e/test_load_containment_hangs.py",
         "tests/fuzz/test_soak.py",
         "tests/unit/engine/test_ring_stress.py",
     }

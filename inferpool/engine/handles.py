@@ -45,6 +45,15 @@ TEMPLATE_MODULE = "inferpool.engine.worker.template"
 RECEIVE_BATCH = 64  # control messages taken from a worker per wake-up (the rest: next one)
 
 
+def child_environment() -> dict[str, str]:
+    """The environment of a child running this very interpreter and package (the template,
+    the load probe): whatever put the package on sys.path, and native pools of one thread."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
+    env.update(dict.fromkeys(THREAD_ENV, "1"))
+    return env
+
+
 def start_template(python: Path | None = None) -> tuple[subprocess.Popen[bytes], Channel]:
     """The template process, its native thread pools capped at one thread; ``python``:
     another environment's interpreter (``interpreters.py``), else the server's.
@@ -62,12 +71,10 @@ def start_template(python: Path | None = None) -> tuple[subprocess.Popen[bytes],
     # It logs as we do (levels, format), through us: ``logs.child_config``.
     args = (str(theirs.fileno()), json.dumps(logs.child_config()), str(alive))
     if python is None:
-        argv, env = lifeline.command(TEMPLATE_MODULE, *args), dict(os.environ)
-        # The template imports this very package, whatever put it on sys.path.
-        env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
+        argv, env = lifeline.command(TEMPLATE_MODULE, *args), child_environment()
     else:
         argv, env = interpreters.command(python, TEMPLATE_MODULE, *args, first=lifeline.PRELUDE)
-    env.update(dict.fromkeys(THREAD_ENV, "1"))
+        env.update(dict.fromkeys(THREAD_ENV, "1"))
     env[lifeline.PARENT_ENV] = str(os.getpid())
     # Started with SIGTERM and SIGINT blocked (the mask survives exec), so a signal to the
     # whole process group cannot kill it before it ignores them (template.main): the
@@ -104,6 +111,10 @@ class TemplateProcess:
         self._open = True
         self.epoch = 0  # its epoch as of its last answer
         self.copies: dict[ModelKey, messages.PreloadResult] = {}
+        # Its last announced load not answered yet, and since when (``load_blame.py``).
+        self.loading: messages.Loading | None = None
+        self.loading_since = 0.0
+        self.hung: float | None = None  # killed as hung after this many seconds of a load
         self._answers: dict[int, asyncio.Future[messages.Preloaded]] = {}
         self._tokens = itertools.count(1)
         self._dispatch = messages.Dispatch(
@@ -111,9 +122,15 @@ class TemplateProcess:
                 Op.EXITED: lambda message: exited(message.pid, message.status),
                 Op.LOG: lambda message: logs.replay(message, "template", None),
                 Op.PRELOADED: self._on_preloaded,
+                Op.LOADING: self._on_loading,
             }
         )
         asyncio.get_running_loop().add_reader(self.channel.fileno(), self.receive)
+
+    def _on_loading(self, message: messages.Loading) -> None:
+        if not message.file:  # a new model: its time starts now
+            self.loading_since = time.monotonic()
+        self.loading = message
 
     async def preload(self, models: list[dict[str, Any]]) -> list[messages.PreloadResult]:
         """Have it load (or keep) these models, shared by the workers it forks from now on;
@@ -142,6 +159,7 @@ class TemplateProcess:
         return copy is not None and worker.template is self and worker.epoch >= copy.epoch
 
     def _on_preloaded(self, message: messages.Preloaded) -> None:
+        self.loading = None
         self.epoch = message.epoch
         for result in message.models:
             if result.ok:
@@ -223,6 +241,10 @@ class WorkerHandle:
         # Forked while workers were stalled, beside the slots (``stalls.py``): retired
         # once none is.
         self.standby = False
+        # Its last announced load not answered yet (``load_blame.py``), and since when.
+        self.loading: messages.Loading | None = None
+        self.loading_since = 0.0
+        self.hung: float | None = None  # killed as hung after this many seconds of a load
         self.dispatch = messages.Dispatch(
             {
                 Op.HELLO: self._on_hello,
@@ -232,8 +254,14 @@ class WorkerHandle:
                 Op.LOG: self._on_log,
                 Op.METRICS: self._on_metrics,
                 Op.RECYCLE: self._on_recycle,
+                Op.LOADING: self._on_loading,
             }
         )
+
+    def _on_loading(self, message: messages.Loading) -> None:
+        if not message.file:
+            self.loading_since = time.monotonic()
+        self.loading = message
 
     def ask_template(
         self, template: Channel, threads: int, limits: DecodeLimits, memory_limit: int = 0
@@ -321,6 +349,7 @@ class WorkerHandle:
             future.set_result(Reply.from_header(header, payload[messages.HEADER_SIZE :]))
 
     def _on_loaded(self, message: messages.Loaded) -> None:
+        self.loading = None
         future = self.loads.pop(message.index, None)
         if future is not None and not future.done():
             future.set_result(message)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import threading
 import time
@@ -24,6 +25,7 @@ from inferpool.engine.client import EngineClient
 from inferpool.engine.environments import named_environment
 from inferpool.engine.groups import lacking, runtime_library
 from inferpool.engine.ipc.messages import Reply, RequestHeader
+from inferpool.engine.load_probe import LoadProbe, probed
 from inferpool.engine.predict_threads import PredictThreads
 from inferpool.engine.scheduler import PlacementError, place
 from inferpool.engine.states import ModelKey, describe_key, model_key
@@ -62,11 +64,21 @@ class InProcessClient(EngineClient):
         self.threads: PredictThreads | None = None
         if settings.stall_threshold > 0:
             self.threads = PredictThreads(1 + settings.max_standby_workers)
+        self.probe = LoadProbe(settings.model_load_timeout)
 
     async def _load(self, settings: ModelSettings) -> dict[str, Any]:
         from inferpool.engine.worker.model import failure_reason, unload_model
 
         await self._check_capabilities(settings)
+        if self.settings.load_probe and probed(settings):
+            # A file that crashes its library fails here; meanwhile this process imports the
+            # runtime's modules (what the probe's child does too), which cannot crash.
+            imports = asyncio.ensure_future(_in_daemon_thread(_import_runtime, settings))
+            try:
+                await self.probe.check(settings)
+            finally:
+                with contextlib.suppress(Exception):  # the load says why, if it must
+                    await imports
         try:
             # A thread keeps the loop answering health checks while a model loads.
             model = await _in_daemon_thread(_load_one_at_a_time, settings)
@@ -312,6 +324,19 @@ def _load_one_at_a_time(settings: ModelSettings) -> LoadedModel:
         model = load_model(settings)
         warm_up(model, "in the server process")  # before it is stored and READY
         return model
+
+
+def _import_runtime(settings: ModelSettings) -> None:
+    """Import the model's runtime and the library modules its models use (the template's
+    list, ``RuntimeEntry.preload``), one load or import at a time."""
+    from inferpool.runtimes.registry import RUNTIMES, runtime_class, runtime_name_for
+
+    entry = RUNTIMES.get(runtime_name_for(settings))
+    with _LOAD_LOCK:
+        for module in entry.preload if entry is not None else ():
+            with contextlib.suppress(ImportError):
+                importlib.import_module(module)
+        runtime_class(settings)
 
 
 async def _in_daemon_thread(function: Callable[[_Arg], _Result], argument: _Arg) -> _Result:

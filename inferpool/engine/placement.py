@@ -21,14 +21,17 @@ from typing import Any, Protocol
 from inferpool.engine.dispatch import Dispatcher, Route
 from inferpool.engine.handles import WorkerHandle
 from inferpool.engine.ipc import messages
+from inferpool.engine.load_blame import blame
 from inferpool.engine.scheduler import MIB, PlacementError, WorkerRoom, place
-from inferpool.engine.states import ModelKey, ModelState, ModelTable
+from inferpool.engine.states import ModelKey, ModelState, ModelTable, model_key
 from inferpool.errors import InferpoolError, ModelLoadError, NotReady, WorkerLost
 from inferpool.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)
 
 SERVING = (ModelState.READY, ModelState.LOADING)
+LOAD_ATTEMPTS = 3  # a load that lost a worker to another model's load is tried again
+RETRY_AFTER = 0.5  # seconds before it is (a dead worker's replacement starts meanwhile)
 
 
 def set_state(
@@ -52,6 +55,8 @@ class Capable(Protocol):
     ) -> tuple[list[WorkerHandle], dict[str, int]]: ...
 
     def eligible_slots(self, settings: ModelSettings) -> set[int]: ...
+
+    async def exit_status(self, worker: WorkerHandle) -> int | None: ...
 
 
 class Placement:
@@ -78,8 +83,18 @@ class Placement:
         """Load a model version's replicas and route its requests to them; its metadata.
 
         ``size``: the model's footprint when known (the template loaded it); else the first
-        replica, loaded where there is the most room, tells it.
+        replica, loaded where there is the most room, tells it. A worker that died loading
+        another model (``load_on`` blames that one) costs this one nothing: it is placed
+        again on the workers running then.
         """
+        for _ in range(LOAD_ATTEMPTS - 1):
+            try:
+                return await self._load(settings, size)
+            except WorkerLost:
+                await asyncio.sleep(RETRY_AFTER)  # its replacement may be up by then
+        return await self._load(settings, size)
+
+    async def _load(self, settings: ModelSettings, size: int | None) -> dict[str, Any]:
         started = self.started()
         if not started:
             raise NotReady("no worker is running")
@@ -210,11 +225,22 @@ class Placement:
                     del worker.models[key]
                 else:
                     worker.models[key] = previous
+            if isinstance(exc, OSError | WorkerLost):
+                await self._blame_load(worker, key)
             if isinstance(exc, OSError):
                 raise WorkerLost(f"{worker.describe()} exited") from None
             raise
         worker.models[key] = (index, answer.size)
         return answer
+
+    async def _blame_load(self, worker: WorkerHandle, key: ModelKey) -> None:
+        """``worker`` died: ModelLoadError with the sentence if it was loading ``key``
+        (``load_blame.py``); the model is never loaded again by this load."""
+        culprit = worker.loading
+        if culprit is None or model_key(culprit.name, culprit.version) != key:
+            return
+        status = await self.capable.exit_status(worker)
+        raise ModelLoadError(blame(culprit, status, worker.hung)) from None
 
     def unload_from(self, workers: list[WorkerHandle], key: ModelKey, index: int) -> None:
         """Unload the copy ``index`` of a model version from ``workers``.

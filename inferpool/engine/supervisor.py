@@ -131,6 +131,7 @@ class Supervisor:
         self.templates = TemplateKeeper(
             self.exits, self.outages, events, stopping, self.keep,
             gone=lambda: self._template_gone(self.templates),
+            load_timeout=settings.model_load_timeout,
         )  # fmt: skip
         self.groups = [
             WorkerGroup("default", range(settings.workers), self.templates, self.outages,
@@ -318,6 +319,8 @@ class Supervisor:
         if running is not None and self._past_timeout(worker, running, now):
             return
         heartbeat = self.settings.worker_heartbeat_timeout
+        if worker.loading is not None and now - worker.loading_since > heartbeat > 0:
+            worker.hung = round(now - worker.loading_since)  # its model is blamed as hung
         if heartbeat > 0 and now - worker.last_seen > heartbeat:
             if running is not None and self.events.timeout_of(running[0]) > 0:
                 return  # busy with a group its model's timeout still allows
@@ -535,6 +538,15 @@ class Supervisor:
             await asyncio.sleep(0.05)
 
     # -- crash blame -------------------------------------------------------------------------
+    async def exit_status(self, worker: WorkerHandle) -> int | None:
+        """How ``worker`` ended (a waitpid status, reported by its template), None if that is
+        not known within ``EXIT_STATUS_WAIT``."""
+        template = self.group_of(worker.slot).keeper.template
+        if template is not None:
+            template.receive()  # its exit status may already be waiting
+        status = self.exits.take(worker.pid)
+        return status if status is not None else await self.exits.wait(worker.pid, EXIT_STATUS_WAIT)
+
     def _blame(self, worker: WorkerHandle, model_index: int, request_ids: list[int]) -> None:
         """Count a crash against the model it was running, once its exit status is known."""
         if self.events.model_name(model_index) is None:

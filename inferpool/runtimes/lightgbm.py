@@ -27,6 +27,7 @@ from inferpool.runtimes.artefacts import (
 )
 from inferpool.runtimes.base import Runtime
 from inferpool.runtimes.boosted import BoostedTreesRuntime
+from inferpool.runtimes.load_errors import check_type, reading
 from inferpool.runtimes.mlserver_outputs import (
     as_output,
     find_mlserver_artefact,
@@ -36,6 +37,7 @@ from inferpool.runtimes.mlserver_outputs import (
 from inferpool.runtimes.tabular import features_matrix
 from inferpool.runtimes.trees.from_lightgbm import CompiledLightGBM
 
+LIBRARY = "LightGBM"  # as load errors name it
 ARTEFACT_NAMES = ("model.txt", "model.bst", "model.joblib", "model.pkl", "model.pickle")
 # LightGBM objectives (and their aliases) whose model outputs class probabilities.
 BINARY_OBJECTIVES = ("binary",)
@@ -54,10 +56,15 @@ class LightGBMRuntime(BoostedTreesRuntime):
             return
         path = find_artefact(self, ARTEFACT_NAMES)
         if path.suffix in PICKLE_SUFFIXES:
-            self.adopt(unpickle(path))
-        else:
-            with single_threaded():
-                self.adopt(lightgbm.Booster(model_file=str(path)))
+            with reading(path, LIBRARY):
+                model = unpickle(path)
+                check_type(model, (lightgbm.LGBMModel, lightgbm.Booster), LIBRARY)
+            self.adopt(model)
+            return
+        with single_threaded():  # the tree kernel's check predicts with LightGBM too
+            with reading(path, LIBRARY):
+                booster = lightgbm.Booster(model_file=str(path))
+            self.adopt(booster)
 
     def adopt(self, model: Any) -> None:
         """Serve an in-memory LightGBM Booster or scikit-learn-API LightGBM estimator."""
@@ -109,7 +116,9 @@ class MLServerLightGBMRuntime(LightGBMRuntime):
         path = find_mlserver_artefact(self.settings, "lightgbm")
         refuse_pickle(self.settings, path, "LightGBM")
         with single_threaded():
-            self.adopt(lightgbm.Booster(model_file=str(path)))
+            with reading(path, LIBRARY):
+                booster = lightgbm.Booster(model_file=str(path))
+            self.adopt(booster)
 
     def outputs(self) -> list[TensorSpec]:
         declared = self.settings.output_specs()

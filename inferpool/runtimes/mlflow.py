@@ -31,6 +31,7 @@ from inferpool.protocol.mlflow_endpoints import scoring_document
 from inferpool.protocol.types import TensorSpec
 from inferpool.runtimes.artefacts import single_threaded
 from inferpool.runtimes.base import Answer, Runtime
+from inferpool.runtimes.load_errors import reading
 from inferpool.runtimes.mlflow_schema import (
     check_payload,
     is_tensor_schema,
@@ -65,7 +66,8 @@ class MLflowRuntime(Runtime):
             self.successor.load()
             return
         folder = self._model_folder()
-        with single_threaded():  # a flavour's loader may start OpenMP
+        with single_threaded(), reading(folder / MLMODEL, "MLflow"):
+            # A flavour's loader may start OpenMP (hence single-threaded).
             self.model = mlflow.pyfunc.load_model(str(folder))
         metadata = self.model.metadata
         pyfunc = metadata.flavors.get("python_function", {})

@@ -18,6 +18,7 @@ encoding (one value per row as ``[N, 1]``), with any pickled estimator served as
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,7 @@ from inferpool.runtimes.base import Runtime
 from inferpool.runtimes.boosted import BoostedTreesRuntime
 from inferpool.runtimes.explain import Attributions
 from inferpool.runtimes.linear import CompiledLinear, is_linear, kernel_checks
+from inferpool.runtimes.load_errors import reading
 from inferpool.runtimes.mlserver_outputs import (
     as_output,
     find_mlserver_artefact,
@@ -57,6 +59,7 @@ from inferpool.settings import ModelSettings
 if TYPE_CHECKING:
     from inferpool.runtimes.sklearn_explain import SKLearnExplainer
 
+LIBRARY = "scikit-learn"  # as load errors name it
 ARTEFACT_NAMES = ("model.joblib", "model.pkl", "model.pickle")
 # Estimator methods served as outputs, in the order they are offered.
 METHODS = ("predict", "predict_proba", "decision_function", "transform")
@@ -82,13 +85,13 @@ class SKLearnRuntime(Runtime):
             self.successor: Runtime = MLServerSKLearnRuntime(self.settings)
             self.successor.load()
             return
-        self.model = _unpickle(find_artefact(self, ARTEFACT_NAMES))
+        path = find_artefact(self, ARTEFACT_NAMES)
+        self.model = _unpickle(path)
         library = library_of(self.model)
         if library is not None:
             self._hand_over(library)
             return
-        if not hasattr(self.model, "predict") and not hasattr(self.model, "transform"):
-            raise TypeError(f"{type(self.model).__name__} has neither predict nor transform")
+        _check_estimator(self.model, path)
         self._serve([m for m in METHODS if hasattr(self.model, m)])
 
     def _serve(self, methods: list[str]) -> None:
@@ -258,10 +261,10 @@ class MLServerSKLearnRuntime(SKLearnRuntime):
     scikit-learn estimators too), its ``predict``, ``predict_proba`` and ``transform``."""
 
     def load(self) -> None:
-        self.model = _unpickle(find_mlserver_artefact(self.settings, "sklearn"))
+        path = find_mlserver_artefact(self.settings, "sklearn")
+        self.model = _unpickle(path)
+        _check_estimator(self.model, path)
         methods = [m for m in MLSERVER_METHODS if hasattr(self.model, m)]
-        if not methods:
-            raise TypeError(f"{type(self.model).__name__} has neither predict nor transform")
         self._serve(methods)
 
     def outputs(self) -> list[TensorSpec]:
@@ -305,14 +308,38 @@ def _input_names(inputs: list[TensorSpec], n_features: int | None) -> list[str] 
 
 
 def _unpickle(path: Path) -> Any:
-    """The pickled model; a missing library says which inferpool extra installs it."""
+    """The pickled model; a missing library says which inferpool extra installs it, any
+    other error is said in one sentence (``load_errors``)."""
+    with reading(path, LIBRARY):
+        try:
+            return unpickle(path)
+        except ModuleNotFoundError as exc:
+            package = (exc.name or "").partition(".")[0]
+            if not package or _installed(package):
+                raise  # a module of an installed package: another version wrote the file
+            extra = EXTRAS.get(package)
+            fix = f"install inferpool[{extra}]" if extra else f"install {package}"
+            raise ModelLoadError(
+                f"{path.name} is not a model this server can load with {LIBRARY} (it needs "
+                f"{package}: {fix})"
+            ) from None
+
+
+def _installed(package: str) -> bool:
+    """Whether ``package`` can be imported here (without importing it)."""
     try:
-        return unpickle(path)
-    except ModuleNotFoundError as exc:
-        package = (exc.name or "").partition(".")[0]
-        extra = EXTRAS.get(package)
-        fix = f"install inferpool[{extra}]" if extra else f"install {package}"
-        raise ModelLoadError(f"{path.name} needs {package}: {fix}") from None
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _check_estimator(model: Any, path: Path) -> None:
+    """A pickle of something that is no estimator (a dict, an array) under the right name."""
+    if not hasattr(model, "predict") and not hasattr(model, "transform"):
+        raise ModelLoadError(
+            f"{path.name} is not a valid {LIBRARY} model (it holds a {type(model).__name__}, "
+            "which has neither predict nor transform)"
+        )
 
 
 def _predict_fn(settings: ModelSettings, model: Any, offered: list[str], default: str) -> str:

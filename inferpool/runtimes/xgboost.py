@@ -32,6 +32,7 @@ from inferpool.runtimes.artefacts import (
 )
 from inferpool.runtimes.base import Runtime
 from inferpool.runtimes.boosted import BoostedTreesRuntime
+from inferpool.runtimes.load_errors import check_type, reading
 from inferpool.runtimes.mlserver_outputs import (
     as_output,
     find_mlserver_artefact,
@@ -42,6 +43,7 @@ from inferpool.runtimes.tabular import features_matrix, two_class_probabilities
 from inferpool.runtimes.trees.from_xgboost import CompiledXGBoost
 from inferpool.runtimes.trees.verify import FLOAT32_RTOL
 
+LIBRARY = "XGBoost"  # as load errors name it
 ARTEFACT_NAMES = (
     "model.json",
     "model.ubj",
@@ -69,13 +71,17 @@ class XGBoostRuntime(BoostedTreesRuntime):
             return
         path = find_artefact(self, ARTEFACT_NAMES)
         if path.suffix in PICKLE_SUFFIXES:
-            self.adopt(unpickle(path))
+            with reading(path, LIBRARY):
+                model = unpickle(path)
+                check_type(model, (xgboost.XGBModel, xgboost.Booster), LIBRARY)
+            self.adopt(model)
             return
         booster = xgboost.Booster()
         with single_threaded():
-            # From bytes, so XGBoost tells JSON, UBJSON and its old binary format apart by
-            # content, whatever the file's extension.
-            booster.load_model(bytearray(path.read_bytes()))
+            with reading(path, LIBRARY):
+                # From bytes, so XGBoost tells JSON, UBJSON and its old binary format apart
+                # by content, whatever the file's extension.
+                booster.load_model(bytearray(path.read_bytes()))
             self.adopt(booster)
 
     def adopt(self, model: Any) -> None:
@@ -142,7 +148,9 @@ class MLServerXGBoostRuntime(XGBoostRuntime):
         path = find_mlserver_artefact(self.settings, "xgboost")
         refuse_pickle(self.settings, path, "XGBoost")
         with single_threaded():
-            self.adopt(_sklearn_interface(bytearray(path.read_bytes())))
+            with reading(path, LIBRARY):
+                model = _sklearn_interface(bytearray(path.read_bytes()))
+            self.adopt(model)
 
     def adopt(self, model: Any) -> None:
         super().adopt(model)

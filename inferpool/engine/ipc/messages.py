@@ -80,6 +80,8 @@ class Op(IntEnum):
     # worker → frontend: replace me (drain first); numbered apart from the sequence above
     # so that opcodes added beside it elsewhere do not collide.
     RECYCLE = 40
+    # (30: apart from the ops other changes add after 18, so that merges do not collide)
+    LOADING = 30  # template/worker → frontend: about to load a model (and open which file)
 
 
 # -- the slot header -----------------------------------------------------------------------
@@ -460,9 +462,21 @@ class Metrics(Control, frozen=True):
     ended: list[ModelMetricsState] = []
 
 
+class Loading(Control, frozen=True):
+    """Sent before a model's load, and again before its runtime opens each artefact
+    (``runtimes.load_errors.listen``): if the process dies before its answer, the frontend
+    knows which model and which file killed it."""
+
+    op = Op.LOADING
+    name: str
+    version: str | None
+    file: str = ""  # the artefact being opened ("" before the runtime opens one)
+    library: str = ""  # the library opening it, as load errors name it
+
+
 _CONTROLS: tuple[type[Control], ...] = (
     Hello, Load, Loaded, Unload, Stop, Spawn, Preload, Ping, Pong, Cancel, Exited, Log,
-    Metrics, Preloaded, Unpreload, Credit, Recycle,
+    Metrics, Preloaded, Unpreload, Credit, Recycle, Loading,
 )  # fmt: skip
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS: dict[int, msgspec.msgpack.Decoder[Any]] = {

@@ -18,12 +18,14 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import orjson
 
-from inferpool.engine.ipc.messages import PreloadResult
+from inferpool.engine.ipc.messages import Loading, PreloadResult
+from inferpool.engine.worker.announce import announcing
 from inferpool.engine.worker.heap import release_freed_memory
 from inferpool.engine.worker.model import LoadedModel, failure_reason, load_model
 from inferpool.runtimes.footprint import model_footprint
@@ -79,16 +81,19 @@ def threads_left(before: int, settle: float = THREADS_SETTLE) -> int:
     return started
 
 
-def preload(documents: list[dict[str, Any]], epoch: int) -> tuple[list[PreloadResult], int]:
+def preload(
+    documents: list[dict[str, Any]], epoch: int, send: Callable[[Loading], None] | None = None
+) -> tuple[list[PreloadResult], int]:
     """Load (or keep) the models of ``documents`` (model settings as JSON).
 
-    ``epoch`` is the template's; each copy loaded now increments it. Returns one result per
-    document and the new epoch. A result with ``forked_threads`` ends the list: this
-    process must not fork any more.
+    ``epoch`` is the template's; each copy loaded now increments it. Each load is announced
+    through ``send`` first, if given (``announce.py``). Returns one result per document and the new
+    epoch. A result with ``forked_threads`` ends the list: this process must not fork any
+    more.
     """
     results = []
     for document in documents:
-        result = _preload_one(document, epoch + 1)
+        result = _preload_one(document, epoch + 1, send)
         epoch = max(epoch, result.epoch)
         results.append(result)
         if result.forked_threads:
@@ -99,7 +104,9 @@ def preload(documents: list[dict[str, Any]], epoch: int) -> tuple[list[PreloadRe
     return results, epoch
 
 
-def _preload_one(document: dict[str, Any], epoch: int) -> PreloadResult:
+def _preload_one(
+    document: dict[str, Any], epoch: int, send: Callable[[Loading], None] | None
+) -> PreloadResult:
     """The result of holding one model; a copy loaded now gets ``epoch``."""
     name, version = key = _key(document)
     try:
@@ -115,7 +122,11 @@ def _preload_one(document: dict[str, Any], epoch: int) -> PreloadResult:
         return PreloadResult(name, version, True, size=entry.size, epoch=entry.epoch)
     threads = thread_count()
     try:
-        model = load_model(settings)
+        if send is None:
+            model = load_model(settings)
+        else:
+            with announcing(send, name, version):
+                model = load_model(settings)
     except Exception as exc:
         # A copy loaded from older files stays: the workers serving it share its pages.
         return PreloadResult(name, version, False, failure_reason(exc))

@@ -27,6 +27,7 @@ from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.channel import Channel
 from inferpool.engine.ipc.messages import Kind, Op, Reply, RequestHeader
 from inferpool.engine.ipc.ring import Ring
+from inferpool.engine.worker.announce import announcing
 from inferpool.engine.worker.batching import Batcher
 from inferpool.engine.worker.heap import release_freed_memory
 from inferpool.engine.worker.memory_limit import MemoryLimit, install
@@ -267,7 +268,9 @@ class Worker:
             if copy is not None:
                 model, size = copy
             else:
-                model = load_model(ModelSettings(**message.settings))
+                settings = ModelSettings(**message.settings)
+                with announcing(self.channel.send_control, settings.name, settings.version):
+                    model = load_model(settings)
                 size = model_footprint(model)
                 release_freed_memory()  # what the loader freed
             model.runtime.limit_threads(self.threads)

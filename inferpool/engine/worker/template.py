@@ -94,6 +94,8 @@ class Template:
                 return
             try:
                 self.dispatch(op, payload)
+            except ConnectionError:
+                return  # the frontend went away while we answered (it stopped): exit
             finally:
                 for fd in self._fds:  # a handler takes the fds it keeps
                     os.close(fd)
@@ -102,7 +104,7 @@ class Template:
     def _preload(self, message: messages.Preload) -> None:
         from inferpool.engine.worker import preload
 
-        results, self.epoch = preload.preload(message.models, self.epoch)
+        results, self.epoch = preload.preload(message.models, self.epoch, self.channel.send_control)
         answer = messages.Preloaded(token=message.token, epoch=self.epoch, models=results)
         self.channel.send_control(answer)
         if any(result.forked_threads for result in results):

@@ -61,6 +61,7 @@ EXAMPLES: list[messages.Control] = [
     messages.Unpreload(name="iris", version="2"),
     messages.Credit(request_id=2**63, chunks=8),
     messages.Recycle(reason="memory_limit", detail="model 'hog' hit the worker's memory limit"),
+    messages.Loading(name="lgb", version=None, file="/m/lgb/model.txt", library="LightGBM"),
 ]
 
 
@@ -73,6 +74,7 @@ def test_kinds_and_opcodes_keep_their_wire_values() -> None:
         "SPAWN": 8, "PRELOAD": 9, "PING": 10, "PONG": 11, "CANCEL": 12, "EXITED": 13,
         "METRICS": 14, "LOG": 15, "PRELOADED": 16, "UNPRELOAD": 17, "CREDIT": 18,
         "RECYCLE": 40,
+        "LOADING": 30,
     }  # fmt: skip
 
 

@@ -38,6 +38,7 @@ class FakeWorker:
         self.last_seen = time.monotonic() - silent_for
         self.requests = FakeRequests(running)
         self.inflight: dict[int, Any] = {}
+        self.loading = None  # no load under way
 
     def describe(self) -> str:
         return "worker 0 (pid 0)"
