@@ -92,6 +92,8 @@ class Template:
                 return
             try:
                 self.dispatch(op, payload)
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the frontend closed our channel (it stopped during a preload)
             finally:
                 for fd in self._fds:  # a handler takes the fds it keeps
                     os.close(fd)
