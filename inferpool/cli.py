@@ -101,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version", action="version", version=_version_text(), help="show the version and exit"
     )
-    commands = parser.add_subparsers(dest="command", required=True, title="commands")
+    # Not required by argparse: a bare `inferpool` gets a sentence of ours (_run).
+    commands = parser.add_subparsers(dest="command", title="commands")
     serve = commands.add_parser(
         "serve",
         usage="inferpool serve [MODEL_REPOSITORY | --demo] [options]",
@@ -251,6 +252,8 @@ def serve_command(args: argparse.Namespace) -> int:
 
 def _run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command is None:
+        return _refuse("name a command: serve or env (see inferpool --help; --version).")
     if args.command == "serve":
         return serve_command(args)
     if args.command == "env" and args.env_command == "pack":
