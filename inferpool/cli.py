@@ -240,6 +240,10 @@ def serve_command(args: argparse.Namespace) -> int:
                            repository)  # fmt: skip
         what = "does not exist" if not found.exists() else "is not a folder"
         return _refuse(f"the model repository {found} ({source}) {what}.")
+    refused = _unusable_admin_token(settings)
+    if refused:
+        configure_logging(None)
+        return _refuse(f"invalid settings: {refused}.")
     configure_logging(settings)
     if args.demo:
         logging.getLogger("inferpool").info("demo models in %s", repository)
@@ -248,6 +252,18 @@ def serve_command(args: argparse.Namespace) -> int:
     from inferpool.frontends.server import serve
 
     return uvloop.run(serve(settings))
+
+
+def _unusable_admin_token(settings: Any) -> str | None:
+    """Why the admin token settings cannot be used (both given, an unreadable or empty
+    file), checked here so that the start stops before anything is bound; None if usable."""
+    from inferpool.engine.admin import AdminPolicy, SettingsError
+
+    try:
+        AdminPolicy.from_settings(settings)
+    except SettingsError as exc:
+        return str(exc)
+    return None
 
 
 def _run(argv: list[str] | None) -> int:

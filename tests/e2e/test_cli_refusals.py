@@ -103,6 +103,13 @@ def test_a_missing_repository_is_refused_before_any_port_is_bound(
     assert_one_sentence(result, "INFERPOOL_MODEL_REPOSITORY", "does not exist")
 
 
+def test_an_unreadable_admin_token_file_is_refused_before_any_port_is_bound(
+    iris_repo: Path, tmp_path: Path, held_port: int
+) -> None:
+    result = run([str(iris_repo), "--admin-token-file", str(tmp_path / "no-token")], held_port)
+    assert_one_sentence(result, "cannot read the admin token file", str(tmp_path / "no-token"))
+
+
 def test_no_repository_at_all_says_how_to_name_one(held_port: int) -> None:
     environment = {k: "" for k in os.environ if k.startswith(("INFERPOOL_", "MLSERVER_"))}
     assert_one_sentence(run([], held_port, environment), "name a model repository", "--demo")

@@ -14,6 +14,7 @@ build). The wheel is built once from the checkout; the installs download from th
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -44,14 +45,22 @@ BODY = {"inputs": [{"name": "x", "shape": [2, 4], "datatype": "FP32",
                     "data": [5.1, 3.5, 1.4, 0.2, 6.7, 3.0, 5.2, 2.3]}]}  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out),
-         str(ROOT)],
-        check=True, timeout=INSTALL_TIMEOUT,
-    )  # fmt: skip
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """The wheel, built once for all the test processes (tox runs two): the first builds
+    it into their shared temporary folder, under a lock, and the others take it."""
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        shared = shared.parent  # xdist: one folder per worker, under a common one
+    with (shared / "wheel.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        out = shared / "wheel"
+        if not any(out.glob("inferpool-*.whl")):
+            subprocess.run(
+                [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir",
+                 str(out), str(ROOT)],
+                check=True, timeout=INSTALL_TIMEOUT,
+            )  # fmt: skip
     (built,) = out.glob("inferpool-*.whl")
     return built
 
