@@ -136,15 +136,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_env_commands(commands: Any) -> None:
+    from rich_argparse import RichHelpFormatter
+
     env = commands.add_parser(
         "env",
         help="per-model Python environments",
         description="Per-model Python environments (docs/environments.md).",
+        formatter_class=RichHelpFormatter,
     )
     actions = env.add_subparsers(dest="env_command", required=True)
     pack = actions.add_parser(
         "pack",
         help="pack a model's requirements into an environment tarball",
+        formatter_class=RichHelpFormatter,
         description="Build a virtualenv holding the requirements of an MLflow model folder "
         "(its requirements.txt, python_env.yaml or conda.yaml), a requirements.txt or a "
         "conda.yaml, and write it as a tarball for parameters.environment_tarball.",
