@@ -41,6 +41,9 @@ COMBINATIONS = {
     "mlflow": (["mlflow>=3.18,<4"], "import mlflow, mlflow.pyfunc"),
     "ray": (["ray[serve]>=2.60"], "import ray, ray.serve"),
 }  # fmt: skip
+# The virtualenvs see only what was installed into them: no PYTHONPATH (a checkout on it
+# would satisfy `inferpool` and pip would not install the wheel).
+CLEAN_ENVIRONMENT = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 BODY = {"inputs": [{"name": "x", "shape": [2, 4], "datatype": "FP32",
                     "data": [5.1, 3.5, 1.4, 0.2, 6.7, 3.0, 5.2, 2.3]}]}  # fmt: skip
 
@@ -71,7 +74,8 @@ def install(venv: Path, requirements: list[str]) -> str:
     result = subprocess.run(
         [venv / "bin" / "python", "-m", "pip", "install", "--disable-pip-version-check",
          "--progress-bar", "off", *requirements],
-        capture_output=True, text=True, timeout=INSTALL_TIMEOUT,
+        capture_output=True, text=True, timeout=INSTALL_TIMEOUT, env=CLEAN_ENVIRONMENT,
+        cwd=venv,
     )  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
@@ -83,12 +87,11 @@ def serve_demo(venv: Path, folder: Path) -> Iterator[tuple[str, str]]:
     metrics URLs."""
     http, grpc, metrics = free_port(), free_port(), free_port()
     log = folder / "server.log"
-    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     with log.open("wb") as out:
         process = subprocess.Popen(
             [venv / "bin" / "inferpool", "serve", "--demo", "--workers", "1",
              "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)],
-            cwd=folder, stdout=out, stderr=subprocess.STDOUT, env=environment,
+            cwd=folder, stdout=out, stderr=subprocess.STDOUT, env=CLEAN_ENVIRONMENT,
         )  # fmt: skip
     url = f"http://127.0.0.1:{http}"
     try:
@@ -116,12 +119,12 @@ def test_inferpool_installs_and_serves_beside(name: str, wheel: Path, tmp_path: 
         assert f"looking at multiple versions of {project} " not in output, output[-6000:]
     check = subprocess.run(
         [venv / "bin" / "python", "-m", "pip", "check"], capture_output=True, text=True,
-        timeout=120, cwd=tmp_path,
+        timeout=120, cwd=tmp_path, env=CLEAN_ENVIRONMENT,
     )  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
     beside = subprocess.run(
         [venv / "bin" / "python", "-c", f"{imports}; import inferpool.cli"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=CLEAN_ENVIRONMENT,
     )  # fmt: skip
     assert beside.returncode == 0, beside.stderr[-4000:]
     for url, metrics in serve_demo(venv, tmp_path):
