@@ -1,21 +1,22 @@
 """inferpool beside the packages a team already has (tox's ecosystem environment): for each
 of kserve, tritonclient[all], MLServer 1.7.1 with its runtimes, MLflow and Ray Serve,
 ``pip install inferpool[all] <them>`` in ONE command into a brand-new virtualenv, with
-plain pip, must resolve at their newest releases without backtracking, leave ``pip check``
-clean, and the server installed there must pass its smoke test: the demo served, an
-inference answered, ``/metrics`` 200, the other package still importable.
+plain pip, must take them at the releases pip picks for them alone (a dry run first: the
+newest that fit together today), so inferpool drags none back to an old release, leave
+``pip check`` clean, and the server installed there must pass its smoke test: the demo
+served, an inference answered, ``/metrics`` 200, the other package still importable.
 
-The top-level packages are asked at today's newest release or later (lower bounds), so a
-resolver that could only succeed by going back to an old release fails instead of taking
-minutes to install something else (kserve 0.21 once required psutil<6 where inferpool
-required >=6: pip backtracked through old kserve releases into an sdist that did not
-build). The wheel is built once from the checkout; the installs download from the index.
+(kserve 0.21 once required psutil<6 where inferpool required >=6: pip backtracked through
+old kserve releases into an sdist that did not build.) The wheel is built once from the
+checkout; the installs download from the index.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,15 +32,15 @@ INSTALL_TIMEOUT = 900  # seconds: the heaviest (ray, mlflow) take 1-2 minutes he
 
 # name -> (requirements installed with inferpool[all], what must import beside it)
 COMBINATIONS = {
-    "kserve": (["kserve>=0.21"], "import kserve"),
-    "tritonclient": (["tritonclient[all]>=2.73"], "import tritonclient.grpc, tritonclient.http"),
+    "kserve": (["kserve"], "import kserve"),
+    "tritonclient": (["tritonclient[all]"], "import tritonclient.grpc, tritonclient.http"),
     "mlserver": (
         ["mlserver==1.7.1", "mlserver-sklearn==1.7.1", "mlserver-xgboost==1.7.1",
          "mlserver-lightgbm==1.7.1"],
         "import mlserver, mlserver_sklearn, mlserver_xgboost, mlserver_lightgbm",
     ),
-    "mlflow": (["mlflow>=3.18,<4"], "import mlflow, mlflow.pyfunc"),
-    "ray": (["ray[serve]>=2.60"], "import ray, ray.serve"),
+    "mlflow": (["mlflow<4"], "import mlflow, mlflow.pyfunc"),
+    "ray": (["ray[serve]"], "import ray, ray.serve"),
 }  # fmt: skip
 # The virtualenvs see only what was installed into them: no PYTHONPATH (a checkout on it
 # would satisfy `inferpool` and pip would not install the wheel).
@@ -68,9 +69,38 @@ def wheel(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
     return built
 
 
-def install(venv: Path, requirements: list[str]) -> str:
-    """``pip install`` into ``venv`` in one command; pip's output (its resolver's notes)."""
+def project(requirement: str) -> str:
+    return re.split(r"[\[<>=!~ ;]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def resolved(venv: Path, requirements: list[str]) -> dict[str, str]:
+    """The releases pip resolves ``requirements`` to on their own (a dry run into a new
+    ``venv``), by project: the newest that fit together, today."""
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    result = subprocess.run(
+        [venv / "bin" / "python", "-m", "pip", "install", "--disable-pip-version-check",
+         "--dry-run", "--quiet", "--report", "-", *requirements],
+        capture_output=True, text=True, timeout=INSTALL_TIMEOUT, env=CLEAN_ENVIRONMENT,
+        cwd=venv,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-6000:]
+    report = json.loads(result.stdout)
+    picked = {item["metadata"]["name"].lower().replace("_", "-"): item["metadata"]["version"]
+              for item in report["install"]}  # fmt: skip
+    return {project(r): picked[project(r)] for r in requirements}
+
+
+def versions(venv: Path) -> dict[str, str]:
+    """What is installed in ``venv``, by project."""
+    listed = subprocess.run(
+        [venv / "bin" / "python", "-m", "pip", "list", "--format", "json"],
+        capture_output=True, text=True, timeout=120, env=CLEAN_ENVIRONMENT, check=True,
+    )  # fmt: skip
+    return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(listed.stdout)}
+
+
+def install(venv: Path, requirements: list[str]) -> str:
+    """``pip install`` into ``venv`` (made by ``resolved``) in one command; pip's output."""
     result = subprocess.run(
         [venv / "bin" / "python", "-m", "pip", "install", "--disable-pip-version-check",
          "--progress-bar", "off", *requirements],
@@ -112,11 +142,13 @@ def serve_demo(venv: Path, folder: Path) -> Iterator[tuple[str, str]]:
 def test_inferpool_installs_and_serves_beside(name: str, wheel: Path, tmp_path: Path) -> None:
     requirements, imports = COMBINATIONS[name]
     venv = tmp_path / "venv"
-    output = install(venv, [f"{wheel}[all]", *requirements])
-    # pip says this when it goes back through a package's releases to find a fit.
-    for package in ["inferpool", *requirements]:
-        project = package.split("[")[0].split(">")[0].split("=")[0].split("<")[0]
-        assert f"looking at multiple versions of {project} " not in output, output[-6000:]
+    alone = resolved(venv, requirements)  # what pip picks for them without inferpool
+    install(venv, [f"{wheel}[all]", *requirements])
+    installed = versions(venv)
+    assert installed["inferpool"]
+    for project, version in alone.items():
+        # inferpool beside them took none of them back to an older release
+        assert installed[project] == version, (project, installed[project], version)
     check = subprocess.run(
         [venv / "bin" / "python", "-m", "pip", "check"], capture_output=True, text=True,
         timeout=120, cwd=tmp_path, env=CLEAN_ENVIRONMENT,
