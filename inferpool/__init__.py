@@ -12,25 +12,34 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from inferpool.protocol.types import (
-    InferenceRequest,
-    InferenceResponse,
-    RequestedOutput,
-    Tensor,
-    TensorSpec,
-)
-from inferpool.runtimes.base import Runtime
-from inferpool.runtimes.endpoints import EndpointRequest, EndpointResponse, custom_endpoint
-
 if TYPE_CHECKING:
     from inferpool.engine.embedded import Engine
     from inferpool.engine.embedded_io import InferenceResult
+    from inferpool.protocol.types import (
+        InferenceRequest,
+        InferenceResponse,
+        RequestedOutput,
+        Tensor,
+        TensorSpec,
+    )
+    from inferpool.runtimes.base import Runtime
+    from inferpool.runtimes.endpoints import EndpointRequest, EndpointResponse, custom_endpoint
 
 # Imported on first use: every process that imports any inferpool module runs this file,
-# and the server's frontend must not load the codecs and the inference path with it.
+# and the server's frontend must not load the codecs and the inference path with it; nor
+# numpy and pydantic before the command line can catch a Ctrl-C (inferpool.cli).
 _LAZY = {
     "Engine": "inferpool.engine.embedded",
     "InferenceResult": "inferpool.engine.embedded_io",
+    "InferenceRequest": "inferpool.protocol.types",
+    "InferenceResponse": "inferpool.protocol.types",
+    "RequestedOutput": "inferpool.protocol.types",
+    "Tensor": "inferpool.protocol.types",
+    "TensorSpec": "inferpool.protocol.types",
+    "Runtime": "inferpool.runtimes.base",
+    "EndpointRequest": "inferpool.runtimes.endpoints",
+    "EndpointResponse": "inferpool.runtimes.endpoints",
+    "custom_endpoint": "inferpool.runtimes.endpoints",
 }
 
 

@@ -1,104 +1,154 @@
-"""``inferpool serve``: command-line flags → ServerSettings → the server; and
-``inferpool env pack``: a model's requirements → an environment tarball.
+"""The ``inferpool`` command: ``serve`` (flags -> ServerSettings -> the server) and
+``env pack`` (a model's requirements -> an environment tarball).
 
-Every server setting is a flag, generated from ServerSettings so the two never drift;
-only flags given on the command line override ``settings.json`` and the environment.
+Every server setting is a flag, generated from ServerSettings so the two never drift
+(inferpool.cli_flags); only flags given on the command line override ``settings.json`` and
+the environment. A refused value is one sentence on stderr naming its flag, variable or
+settings.json key (inferpool.cli_errors), exit 2. Ctrl-C before the server is ready exits
+130 without a traceback; after, it is a shutdown like SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import sys
-import typing
-from collections.abc import Callable
-from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from pydantic import BaseModel, ValidationError
+# Only the standard library at the top: the heavy imports (pydantic, the server) happen in
+# main(), where a Ctrl-C during them is caught and exits quietly.
 
-from inferpool.logs import configure_logging, hold_early_records
-from inferpool.mlserver_env import SettingsRefused
-from inferpool.settings import ServerSettings, load_server_settings
+EXIT_USAGE = 2  # a refused setting or argument, as argparse exits
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C before the server was ready, as shells report it
+
+DESCRIPTION = """\
+inferpool serves scikit-learn, XGBoost, LightGBM, MLflow and custom Python models over the
+Open Inference Protocol (KServe V2, as Triton and MLServer speak it): REST and gRPC on one
+server, a pool of worker processes fed through shared memory, Prometheus metrics. It reads
+MLServer's model-settings.json and settings.json as they are."""
+EXAMPLES = """\
+examples:
+  inferpool serve --demo                 train two iris models and serve them on 127.0.0.1
+  inferpool serve ./models               serve a folder of model folders (REST 8080, gRPC 8081)
+  inferpool serve --help                 every setting, grouped, with its environment variable
+  inferpool env pack model/ -o env.tar.gz  pack a model's requirements into an environment
+"""
+SERVE_EXAMPLES = """\
+examples:
+  inferpool serve --demo
+  inferpool serve ./models --workers 4 --http-port 9000 --grpc-port 0
+  INFERPOOL_LOG_FORMAT=json inferpool serve ./models --access-log
+  inferpool serve ./models --model-control-mode poll --metrics-port 0
+
+Every flag is also an INFERPOOL_* environment variable and a key of the repository's
+settings.json; MLServer's MLSERVER_* variables and settings.json keys are read too.
+Precedence, highest first: flags, INFERPOOL_* variables, settings.json, MLSERVER_* variables.
+"""
 
 
-def _is_structured(annotation: Any) -> bool:
-    kinds = typing.get_args(annotation) or (annotation,)
-    return any(isinstance(k, type) and issubclass(k, BaseModel) for k in kinds)
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose usage errors are one line naming the command and the way to help."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def _json_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        raise argparse.ArgumentTypeError(f"not valid JSON: {text!r}") from None
+def _version_text() -> str:
+    """``inferpool --version``: the version, then what it runs on and which runtimes are
+    installed (read from the packages' metadata: nothing is imported)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
 
-
-def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
-    for name, field in ServerSettings.model_fields.items():
-        if name == "model_repository":
-            continue
-        flag = "--" + name.replace("_", "-")
-        default = field.default
-        help_text = f"{field.description} (default: {default}; env INFERPOOL_{name.upper()})"
-        if field.annotation is bool:
-            parser.add_argument(
-                flag,
-                dest=name,
-                action=argparse.BooleanOptionalAction,
-                default=argparse.SUPPRESS,
-                help=help_text,
-            )
-        else:
-            numbers: dict[Any, Callable[[str], Any]] = {int: int, float: float}
-            kind = numbers.get(field.annotation, str)
-            if _is_structured(field.annotation):
-                kind = _json_value  # e.g. cors_settings: JSON, as in the environment
-            parser.add_argument(
-                flag, dest=name, type=kind, default=argparse.SUPPRESS, help=help_text
-            )
+    found, missing = [], []
+    for label, package in (
+        ("scikit-learn", "scikit-learn"),
+        ("XGBoost", "xgboost"),
+        ("LightGBM", "lightgbm"),
+        ("MLflow", "mlflow-skinny"),
+    ):
+        try:
+            found.append(f"{label} {version(package)}")
+        except PackageNotFoundError:
+            if package == "xgboost":
+                try:
+                    found.append(f"{label} {version('xgboost-cpu')}")
+                    continue
+                except PackageNotFoundError:
+                    pass
+            missing.append(label)
+    runtimes = ", ".join(found) or "none"
+    if missing:
+        runtimes += f" (not installed: {', '.join(missing)})"
+    return (
+        f"inferpool {version('inferpool')}\n"
+        "Open Inference Protocol (KServe V2) server for classical ML models\n"
+        f"Python {platform.python_version()} on {platform.system()} {platform.machine()}\n"
+        f"runtimes: {runtimes}"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="inferpool", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version('inferpool')}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    from rich_argparse import RawDescriptionRichHelpFormatter
+
+    from inferpool.cli_flags import add_setting_flags, setting_groups
+
+    parser = _Parser(
+        prog="inferpool",
+        description=DESCRIPTION,
+        epilog=EXAMPLES,
+        formatter_class=RawDescriptionRichHelpFormatter,
+    )
+    parser.add_argument(
+        "--version", action="version", version=_version_text(), help="show the version and exit"
+    )
+    # Not required by argparse: a bare `inferpool` gets a sentence of ours (_run).
+    commands = parser.add_subparsers(dest="command", title="commands")
     serve = commands.add_parser(
         "serve",
+        usage="inferpool serve [MODEL_REPOSITORY | --demo] [options]",
         help="serve a model repository over the V2 inference protocol",
-        description="Serve a model repository over the Open Inference Protocol (V2).",
+        description="Serve a folder of model folders over the Open Inference Protocol (V2):\n"
+        "REST and gRPC, with Prometheus metrics. Each setting below is a flag, an\n"
+        "INFERPOOL_* variable and a settings.json key.",
+        epilog=SERVE_EXAMPLES,
+        formatter_class=RawDescriptionRichHelpFormatter,
     )
-    serve.add_argument(
+    groups = setting_groups(serve)
+    repository = groups["repository"]
+    repository.add_argument(
         "model_repository",
         nargs="?",
         type=Path,
         default=None,
+        metavar="MODEL_REPOSITORY",
         help="folder of model folders (default: INFERPOOL_MODEL_REPOSITORY, "
         "MLSERVER_MODELS_DIR, MLSERVER_MODEL_REPOSITORY_ROOT, or the folder of "
         "MLSERVER_MODEL_URI)",
     )
-    serve.add_argument(
+    repository.add_argument(
         "--demo",
         action="store_true",
         help="train iris models into a temporary repository and serve it on 127.0.0.1",
     )
-    _add_setting_flags(serve)
+    add_setting_flags(groups)
     _add_env_commands(commands)
     return parser
 
 
 def _add_env_commands(commands: Any) -> None:
+    from rich_argparse import RichHelpFormatter
+
     env = commands.add_parser(
         "env",
         help="per-model Python environments",
         description="Per-model Python environments (docs/environments.md).",
+        formatter_class=RichHelpFormatter,
     )
     actions = env.add_subparsers(dest="env_command", required=True)
     pack = actions.add_parser(
         "pack",
         help="pack a model's requirements into an environment tarball",
+        formatter_class=RichHelpFormatter,
         description="Build a virtualenv holding the requirements of an MLflow model folder "
         "(its requirements.txt, python_env.yaml or conda.yaml), a requirements.txt or a "
         "conda.yaml, and write it as a tarball for parameters.environment_tarball.",
@@ -143,7 +193,21 @@ def env_pack_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse(message: str) -> int:
+    print(f"inferpool: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
 def serve_command(args: argparse.Namespace) -> int:
+    import logging
+
+    from pydantic import ValidationError
+
+    from inferpool.cli_errors import sentences, source_of
+    from inferpool.logs import configure_logging, hold_early_records
+    from inferpool.mlserver_env import SettingsRefused
+    from inferpool.settings import load_server_settings
+
     overrides: dict[str, Any] = {
         k: v for k, v in vars(args).items() if k not in ("command", "model_repository", "demo")
     }
@@ -157,17 +221,36 @@ def serve_command(args: argparse.Namespace) -> int:
         overrides.setdefault("host", "127.0.0.1")
     try:
         settings = load_server_settings(repository, overrides)
-    except (ValidationError, SettingsRefused) as exc:
+    except ValidationError as exc:
         configure_logging(None)
-        what = "invalid settings" if isinstance(exc, ValidationError) else "setting refused"
-        print(f"inferpool: {what}: {exc}", file=sys.stderr)
-        return 2
+        given = {**overrides, **({"model_repository": repository} if repository else {})}
+        for line in sentences(exc, given, repository):
+            print(f"inferpool: invalid settings: {line}", file=sys.stderr)
+        return EXIT_USAGE
+    except SettingsRefused as exc:
+        configure_logging(None)
+        return _refuse(f"setting refused: {exc}")
+    found = settings.model_repository
+    if found is None:
+        configure_logging(None)
+        return _refuse(
+            "name a model repository (a folder of model folders, or "
+            "INFERPOOL_MODEL_REPOSITORY), or use --demo."
+        )
+    if not found.is_dir():
+        # Refused before any port is bound or any worker started.
+        configure_logging(None)
+        source = source_of("model_repository", {"model_repository": found} if repository else {},
+                           repository)  # fmt: skip
+        what = "does not exist" if not found.exists() else "is not a folder"
+        return _refuse(f"the model repository {found} ({source}) {what}.")
+    refused = _unusable_admin_token(settings)
+    if refused:
+        configure_logging(None)
+        return _refuse(f"invalid settings: {refused}.")
     configure_logging(settings)
     if args.demo:
         logging.getLogger("inferpool").info("demo models in %s", repository)
-    if settings.model_repository is None:
-        logging.getLogger("inferpool").critical("name a model repository (or use --demo)")
-        return 2
     import uvloop
 
     from inferpool.frontends.server import serve
@@ -175,13 +258,36 @@ def serve_command(args: argparse.Namespace) -> int:
     return uvloop.run(serve(settings))
 
 
-def main(argv: list[str] | None = None) -> int:
+def _unusable_admin_token(settings: Any) -> str | None:
+    """Why the admin token settings cannot be used (both given, an unreadable or empty
+    file), checked here so that the start stops before anything is bound; None if usable."""
+    from inferpool.engine.admin import AdminPolicy, SettingsError
+
+    try:
+        AdminPolicy.from_settings(settings)
+    except SettingsError as exc:
+        return str(exc)
+    return None
+
+
+def _run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command is None:
+        return _refuse("name a command: serve or env (see inferpool --help; --version).")
     if args.command == "serve":
         return serve_command(args)
     if args.command == "env" and args.env_command == "pack":
         return env_pack_command(args)
-    return 2
+    return EXIT_USAGE
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C before the server's loop owns SIGINT (imports, settings, the demo's
+        # training, binding): nothing was served, nothing to say.
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ from inferpool.protocol.types import TensorSpec
 
 SETTINGS_FILE = "settings.json"
 MIB = 1024 * 1024
+MAX_PORT = 65535
 MODEL_SETTINGS_FILE = "model-settings.json"
 # The default bucket bounds of the /metrics histograms: seconds, and rows per execution.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -107,8 +108,10 @@ class ServerSettings(BaseSettings):
 
     model_repository: Path | None = Field(None, description="folder of model folders")
     host: str = Field("0.0.0.0", description="address the REST, gRPC and metrics servers bind")
-    http_port: int = Field(8080, description="REST (V2 HTTP) port")
-    grpc_port: int = Field(8081, description="gRPC port; 0 or a negative value disables gRPC")
+    http_port: int = Field(8080, ge=1, le=MAX_PORT, description="REST (V2 HTTP) port")
+    grpc_port: int = Field(
+        8081, le=MAX_PORT, description="gRPC port; 0 or a negative value disables gRPC"
+    )
     grpc_implementation: Literal["builtin", "grpcio"] = Field(
         "builtin",
         description="gRPC server: builtin (inferpool's HTTP/2, fastest) or grpcio (grpc.aio)",
@@ -123,6 +126,7 @@ class ServerSettings(BaseSettings):
     )
     metrics_port: int = Field(
         8082,
+        le=MAX_PORT,
         description="Prometheus metrics port; 0 serves /metrics on the REST port instead, "
         "a negative value disables metrics",
     )
@@ -138,13 +142,15 @@ class ServerSettings(BaseSettings):
     )
     workers: int = Field(
         os.cpu_count() or 1,
-        description="worker processes (default: CPU cores); 0 runs models in the server process",
+        ge=0,
+        description="worker processes; 0 runs models in the server process",
     )
     max_queue: int = Field(
-        128, description="requests queued per worker; beyond that a request gets 503"
+        128, ge=1, description="requests queued per worker; beyond that a request gets 503"
     )
     worker_memory_limit: int = Field(
         0,
+        ge=0,
         description="MiB each worker may hold: the placement budget of its models, and a "
         "hard cap on what it allocates beyond what it shares with the template (an "
         "allocation past it answers 500 naming the model, and the worker is replaced); "
@@ -163,7 +169,10 @@ class ServerSettings(BaseSettings):
         "reach before it is drained and replaced by a fresh one; 0: never",
     )
     worker_heartbeat_timeout: float = Field(
-        120.0, description="seconds a worker may stay silent before it is killed; 0: never"
+        120.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="seconds a worker may stay silent before it is killed; 0: never",
     )
     worker_tags: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -189,8 +198,7 @@ class ServerSettings(BaseSettings):
     )
     environments_dir: Path | None = Field(
         None,
-        description="where environment tarballs are unpacked, by their hash (default: "
-        "$XDG_CACHE_HOME/inferpool/environments)",
+        description="where environment tarballs are unpacked, by their hash",
     )
     http2: bool = Field(False, description="serve REST with Hypercorn (HTTP/1.1 and h2c)")
     exit_on_error: bool = Field(True, description="exit non-zero when a model fails at start-up")
@@ -215,10 +223,13 @@ class ServerSettings(BaseSettings):
         description="OpenTelemetry spans for every request (the otel extra; exporter, endpoint "
         "and sampler from the standard OTEL_* variables)",
     )
-    shutdown_timeout: float = Field(30.0, description="seconds to drain requests on shutdown")
+    shutdown_timeout: float = Field(
+        30.0, ge=0, allow_inf_nan=False, description="seconds to drain requests on shutdown"
+    )
     drain_delay: float = Field(
         0.0,
         ge=0,
+        allow_inf_nan=False,
         description="seconds the listeners keep accepting after SIGTERM/SIGINT turned readiness "
         "off (Kubernetes' endpoint removal window; a second signal ends it)",
     )
@@ -250,70 +261,96 @@ class ServerSettings(BaseSettings):
     # -- limits: each checked before anything is allocated (README, "Limits and security")
     max_body_bytes: int = Field(
         64 * MIB,
+        ge=1,
         description="largest REST request body or gRPC message, in bytes (413)",
     )
     max_tensor_elements: int = Field(
-        2**26, description="most elements one tensor may declare in its shape (400)"
+        2**26, ge=1, description="most elements one tensor may declare in its shape (400)"
     )
     max_request_tensor_bytes: int = Field(
         256 * MIB,
+        ge=1,
         description="bytes all the tensors of one request may decode to, from their declared "
         "shapes and datatypes (413 / RESOURCE_EXHAUSTED)",
     )
-    max_json_depth: int = Field(64, description="deepest nesting of a JSON request body (400)")
-    max_header_bytes: int = Field(
-        64 * 1024, description="largest request header block (REST or HTTP/2), in bytes"
+    max_json_depth: int = Field(
+        64, ge=1, description="deepest nesting of a JSON request body (400)"
     )
-    max_header_count: int = Field(100, description="most header fields in one request")
+    max_header_bytes: int = Field(
+        64 * 1024, ge=1, description="largest request header block (REST or HTTP/2), in bytes"
+    )
+    max_header_count: int = Field(100, ge=1, description="most header fields in one request")
     max_concurrent_streams: int = Field(
-        256, description="HTTP/2 streams (calls) open at once on one connection"
+        256, ge=1, description="HTTP/2 streams (calls) open at once on one connection"
     )
     max_unsent_bytes: int = Field(
         256 * MIB,
+        ge=1,
         description="answer bytes a frontend process may hold for clients that have not read "
         "them yet, all connections together; past it a large answer is refused (503 / "
         "RESOURCE_EXHAUSTED); 0: no bound",
     )
     max_unsent_bytes_per_connection: int = Field(
         32 * MIB,
+        ge=1,
         description="answer bytes one connection may hold unread beyond its first answer; past "
         "it its large answers and its new HTTP/2 streams are refused (RESOURCE_EXHAUSTED); "
         "0: no bound",
     )
     max_connections: int = Field(
         4096,
+        ge=1,
         description="open client connections on all ports together; at the limit the longest "
         "idle one is closed for a new one (capped by the file-descriptor limit)",
     )
     # -- timeouts, in seconds
     handshake_timeout: float = Field(
-        10.0, description="seconds a new connection may take to send its first request bytes"
+        10.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="seconds a new connection may take to send its first request bytes",
     )
     idle_timeout: float = Field(
-        60.0, description="seconds a connection with no request in flight stays open"
+        60.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="seconds a connection with no request in flight stays open",
     )
     header_timeout: float = Field(
-        10.0, description="seconds a request's headers may take to arrive"
+        10.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="seconds a request's headers may take to arrive",
     )
     body_timeout: float = Field(
-        60.0, description="seconds a request's body may take to arrive after its headers"
+        60.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="seconds a request's body may take to arrive after its headers",
     )
     write_timeout: float = Field(
         30.0,
+        ge=0,
+        allow_inf_nan=False,
         description="seconds a peer may leave its answers unread before its connection closes",
     )
     request_timeout: float = Field(
         0.0,
+        ge=0,
+        allow_inf_nan=False,
         description="deadline of a REST request that sends no Request-Timeout header; 0: none",
     )
     model_timeout: float = Field(
         60.0,
+        ge=0,
+        allow_inf_nan=False,
         description="seconds one predict may run before it is answered 504 and its worker is "
         "recycled (a model's own 'timeout' overrides it); 0: no limit",
     )
     stall_threshold: float = Field(
         2.0,
         ge=0,
+        allow_inf_nan=False,
         description="seconds one call may run before its worker counts as stalled: it takes no "
         "new requests, those queued behind the call move to other replicas, and a standby "
         "worker is forked for the models left without one; 0: never (and with --workers 0, "
@@ -328,6 +365,8 @@ class ServerSettings(BaseSettings):
     )
     model_load_timeout: float = Field(
         300.0,
+        ge=0,
+        allow_inf_nan=False,
         description="seconds one model's load may run in the worker template process or in "
         "the load probe (--workers 0) before it is killed and the model FAILED as hung; "
         "0: no limit",
@@ -348,6 +387,8 @@ class ServerSettings(BaseSettings):
     )
     repository_debounce: float = Field(
         1.0,
+        ge=0,
+        allow_inf_nan=False,
         description="poll mode: seconds a changed model folder must stay quiet "
         "before it is acted on",
     )

@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from importlib.metadata import PackageNotFoundError, version
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -64,6 +64,13 @@ def _package_version() -> str:
         return version("inferpool")
     except PackageNotFoundError:  # run from a source tree that was never installed
         return "unknown"
+
+
+def tcp_connections(process: psutil.Process) -> list[Any]:
+    """The TCP sockets of ``process``: ``net_connections`` (psutil 6), else its older name
+    ``connections`` (psutil 5.9.x, which kserve and other packages still require)."""
+    read = getattr(process, "net_connections", None) or process.connections
+    return list(read(kind="tcp"))
 
 
 class ServerCollector(Collector):
@@ -108,7 +115,7 @@ class ServerCollector(Collector):
             labels=["frontend"],
         )
         counts = dict.fromkeys(self.ports.values(), 0)
-        for connection in psutil.Process().net_connections(kind="tcp"):
+        for connection in tcp_connections(psutil.Process()):
             frontend = self.ports.get(connection.laddr.port) if connection.laddr else None
             if frontend is not None and connection.status not in _NOT_OPEN:
                 counts[frontend] += 1

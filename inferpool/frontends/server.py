@@ -45,6 +45,8 @@ from inferpool.transport.unsent import ANSWERS
 
 logger = logging.getLogger("inferpool")
 
+INTERRUPTED = 128 + signal.SIGINT  # 130: the exit code of a start-up interrupted by Ctrl-C
+
 
 class _Signals:
     """SIGTERM and SIGINT, counted: the first starts the drain, a second ends its delay."""
@@ -219,7 +221,7 @@ async def serve(settings: ServerSettings) -> int:
     if settings.metrics_port > 0:
         logger.info("metrics on http://%s:%d/metrics", settings.host, settings.metrics_port)
     try:
-        return await _start_then_wait(client, signals.first)
+        return await _start_then_wait(client, signals)
     finally:
         await _drain(client, servers, signals)
         if tracer is not None:
@@ -248,17 +250,19 @@ async def _drain(
     logger.info("stopped")
 
 
-async def _start_then_wait(client: EngineClient, stop: asyncio.Event) -> int:
+async def _start_then_wait(client: EngineClient, signals: _Signals) -> int:
     """Start the engine (workers, then every model) unless a signal comes first, then
     wait for one; the exit code."""
     starting = asyncio.ensure_future(client.start())
-    stopping = asyncio.ensure_future(stop.wait())
+    stopping = asyncio.ensure_future(signals.first.wait())
     try:
         await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if not starting.done():
             starting.cancel()
             await asyncio.wait({starting})
-            return 0
+            # Ctrl-C before the server was ready: the interrupted start-up's exit code, as
+            # a shell reports it; SIGTERM (an orchestrator's stop) is a clean stop.
+            return INTERRUPTED if signals.name == "SIGINT" else 0
         try:
             statuses = starting.result()
         except FileNotFoundError as exc:

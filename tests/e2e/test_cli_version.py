@@ -1,4 +1,5 @@
-"""``inferpool --version`` names the installed distribution's version and exits 0."""
+"""``inferpool --version`` names the installed distribution's version, the Python it runs
+on and the runtimes installed, and exits 0."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ def test_version_prints_the_installed_version_and_exits_0():
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert result.stdout == f"inferpool {version('inferpool')}\n"
+    lines = result.stdout.splitlines()
+    # The first line as tools parse it; then what it is, what it runs on, its runtimes.
+    assert lines[0] == f"inferpool {version('inferpool')}"
+    assert lines[1] == "Open Inference Protocol (KServe V2) server for classical ML models"
+    assert lines[2].startswith(f"Python {sys.version.split()[0]} on ")
+    assert lines[3].startswith("runtimes: ")
+    assert f"scikit-learn {version('scikit-learn')}" in lines[3]
 
 
 def test_version_needs_no_command():

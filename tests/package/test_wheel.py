@@ -73,7 +73,7 @@ def test_version_from_the_installed_wheel(venv: Path):
         [venv / "bin" / "inferpool", "--version"], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout == f"inferpool {VERSION}\n"
+    assert result.stdout.splitlines()[0] == f"inferpool {VERSION}"
 
 
 @pytest.fixture
