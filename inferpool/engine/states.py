@@ -119,7 +119,10 @@ class ModelStatus:
         return NotReady(self.describe())
 
     def index_entry(self) -> dict[str, Any]:
-        entry = {"name": self.name, "state": self.state.value, "reason": self.reason}
+        # An unloaded model's reason is MLServer's empty one: UNAVAILABLE says it all in
+        # the index (metadata and the 404 of an inference say "unloaded").
+        reason = "" if self.unloaded else self.reason
+        entry = {"name": self.name, "state": self.state.value, "reason": reason}
         if self.version:
             entry["version"] = self.version
         return entry

@@ -22,6 +22,8 @@ from inferpool.engine.client import EngineClient
 from inferpool.engine.ipc.messages import Kind
 from inferpool.errors import InferpoolError
 from inferpool.frontends import rest_answer, rest_input
+from inferpool.frontends.access_log import REQUEST_ID
+from inferpool.frontends.cloudevents import CloudEvents, kubernetes_namespace
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.rest_input import await_reply
 from inferpool.protocol.request_headers import http_headers, wrap
@@ -64,6 +66,8 @@ class InferRoutes:
         self.default_timeout = client.settings.request_timeout
         self.find = client.table.find
         self.infer = plane.infer
+        settings = client.settings
+        self.cloudevents = CloudEvents(kubernetes_namespace()) if settings.cloudevents else None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -115,7 +119,11 @@ class InferRoutes:
         deadline = None if timeout is None else time.monotonic() + timeout
         call = self.infer(name, version, kind, body, json_length, deadline)
         reply = await await_reply(scope, receive, call, timeout)
-        return rest_answer.answered(scope, reply)
+        answer = rest_answer.answered(scope, reply)
+        if self.cloudevents is None or answer[0] != 200:
+            return answer
+        status, head, body = answer
+        return status, head + self.cloudevents.lines(name, scope[REQUEST_ID].encode()), body
 
 
 class _RoutedByStarlette:
