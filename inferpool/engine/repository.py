@@ -7,8 +7,9 @@ The layouts MLServer and Triton users bring, all at once:
 - a direct subfolder without one is a model too, named after it (its artefact chooses
   the runtime), unless it only groups model folders below it; once the repository holds
   a ``model-settings.json`` (MLServer's layout, where only such folders are models), such
-  a folder is a model only if it holds a known artefact, and never below a root that is
-  itself a model (its folders are that model's files: ``catboost_info/``, ``mlruns/``);
+  a folder is a model only if it holds a known artefact (or its numbered versions do),
+  and never below a root that is itself a model (its folders are that model's files:
+  ``catboost_info/``, ``mlruns/``);
 - a model folder whose subfolders are numbered (``iris/1``, ``iris/2``; Triton's rule:
   digits, not starting with 0) holds one version per such folder: the model folder's
   settings with the version named after the number and its files in the version folder;
@@ -170,7 +171,7 @@ def _not_models(repository: Path, bare: list[Path], has_settings: bool) -> set[P
     if not has_settings:
         return set()  # no settings anywhere: each folder's artefact names its runtime
     at_root = _has_settings(repository)
-    skipped = {folder for folder in bare if at_root or not has_artefact(folder)}
+    skipped = {folder for folder in bare if at_root or not _holds_artefact(folder)}
     for folder in sorted(skipped):
         _log_once(
             logging.INFO,
@@ -181,6 +182,11 @@ def _not_models(repository: Path, bare: list[Path], has_settings: bool) -> set[P
             f"{MODEL_SETTINGS_FILE}), not a model",
         )
     return skipped
+
+
+def _holds_artefact(folder: Path) -> bool:
+    """A known artefact in the folder, or in one of its numbered version folders."""
+    return has_artefact(folder) or any(has_artefact(v) for v in _version_folders(folder))
 
 
 def _settings_below(folder: Path, root: Path, seen: set[Path]) -> list[Path]:
