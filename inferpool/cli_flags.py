@@ -101,6 +101,7 @@ FIELD_GROUPS: dict[str, str] = {
     "tracing": "observability",
     # compatibility
     "cors_settings": "compatibility",
+    "cloudevents": "compatibility",
     "gzip_enabled": "network",
     "gzip_min_bytes": "network",
     "gzip_level": "network",

@@ -218,6 +218,11 @@ class ServerSettings(BaseSettings):
         "'inferpool.access=info,uvicorn.error=warning' (or a JSON object)",
     )
     access_log: bool = Field(False, description="log every request (method, model, status, ms)")
+    cloudevents: bool = Field(
+        True,
+        description="add MLServer's CloudEvents headers (ce-id, ce-type, ce-modelid, ...) to "
+        "REST inference answers",
+    )
     tracing: bool = Field(
         False,
         description="OpenTelemetry spans for every request (the otel extra; exporter, endpoint "

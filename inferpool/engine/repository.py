@@ -5,7 +5,11 @@ The layouts MLServer and Triton users bring, all at once:
 - every folder holding a ``model-settings.json``, at any depth (MLServer's recursive
   glob), is a model; its name defaults to the folder's name;
 - a direct subfolder without one is a model too, named after it (its artefact chooses
-  the runtime), unless it only groups model folders below it;
+  the runtime), unless it only groups model folders below it; once the repository holds
+  a ``model-settings.json`` (MLServer's layout, where only such folders are models), such
+  a folder is a model only if it holds a known artefact (or its numbered versions do),
+  and never below a root that is itself a model (its folders are that model's files:
+  ``catboost_info/``, ``mlruns/``);
 - a model folder whose subfolders are numbered (``iris/1``, ``iris/2``; Triton's rule:
   digits, not starting with 0) holds one version per such folder: the model folder's
   settings with the version named after the number and its files in the version folder;
@@ -40,6 +44,7 @@ from pathlib import Path
 from inferpool.engine.states import ModelKey, model_key, newer_version
 from inferpool.errors import BadRequest
 from inferpool.mlserver_models import single_model
+from inferpool.runtimes.registry import has_artefact
 from inferpool.settings import (
     MODEL_SETTINGS_FILE,
     ModelSettings,
@@ -140,6 +145,7 @@ def _model_folders(repository: Path) -> list[Path]:
     root = repository.resolve()
     folders = [repository] if _has_settings(repository) else []
     seen = {root}
+    bare: list[Path] = []  # direct subfolders without settings, nor settings below
     for child in _subfolders(repository):
         below: list[Path] = []
         real = child.resolve()
@@ -148,8 +154,39 @@ def _model_folders(repository: Path) -> list[Path]:
             below = _settings_below(child, root, seen)
         if _has_settings(child) or not below:
             folders.append(child)
+            if not _has_settings(child):
+                bare.append(child)
         folders.extend(below)
-    return folders
+    skipped = _not_models(repository, bare, has_settings=len(folders) > len(bare))
+    return [folder for folder in folders if folder not in skipped]
+
+
+def _not_models(repository: Path, bare: list[Path], has_settings: bool) -> set[Path]:
+    """The folders without settings that are no models, once the repository is an
+    MLServer one (it holds a ``model-settings.json``): MLServer serves only folders with
+    one, and its examples keep other folders beside their models (CatBoost's
+    ``catboost_info/``, MLflow's ``src/`` and ``mlruns/``). Below a model-settings.json
+    at the root every folder is that model's (numbered versions aside); elsewhere a
+    folder without settings stays a model when it holds a known artefact."""
+    if not has_settings:
+        return set()  # no settings anywhere: each folder's artefact names its runtime
+    at_root = _has_settings(repository)
+    skipped = {folder for folder in bare if at_root or not _holds_artefact(folder)}
+    for folder in sorted(skipped):
+        _log_once(
+            logging.INFO,
+            f"{folder}: no {MODEL_SETTINGS_FILE} and no model artefact, not a model "
+            f"(the repository holds {MODEL_SETTINGS_FILE} files: MLServer's layout)"
+            if not at_root
+            else f"{folder}: a folder of the model at {repository} (its "
+            f"{MODEL_SETTINGS_FILE}), not a model",
+        )
+    return skipped
+
+
+def _holds_artefact(folder: Path) -> bool:
+    """A known artefact in the folder, or in one of its numbered version folders."""
+    return has_artefact(folder) or any(has_artefact(v) for v in _version_folders(folder))
 
 
 def _settings_below(folder: Path, root: Path, seen: set[Path]) -> list[Path]:

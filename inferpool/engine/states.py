@@ -13,7 +13,8 @@ when the repository API asked for it is listed FAILED with its reason, but does 
 the whole server not ready: the caller of the API got the error.
 
 As in Triton's index, a version unloaded while the repository still holds it stays
-listed: UNAVAILABLE with the reason ``"unloaded"``, not counted for readiness, answering
+listed: UNAVAILABLE with the reason ``"unloaded"`` (the index shows MLServer's empty one),
+not counted for readiness, answering
 model-ready false (never "not found") until it is loaded again. A version the repository
 no longer holds is dropped from the table.
 
@@ -119,7 +120,10 @@ class ModelStatus:
         return NotReady(self.describe())
 
     def index_entry(self) -> dict[str, Any]:
-        entry = {"name": self.name, "state": self.state.value, "reason": self.reason}
+        # An unloaded model's reason is MLServer's empty one: UNAVAILABLE says it all in
+        # the index (metadata and the 404 of an inference say "unloaded").
+        reason = "" if self.unloaded else self.reason
+        entry = {"name": self.name, "state": self.state.value, "reason": reason}
         if self.version:
             entry["version"] = self.version
         return entry

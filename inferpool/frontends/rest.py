@@ -114,11 +114,11 @@ def build_app(
 
     async def repository_load(request: Request) -> Response:
         await plane.load(request.path_params["name"], request.headers.get("authorization"))
-        return json_response({})
+        return Response(status_code=200)  # MLServer's empty body, no content type
 
     async def repository_unload(request: Request) -> Response:
         await plane.unload(request.path_params["name"], request.headers.get("authorization"))
-        return json_response({})
+        return Response(status_code=200)
 
     async def statistics(request: Request) -> Response:
         params = request.path_params

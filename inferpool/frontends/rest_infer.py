@@ -22,6 +22,8 @@ from inferpool.engine.client import EngineClient
 from inferpool.engine.ipc.messages import Kind
 from inferpool.errors import InferpoolError
 from inferpool.frontends import rest_answer, rest_input
+from inferpool.frontends.access_log import REQUEST_ID
+from inferpool.frontends.cloudevents import CloudEvents, kubernetes_namespace
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.rest_gzip import answer_gzip
 from inferpool.frontends.rest_input import await_reply
@@ -65,8 +67,10 @@ class InferRoutes:
         self.default_timeout = client.settings.request_timeout
         self.find = client.table.find
         self.infer = plane.infer
+        settings = client.settings
         # Answers of gzip_min_bytes or more, gzipped for clients that accept it (or None).
-        self.gzip = answer_gzip(client.settings)
+        self.gzip = answer_gzip(settings)
+        self.cloudevents = CloudEvents(kubernetes_namespace()) if settings.cloudevents else None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -121,13 +125,16 @@ class InferRoutes:
         deadline = None if timeout is None else time.monotonic() + timeout
         call = self.infer(name, version, kind, body, json_length, deadline)
         reply = await await_reply(scope, receive, call, timeout)
+        extra = b""
         if kind == Kind.REST_HEADERS and reply.status == 200:
             # The headers the runtime's response set (parameters.headers), as MLServer
             # sends them: HTTP response headers, no longer in the JSON body.
             headers, reply.body = unwrap(reply.body)
-            status, head, body = rest_answer.answered(scope, reply)
-            return status, head + rest_answer.header_lines(headers), body
-        return rest_answer.answered(scope, reply)
+            extra = rest_answer.header_lines(headers)
+        status, head, body = rest_answer.answered(scope, reply)
+        if self.cloudevents is not None and status == 200:
+            extra += self.cloudevents.lines(name, scope[REQUEST_ID].encode())
+        return status, head + extra if extra else head, body
 
 
 class _RoutedByStarlette:

@@ -13,48 +13,12 @@ way. Flat ``generate`` events (no ``outputs`` list) are Triton's format and left
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
 from typing import Any
 
 import orjson
 
-from inferpool.frontends.dataplane import SERVER_NAME
-
-SPEC_VERSION = "0.3"
-RESPONSE_TYPE = "io.seldon.serving.inference.response"
-# Where Kubernetes mounts the pod's namespace (MLServer reads it there too).
-NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-@functools.cache
-def namespace() -> str | None:
-    """The pod's Kubernetes namespace, or None outside Kubernetes."""
-    try:
-        return NAMESPACE_FILE.read_text()
-    except OSError:
-        return None
-
-
-def cloudevent_headers(model: str, response_id: str | None) -> dict[str, str]:
-    """The CloudEvents headers of one response of ``model``."""
-    source = f"io.seldon.serving.deployment.{SERVER_NAME}"
-    space = namespace()
-    if space:
-        source = f"{source}.{space}"
-    headers = {
-        "Ce-Specversion": SPEC_VERSION,
-        "Ce-Source": source,
-        "Ce-Type": RESPONSE_TYPE,
-        "Ce-Modelid": model,
-        "Ce-Inferenceservicename": SERVER_NAME,
-        "Ce-Endpoint": model,
-    }
-    if response_id:
-        headers["Ce-Id"] = headers["Ce-Requestid"] = response_id
-    if space:
-        headers["Ce-Namespace"] = space
-    return headers
+from inferpool.frontends.cloudevents import headers as cloudevent_headers
+from inferpool.frontends.cloudevents import served_namespace
 
 
 def with_headers(body: bytes, model: str, request_id: str) -> bytes:
@@ -70,5 +34,6 @@ def with_headers(body: bytes, model: str, request_id: str) -> bytes:
     if not isinstance(headers, dict):
         headers = parameters["headers"] = {}
     response_id = document.get("id")
-    headers.update(cloudevent_headers(model, response_id if response_id else request_id))
+    answer_id = response_id if response_id else request_id
+    headers.update(cloudevent_headers(model, answer_id, served_namespace()))
     return orjson.dumps(document)

@@ -58,6 +58,7 @@ def from_wire(body: bytes, writable: bool = True) -> InferenceResponse:
                 data = data.copy()
         else:
             data = typed_data(tensor.contents, tensor.datatype, shape, tensor.name)
+            shape = data.shape  # loose BYTES keep their own (typed_data)
         outputs.append(
             Tensor(tensor.name, tensor.datatype, shape, data, parameters_dict(tensor.parameters))
         )

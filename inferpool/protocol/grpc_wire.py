@@ -149,11 +149,14 @@ def decode_input(
         raise BadRequest(f"input '{name}' has both contents and raw_input_contents")
     else:
         data = tensor_from_bytes(raw, datatype, shape, name)
+    if datatype == "BYTES":
+        shape = data.shape  # the data's own shape when it is loose (typed_data)
     return Tensor(name, datatype, shape, data, parameters), spent
 
 
 def typed_data(contents: Any, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
-    """The datatype's ``contents`` field as an ndarray of that datatype, shaped as declared."""
+    """The datatype's ``contents`` field as an ndarray of that datatype, shaped as declared
+    (BYTES whose count is not the shape's stay flat, as MLServer takes them)."""
     field = CONTENTS_FIELD[datatype]
     for other, _ in contents.ListFields():
         if other.name != field:
@@ -162,6 +165,10 @@ def typed_data(contents: Any, datatype: str, shape: tuple[int, ...], name: str) 
             )
     values = getattr(contents, field)
     expected = element_count(shape)
+    if datatype == "BYTES" and len(values) != expected:
+        data = np.empty(len(values), dtype=object)  # flat: MLServer's loose string shapes
+        data[:] = list(values)
+        return data
     if len(values) != expected:
         raise BadRequest(
             f"input '{name}': shape {list(shape)} needs {expected} values, got {len(values)}"

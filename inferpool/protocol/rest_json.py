@@ -175,6 +175,7 @@ def request_from_document(
         id=request_id,
         outputs=_decode_outputs(document.get("outputs")),
         parameters=_parameters(document.get("parameters"), "request"),
+        json_strings=True,
     )
 
 
@@ -241,16 +242,23 @@ def _tensor(
         data = json_scan.values_for(raw_data, datatype, shape, element_count(shape), name)
     else:
         data = tensor_data_from_json(raw_data, datatype, shape, name)
+        shape = data.shape  # loose BYTES keep the data's own shape (below)
     return Tensor(name, datatype, shape, data, parameters)
 
 
 def tensor_data_from_json(
     data: object, datatype: str, shape: tuple[int, ...], name: str
 ) -> np.ndarray:
-    """Flat or nested JSON data as an ndarray of the datatype, shaped as declared."""
+    """Flat or nested JSON data as an ndarray of the datatype, shaped as declared.
+
+    Where MLServer is looser than the V2 specification, its clients rely on it: BYTES
+    data whose count is not the shape's (one string with its length as shape, two with
+    ``[2, 11]``) comes back flat, with its own shape; numeric data must fit its shape."""
     expected = element_count(shape)
     if datatype == "BYTES":
         values = _bytes_from_json(data, name)
+        if values.size != expected:
+            return values  # flat: MLServer's loose string shapes
     else:
         try:
             values = np.asarray(data)
@@ -291,7 +299,9 @@ def _wide_integers(data: object, values: np.ndarray, datatype: str, name: str) -
 def _bytes_from_json(data: object, name: str) -> np.ndarray:
     """JSON strings (nested or flat) as UTF-8 ``bytes``: BYTES decode the same way over
     every wire format, and a codec (``str``, ``json``, ...) takes them from there."""
-    if not isinstance(data, list):
+    if isinstance(data, str):
+        data = [data]  # MLServer takes a bare string as a list of one
+    elif not isinstance(data, list):
         raise BadRequest(f"input '{name}': BYTES data must be a list of strings")
     try:
         strings = np.asarray(data, dtype=object)

@@ -39,6 +39,8 @@ class InferenceRequest:
     id: str | None = None
     outputs: list[RequestedOutput] = field(default_factory=list)
     parameters: dict[str, Any] = field(default_factory=dict)
+    # Its BYTES data came as JSON strings (REST): MLServer hands those to a model as str.
+    json_strings: bool = field(default=False, compare=False)
 
     @property
     def content_type(self) -> str | None:

@@ -44,6 +44,8 @@ T = TypeVar("T")
 
 # Where a codec keeps its decoded payload in a tensor's parameters: never sent back.
 _DECODED = "_decoded_payload"
+# The content types whose BYTES reach a model as str (``_input_data``).
+_TEXT_TYPES = frozenset({"str", "json"})
 # The settings MLServer's ModelSettings takes from inferpool's (which may have resolved them
 # from the folder layout or the environment); the rest comes from the file as written.
 _SETTINGS_KEYS = {
@@ -261,6 +263,7 @@ class MLModelRuntime(Runtime):
 
     def _model_request(self, request: InferenceRequest) -> Any:
         types = self.flavour.types
+        declared = self._declared_content_types()
         return types.InferenceRequest(
             id=request.id,
             parameters=self._parameters(request.parameters, "the request"),
@@ -269,7 +272,7 @@ class MLModelRuntime(Runtime):
                     name=tensor.name,
                     shape=list(tensor.shape),
                     datatype=tensor.datatype,
-                    data=tensor.data.reshape(-1).tolist(),
+                    data=_input_data(tensor, declared.get(tensor.name), request.json_strings),
                     parameters=self._parameters(tensor.parameters, f"input '{tensor.name}'"),
                 )
                 for tensor in request.inputs
@@ -283,6 +286,18 @@ class MLModelRuntime(Runtime):
             ]
             or None,
         )
+
+    def _declared_content_types(self) -> dict[str, str]:
+        """The content types the model's metadata declares for its inputs, by name."""
+        declared: dict[str, str] | None = getattr(self, "_declared", None)
+        if declared is None:
+            declared = {
+                spec.name: spec.parameters["content_type"]
+                for spec in self.inputs()
+                if isinstance(spec.parameters.get("content_type"), str)
+            }
+            self._declared = declared
+        return declared
 
     def _parameters(self, parameters: dict[str, Any], where: str) -> Any:
         """The model's ``Parameters``; a 400 for a value of the wrong type."""
@@ -311,6 +326,10 @@ class MLModelRuntime(Runtime):
                 elements = [_element_bytes(item) for item in flat]
                 data = np.empty(len(elements), dtype=object)
                 data[:] = elements
+                if len(elements) != int(np.prod(shape)):
+                    # MLServer sends such strings as they are (one with its length as
+                    # shape): they keep their own, flat shape.
+                    shape = (len(elements),)
             else:
                 data = np.asarray(values, dtype=NUMPY_BY_DATATYPE[datatype]).reshape(-1)
             data = data.reshape(shape)
@@ -348,6 +367,23 @@ def _dump(parameters: Any) -> dict[str, Any]:
     dumped: dict[str, Any] = parameters.model_dump()
     dumped.pop(_DECODED, None)
     return dumped
+
+
+def _input_data(tensor: Tensor, declared: str | None, json_strings: bool) -> list[Any]:
+    """A tensor's flat data as the model gets it. Strings are ``str`` where MLServer
+    hands a model ``str``: those of a JSON body (the examples ``json.dumps`` them), and
+    those of a text content type (``str``, ``json``: the input's own, else the metadata's)
+    over any protocol; bytes that are no UTF-8 stay bytes, as MLServer's gRPC gives them."""
+    data: list[Any] = tensor.data.reshape(-1).tolist()
+    if tensor.datatype != "BYTES":
+        return data
+    from_json = json_strings and "binary_data_size" not in tensor.parameters
+    if not from_json and (tensor.content_type or declared) not in _TEXT_TYPES:
+        return data
+    try:
+        return [item.decode() if isinstance(item, bytes) else item for item in data]
+    except UnicodeDecodeError:
+        return data
 
 
 def _element_bytes(item: Any) -> bytes:

@@ -49,6 +49,8 @@ def merge_requests(requests: list[InferenceRequest]) -> tuple[InferenceRequest, 
         inputs=[_merge_input(tensors) for tensors in by_name.values()],
         outputs=[RequestedOutput(name, given) for name, given in outputs.items()],
         parameters=parameters,
+        # Strings read from JSON reach the model as str (as MLServer gives them), joined or not.
+        json_strings=all(request.json_strings for request in requests),
     )
     return merged, sizes
 

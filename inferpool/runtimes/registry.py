@@ -239,6 +239,13 @@ def infer_runtime(settings: ModelSettings) -> str:
     raise RuntimeNotFound(f"model '{settings.name}' has no folder and no runtime")
 
 
+def has_artefact(folder: Path) -> bool:
+    """Whether ``folder`` directly holds a file that names a runtime (``model.joblib``,
+    ``MLmodel``, ...): a folder without settings is a model only then, once the
+    repository is an MLServer one (``engine.repository``)."""
+    return any((folder / filename).exists() for filename, _ in _artefacts())
+
+
 def _runtime_in_folder(folder: Path) -> str:
     artefacts = _artefacts()
     for filename, runtime in artefacts:

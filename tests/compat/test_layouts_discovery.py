@@ -43,11 +43,10 @@ def test_settings_files_are_found_at_any_depth(tmp_path: Path) -> None:
     model_folder(tmp_path, "team-a/fraud/detector", implementation="m.Runtime")
     model_folder(tmp_path, "team-a/churn", name="churn-model", implementation="m.Runtime")
     artefact(tmp_path, "plain")  # a direct folder without settings: today's model
-    (tmp_path / "empty").mkdir()  # still listed (it fails at load, with its reason)
+    (tmp_path / "empty").mkdir()  # no settings, no artefact beside settings: no model
     model_folder(tmp_path, ".hidden/x", implementation="m.Runtime")
     model_folder(tmp_path, "team-a/_private", implementation="m.Runtime")
     assert found(tmp_path) == [
-        ("empty", None, True),
         ("plain", None, True),
         ("churn-model", None, True),
         ("detector", None, True),

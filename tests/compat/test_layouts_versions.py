@@ -166,12 +166,12 @@ def test_unload_and_load_by_name_take_every_version(tmp_path: Path, workers: int
         server.wait_ready()
         api = f"{server.url}/v2/repository/models/iris"
         assert httpx.post(f"{api}/unload").status_code == 200
-        # Every version stays listed, unloaded (Triton's index), and answers 404.
+        # Every version stays listed, UNAVAILABLE with MLServer's empty reason, and answers 404.
         index = httpx.post(f"{server.url}/v2/repository/index", json={}).json()
         unloaded = {(e["name"], e.get("version"), e["state"], e["reason"]) for e in index}
         assert unloaded == {
-            ("iris", "v1", "UNAVAILABLE", "unloaded"),
-            ("iris", "v2", "UNAVAILABLE", "unloaded"),
+            ("iris", "v1", "UNAVAILABLE", ""),
+            ("iris", "v2", "UNAVAILABLE", ""),
             ("other", None, "READY", ""),
         }
         assert httpx.post(f"{server.url}/v2/models/iris/infer", json=BODY).status_code == 404

@@ -79,9 +79,9 @@ def test_dataframe_in_dataframe_out(engine: inferpool.Engine, frame_repo: Path, 
 def test_load_and_unload(engine: inferpool.Engine, iris_frame) -> None:
     rows = iris_frame.to_numpy()[:2]
     engine.unload_sync("scaler")
-    # Triton's index: an unloaded model stays listed, UNAVAILABLE; it answers 404.
+    # An unloaded model stays listed, UNAVAILABLE (MLServer's empty reason); it answers 404.
     listed = {m["name"]: (m["state"], m["reason"]) for m in engine.models()}
-    assert listed == {"classifier": ("READY", ""), "scaler": ("UNAVAILABLE", "unloaded")}
+    assert listed == {"classifier": ("READY", ""), "scaler": ("UNAVAILABLE", "")}
     with pytest.raises(ModelNotFound, match=r"^model 'scaler' was unloaded \(load it again"):
         engine.infer_sync("scaler", rows)
     engine.load_sync("scaler")

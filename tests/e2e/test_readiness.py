@@ -117,7 +117,7 @@ def test_models_load_later_through_the_repository_api(tmp_path):
         # Still in the repository: listed as unloaded (Triton's index), not ready, and the
         # server stays ready.
         index = httpx.post(f"{server.url}/v2/repository/index").json()
-        assert index == [{"name": "iris-rf", "state": "UNAVAILABLE", "reason": "unloaded"}]
+        assert index == [{"name": "iris-rf", "state": "UNAVAILABLE", "reason": ""}]
         assert httpx.get(f"{server.url}/v2/models/iris-rf/ready").status_code == 503
         assert httpx.get(f"{server.url}/v2/health/ready").status_code == 200
 

@@ -1,6 +1,7 @@
 """The repository index and model readiness as Triton's, on both protocols.
 
-A version unloaded through the API stays listed (UNAVAILABLE, reason "unloaded"): model
+A version unloaded through the API stays listed (UNAVAILABLE, with MLServer's empty reason;
+its metadata's reason says "unloaded"): model
 ready answers false (REST 503, gRPC ``ready: false``, tritonclient's ``is_model_ready``
 False, never NOT_FOUND), metadata carries its state, inference is 404 / NOT_FOUND saying
 it was unloaded (as MLServer and KServe: a 503 would be retried for ever), statistics
@@ -62,11 +63,12 @@ def test_an_unloaded_model_stays_listed_and_answers_not_ready(server: Server, st
     url = server.url
     assert call(server, "unload", "iris-rf").status_code == 200
     try:
-        entry = {"name": "iris-rf", "state": "UNAVAILABLE", "reason": "unloaded"}
+        # Listed UNAVAILABLE with MLServer's empty reason, on both protocols.
+        entry = {"name": "iris-rf", "state": "UNAVAILABLE", "reason": ""}
         assert entry in index(server)
         grpc_index = stub.RepositoryIndex(pb.RepositoryIndexRequest(), timeout=30)
         listed = {m.name: (m.state, m.reason) for m in grpc_index.models}
-        assert listed["iris-rf"] == ("UNAVAILABLE", "unloaded")
+        assert listed["iris-rf"] == ("UNAVAILABLE", "")
         # Model ready: false on both protocols, never NOT_FOUND.
         ready = httpx.get(f"{url}/v2/models/iris-rf/ready", timeout=10)
         assert ready.status_code == 503
@@ -134,7 +136,8 @@ def test_a_model_the_repository_no_longer_holds_is_dropped(server: Server) -> No
     assert call(server, "load", "gone").status_code == 200
     # Unloaded, then its folder removed: the next unload or load drops it (404).
     assert call(server, "unload", "gone").status_code == 200
-    assert {"name": "gone", "state": "UNAVAILABLE", "reason": "unloaded"} in index(server)
+    assert {"name": "gone", "state": "UNAVAILABLE", "reason": ""} in index(server)
+    assert httpx.get(f"{server.url}/v2/models/gone", timeout=10).json()["reason"] == "unloaded"
     shutil.rmtree(gone)
     response = call(server, "unload", "gone")
     assert response.status_code == 404, response.text

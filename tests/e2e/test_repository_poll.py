@@ -133,7 +133,7 @@ def test_folders_moved_in_changed_and_removed(tmp_path: Path, workers: str) -> N
         # folder changes; a load acts at once.
         response = httpx.post(f"{server.url}/v2/repository/models/iris/unload", timeout=60)
         assert response.status_code == 200, response.text
-        unloaded = {"name": "iris", "state": "UNAVAILABLE", "reason": "unloaded"}
+        unloaded = {"name": "iris", "state": "UNAVAILABLE", "reason": ""}
         assert index(server)["iris"] == unloaded
         time.sleep(1.5)  # past the quiet period and an idle comparison of the folders
         assert index(server)["iris"]["state"] == "UNAVAILABLE"
@@ -240,9 +240,7 @@ def test_grpc_repository_api_works_in_poll_mode(tmp_path: Path, implementation: 
         server.wait_ready()
         stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="iris"), timeout=30)
         answer = stub.RepositoryIndex(pb.RepositoryIndexRequest(), timeout=30)
-        assert [(m.name, m.state, m.reason) for m in answer.models] == [
-            ("iris", "UNAVAILABLE", "unloaded")
-        ]
+        assert [(m.name, m.state, m.reason) for m in answer.models] == [("iris", "UNAVAILABLE", "")]
         assert not stub.ModelReady(pb.ModelReadyRequest(name="iris"), timeout=30).ready
         stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="iris"), timeout=60)
         assert stub.ModelReady(pb.ModelReadyRequest(name="iris"), timeout=30).ready

@@ -88,8 +88,23 @@ def test_lying_bytes_count_in_grpc_raw_contents_is_400_before_allocating():
     assert "input 'x'" in message and "at most 1" in message
 
 
-def test_lying_bytes_count_in_grpc_typed_contents_is_400_before_allocating():
+def test_lying_bytes_count_in_grpc_typed_contents_allocates_only_what_is_sent():
+    # MLServer takes string contents whatever their shape says (its clients send one
+    # string with its length as shape): the strings sent, flat; nothing for the lie.
     body = grpc_body("BYTES", [LIE], bytes_contents=[b"a"])
+    tracemalloc.start()
+    try:
+        request = grpc_wire.decode(body)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    (tensor,) = request.inputs
+    assert tensor.shape == (1,) and tensor.data.tolist() == [b"a"]
+    assert peak < 1 << 20, f"allocated {peak} bytes for one string"
+
+
+def test_lying_numeric_count_in_grpc_typed_contents_is_400():
+    body = grpc_body("FP32", [LIE], fp32_contents=[1.0])
     assert "needs 5000000 values, got 1" in refused(lambda: grpc_wire.decode(body))
 
 
