@@ -66,6 +66,10 @@ class InProcessClient(EngineClient):
             self.threads = PredictThreads(1 + settings.max_standby_workers)
         self.probe = LoadProbe(settings.model_load_timeout)
 
+    async def close(self) -> None:
+        await super().close()
+        await self.probe.close()
+
     async def _load(self, settings: ModelSettings) -> dict[str, Any]:
         from inferpool.engine.worker.model import failure_reason, unload_model
 

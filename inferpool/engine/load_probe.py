@@ -14,6 +14,7 @@ Custom runtimes are not probed: their ``load`` may have effects that must happen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -69,6 +70,14 @@ class LoadProbe:
         if reason is not None:
             raise ModelLoadError(reason)
 
+    async def close(self) -> None:
+        """Stop probing (shutdown): a child still loading is killed and reaped."""
+        runner, self._runner = self._runner, None
+        if runner is not None and not runner.done():
+            runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await runner
+
     async def _run(self) -> None:
         await asyncio.sleep(0)  # the loads asked in this turn come along
         while self._queue:
@@ -102,21 +111,16 @@ class LoadProbe:
         assert process.stdin is not None
         process.stdin.write(json.dumps([ask.document for ask in batch]).encode())
         process.stdin.close()
-        loop = asyncio.get_running_loop()
-        lines = asyncio.StreamReader()
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(lines), os.fdopen(reader_fd, "rb")
-        )
         try:
-            loading, hung = await self._follow(batch, lines)
-        except BaseException:  # cancelled (shutdown): the child goes too
-            process.kill()
+            loading, hung = await self._read(reader_fd, batch)
+            if hung is not None:
+                process.kill()
+            code = await process.wait()
+        except BaseException:  # cancelled (shutdown): the child goes too, reaped
+            if process.returncode is None:
+                process.kill()
+                await asyncio.shield(process.wait())
             raise
-        finally:
-            transport.close()
-        if hung is not None:
-            process.kill()
-        code = await process.wait()
         status = -code if code < 0 else code << 8  # as waitpid says it
         left = [ask for ask in batch if not ask.done.done()]
         if loading is not None and left:
@@ -130,6 +134,19 @@ class LoadProbe:
                 ask.done.set_result(None)
             left = []
         return left
+
+    async def _read(
+        self, reader_fd: int, batch: list[_Ask]
+    ) -> tuple[tuple[int, Loading] | None, float | None]:
+        """What the child reports on its pipe (``_follow``), until it stops."""
+        lines = asyncio.StreamReader()
+        transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(lines), os.fdopen(reader_fd, "rb")
+        )
+        try:
+            return await self._follow(batch, lines)
+        finally:
+            transport.close()
 
     async def _follow(
         self, batch: list[_Ask], lines: asyncio.StreamReader

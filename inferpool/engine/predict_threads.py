@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import queue
 import threading
 from collections.abc import Callable
@@ -31,7 +32,7 @@ _Result = TypeVar("_Result")
 
 
 class _Job:
-    __slots__ = ("args", "count", "function", "future", "key", "loop")
+    __slots__ = ("args", "context", "count", "function", "future", "key", "loop")
 
     def __init__(
         self,
@@ -44,6 +45,9 @@ class _Job:
         self.function, self.args, self.future = function, args, future
         self.key, self.count = key, count
         self.loop = future.get_loop()
+        # The caller's context (its request id, for the runtime's log records), as
+        # ``asyncio.to_thread`` hands it on.
+        self.context = contextvars.copy_context()
 
 
 class PredictThreads:
@@ -129,7 +133,7 @@ class PredictThreads:
             job = self._jobs.get()
             self.running[number] = (job.key, job.count)
             try:
-                result, error = job.function(*job.args), None
+                result, error = job.context.run(job.function, *job.args), None
             except BaseException as exc:  # handed to the awaiting coroutine
                 result, error = None, exc
             self.running[number] = None

@@ -26,10 +26,10 @@ from typing import Any, Protocol
 from inferpool.engine.crashes import ExitStatuses, describe_exit
 from inferpool.engine.handles import TemplateProcess
 from inferpool.engine.ipc import messages
+from inferpool.engine.ipc.fingerprint import fingerprint
 from inferpool.engine.load_blame import Verdicts, blame
 from inferpool.engine.outages import MAX_BACKOFF, Outages
 from inferpool.engine.states import ModelKey, describe_key, model_key
-from inferpool.engine.worker.preload import fingerprint
 from inferpool.errors import ModelLoadError, NotReady, WorkerLost
 
 logger = logging.getLogger(__name__)

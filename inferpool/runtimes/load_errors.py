@@ -168,6 +168,13 @@ def _detail(exc: BaseException) -> str:
         text = f"{kind}: {text}" if text else kind
         if isinstance(exc, EOFError | KeyError | IndexError):
             text = f"the pickle stream breaks off or is garbled ({text})"
+    elif (
+        type(exc).__module__ == "builtins"
+        and not isinstance(exc, ValueError | RuntimeError)  # libraries' own messages
+        and not text.startswith(type(exc).__name__)
+    ):
+        # Python's own errors say little without their name ("division by zero").
+        text = f"{type(exc).__name__}: {text}"
     line = _NATIVE_NOISE.sub("", text.splitlines()[0] if text else "").strip()
     printable = "".join(c if c.isprintable() else "?" for c in line)
     if len(printable) > MAX_DETAIL:

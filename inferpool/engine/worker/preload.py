@@ -19,11 +19,9 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NamedTuple
 
-import orjson
-
+from inferpool.engine.ipc.fingerprint import fingerprint
 from inferpool.engine.ipc.messages import Loading, PreloadResult
 from inferpool.engine.worker.announce import announcing
 from inferpool.engine.worker.heap import release_freed_memory
@@ -46,18 +44,6 @@ class _Copy(NamedTuple):
 
 # By (name, version): the versions of one model are held side by side.
 _PRELOADED: dict[tuple[str, str | None], _Copy] = {}
-
-
-def fingerprint(document: dict[str, Any]) -> bytes:
-    """The model's settings plus the size and mtime of every file in its folder."""
-    folder = document.get("folder")
-    files = []
-    if folder and Path(folder).is_dir():
-        for path in sorted(Path(folder).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                stat = path.stat()
-                files.append((str(path), stat.st_size, stat.st_mtime_ns))
-    return orjson.dumps([document, files])
 
 
 # How long threads a load leaves behind may take to end on their own. A library that ran
