@@ -237,7 +237,10 @@ def serve_command(args: argparse.Namespace) -> int:
             "name a model repository (a folder of model folders, or "
             "INFERPOOL_MODEL_REPOSITORY), or use --demo."
         )
-    if not found.is_dir():
+    # A model server whose loads an agent drives (--no-load-models-at-startup: Seldon's
+    # agent makes the folder when it starts, maybe after us) may start before its folder.
+    may_come = not found.exists() and not settings.load_models_at_startup
+    if not found.is_dir() and not may_come:
         # Refused before any port is bound or any worker started.
         configure_logging(None)
         source = source_of("model_repository", {"model_repository": found} if repository else {},
