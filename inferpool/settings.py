@@ -274,7 +274,7 @@ class ServerSettings(BaseSettings):
     )
     max_request_tensor_bytes: int = Field(
         256 * MIB,
-        ge=1,
+        ge=0,
         description="bytes all the tensors of one request may decode to, from their declared "
         "shapes and datatypes (413 / RESOURCE_EXHAUSTED)",
     )
@@ -297,7 +297,7 @@ class ServerSettings(BaseSettings):
     )
     max_unsent_bytes_per_connection: int = Field(
         32 * MIB,
-        ge=1,
+        ge=0,
         description="answer bytes one connection may hold unread beyond its first answer; past "
         "it its large answers and its new HTTP/2 streams are refused (RESOURCE_EXHAUSTED); "
         "0: no bound",
