@@ -274,7 +274,7 @@ class ServerSettings(BaseSettings):
     )
     max_request_tensor_bytes: int = Field(
         256 * MIB,
-        ge=0,
+        ge=1,
         description="bytes all the tensors of one request may decode to, from their declared "
         "shapes and datatypes (413 / RESOURCE_EXHAUSTED)",
     )
@@ -290,7 +290,7 @@ class ServerSettings(BaseSettings):
     )
     max_unsent_bytes: int = Field(
         256 * MIB,
-        ge=1,
+        ge=0,
         description="answer bytes a frontend process may hold for clients that have not read "
         "them yet, all connections together; past it a large answer is refused (503 / "
         "RESOURCE_EXHAUSTED); 0: no bound",
