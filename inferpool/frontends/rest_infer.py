@@ -23,7 +23,7 @@ from inferpool.engine.ipc.messages import Kind
 from inferpool.errors import InferpoolError
 from inferpool.frontends import rest_answer, rest_input
 from inferpool.frontends.access_log import REQUEST_ID
-from inferpool.frontends.cloudevents import CloudEvents, kubernetes_namespace
+from inferpool.frontends.cloudevents import CloudEvents, served_namespace
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.rest_gzip import answer_gzip
 from inferpool.frontends.rest_input import await_reply
@@ -70,7 +70,7 @@ class InferRoutes:
         settings = client.settings
         # Answers of gzip_min_bytes or more, gzipped for clients that accept it (or None).
         self.gzip = answer_gzip(settings)
-        self.cloudevents = CloudEvents(kubernetes_namespace()) if settings.cloudevents else None
+        self.cloudevents = CloudEvents(served_namespace()) if settings.cloudevents else None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
