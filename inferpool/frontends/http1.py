@@ -58,6 +58,8 @@ _LINGER = 4  # answered with an error before its body was read: drain a little, 
 # Seconds the rest of a body answered before it arrived is read and dropped before the
 # connection closes, so that the client reads the answer instead of a reset.
 LINGER_SECONDS = 2.0
+# Unsent bytes a closing connection still sends (a socket's buffer takes them at once).
+_FLUSH_AT_CLOSE = 65536
 # uvloop's millisecond timers may fire a hair before their time.
 _SLACK = 0.002
 
@@ -100,6 +102,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._after_drain = False  # a finished answer waits for the peer to read
         self._large = 0  # bytes of the last large answer written whole (``respond``)
         self._admitted = False
+        self._lost = False
 
     # -- connection -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -113,6 +116,7 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
+        self._lost = True
         ANSWERS.release(self)
         if self._admitted:
             self.registry.release(self)
@@ -130,13 +134,23 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._drop()
 
     def _drop(self) -> None:
-        """Close now: a peer that stopped reading would keep ``close()`` waiting forever."""
+        """Close now. A few bytes still unsent (an error answer just written: uvloop may
+        hold a write until the loop's next turn) go out first, within ``LINGER_SECONDS``;
+        more than a socket buffer's worth is cut off: a peer that stopped reading would keep
+        ``close()`` waiting forever."""
         if self.transport.is_closing():
             return
-        if self.transport.get_write_buffer_size():
+        unsent = self.transport.get_write_buffer_size()
+        if unsent > _FLUSH_AT_CLOSE:
             self._abort_unread()
-        else:
-            self.transport.close()
+            return
+        self.transport.close()
+        if unsent:
+            self.loop.call_later(LINGER_SECONDS, self._abort_if_open)
+
+    def _abort_if_open(self) -> None:
+        if not self._lost:
+            self._abort_unread()
 
     def _abort_unread(self) -> None:
         """Cut the connection off with answer bytes unsent; their memory comes back with
@@ -235,6 +249,10 @@ class GuardedHttpTools(HttpToolsProtocol):
         self.scope[WATCH] = 0  # type: ignore[literal-required]  # this server cancels a watched engine call on disconnect
         self.scope[DIRECT] = self  # type: ignore[literal-required]  # and writes whole answers
         super().on_headers_complete()
+        if self.cycle is not None and not self.parser.should_keep_alive():
+            # The client's "connection: close": Uvicorn before 0.47 kept such a
+            # connection open after the answer (it read only the HTTP version).
+            self.cycle.keep_alive = False
         if self.pipeline:
             # Queued behind a running request with reading paused: no body deadline
             # until it starts.

@@ -112,6 +112,9 @@ class RestServer:
             http=protocol_class(self.settings, self.connections, self.frontend),
             loop="none",
             lifespan="off",
+            # No WebSocket routes: nor the import of websockets (whose legacy module, which
+            # older Uvicorns load, warns of its deprecation at import).
+            ws="none",
             access_log=False,
             # No handler of its own: its lines go through the root logger, formatted as
             # every other line; its levels are inferpool.logs' (log_level, log_levels).

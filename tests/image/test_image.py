@@ -193,9 +193,11 @@ def test_the_image_holds_every_runtime_and_the_compiled_extensions_and_no_compil
 
 
 def test_version(container: str):
-    assert (
-        buildah("run", *RUNC, container, "--", "inferpool", "--version") == f"inferpool {VERSION}\n"
-    )
+    version = buildah("run", *RUNC, container, "--", "inferpool", "--version").splitlines()
+    assert version[0] == f"inferpool {VERSION}"
+    # the image's runtimes, each with the version the image installed
+    runtimes = next(line for line in version if line.startswith("runtimes: "))
+    assert "scikit-learn 1." in runtimes, version
 
 
 def test_the_demo_serves(container: str, no_shm: Path):

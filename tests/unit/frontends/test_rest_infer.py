@@ -155,7 +155,7 @@ async def _serve_one(app: Any, *parts: bytes, pause: bool = False) -> list[bytes
     """What the protocol writes for one request arriving in ``parts``; with ``pause`` the
     app runs between two parts (it reads what came before the next arrives)."""
     settings = ServerSettings()
-    config = uvicorn.Config(app, lifespan="off", log_config=None, access_log=False)
+    config = uvicorn.Config(app, lifespan="off", ws="none", log_config=None, access_log=False)
     config.load()
     state = ServerState()
     state.default_headers = [(b"date", b"today"), (b"server", b"uvicorn")]
