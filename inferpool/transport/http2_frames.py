@@ -328,7 +328,15 @@ class Http2FrameReader(Http2Streams):
             return
         if stream.on_data is not None:  # read as it comes: the call bounds its messages
             self._stream_data(stream, flags, flow, payload, out)
-            return
+        else:  # a unary call: its body is held until it ends
+            self._hold_data(stream, flags, flow, payload, before, out)
+
+    def _hold_data(
+        self, stream: Stream, flags: int, flow: int, payload: bytes, before: int, out: list[bytes]
+    ) -> None:
+        """Keep a DATA frame's payload for a body read whole, within ``max_body``; its
+        first ``BODY_HEAD`` bytes are shown to ``on_body_head`` (a declared length)."""
+        received, size = stream.received, len(payload)
         if received > self.max_body:
             self._reject(
                 stream,
@@ -355,7 +363,7 @@ class Http2FrameReader(Http2Streams):
             return
         stream.unacked += flow
         if stream.unacked >= STREAM_WINDOW // 4 and received < self.max_body:
-            out.append(frame(WINDOW_UPDATE, 0, stream_id, U32.pack(stream.unacked)))
+            out.append(frame(WINDOW_UPDATE, 0, stream.id, U32.pack(stream.unacked)))
             stream.recv_window += stream.unacked
             stream.unacked = 0
 
