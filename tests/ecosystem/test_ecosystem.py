@@ -103,7 +103,7 @@ def install(venv: Path, requirements: list[str]) -> str:
     """``pip install`` into ``venv`` (made by ``resolved``) in one command; pip's output."""
     result = subprocess.run(
         # --no-compile: pip's byte-compiling of ray, mlflow and kserve changes nothing
-        # resolved or served, and is a third of CI's install time.
+        # resolved or served, and takes CPU time the five installs share.
         [venv / "bin" / "python", "-m", "pip", "install", "--disable-pip-version-check",
          "--progress-bar", "off", "--no-compile", *requirements],
         capture_output=True, text=True, timeout=INSTALL_TIMEOUT, env=CLEAN_ENVIRONMENT,
