@@ -127,6 +127,9 @@ class ModelSettings(BaseModel):
     @field_validator("requirements")
     @classmethod
     def _valid_requirements(cls, requirements: list[str]) -> list[str]:
+        # Lazily: the one parser that also matches them later, in a module that must not
+        # import pydantic (it runs under environments' interpreters), so not from here;
+        # loading the settings loads nothing of the engine (test_settings_layering.py).
         from inferpool.engine.capabilities import check_requirements
 
         check_requirements(requirements)

@@ -4,6 +4,9 @@
 Each group is a class that extends the one before, so that the fields keep one order
 (pydantic lists a parent's fields first): ``ServerSettings`` (``inferpool.settings.server``)
 extends the last and adds the repository API's fields, the validators and the sources.
+
+A new setting is a field in the group of its concern, with a ``description``, and a line
+in ``inferpool/cli_flags.py`` FIELD_GROUPS (its flag's section and place in ``--help``).
 """
 
 from __future__ import annotations
