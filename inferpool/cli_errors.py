@@ -4,7 +4,7 @@ pydantic's ValidationError names a field and says what is wrong with the value i
 words (with a URL); a user set a flag, a variable or a key of settings.json. Each error
 becomes one line: the source (``--http-port``, ``INFERPOOL_HTTP_PORT``, ``settings.json
 key 'http_port'``, ``MLSERVER_HTTP_PORT``), what is allowed (from the field's type and
-constraints, so settings.py stays the one place that says it) and the value given.
+constraints, so inferpool.settings stays the one place that says it) and the value given.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from inferpool.cli_flags import flag, mlserver_names
-from inferpool.mlserver_env import SERVER_PREFIX
 from inferpool.settings import SETTINGS_FILE, ServerSettings
+from inferpool.settings.mlserver_server import SERVER_PREFIX
 
 _ENV_PREFIX = "INFERPOOL_"
 
@@ -35,7 +35,8 @@ def source_of(
     environ: Mapping[str, str] = os.environ,
 ) -> str:
     """Where the value of setting ``name`` came from, the highest source first (the
-    precedence of settings.py): the flag, the variable, settings.json, MLServer's variable."""
+    precedence of inferpool.settings.server): the flag, the variable, settings.json, MLServer's
+    variable."""
     if name in overrides:
         return "the repository argument" if name == "model_repository" else flag(name)
     variable = _ENV_PREFIX + name.upper()

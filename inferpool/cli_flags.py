@@ -2,8 +2,8 @@
 by concern, each with its default, its ``INFERPOOL_*`` variable and, where MLServer has
 the setting, its ``MLSERVER_*`` variable. The help is formatted by rich-argparse.
 
-Flags carry text: pydantic converts and checks every value (settings.py stays the one
-place that says what is allowed), and ``cli_errors`` words its refusals.
+Flags carry text: pydantic converts and checks every value (inferpool.settings stays
+the one place that says what is allowed), and ``cli_errors`` words its refusals.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from inferpool.mlserver_env import SERVER_PREFIX, SERVER_RULES
 from inferpool.settings import ServerSettings
+from inferpool.settings.mlserver_server import SERVER_PREFIX, SERVER_RULES
 
 # The help's sections, in their order: (title, what they hold).
 GROUPS: dict[str, str] = {

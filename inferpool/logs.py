@@ -27,12 +27,12 @@ from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.channel import Channel, Outgoing
 from inferpool.engine.ipc.messages import Op
 from inferpool.frontends.request_context import current_request_id
+from inferpool.settings.validators import LEVELS, parse_level
+from inferpool.settings.validators import parse_levels as parse_levels  # (tests read it here)
 
 if TYPE_CHECKING:
     from inferpool.settings import ServerSettings
 
-LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-          "error": logging.ERROR, "critical": logging.CRITICAL}  # fmt: skip
 # The HTTP servers' loggers: no handler of their own (their records reach ours), and their
 # levels set here (frontends/server.py leaves them alone).
 LIBRARY_LOGGERS = ("uvicorn.error", "uvicorn.access", "uvicorn.asgi", "hypercorn.error")
@@ -49,41 +49,6 @@ _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {
 }  # fmt: skip
 _PLAIN = logging.Formatter()
 _format = "text"  # of the server's handler, for the children's fallback to stderr
-
-
-# -- settings ------------------------------------------------------------------------------
-def parse_level(value: object) -> str:
-    """A level name as the settings keep it (lower case); ValueError for any other."""
-    name = str(value).strip().lower()
-    if name not in LEVELS:
-        raise ValueError(f"unknown log level {value!r}: use one of {', '.join(LEVELS)}")
-    return name
-
-
-def parse_levels(value: object) -> dict[str, str]:
-    """``log_levels`` from ``"inferpool.access=info,uvicorn.error=warning"`` (the flag or
-    the environment), a JSON object in a string, or a mapping (``settings.json``)."""
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("{"):
-            try:
-                value = orjson.loads(text)
-            except orjson.JSONDecodeError as exc:
-                raise ValueError(f"log_levels: not valid JSON ({exc})") from None
-        else:
-            pairs = [item.partition("=") for item in text.split(",") if item.strip()]
-            bad = [f"{name}{sep}{level}" for name, sep, level in pairs if not sep]
-            if bad:
-                raise ValueError(f"log_levels: {bad[0]!r} is not LOGGER=LEVEL")
-            value = {name.strip(): level for name, _, level in pairs}
-    if not isinstance(value, Mapping):
-        raise ValueError("log_levels: give LOGGER=LEVEL pairs or a JSON object")
-    levels = {}
-    for name, level in value.items():
-        if not isinstance(name, str) or not name.strip():
-            raise ValueError("log_levels: a logger name is empty")
-        levels[name.strip()] = parse_level(level)
-    return levels
 
 
 # -- formats -------------------------------------------------------------------------------

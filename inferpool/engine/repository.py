@@ -43,7 +43,6 @@ from pathlib import Path
 
 from inferpool.engine.states import ModelKey, model_key, newer_version
 from inferpool.errors import BadRequest
-from inferpool.mlserver_models import single_model
 from inferpool.runtimes.registry import has_artefact
 from inferpool.settings import (
     MODEL_SETTINGS_FILE,
@@ -51,6 +50,7 @@ from inferpool.settings import (
     VersionPolicy,
     read_model_settings,
 )
+from inferpool.settings.mlserver_model import single_model
 
 logger = logging.getLogger(__name__)
 

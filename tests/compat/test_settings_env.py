@@ -14,16 +14,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from inferpool import mlserver_env
 from inferpool.cli import main
-from inferpool.settings import load_server_settings
+from inferpool.settings import load_server_settings, mlserver_common
 from tests.support import Server, free_port
 
 
 @pytest.fixture(autouse=True)
 def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
     # Each test sees its own warnings (they are logged once per process).
-    monkeypatch.setattr(mlserver_env, "_logged", set())
+    monkeypatch.setattr(mlserver_common, "_logged", set())
     for name in os.environ:
         if name.startswith(("MLSERVER_", "INFERPOOL_")):
             monkeypatch.delenv(name)

@@ -14,9 +14,8 @@ import httpx
 import pytest
 from sklearn.linear_model import LogisticRegression
 
-from inferpool import mlserver_env
 from inferpool.engine.repository import discover
-from inferpool.settings import read_model_settings
+from inferpool.settings import mlserver_common, read_model_settings
 from tests.support import Server, iris_data, write_sklearn_model
 
 BODY = {
@@ -32,7 +31,7 @@ KSERVE = {  # what KServe's kserve-mlserver runtime and its defaulting webhook s
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(mlserver_env, "_logged", set())
+    monkeypatch.setattr(mlserver_common, "_logged", set())
     for name in os.environ:
         if name.startswith(("MLSERVER_", "INFERPOOL_")):
             monkeypatch.delenv(name)

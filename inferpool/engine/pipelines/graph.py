@@ -17,7 +17,8 @@ from typing import Any
 
 from inferpool.engine.states import ModelState, ModelTable, describe_key, model_key
 from inferpool.errors import ModelNotFound
-from inferpool.pipeline_settings import (
+from inferpool.settings import ModelSettings
+from inferpool.settings.pipeline import (
     PARAMETERS,
     PIPELINE,
     ModelCall,
@@ -26,7 +27,6 @@ from inferpool.pipeline_settings import (
     StepSpec,
     parse_reference,
 )
-from inferpool.settings import ModelSettings
 
 PLATFORM = "inferpool_pipeline"
 

@@ -26,9 +26,9 @@ from inferpool.engine.pipelines.graph import Call, Plan, PlanError, build_plan, 
 from inferpool.engine.pipelines.runner import Run, StepTrace
 from inferpool.engine.states import ModelKey, ModelState, ModelStatus, describe_key, model_key
 from inferpool.errors import InferpoolError, ModelNotFound
-from inferpool.pipeline_settings import PipelineSpec
 from inferpool.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from inferpool.settings import ModelSettings
+from inferpool.settings.pipeline import PipelineSpec
 
 if TYPE_CHECKING:
     from inferpool.engine.client import EngineClient

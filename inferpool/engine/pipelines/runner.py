@@ -19,8 +19,8 @@ from inferpool.engine.ipc.messages import Reply
 from inferpool.engine.pipelines.combine import combine, route_key
 from inferpool.engine.pipelines.graph import Call, Plan, Step
 from inferpool.errors import BadRequest, InferpoolError, from_status
-from inferpool.pipeline_settings import PARAMETERS, PIPELINE, Reference
 from inferpool.protocol.types import InferenceRequest, Tensor
+from inferpool.settings.pipeline import PARAMETERS, PIPELINE, Reference
 
 # A child call: the call, its inputs and the deadline → its outputs and its reply.
 Caller = Callable[[Call, list[Tensor], float | None], Awaitable[tuple[list[Tensor], Reply]]]

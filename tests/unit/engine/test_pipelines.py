@@ -12,11 +12,11 @@ from inferpool.engine.pipelines.combine import combine, route_key
 from inferpool.engine.pipelines.graph import find_cycle
 from inferpool.engine.pipelines.manager import load_order
 from inferpool.errors import BadRequest, InferpoolError
-from inferpool.pipeline_settings import Reference, parse_reference
 from inferpool.protocol import grpc_wire
 from inferpool.protocol.grpc_raw import from_wire, to_wire
 from inferpool.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from inferpool.settings import ModelSettings
+from inferpool.settings.pipeline import Reference, parse_reference
 
 
 def tensor(name: str, values: list) -> Tensor:

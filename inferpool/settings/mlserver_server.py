@@ -5,23 +5,21 @@ Owns the table of MLServer 1.7.1's server settings (``settings.json`` keys and t
 refused with a stated reason. A refused setting whose value changes nothing served is a
 warning naming it; one that would make inferpool serve differently from MLServer stops the
 start (SettingsRefused). Unknown keys and variables are warnings. The model settings'
-side is inferpool.mlserver_models.
+side is ``inferpool.settings.mlserver_model``.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import UnionType
-from typing import Any, Union
+from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-logger = logging.getLogger("inferpool.settings")
+from inferpool.settings.cors import CORSSettings
+from inferpool.settings.mlserver_common import parse_env, warn_once
+from inferpool.settings.mlserver_model import is_model_variable
 
 SERVER_PREFIX = "MLSERVER_"
 MODELS_DIR = "MLSERVER_MODELS_DIR"  # the folder MLServer's image serves (its CMD argument)
@@ -135,15 +133,6 @@ SERVER_RULES: dict[str, Rule] = {
     "gzip_enabled": Rule(bool, _to("gzip_enabled")),
 }
 
-_logged: set[str] = set()
-
-
-def warn_once(message: str, level: int = logging.WARNING) -> None:
-    """Log a settings message once per process (discovery runs again and again)."""
-    if message not in _logged:
-        _logged.add(message)
-        logger.log(level, "%s", message)
-
 
 # -- server settings -------------------------------------------------------------------------
 def server_values(
@@ -199,8 +188,6 @@ def _apply(value: Any, rule: Rule, shown: str) -> dict[str, Any]:
 def cors_with_environment(cors: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
     """``cors`` with the keys it does not give read from ``MLSERVER_<KEY>``, as MLServer's
     CORSSettings does once cors_settings is set."""
-    from inferpool.settings import CORSSettings
-
     filled = dict(cors)
     for key, field in CORSSettings.model_fields.items():
         text = environ.get(SERVER_PREFIX + key.upper())
@@ -211,8 +198,6 @@ def cors_with_environment(cors: Mapping[str, Any], environ: Mapping[str, str]) -
 
 def warn_idle_cors_variables(environ: Mapping[str, str]) -> None:
     """``MLSERVER_ALLOW_ORIGINS``... without cors_settings: no CORS (MLServer's rule too)."""
-    from inferpool.settings import CORSSettings
-
     for key in CORSSettings.model_fields:
         name = SERVER_PREFIX + key.upper()
         if name in environ:
@@ -220,8 +205,6 @@ def warn_idle_cors_variables(environ: Mapping[str, str]) -> None:
 
 
 def _warn_unknown_cors(cors: Mapping[str, Any], where: str) -> None:
-    from inferpool.settings import CORSSettings
-
     for key in cors:
         if key not in CORSSettings.model_fields:
             warn_once(f"{where}: unknown cors_settings key '{key}'")
@@ -229,8 +212,6 @@ def _warn_unknown_cors(cors: Mapping[str, Any], where: str) -> None:
 
 def environment_values(environ: Mapping[str, str], ours: Iterable[str]) -> dict[str, Any]:
     """The ``MLSERVER_*`` server variables as inferpool's ServerSettings values."""
-    from inferpool.mlserver_models import is_model_variable  # it builds on this module
-
     raw: dict[str, Any] = {}
     for name, text in environ.items():
         if not name.startswith(SERVER_PREFIX) or name in (MODELS_DIR, ENV_TARBALL):
@@ -254,21 +235,4 @@ def environment_values(environ: Mapping[str, str], ours: Iterable[str]) -> dict[
 
 
 def _is_cors_variable(key: str) -> bool:
-    from inferpool.settings import CORSSettings
-
     return key in CORSSettings.model_fields
-
-
-def parse_env(text: str, kind: Any) -> Any:
-    """A variable's text; JSON when its type is structured, as pydantic-settings reads it."""
-    if not _structured(kind) or text == "":
-        return text  # pydantic parses numbers and booleans from text
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text  # a plain string where a string is allowed (logging_settings: a path)
-
-
-def _structured(kind: Any) -> bool:
-    kinds = typing.get_args(kind) if typing.get_origin(kind) in (Union, UnionType) else (kind,)
-    return any(typing.get_origin(k) in (list, dict) or k in (list, dict) for k in kinds)

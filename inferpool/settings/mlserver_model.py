@@ -18,18 +18,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
-from inferpool.mlserver_env import parse_env, warn_once
-
-if TYPE_CHECKING:
-    from inferpool.settings import ModelSettings
+from inferpool.settings.mlserver_common import parse_env, warn_once
+from inferpool.settings.model import MODEL_SETTINGS_FILE, ModelParameters, ModelSettings
 
 MODEL_PREFIX = "MLSERVER_MODEL_"
 OUR_MODEL_PREFIX = "INFERPOOL_MODEL_"
-MODEL_SETTINGS_FILE = "model-settings.json"
 ENVIRONMENT_MODEL = "environment (MLSERVER_MODEL_* / INFERPOOL_MODEL_*)"
 
 # MLServer 1.7.1's ModelSettings and ModelParameters fields that inferpool reads as they are.
@@ -210,8 +207,6 @@ def single_model(
     (MLServer reads the environment's model only then). The artefact is at the URI (a file,
     or a folder), or else at the repository's root.
     """
-    from inferpool.settings import ModelParameters, ModelSettings
-
     raw = model_environment(os.environ)
     if not raw or not repository.is_dir() or _has_settings_file(repository):
         return None

@@ -1,0 +1,62 @@
+"""Reading the settings files: a server's (``settings.json`` in its repository, over the
+environment, under its flags) and a model's (``model-settings.json`` in its folder, with
+MLServer's key checks and the model variables).
+
+The top of the package: it puts the models (``server``, ``model``) and MLServer's
+contract (``mlserver_model``) together, so that neither imports the other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from inferpool.settings.mlserver_model import (
+    check_model_keys,
+    single_model_repository,
+    with_model_environment,
+)
+from inferpool.settings.model import MODEL_SETTINGS_FILE, ModelSettings
+from inferpool.settings.server import ServerSettings
+from inferpool.settings.sources import reading_settings_file
+
+SETTINGS_FILE = "settings.json"
+
+
+def load_server_settings(repository: Path | None, overrides: dict[str, Any]) -> ServerSettings:
+    """Settings for a server of ``repository``; ``overrides`` are the CLI flags given."""
+    if repository is None:
+        # The environment's (or, in single-model mode, the folder of its model's URI).
+        repository = ServerSettings().model_repository or single_model_repository(os.environ)
+    path = repository / SETTINGS_FILE if repository is not None else None
+    with reading_settings_file(path if path is not None and path.is_file() else None):
+        if repository is not None:
+            overrides = {"model_repository": repository, **overrides}
+        return ServerSettings(**overrides)
+
+
+def read_model_settings(folder: Path, default_name: str) -> ModelSettings:
+    """The settings of the model in ``folder``; ``ValueError`` with a one-line reason."""
+    raw: dict[str, Any] = {}
+    path = folder / MODEL_SETTINGS_FILE
+    if path.is_file():
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}: must hold a JSON object")
+        check_model_keys(raw, str(path))
+        raw = with_model_environment(raw, os.environ)
+    raw.setdefault("name", default_name)
+    raw["folder"] = folder
+    try:
+        return ModelSettings(**raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ValueError(f"{path}: {where}: {first['msg']}") from None
