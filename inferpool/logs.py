@@ -5,7 +5,7 @@ forwarding of the template's and the workers' records to it.
   as ``text`` or ``json`` (one object per line), the global level and ``log_levels``.
   Uvicorn's and Hypercorn's loggers have no handler of their own: they reach this one.
 - ``ContextFilter``: adds ``request_id`` (the request being handled, from
-  ``frontends.request_context``) and ``worker`` ("-": the server process) to every record.
+  ``inferpool.request_ids``) and ``worker`` ("-": the server process) to every record.
 - In the template and the workers (``child_config`` → ``configure_child`` → ``forward_to``):
   a ``ForwardHandler`` sends each record that passes the server's levels to the server as
   an ``Op.LOG`` message; the server re-emits it (``replay``) with the worker's index and
@@ -26,7 +26,7 @@ import orjson
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.channel import Channel, Outgoing
 from inferpool.engine.ipc.messages import Op
-from inferpool.frontends.request_context import current_request_id
+from inferpool.request_ids import current_request_id
 
 if TYPE_CHECKING:
     from inferpool.settings import ServerSettings
