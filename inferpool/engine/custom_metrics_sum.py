@@ -166,7 +166,8 @@ class CustomMetricsCollector(Collector):
     """The runtimes' own metrics, summed over workers, at scrape time."""
 
     def collect(self) -> Iterator[Metric]:
-        if LOCAL.dirty:  # models run in this process (--workers 0), which loaded the worker's
+        if LOCAL.dirty:  # models run in this process (--workers 0)
+            # Imported here: only a process that runs models loads the worker's modules.
             from inferpool.engine.worker.metrics_reporter import take
 
             FRONTEND.update(os.getpid(), take())
