@@ -5,7 +5,7 @@ forwarding of the template's and the workers' records to it.
   as ``text`` or ``json`` (one object per line), the global level and ``log_levels``.
   Uvicorn's and Hypercorn's loggers have no handler of their own: they reach this one.
 - ``ContextFilter``: adds ``request_id`` (the request being handled, from
-  ``frontends.request_context``) and ``worker`` ("-": the server process) to every record.
+  ``inferpool.request_ids``) and ``worker`` ("-": the server process) to every record.
 - In the template and the workers (``child_config`` → ``configure_child`` → ``forward_to``):
   a ``ForwardHandler`` sends each record that passes the server's levels to the server as
   an ``Op.LOG`` message; the server re-emits it (``replay``) with the worker's index and
@@ -23,14 +23,16 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from inferpool.engine.ipc import messages
-from inferpool.engine.ipc.channel import Channel, Outgoing
-from inferpool.engine.ipc.messages import Op
-from inferpool.frontends.request_context import current_request_id
+from inferpool.request_ids import current_request_id
 from inferpool.settings.validators import LEVELS, parse_level
 from inferpool.settings.validators import parse_levels as parse_levels  # (tests read it here)
 
 if TYPE_CHECKING:
+    # Imported where a record is forwarded (the template and the workers, which load the
+    # engine anyway): ``settings`` imports this module, and a runtime or a settings file
+    # read must not load the engine (tests/unit/test_leaf_imports.py).
+    from inferpool.engine.ipc import messages
+    from inferpool.engine.ipc.channel import Channel
     from inferpool.settings import ServerSettings
 
 # The HTTP servers' loggers: no handler of their own (their records reach ours), and their
@@ -259,7 +261,10 @@ class ForwardHandler(logging.Handler):
 
     def _send(self, channel: Channel, message: messages.Log) -> bool:
         """Sent without blocking (waiting ``SEND_WAIT`` once, unless dropping already)."""
-        packed = Outgoing(Op.LOG, (messages.encode(message),))
+        from inferpool.engine.ipc.channel import Outgoing
+        from inferpool.engine.ipc.messages import Op, encode
+
+        packed = Outgoing(Op.LOG, (encode(message),))
         try:
             for attempt in range(2):
                 try:
@@ -276,6 +281,8 @@ class ForwardHandler(logging.Handler):
             packed.release()  # a spilled payload's memfd, if it was not sent
 
     def _message(self, record: logging.LogRecord) -> messages.Log:
+        from inferpool.engine.ipc.messages import Log
+
         if record.exc_info and not record.exc_text:
             record.exc_text = _PLAIN.formatException(record.exc_info)
         extra = {
@@ -283,17 +290,17 @@ class ForwardHandler(logging.Handler):
             for key, value in record.__dict__.items()
             if key not in _STANDARD and not key.startswith("_")
         }
-        return messages.Log(
+        return Log(
             level=record.levelno, logger=record.name, message=record.getMessage(),
             created=record.created, exc=record.exc_text or "", requests=list(self.running),
             extra=extra,
         )  # fmt: skip
 
     def _dropped_message(self, record: logging.LogRecord) -> messages.Log:
+        from inferpool.engine.ipc.messages import Log
+
         text = f"{self.dropped} log record(s) dropped: the server did not read them in time"
-        return messages.Log(
-            level=logging.WARNING, logger=__name__, message=text, created=record.created
-        )
+        return Log(level=logging.WARNING, logger=__name__, message=text, created=record.created)
 
     def _to_stderr(self, record: logging.LogRecord) -> None:
         record.worker = self.worker

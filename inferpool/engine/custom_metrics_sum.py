@@ -1,4 +1,5 @@
-"""The frontend's side of the runtimes' custom metrics (``engine/custom_metrics.py``).
+"""The frontend's side of the runtimes' custom metrics (``runtimes/metrics.py``, sent by
+the workers' ``engine/worker/metrics_reporter.py``).
 
 ``FRONTEND`` keeps the latest values each worker reported; what a worker reported before
 it died or unloaded the model is kept (``retired``), so that a counter never goes down.
@@ -26,8 +27,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from inferpool.engine.custom_metrics import LOCAL
 from inferpool.engine.ipc.messages import MetricFamily, Metrics, MetricSeries, ModelMetricsState
+from inferpool.runtimes.metrics import LOCAL
 
 logger = logging.getLogger(__name__)
 
@@ -165,6 +166,9 @@ class CustomMetricsCollector(Collector):
     """The runtimes' own metrics, summed over workers, at scrape time."""
 
     def collect(self) -> Iterator[Metric]:
-        if LOCAL.dirty:
-            FRONTEND.update(os.getpid(), LOCAL.take())
+        if LOCAL.dirty:  # models run in this process (--workers 0)
+            # Imported here: only a process that runs models loads the worker's modules.
+            from inferpool.engine.worker.metrics_reporter import take
+
+            FRONTEND.update(os.getpid(), take())
         yield from FRONTEND.totals().export()

@@ -37,7 +37,7 @@ from inferpool.engine.states import (
 )
 from inferpool.engine.stream_sink import StreamSink
 from inferpool.errors import BadRequest, NotReady, Overloaded, WorkerLost
-from inferpool.frontends.request_context import track
+from inferpool.request_ids import track
 from inferpool.settings import ModelSettings
 
 # A model whose every replica is being replaced stays READY this long, its requests
@@ -293,7 +293,7 @@ class Dispatcher:
         except BaseException:
             worker.inflight.pop(request_id, None)
             raise
-        track(request_id)  # its request id, for the worker's log records (request_context)
+        track(request_id)  # its request id, for the worker's log records (request_ids)
         return worker, request_id
 
     async def _no_ready_replica(

@@ -31,8 +31,8 @@ from inferpool.engine.ipc.messages import Op, Reply, ReplyHeader
 from inferpool.engine.ipc.ring import Ring, create_ring_fd
 from inferpool.engine.states import ModelKey, model_key
 from inferpool.errors import WorkerLost
-from inferpool.frontends.request_context import resolve_internal
 from inferpool.protocol.limits import DecodeLimits
+from inferpool.request_ids import resolve_internal
 from inferpool.runtimes.base import THREAD_ENV
 
 # A bigger body travels in its own memfd, which costs the frontend ~100 µs (create, write,

@@ -23,26 +23,15 @@ trailing metadata ``x-request-id`` (gRPC, both implementations), for inference r
 printable ASCII characters, else the request is refused (400 / INVALID_ARGUMENT): it goes
 into logs and back into a header unchanged.
 
-Contract with logging (``inferpool.logs``):
-
-- ``current_request_id`` holds the resolved id while the server process handles an
-  inference request, in that request's own task (so it never leaks to another request;
-  in-process model code, ``--workers 0``, logs with it too). It is set as soon as the id is
-  known: at arrival when it came from the header or metadata (and gRPC's request ``id``),
-  otherwise once the reply is in (REST's V2 ``id`` is only known then). None otherwise.
-- ``resolve_internal(internal_id)``: the resolved id of the request the dispatcher sent to
-  a worker under the ring header's ``request_id`` (one of the last ``RECENT`` it sent, so a
-  worker's record that arrives after its reply still finds it); None when not known: its id
-  was not resolved when it left (REST without ``x-request-id``), or it is long gone. The
-  dispatcher calls ``track(internal_id)`` as it sends a request: a context variable read,
-  and two list stores when the id is known.
+The context itself (``current_request_id``, and the ids of the requests sent to workers
+for their log records) is the leaf ``inferpool.request_ids``, which the engine and
+``logs`` import without loading the frontends; this module is the frontends' part.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-from contextvars import ContextVar
 
 import orjson
 
@@ -53,30 +42,6 @@ HEADER = "x-request-id"
 HEADER_BYTES = b"x-request-id"
 # Longest id taken from a client: generous for UUIDs, trace ids and proxies' ids.
 MAX_LENGTH = 256
-
-current_request_id: ContextVar[str | None] = ContextVar("inferpool_request_id", default=None)
-
-# The ids of the last RECENT requests sent to workers, by ring request id modulo RECENT
-# (the dispatcher numbers them 1, 2, 3, ...): fixed lists, nothing to remove or allocate.
-RECENT = 4096
-_internal_ids: list[int] = [0] * RECENT
-_resolved: list[str | None] = [None] * RECENT
-
-
-def resolve_internal(internal_id: int) -> str | None:
-    """The resolved id of a request sent to a worker under ``internal_id``, if known."""
-    slot = internal_id % RECENT
-    return _resolved[slot] if _internal_ids[slot] == internal_id else None
-
-
-def track(internal_id: int) -> None:
-    """The dispatcher sends the current request to a worker as ``internal_id``."""
-    request_id = current_request_id.get()
-    if request_id is not None:
-        slot = internal_id % RECENT
-        _internal_ids[slot] = internal_id
-        _resolved[slot] = request_id
-
 
 # -- generated ids ---------------------------------------------------------------------------
 _prefix = ""

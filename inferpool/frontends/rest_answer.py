@@ -2,10 +2,10 @@
 one piece.
 
 An inference's answer is the engine's reply bytes (or the error of a request that failed
-before one) with the resolved request id (``request_context``) in ``x-request-id``. It is
-built here as a status, a header block (``name: value\\r\\n`` lines, Content-Length
-included) and a body, from pre-built templates, so the infer routes allocate no header
-list, dict or Response object per request.
+before one) with the resolved request id (``request_context``; set by ``settle_id``) in
+``x-request-id``. It is built here as a status, a header block (``name: value\\r\\n``
+lines, Content-Length included) and a body, from pre-built templates, so the infer routes
+allocate no header list, dict or Response object per request.
 
 ``write`` sends it. Under inferpool's own HTTP/1.1 protocol (``http1.py``, Uvicorn's
 httptools with guards) with no middleware around the route, the protocol writes status
@@ -28,14 +28,9 @@ from inferpool.engine.ipc.messages import Reply
 from inferpool.errors import InferpoolError, Overloaded
 from inferpool.frontends.access_log import REPLY, REQUEST_ID
 from inferpool.frontends.metrics_server import OVERLOAD, count_rejected
-from inferpool.frontends.request_context import (
-    HEADER_BYTES,
-    current_request_id,
-    echoed_rest_id,
-    from_header,
-    generate,
-)
+from inferpool.frontends.request_context import HEADER_BYTES, echoed_rest_id, from_header, generate
 from inferpool.frontends.rest_input import BodyTooLarge, read_body, request_timeout, scan_headers
+from inferpool.request_ids import current_request_id
 from inferpool.transport.unsent import ANSWERS, SMALL
 
 # Scope key of a server that writes a whole answer itself (http1.py): its protocol object,
@@ -59,9 +54,23 @@ def take_header_id(scope: Any, header: bytes | None) -> None:
     """The id from ``x-request-id`` (``header``, its raw value), if given (400 if
     unusable): known from arrival on."""
     request_id = from_header(header)
+    if request_id is None:
+        scope[REQUEST_ID] = None  # resolved once the reply is in (``answered``)
+    else:
+        settle_id(scope, request_id)
+
+
+def settle_id(scope: Any, request_id: str) -> str:
+    """The one place a REST request's id is set, once known: in the scope (the answer, the
+    access log and the span read it there) and in ``current_request_id`` (log records)."""
     scope[REQUEST_ID] = request_id
-    if request_id is not None:
-        current_request_id.set(request_id)
+    current_request_id.set(request_id)
+    return request_id
+
+
+def final_id(scope: Any) -> str:
+    """The id an answer goes out with: the one known, else a new one (settled)."""
+    return settle_id(scope, scope.get(REQUEST_ID) or generate())
 
 
 async def read_request(
@@ -83,9 +92,8 @@ def answered(scope: Any, reply: Reply) -> tuple[int, bytes, bytes]:
     (the V2 ``id``, or the worker's own), else a new one."""
     request_id = scope[REQUEST_ID]
     if request_id is None:
-        request_id = (reply.status == 200 and echoed_rest_id(reply.body)) or generate()
-        scope[REQUEST_ID] = request_id
-        current_request_id.set(request_id)
+        echoed = reply.status == 200 and echoed_rest_id(reply.body)
+        request_id = settle_id(scope, echoed or generate())
     body = reply.body
     # For the access log and the span, which read no 200's body: a large one stays only in
     # the transport, and is freed once sent, even if the connection keeps the scope.
@@ -117,9 +125,7 @@ def failed(scope: Any, exc: InferpoolError) -> tuple[int, bytes, bytes]:
 
 
 def _error(scope: Any, status: int, message: str) -> tuple[int, bytes, bytes]:
-    request_id = scope.get(REQUEST_ID) or generate()
-    scope[REQUEST_ID] = request_id
-    current_request_id.set(request_id)
+    request_id = final_id(scope)
     body = orjson.dumps({"error": message})
     return status, JSON_HEAD % (len(body), request_id.encode()), body
 

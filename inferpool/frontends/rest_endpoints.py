@@ -23,10 +23,10 @@ from inferpool.engine.ipc.messages import Reply
 from inferpool.engine.states import ModelStatus
 from inferpool.errors import InferpoolError
 from inferpool.frontends import rest_answer
-from inferpool.frontends.access_log import REPLY, REQUEST_ID
+from inferpool.frontends.access_log import REPLY
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.endpoints import EndpointRouter, endpoint_path, headers_of
-from inferpool.frontends.request_context import HEADER_BYTES, current_request_id, generate
+from inferpool.frontends.request_context import HEADER_BYTES
 from inferpool.frontends.rest_input import await_reply
 from inferpool.protocol.endpoints import FEEDBACK_JSON, MethodNotAllowed, read_answer
 
@@ -116,9 +116,7 @@ def refuse_other_method(scope: Any) -> None:
 
 def answer(scope: Any, reply: Reply) -> Response:
     """The handler's answer (or the worker's error) with the request id."""
-    request_id = scope.get(REQUEST_ID) or generate()
-    scope[REQUEST_ID] = request_id
-    current_request_id.set(request_id)
+    request_id = rest_answer.final_id(scope)
     scope[REPLY] = reply
     answered = read_answer(reply.body, reply.json_length)
     if answered is None:  # the worker's error: its message

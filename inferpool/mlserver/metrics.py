@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
-from inferpool.engine.custom_metrics import Histogram, ModelMetrics
 from inferpool.mlserver.errors import MLServerError
+from inferpool.runtimes.metrics import Histogram, ModelMetrics
 
 # The metrics of the model whose coroutine runs (set by inferpool.runtimes.mlmodel).
 current_model: ContextVar[ModelMetrics] = ContextVar("inferpool_mlserver_model")

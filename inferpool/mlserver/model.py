@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from inferpool.engine.custom_metrics import ModelMetrics
 from inferpool.mlserver.codecs.base import InputCodecLike, RequestCodecLike
 from inferpool.mlserver.codecs.errors import CodecNotFound
 from inferpool.mlserver.codecs.utils import (
@@ -33,6 +32,7 @@ from inferpool.mlserver.types import (
     RequestOutput,
     ResponseOutput,
 )
+from inferpool.runtimes.metrics import ModelMetrics
 
 
 def _index(tensors: list[MetadataTensor] | None) -> dict[str, MetadataTensor]:

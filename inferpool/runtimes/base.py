@@ -15,8 +15,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from inferpool.engine.custom_metrics import ModelMetrics
 from inferpool.protocol.types import InferenceRequest, InferenceResponse, TensorSpec
+from inferpool.runtimes.metrics import ModelMetrics
 from inferpool.settings import ModelSettings
 
 if TYPE_CHECKING:

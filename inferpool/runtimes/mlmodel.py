@@ -31,12 +31,12 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from inferpool.engine.custom_metrics import ModelMetrics
 from inferpool.errors import BadRequest, ModelError, ModelLoadError, from_status
 from inferpool.mlserver.metrics import current_model
 from inferpool.protocol.datatypes import NUMPY_BY_DATATYPE
 from inferpool.protocol.types import InferenceRequest, Tensor, TensorSpec
 from inferpool.runtimes.base import Answer, Runtime
+from inferpool.runtimes.metrics import ModelMetrics
 from inferpool.runtimes.mlmodel_batch import merge_requests, split_answer
 from inferpool.settings import MODEL_SETTINGS_FILE, ModelSettings
 

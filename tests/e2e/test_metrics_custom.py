@@ -19,7 +19,7 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferpool.engine.custom_metrics import REPORT_INTERVAL_NS
+from inferpool.engine.worker.metrics_reporter import REPORT_INTERVAL_NS
 from tests.support import Server, write_custom_model
 from tests.support.grpc import infer_request, needs_pool, running_server, stub_for
 from tests.support.pool import wait_for

@@ -17,7 +17,7 @@ from inferpool import logs
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.channel import Channel, socket_pair
 from inferpool.engine.ipc.messages import Op
-from inferpool.frontends.request_context import current_request_id
+from inferpool.request_ids import current_request_id
 from inferpool.settings import ServerSettings, load_server_settings
 
 

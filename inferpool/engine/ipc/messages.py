@@ -72,7 +72,7 @@ class Op(IntEnum):
     PONG = 11  # worker → frontend
     CANCEL = 12  # frontend → worker: drop that request if it has not started
     EXITED = 13  # template → frontend: the wait status of a worker it reaped
-    METRICS = 14  # worker → frontend: its runtimes' custom metrics (engine/custom_metrics.py)
+    METRICS = 14  # worker → frontend: its runtimes' custom metrics (worker/metrics_reporter.py)
     LOG = 15  # worker/template → frontend: a log record for the server's handlers
     PRELOADED = 16  # template → frontend: how a PRELOAD went, per model, and its epoch
     UNPRELOAD = 17  # frontend → template: drop its copy of a model version

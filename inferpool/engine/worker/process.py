@@ -22,7 +22,6 @@ import socket
 import time
 
 from inferpool import logs
-from inferpool.engine.custom_metrics import Reporter
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.channel import Channel
 from inferpool.engine.ipc.messages import Kind, Op, Reply, RequestHeader
@@ -31,6 +30,7 @@ from inferpool.engine.worker.announce import announcing
 from inferpool.engine.worker.batching import Batcher
 from inferpool.engine.worker.heap import release_freed_memory
 from inferpool.engine.worker.memory_limit import MemoryLimit, install
+from inferpool.engine.worker.metrics_reporter import Reporter
 from inferpool.engine.worker.model import (
     LoadedModel,
     failure_reason,

@@ -39,17 +39,12 @@ from inferpool.frontends.grpc.stream_message import (
 )
 from inferpool.frontends.metrics_server import OVERLOAD, count_rejected
 from inferpool.frontends.model_config import model_config
-from inferpool.frontends.request_context import (
-    checked,
-    current_request_id,
-    echoed_grpc_id,
-    from_metadata,
-    generate,
-)
+from inferpool.frontends.request_context import checked, echoed_grpc_id, from_metadata, generate
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.grpc_wire import set_parameters
 from inferpool.protocol.protowire import scan_fields
 from inferpool.protocol.request_headers import grpc_metadata, unwrap, wrap
+from inferpool.request_ids import current_request_id
 
 if TYPE_CHECKING:
     from inferpool.observability.tracing import RequestTracer
@@ -139,12 +134,12 @@ class InferenceService:
         (``request_context``): at arrival from ``given`` or the request's ``id``, else from
         the reply's ``id``, else generated (``infer_request_id``).
         """
-        current_request_id.set(None)  # this call's own, whatever ran in this task before
+        settle_id(None)  # this call's own, whatever ran in this task before
         name, version, request_id = read_infer_request(body)
         if given is not None:
             request_id = checked(given)
         if request_id is not None:
-            current_request_id.set(request_id)
+            settle_id(request_id)
         kind = Kind.GRPC
         if self.plane.client.table.find(name, version).custom:
             body = wrap(grpc_metadata(_call_metadata(metadata)), body)
@@ -155,9 +150,7 @@ class InferenceService:
             headers, reply.body = unwrap(reply.body)
             response_metadata.set(trailing_metadata(headers))
         if request_id is None:
-            current_request_id.set(
-                (reply.status == 200 and echoed_grpc_id(reply.body)) or generate()
-            )
+            settle_id((reply.status == 200 and echoed_grpc_id(reply.body)) or generate())
         return reply
 
     async def stream_infer(
@@ -300,8 +293,14 @@ def infer_request_id() -> str:
     request_id = current_request_id.get()
     if request_id is None:
         request_id = generate()
-        current_request_id.set(request_id)
+        settle_id(request_id)
     return request_id
+
+
+def settle_id(request_id: str | None) -> None:
+    """The one place a gRPC call's request id is set: in ``current_request_id``, which the
+    log records and the trailing metadata read (None: not known yet)."""
+    current_request_id.set(request_id)
 
 
 def _call_metadata(source: Any) -> Iterable[tuple[Any, Any]]:

@@ -6,7 +6,6 @@ and tests/e2e/test_tracing.py)."""
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import os
 import time
 from pathlib import Path
@@ -19,19 +18,15 @@ import pytest
 
 from inferpool.engine.inprocess import InProcessClient
 from inferpool.errors import BadRequest
-from inferpool.frontends import request_context
 from inferpool.frontends.grpc.aio import GrpcServer
 from inferpool.frontends.grpc.h2 import GrpcH2Server
 from inferpool.frontends.request_context import (
     checked,
-    current_request_id,
     echoed_grpc_id,
     echoed_rest_id,
     from_header,
     from_metadata,
     generate,
-    resolve_internal,
-    track,
 )
 from inferpool.frontends.rest import build_app, middleware
 from inferpool.protocol import rest_json
@@ -115,22 +110,6 @@ def test_the_grpc_reply_echoes_the_id():
     assert echoed_grpc_id(long.SerializeToString()) == "i" * 256  # lengths over one byte
     assert echoed_grpc_id(pb.ModelInferResponse(model_name="m").SerializeToString()) is None
     assert echoed_grpc_id(b"\xff\xff") is None
-
-
-def test_the_dispatcher_tracks_the_current_id_for_the_workers_records():
-    def send(internal_id: int, request_id: str | None) -> None:
-        current_request_id.set(request_id)
-        track(internal_id)
-
-    contextvars.copy_context().run(send, 10_001, "r-1")
-    contextvars.copy_context().run(send, 10_002, None)
-    assert resolve_internal(10_001) == "r-1"
-    assert resolve_internal(10_002) is None  # its id was not known when it left
-    assert resolve_internal(10_003) is None
-    # Only the last RECENT are kept: a later request in the same slot replaces it.
-    contextvars.copy_context().run(send, 10_001 + request_context.RECENT, "r-2")
-    assert resolve_internal(10_001) is None
-    assert resolve_internal(10_001 + request_context.RECENT) == "r-2"
 
 
 # -- the tracer hook -------------------------------------------------------------------------

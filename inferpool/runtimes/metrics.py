@@ -1,13 +1,13 @@
-"""Metrics a runtime defines itself (``self.metrics.counter(...)``), in the process that
-runs the model (a worker, or the server with ``--workers 0``).
+"""Metrics a runtime defines itself (``self.metrics.counter(...)``): the API a runtime
+calls, in the process that runs the model (a worker, or the server with ``--workers 0``).
 
 ``ModelMetrics`` is a runtime's ``self.metrics``: it defines counters, gauges and
 histograms, checked when defined (a name of inferpool's or not Prometheus's, a reserved
 label, another type under the same name: ``ModelLoadError``, so a load fails saying why),
-whose values accumulate in this process (``LOCAL``). A worker's ``Reporter`` sends the
-cumulative values of every model it holds in one ``Op.METRICS`` message when something
-changed, at most once per ``REPORT_INTERVAL_NS``: never one message per observation, and a
-late message loses nothing but time. The frontend sums them: ``custom_metrics_sum.py``.
+whose values accumulate in this process (``LOCAL``). Nothing here knows how they leave
+it: the worker's reporter (``engine/worker/metrics_reporter.py``) takes them from ``LOCAL``
+when ``LOCAL.dirty`` says something changed, turned into its own messages by the function
+it hands to ``LOCAL.take``; the frontend sums them (``engine/custom_metrics_sum.py``).
 """
 
 from __future__ import annotations
@@ -20,10 +20,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, NoReturn, TypeVar
 
-from inferpool.engine.ipc.messages import MetricFamily, Metrics, MetricSeries, ModelMetricsState
 from inferpool.errors import ModelLoadError
 
-REPORT_INTERVAL_NS = 1_000_000_000  # a worker reports at most once a second
 MAX_SERIES = 1000  # label combinations per metric: a request id as a label is a bug
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 AGGREGATES = ("sum", "max", "last")
@@ -42,7 +40,7 @@ class _Series:
 
     __slots__ = ("at", "counts", "metric", "value")
 
-    def __init__(self, metric: _Metric) -> None:
+    def __init__(self, metric: Metric) -> None:
         self.metric = metric
         self.value = 0.0  # a histogram's sum
         self.counts = [0] * (len(metric.bounds) + 1) if metric.bounds else []  # per bucket
@@ -93,7 +91,7 @@ class HistogramSeries(_Series):
             LOCAL.dirty = True
 
 
-class _Metric:
+class Metric:
     """What counters, gauges and histograms share: a name, labels and their series."""
 
     kind: ClassVar[str]
@@ -114,7 +112,8 @@ class _Metric:
         self.labelnames = labels
         self.aggregate = aggregate
         self.bounds = bounds
-        self._series: dict[tuple[str, ...], Any] = {}
+        # Its series by label values (the reporter reads them, under the lock, in ``take``).
+        self.series: dict[tuple[str, ...], Any] = {}
 
     def definition(self) -> tuple[str, tuple[str, ...], str, tuple[float, ...]]:
         return self.kind, self.labelnames, self.aggregate, self.bounds
@@ -134,12 +133,12 @@ class _Metric:
         return self._get(tuple(str(value) for value in values))
 
     def _get(self, key: tuple[str, ...]) -> Any:
-        series = self._series.get(key)
+        series = self.series.get(key)
         if series is None:
-            if len(self._series) >= MAX_SERIES:
+            if len(self.series) >= MAX_SERIES:
                 raise ValueError(f"metric '{self.name}' has {MAX_SERIES} label combinations")
             with _LOCK:  # a report may be reading them (another thread, --workers 0)
-                series = self._series[key] = self.series_class(self)
+                series = self.series[key] = self.series_class(self)
         return series
 
     def _unlabelled(self) -> Any:
@@ -147,18 +146,18 @@ class _Metric:
             raise ValueError(f"metric '{self.name}' has labels: use .labels(...) first")
         return self._get(())
 
-    def state(self) -> MetricFamily:
-        series = [
-            MetricSeries(list(key), child.value, list(child.counts), child.at)
-            for key, child in self._series.items()
-        ]
-        return MetricFamily(
-            self.name, self.kind, self.description, list(self.labelnames), series,
-            self.aggregate, list(self.bounds),
-        )  # fmt: skip
+    def _frozen(self) -> Metric:
+        """A copy of it and its values as they are now."""
+        twin = type(self)(
+            self.owner, self.name, self.description, self.labelnames, self.aggregate, self.bounds
+        )
+        for key, series in self.series.items():
+            copy = twin.series[key] = twin.series_class(twin)
+            copy.value, copy.counts, copy.at = series.value, list(series.counts), series.at
+        return twin
 
 
-class Counter(_Metric):
+class Counter(Metric):
     """A count that only goes up: ``inc(amount=1)``; exported as ``<name>_total``."""
 
     kind = "counter"
@@ -168,7 +167,7 @@ class Counter(_Metric):
         self._unlabelled().inc(amount)
 
 
-class Gauge(_Metric):
+class Gauge(Metric):
     """A value that goes up and down: ``set(value)``, ``inc(amount=1)``, ``dec(amount=1)``."""
 
     kind = "gauge"
@@ -184,7 +183,7 @@ class Gauge(_Metric):
         self._unlabelled().dec(amount)
 
 
-class Histogram(_Metric):
+class Histogram(Metric):
     """Observations counted in buckets: ``observe(value)``."""
 
     kind = "histogram"
@@ -194,7 +193,8 @@ class Histogram(_Metric):
         self._unlabelled().observe(value)
 
 
-_M = TypeVar("_M", bound=_Metric)
+_M = TypeVar("_M", bound=Metric)
+_S = TypeVar("_S")  # a model's values as the reporter sends them
 
 
 class ModelMetrics:
@@ -204,7 +204,7 @@ class ModelMetrics:
     def __init__(self, model: str, version: str | None) -> None:
         self.model = model
         self.version = version or ""
-        self.metrics: dict[str, _Metric] = {}
+        self.metrics: dict[str, Metric] = {}
         self.instance = 0  # its key in LOCAL once it defines a metric
 
     def counter(self, name: str, description: str, labels: Sequence[str] = ()) -> Counter:
@@ -274,7 +274,7 @@ class ModelMetrics:
             metric._get(())  # exported as 0 from the start
         return metric
 
-    def _check(self, name: str, labels: tuple[str, ...], kind: type[_Metric]) -> None:
+    def _check(self, name: str, labels: tuple[str, ...], kind: type[Metric]) -> None:
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             self._refuse(name, "not a valid Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)")
         if name.startswith(_RESERVED_PREFIX):
@@ -291,9 +291,13 @@ class ModelMetrics:
     def _refuse(self, name: object, reason: str) -> NoReturn:
         raise ModelLoadError(f"model '{self.model}': custom metric {name!r}: {reason}")
 
-    def state(self) -> ModelMetricsState:
-        families = [metric.state() for metric in self.metrics.values()]
-        return ModelMetricsState(self.instance, self.model, self.version, families)
+    def _frozen(self) -> ModelMetrics:
+        """Its metrics and their values as they are now: what is reported of a model
+        unloaded since the last report, whatever its runtime still does with them."""
+        twin = ModelMetrics(self.model, self.version)
+        twin.instance = self.instance
+        twin.metrics = {name: metric._frozen() for name, metric in self.metrics.items()}
+        return twin
 
 
 class _Local:
@@ -301,7 +305,7 @@ class _Local:
 
     def __init__(self) -> None:
         self.models: dict[int, ModelMetrics] = {}
-        self.ended: list[ModelMetricsState] = []  # unloaded since the last report
+        self.ended: list[ModelMetrics] = []  # unloaded since the last report (frozen)
         self.dirty = False
         self._next_instance = 1
 
@@ -313,10 +317,10 @@ class _Local:
     def close(self, metrics: ModelMetrics) -> None:
         with _LOCK:
             if self.models.pop(metrics.instance, None) is not None:
-                self.ended.append(metrics.state())
+                self.ended.append(metrics._frozen())
                 self.dirty = True
 
-    def defined(self, name: str) -> _Metric | None:
+    def defined(self, name: str) -> Metric | None:
         """The metric of that name another model of this process defined, if any."""
         for model in list(self.models.values()):
             metric = model.metrics.get(name)
@@ -324,35 +328,15 @@ class _Local:
                 return metric
         return None
 
-    def take(self) -> Metrics:
-        """Every model's values, and the last values of those unloaded since the last time."""
+    def take(self, state: Callable[[ModelMetrics], _S]) -> tuple[list[_S], list[_S]]:
+        """Every model's values, and the last values of those unloaded since the last time,
+        each as ``state`` turns it (the reporter's message)."""
         with _LOCK:
-            message = Metrics([model.state() for model in self.models.values()], self.ended)
+            models = [state(model) for model in self.models.values()]
+            ended = [state(model) for model in self.ended]
             self.ended = []
             self.dirty = False
-        return message
+        return models, ended
 
 
 LOCAL = _Local()
-
-
-class Reporter:
-    """When a worker sends ``LOCAL``'s values: at once after a quiet interval, then at most
-    once per ``REPORT_INTERVAL_NS`` while they keep changing; never when nothing changed."""
-
-    def __init__(self, send: Callable[[Metrics], None]) -> None:
-        self._send = send
-        self._next = 0
-
-    def wait(self, now: int) -> float | None:
-        """Seconds until a report is due, None when there is nothing to report."""
-        return max(0.0, (self._next - now) / 1e9) if LOCAL.dirty else None
-
-    def report(self, force: bool = False) -> None:
-        """Send them if something changed and the interval has passed (or ``force``)."""
-        if not LOCAL.dirty:
-            return
-        now = time.monotonic_ns()
-        if force or now >= self._next:
-            self._send(LOCAL.take())
-            self._next = now + REPORT_INTERVAL_NS
