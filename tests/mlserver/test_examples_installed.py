@@ -39,16 +39,23 @@ def examples(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
 
 @pytest.fixture(scope="module")
-def inferpool(examples) -> Iterator[Server]:
-    with Server(examples[0], "--workers", "0") as running:
-        running.wait_ready(timeout=300)  # five libraries to import on a loaded machine
-        yield running
+def both(examples) -> Iterator[tuple[Server, tuple[str, str]]]:
+    """inferpool and MLServer on the examples' repository, started together: inferpool
+    loads its models while MLServer starts (each imports five libraries)."""
+    with Server(examples[0], "--workers", "0") as ours, running_mlserver(examples[0]) as theirs:
+        ours.wait_ready(timeout=300)  # generous: a loaded machine
+        yield ours, theirs
 
 
 @pytest.fixture(scope="module")
-def mlserver(examples) -> Iterator[tuple[str, str]]:
-    with running_mlserver(examples[0]) as addresses:
-        yield addresses
+def inferpool(both) -> Server:
+    return both[0]
+
+
+@pytest.fixture(scope="module")
+def mlserver(both) -> tuple[str, str]:
+    """MLServer's REST URL and gRPC address."""
+    return both[1]
 
 
 NAMES = ["sklearn", "xgboost", "lightgbm", "content-type", "content-type-metadata", "custom-json"]
