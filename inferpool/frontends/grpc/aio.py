@@ -77,7 +77,7 @@ def guarded(
             if not infer:
                 response = await handler(request, context)
                 if gzip is not None:
-                    gzip.small(context, response.ByteSize())
+                    gzip.small_message(context, response)
                 return response
             reply = await handler(request, context)
             body = ok_body(reply)

@@ -17,6 +17,8 @@ applies to the builtin server and REST only.
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 
 from inferpool.settings import ServerSettings
@@ -30,6 +32,12 @@ class AioGzip:
 
     def __init__(self, settings: ServerSettings) -> None:
         self.min_bytes = settings.gzip_min_bytes
+
+    def small_message(self, context: grpc.aio.ServicerContext, message: Any) -> None:
+        """``small`` for a response message: protobuf's or one of inferpool's own codecs
+        (health), which only serialises."""
+        size = getattr(message, "ByteSize", None)
+        self.small(context, size() if size is not None else len(message.SerializeToString()))
 
     def small(self, context: grpc.aio.ServicerContext, size: int) -> None:
         """Before a call sends a message of ``size`` bytes: under the threshold it goes
