@@ -40,7 +40,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module", params=["1", "0"], ids=["workers", "in-process"])
 def server(request: pytest.FixtureRequest, repository: Path) -> Iterator[Server]:
     with Server(repository, "--workers", request.param) as running:
-        running.wait_ready()
+        running.wait_ready(timeout=180)  # MLServer's imports in a worker, on a loaded machine
         yield running
 
 
