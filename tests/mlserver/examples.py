@@ -163,6 +163,13 @@ def _runtime(folder: Path, module: str, source: str, settings: dict) -> None:
     (folder / f"{module}.py").write_text(source)
 
 
+def _tensor(name: str, datatype: str, shape: list, data: list, content_type: str = "") -> dict:
+    tensor = {"name": name, "datatype": datatype, "shape": shape, "data": data}
+    if content_type:
+        tensor["parameters"] = {"content_type": content_type}
+    return tensor
+
+
 def _fp32(name: str, row: list[float]) -> dict:
     return {"name": name, "shape": [1, len(row)], "datatype": "FP32", "data": row}
 
@@ -198,20 +205,8 @@ def write_examples(root: Path) -> list[tuple[str, str, dict]]:
             "/v2/models/content-type-example/infer",
             {
                 "inputs": [
-                    {
-                        "name": "parameters-np",
-                        "datatype": "INT32",
-                        "shape": [2, 2],
-                        "data": [1, 2, 3, 4],
-                        "parameters": {"content_type": "np"},
-                    },
-                    {
-                        "name": "parameters-str",
-                        "datatype": "BYTES",
-                        "shape": [1],
-                        "data": [text],
-                        "parameters": {"content_type": "str"},
-                    },
+                    _tensor("parameters-np", "INT32", [2, 2], [1, 2, 3, 4], "np"),
+                    _tensor("parameters-str", "BYTES", [1], [text], "str"),
                 ]
             },
         ),
@@ -220,13 +215,8 @@ def write_examples(root: Path) -> list[tuple[str, str, dict]]:
             "/v2/models/content-type-example/infer",
             {
                 "inputs": [
-                    {
-                        "name": "metadata-np",
-                        "datatype": "INT32",
-                        "shape": [2, 2],
-                        "data": [1, 2, 3, 4],
-                    },
-                    {"name": "metadata-str", "datatype": "BYTES", "shape": [11], "data": [text]},
+                    _tensor("metadata-np", "INT32", [2, 2], [1, 2, 3, 4]),
+                    _tensor("metadata-str", "BYTES", [11], [text]),
                 ]
             },
         ),
