@@ -189,3 +189,19 @@ def _wait_settled(server: Server, timeout: float = 60) -> dict[str, dict]:
             return {m["name"]: m for m in index}
         time.sleep(0.1)
     raise TimeoutError(server.output())
+
+
+def test_the_repository_api_unloads_and_loads_the_environments_model(artefact_root: Path) -> None:
+    env = {**KSERVE, "MLSERVER_MODEL_URI": str(artefact_root)}
+    with Server(artefact_root, "--workers", "0", env=env) as server:
+        server.wait_ready()
+        unloaded = httpx.post(f"{server.url}/v2/repository/models/my-isvc/unload", timeout=60)
+        assert unloaded.status_code == 200, unloaded.text
+        index = httpx.post(f"{server.url}/v2/repository/index").json()
+        assert [(m["name"], m["state"]) for m in index] == [("my-isvc", "UNAVAILABLE")]
+        answer = httpx.post(f"{server.url}/v2/models/my-isvc/infer", json=BODY, timeout=30)
+        assert answer.status_code == 404, answer.text
+        loaded = httpx.post(f"{server.url}/v2/repository/models/my-isvc/load", timeout=60)
+        assert loaded.status_code == 200, loaded.text
+        answer = httpx.post(f"{server.url}/v2/models/my-isvc/infer", json=BODY, timeout=30)
+        assert answer.status_code == 200 and answer.json()["outputs"][0]["data"] == [2]

@@ -3,8 +3,9 @@ answer of ``--gzip-min-bytes`` or more goes out gzipped to a client that accepts
 (``Content-Encoding: gzip``, ``Vary: Accept-Encoding``) and decompresses to the plain
 answer; a smaller one, a client that does not accept gzip and a server with the setting
 off get plain JSON. gRPC: the builtin server gzips a large ModelInfer response for a
-client whose ``grpc-accept-encoding`` lists gzip; both implementations read
-gzip-compressed requests (grpc.aio cannot compress per call: ``grpc/compression.py``)."""
+client whose ``grpc-accept-encoding`` lists gzip, and so does grpc.aio
+(``--grpc-implementation grpcio``, ``grpc/aio_gzip.py``); both implementations read
+gzip-compressed requests."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from tests.support.h2frames import (
     grpc_frame,
     request_headers,
 )
+from tests.support.relay import CountingRelay
 
 MODEL = "iris-logreg"
 INFER = f"/v2/models/{MODEL}/infer"
@@ -76,6 +78,18 @@ def aio_server(repository) -> Iterator[Server]:
 @pytest.fixture(scope="module")
 def off_server(repository) -> Iterator[Server]:
     yield from serving(repository, env={"INFERPOOL_GZIP_ENABLED": "false"})
+
+
+@pytest.fixture(scope="module")
+def aio_off_server(repository) -> Iterator[Server]:
+    off = {"INFERPOOL_GZIP_ENABLED": "false"}
+    yield from serving(repository, "--grpc-implementation", "grpcio", env=off)
+
+
+@pytest.fixture(params=["builtin", "grpcio"])
+def grpc_server(request: pytest.FixtureRequest) -> Server:
+    """Each gRPC implementation's server, gzip on."""
+    return request.getfixturevalue("server" if request.param == "builtin" else "aio_server")
 
 
 def post(server: Server, body: bytes, accept: str) -> httpx.Response:
@@ -153,7 +167,11 @@ def test_tritonclient_asks_for_gzip_answers(server):
             np.testing.assert_array_equal(probabilities, expected)
 
 
-def test_with_the_setting_off_nothing_is_compressed(off_server):
+@pytest.mark.parametrize("implementation", ["builtin", "grpcio"])
+def test_with_the_setting_off_nothing_is_compressed(request, implementation):
+    off_server = request.getfixturevalue(
+        "off_server" if implementation == "builtin" else "aio_off_server"
+    )
     response = post(off_server, rest_body(ROWS), "gzip")
     assert "content-encoding" not in response.headers
     assert response.num_bytes_downloaded == len(response.content) > 50_000
@@ -176,8 +194,8 @@ def same_answer(one: pb.ModelInferResponse, other: pb.ModelInferResponse) -> boo
     return one.model_name == other.model_name and one.outputs == other.outputs
 
 
-def test_a_large_grpc_response_is_gzipped_for_a_client_that_accepts_it(server):
-    with Client(server.grpc_port) as client:
+def test_a_large_grpc_response_is_gzipped_for_a_client_that_accepts_it(grpc_server):
+    with Client(grpc_server.grpc_port) as client:
         plain = client.call(grpc_request(ROWS)).response()  # no grpc-accept-encoding
         reply = client.call(grpc_request(ROWS), request_headers(extra=[ACCEPT_GZIP]))
         assert reply.status == OK, reply.message
@@ -200,10 +218,10 @@ def stream_messages(data: bytes) -> list[tuple[int, bytes]]:
     return messages
 
 
-def test_stream_answers_are_gzipped_for_a_client_that_accepts_it(server):
+def test_stream_answers_are_gzipped_for_a_client_that_accepts_it(grpc_server):
     stream = SERVICE + b"ModelStreamInfer"
     requests = grpc_frame(grpc_request(ROWS)) + grpc_frame(grpc_request(ROWS[:2]))
-    with Client(server.grpc_port) as client:
+    with Client(grpc_server.grpc_port) as client:
         reply = client.call(b"", request_headers(stream, extra=[ACCEPT_GZIP]), raw_body=requests)
         assert reply.status == OK, reply.message
         assert dict(reply.headers)[b"grpc-encoding"] == b"gzip"
@@ -230,6 +248,30 @@ def test_grpcio_clients_send_and_receive_gzip(server, aio_server, implementation
             answers.append(stub.ModelInfer(request, timeout=60))
     assert same_answer(answers[0], answers[1])
     assert len(answers[0].outputs[0].contents.fp64_contents) == 3 * len(ROWS)
+
+
+@pytest.mark.parametrize("implementation", ["builtin", "grpcio"])
+def test_a_grpcio_client_receives_the_large_answer_compressed(request, implementation):
+    """What a real grpcio client (it sends ``grpc-accept-encoding: identity,deflate,gzip``)
+    receives on the wire for the same answer, from a server with gzip on and one with it
+    off: a small fraction of the bytes, decoding to the same answer."""
+    names = (
+        ("server", "off_server")
+        if implementation == "builtin"
+        else ("aio_server", "aio_off_server")
+    )
+    received, answers = [], []
+    for name in names:
+        target = request.getfixturevalue(name)
+        with CountingRelay(target.grpc_port) as relay:
+            with grpc.insecure_channel(f"127.0.0.1:{relay.port}") as channel:
+                stub = pb_grpc.GRPCInferenceServiceStub(channel)
+                request_message = pb.ModelInferRequest.FromString(grpc_request(ROWS))
+                answers.append(stub.ModelInfer(request_message, timeout=60))
+            received.append(relay.received)
+    assert same_answer(answers[0], answers[1])
+    assert received[1] > answers[1].ByteSize() > 50_000  # off: the plain message
+    assert received[0] < received[1] // 2, received  # on: gzipped
 
 
 def test_the_builtin_server_reads_gzip_requests(server):

@@ -40,7 +40,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module", params=["1", "0"], ids=["workers", "in-process"])
 def server(request: pytest.FixtureRequest, repository: Path) -> Iterator[Server]:
     with Server(repository, "--workers", request.param) as running:
-        running.wait_ready()
+        running.wait_ready(timeout=180)  # MLServer's imports in a worker, on a loaded machine
         yield running
 
 
@@ -75,7 +75,7 @@ def running_mlserver(repository: Path) -> Iterator[tuple[str, str]]:
 
 
 def _wait_ready(url: str, process: subprocess.Popen, log) -> str:
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300  # generous: a loaded machine
     while time.monotonic() < deadline:
         if process.poll() is not None:
             log.seek(0)
@@ -86,7 +86,7 @@ def _wait_ready(url: str, process: subprocess.Popen, log) -> str:
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
-    raise TimeoutError("MLServer not ready after 120 s")
+    raise TimeoutError("MLServer not ready after 300 s")
 
 
 def test_the_runtimes_subclass_mlservers_own_mlmodel(repository: Path) -> None:

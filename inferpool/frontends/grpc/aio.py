@@ -21,6 +21,7 @@ from inferpool.engine.ipc.messages import Reply
 from inferpool.errors import InferpoolError
 from inferpool.frontends.access_log import given_id, log_request
 from inferpool.frontends.dataplane import DataPlane
+from inferpool.frontends.grpc.aio_gzip import AioGzip, aio_gzip, gzip_options
 from inferpool.frontends.grpc.custom import ExtensionServices, extension_methods, log_method
 from inferpool.frontends.grpc.health import HEALTH_SERVICE, HealthService
 from inferpool.frontends.grpc.service import (
@@ -50,12 +51,17 @@ TRIM_PERIOD = 10.0  # seconds between two malloc_trim(0) calls (reclaim.Periodic
 
 
 def guarded(
-    method: str, handler: Handler, access_log: bool, tracer: RequestTracer | None = None
+    method: str,
+    handler: Handler,
+    access_log: bool,
+    tracer: RequestTracer | None = None,
+    gzip: AioGzip | None = None,
 ) -> Handler:
     """``handler`` with errors turned into gRPC statuses, and the access log if asked.
 
     ModelInfer's handler returns the engine's ``Reply``: its bytes are the response, its
-    request id goes into the trailing metadata, and the call is traced (``tracer``)."""
+    request id goes into the trailing metadata, and the call is traced (``tracer``).
+    ``gzip``: the server's response compression (None: off)."""
     infer = method == "ModelInfer"
     traced = tracer if infer else None
 
@@ -69,10 +75,15 @@ def guarded(
         reply = None
         try:
             if not infer:
-                return await handler(request, context)
+                response = await handler(request, context)
+                if gzip is not None:
+                    gzip.small_message(context, response)
+                return response
             reply = await handler(request, context)
             body = ok_body(reply)
             context.set_trailing_metadata(((HEADER, infer_request_id()), *response_metadata.get()))
+            if gzip is not None:
+                gzip.small(context, len(body))
             return body
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED  # the client went away or its deadline passed
@@ -137,13 +148,17 @@ def _call_of(context: grpc.aio.ServicerContext) -> tuple[str | None, Any]:
 
 
 def build_handler(
-    client: EngineClient, access_log: bool = False, tracer: RequestTracer | None = None
+    client: EngineClient,
+    access_log: bool = False,
+    tracer: RequestTracer | None = None,
+    gzip: AioGzip | None = None,
 ) -> grpc.GenericRpcHandler:
-    """The generic handler serving GRPCInferenceService for one engine client."""
+    """The generic handler serving GRPCInferenceService for one engine client; ``gzip``:
+    the server's response compression (None: off)."""
     service = InferenceService(DataPlane(client))
     methods = {
         name: grpc.unary_unary_rpc_method_handler(
-            guarded(name, handler, access_log),
+            guarded(name, handler, access_log, gzip=gzip),
             request_deserializer=message.FromString,
             response_serializer=_serialize,
         )
@@ -151,16 +166,16 @@ def build_handler(
     }
     # No (de)serializers: the request and the reply stay bytes.
     methods["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
-        guarded("ModelInfer", service.model_infer, access_log, tracer)
+        guarded("ModelInfer", service.model_infer, access_log, tracer, gzip)
     )
     methods["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
-        stream_infer(service, access_log)
+        stream_infer(service, access_log, gzip)
     )
     return grpc.method_handlers_generic_handler(SERVICE, methods)
 
 
 def build_extension_handlers(
-    client: EngineClient, access_log: bool = False
+    client: EngineClient, access_log: bool = False, gzip: AioGzip | None = None
 ) -> list[grpc.GenericRpcHandler]:
     """The generic handlers serving inferpool's own services (``grpc/custom.py``)."""
     services = ExtensionServices(DataPlane(client))
@@ -169,7 +184,7 @@ def build_extension_handlers(
             service,
             {
                 name: grpc.unary_unary_rpc_method_handler(
-                    guarded(name, handler, access_log),
+                    guarded(name, handler, access_log, gzip=gzip),
                     request_deserializer=message.FromString,
                     response_serializer=_serialize,
                 )
@@ -181,7 +196,7 @@ def build_extension_handlers(
 
 
 def stream_infer(
-    service: InferenceService, access_log: bool
+    service: InferenceService, access_log: bool, gzip: AioGzip | None = None
 ) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], AsyncIterator[bytes]]:
     """ModelStreamInfer on grpc.aio: ``InferenceService.stream_infer`` over the call's
     request iterator, each message written as it comes (grpc.aio waits for the client's
@@ -197,6 +212,8 @@ def stream_infer(
         code = grpc.StatusCode.OK
         try:
             async for message in service.stream_infer(requests, deadline):
+                if gzip is not None:
+                    gzip.small(context, len(message))
                 yield message
         except (asyncio.CancelledError, GeneratorExit):
             code = grpc.StatusCode.CANCELLED  # the client went away or its deadline passed
@@ -215,22 +232,24 @@ def stream_infer(
     return call
 
 
-def build_health_handler(health: HealthService, access_log: bool) -> grpc.GenericRpcHandler:
+def build_health_handler(
+    health: HealthService, access_log: bool, gzip: AioGzip | None = None
+) -> grpc.GenericRpcHandler:
     """The generic handler serving grpc.health.v1.Health (Check, Watch)."""
     check = grpc.unary_unary_rpc_method_handler(
-        guarded("Check", health.check, access_log),
+        guarded("Check", health.check, access_log, gzip=gzip),
         request_deserializer=HealthCheckRequest.FromString,
         response_serializer=_serialize,
     )
     # Watch yields encoded responses: no serializer.
     watch = grpc.unary_stream_rpc_method_handler(
-        health_watch(health, access_log), request_deserializer=HealthCheckRequest.FromString
+        health_watch(health, access_log, gzip), request_deserializer=HealthCheckRequest.FromString
     )
     return grpc.method_handlers_generic_handler(HEALTH_SERVICE, {"Check": check, "Watch": watch})
 
 
 def health_watch(
-    health: HealthService, access_log: bool
+    health: HealthService, access_log: bool, gzip: AioGzip | None = None
 ) -> Callable[[HealthCheckRequest, grpc.aio.ServicerContext], AsyncIterator[bytes]]:
     """Watch on grpc.aio: a generator that writes one message at a time, and is offered
     the newest status only once its last one is written (``HealthService``)."""
@@ -268,6 +287,8 @@ def health_watch(
                         return  # the server stops: the call ends with OK
                     data = waiting.result()
                     waiting = loop.create_future()
+                    if gzip is not None:
+                        gzip.small(context, len(data))
                     yield data
             finally:
                 health.unwatch(watcher)
@@ -304,16 +325,18 @@ class GrpcServer:
         # accepts them itself. Its own options bound them instead (grpc_options).
         # ``tracer``: the server's ``tracing.RequestTracer``, or None (tracing off).
         self.settings = settings
-        self.server = grpc.aio.server(options=grpc_options(settings))
+        self.server = grpc.aio.server(options=grpc_options(settings) + gzip_options(settings))
         # The answers C-core held for slow readers are freed in its threads' arenas; the
         # frontend cannot see when (frontends/reclaim.py).
         self.trim = PeriodicTrim(TRIM_PERIOD)
         self.health = HealthService(DataPlane(client))
+        # Compressing answers: each message under the threshold is sent uncompressed.
+        gzip = aio_gzip(settings)
         self.server.add_generic_rpc_handlers(
             (
-                build_handler(client, settings.access_log, tracer),
-                build_health_handler(self.health, settings.access_log),
-                *build_extension_handlers(client, settings.access_log),
+                build_handler(client, settings.access_log, tracer, gzip),
+                build_health_handler(self.health, settings.access_log, gzip),
+                *build_extension_handlers(client, settings.access_log, gzip),
             )
         )
         host = f"[{settings.host}]" if ":" in settings.host else settings.host

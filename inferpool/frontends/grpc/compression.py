@@ -8,10 +8,8 @@ UNIMPLEMENTED, as gRPC's PROTOCOL-HTTP2.md says. Responses: when the client's
 ``gzip_min_bytes`` goes out gzipped (flag 1, ``grpc-encoding: gzip`` in the response
 headers, which also advertise ``grpc-accept-encoding``); smaller ones stay identity.
 
-The grpc.aio server (``aio.py``) reads compressed requests itself (grpcio's core), but
-sends every response as identity: its per-call ``set_compression`` has no effect
-(grpc/grpc#34690, measured with grpcio 1.85), and its server-wide ``compression`` option
-would gzip every answer, a 200-byte one too, even for a client that did not ask.
+The grpc.aio server (``aio.py``) reads compressed requests itself (grpcio's core) and
+compresses responses by the same rule through grpcio's options (``aio_gzip.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,64 @@
+"""The endpoints docs/migrating-from-mlserver.md says are refused or served differently
+from MLServer 1.7.1, on a running server: no OpenAPI pages (``/v2/docs``, a model's
+``/docs``), MLServer's second repository service unimplemented over gRPC, the repository
+index over GET as well as POST, the server metadata naming inferpool."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+import httpx
+import pytest
+
+from inferpool import __version__
+from tests.support import Server, build_iris_repository
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    repository = build_iris_repository(tmp_path_factory.mktemp("guide-endpoints"))
+    with Server(repository, "--workers", "0") as running:
+        running.wait_ready()
+        yield running
+
+
+@pytest.mark.parametrize("path", ["/v2/docs", "/v2/docs/dataplane.json"])
+def test_no_openapi_pages_are_served(server: Server, path: str) -> None:
+    response = httpx.get(server.url + path, timeout=30)
+    assert response.status_code == 404
+    assert "error" in response.json()
+
+
+@pytest.mark.parametrize("path", ["/docs", "/docs/dataplane.json"])
+def test_no_model_openapi_pages_are_served(server: Server, path: str) -> None:
+    for prefix in ("/v2/models/iris-logreg", "/v2/models/iris-logreg/versions/1"):
+        response = httpx.get(server.url + prefix + path, timeout=30)
+        assert response.status_code == 404, (prefix, response.text)
+        assert "error" in response.json()
+
+
+@pytest.mark.parametrize("method", ["RepositoryIndex", "RepositoryModelLoad"])
+def test_mlservers_model_repository_service_is_unimplemented(server: Server, method: str) -> None:
+    path = f"/inference.model_repository.ModelRepositoryService/{method}"
+    with (
+        grpc.insecure_channel(server.grpc_address) as channel,
+        pytest.raises(grpc.RpcError) as raised,
+    ):
+        channel.unary_unary(path)(b"", timeout=30)
+    assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_the_repository_index_answers_get_and_post_alike(server: Server) -> None:
+    posted = httpx.post(f"{server.url}/v2/repository/index", json={}, timeout=30)
+    got = httpx.get(f"{server.url}/v2/repository/index", timeout=30)
+    assert posted.status_code == got.status_code == 200
+    assert posted.json() == got.json()
+    assert {entry["name"] for entry in got.json()} == {"iris-logreg", "iris-rf"}
+    assert all(entry["reason"] == "" for entry in got.json())
+
+
+def test_the_server_metadata_names_inferpool(server: Server) -> None:
+    body = httpx.get(f"{server.url}/v2", timeout=30).json()
+    assert body["name"] == "inferpool" and body["version"] == __version__
+    assert "model_repository" in body["extensions"]
