@@ -316,7 +316,7 @@ def test_many_streams_at_once_stay_apart(server: Server) -> None:
     def run(n: int) -> None:
         talk = Conversation(server)
         got = []
-        for step in range(3):
+        for _ in range(3):
             talk.send(typed_request("acc", [float(n)]))
             got.append(totals(talk.receive())[:2])
         talk.close()
