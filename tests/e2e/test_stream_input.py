@@ -10,7 +10,6 @@ runtime answered the first request before the second existed.
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -22,8 +21,7 @@ import pytest
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from tests.support import Server, write_custom_model
 from tests.support.grpc import needs_pool
-
-STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
+from tests.support.stream_calls import STREAM_METHOD, Conversation, totals, typed_request
 
 # An MLServer custom runtime, written against inferpool.mlserver: a running total of the
 # stream's values, one response per request, each saying how many requests it has seen
@@ -121,61 +119,8 @@ def server(request, tmp_path_factory) -> Iterator[Server]:
         yield running
 
 
-def typed_request(model: str, values: list[float], request_id: str = "") -> pb.ModelInferRequest:
-    """A request as MLServer's converters make it: typed FP64 contents."""
-    request = pb.ModelInferRequest(model_name=model, id=request_id)
-    tensor = request.inputs.add(name="x", datatype="FP64", shape=[len(values)])
-    tensor.contents.fp64_contents.extend(values)
-    return request
-
-
-class Conversation:
-    """A ModelStreamInfer call driven one request at a time: ``send`` puts a request on
-    the wire, ``receive`` waits for the next response; the client's stream ends at
-    ``close``."""
-
-    def __init__(self, server: Server, message=pb.ModelInferResponse) -> None:
-        self._outgoing: queue.Queue = queue.Queue()
-        self.channel = grpc.insecure_channel(server.grpc_address)
-        method = self.channel.stream_stream(
-            STREAM_METHOD,
-            request_serializer=pb.ModelInferRequest.SerializeToString,
-            response_deserializer=message.FromString,
-        )
-        self.call = method(self._requests(), timeout=60)
-        self.sent = 0
-
-    def _requests(self) -> Iterator[pb.ModelInferRequest]:
-        while (request := self._outgoing.get()) is not None:
-            yield request
-
-    def send(self, request: pb.ModelInferRequest) -> None:
-        self.sent += 1
-        self._outgoing.put(request)
-
-    def receive(self):
-        return next(self.call)
-
-    def close(self) -> list:
-        """End the client's stream; the responses that still come."""
-        self._outgoing.put(None)
-        try:
-            return list(self.call)
-        finally:
-            self.channel.close()
-
-
-def totals(response: pb.ModelInferResponse) -> list[float]:
-    (output,) = response.outputs
-    if output.contents.fp64_contents:
-        return list(output.contents.fp64_contents)
-    import numpy as np
-
-    return np.frombuffer(response.raw_output_contents[0], dtype="<f8").tolist()
-
-
 def test_one_predict_stream_takes_the_clients_whole_stream(server: Server) -> None:
-    talk = Conversation(server)
+    talk = Conversation(server.grpc_address)
     talk.send(typed_request("acc", [1.0, 2.0], "first-id"))
     first = talk.receive()  # answered while the second request does not exist yet
     talk.send(typed_request("acc", [10.0]))
@@ -195,7 +140,7 @@ def test_one_predict_stream_takes_the_clients_whole_stream(server: Server) -> No
 def test_a_second_call_is_a_second_predict_stream(server: Server) -> None:
     runs = []
     for _ in range(2):
-        talk = Conversation(server)
+        talk = Conversation(server.grpc_address)
         talk.send(typed_request("acc", [1.0]))
         runs.append(totals(talk.receive()))
         assert talk.close() == []
@@ -220,7 +165,7 @@ def test_a_fast_client_is_held_back_and_loses_nothing(server: Server) -> None:
 
 
 def test_a_request_naming_another_model_ends_the_call(server: Server) -> None:
-    talk = Conversation(server)
+    talk = Conversation(server.grpc_address)
     talk.send(typed_request("acc", [1.0]))
     assert totals(talk.receive())[:2] == [1.0, 1.0]
     talk.send(typed_request("other", [2.0]))
@@ -233,7 +178,7 @@ def test_a_request_naming_another_model_ends_the_call(server: Server) -> None:
 
 
 def test_a_request_without_a_model_name_joins_the_stream(server: Server) -> None:
-    talk = Conversation(server)
+    talk = Conversation(server.grpc_address)
     talk.send(typed_request("acc", [1.0]))
     talk.receive()
     talk.send(typed_request("", [2.0]))
@@ -242,7 +187,7 @@ def test_a_request_without_a_model_name_joins_the_stream(server: Server) -> None
 
 
 def test_the_runtimes_error_ends_the_call_with_its_status(server: Server) -> None:
-    talk = Conversation(server)
+    talk = Conversation(server.grpc_address)
     talk.send(typed_request("acc", [1.0]))
     assert totals(talk.receive())[:2] == [1.0, 1.0]
     talk.send(typed_request("acc", [-1.0]))
@@ -277,7 +222,7 @@ def test_tritons_message_carries_the_error_then_the_call_ends(server: Server) ->
 
 def test_a_client_that_cancels_closes_the_runtimes_generator(server: Server) -> None:
     closed: Path = server.closed  # type: ignore[attr-defined]
-    talk = Conversation(server)
+    talk = Conversation(server.grpc_address)
     talk.send(typed_request("acc", [7.0], "cancelled-call"))
     assert totals(talk.receive())[:2] == [7.0, 1.0]
     # The runtime now awaits the next request; the client goes away instead.
@@ -290,7 +235,7 @@ def test_a_client_that_cancels_closes_the_runtimes_generator(server: Server) -> 
         time.sleep(0.05)
     assert marker.exists(), sorted(p.name for p in closed.iterdir())
     # Nothing stuck: the next call streams as usual.
-    again = Conversation(server)
+    again = Conversation(server.grpc_address)
     again.send(typed_request("acc", [1.0]))
     assert totals(again.receive())[:2] == [1.0, 1.0]
     assert again.close() == []
@@ -314,7 +259,7 @@ def test_many_streams_at_once_stay_apart(server: Server) -> None:
     results: dict[int, list] = {}
 
     def run(n: int) -> None:
-        talk = Conversation(server)
+        talk = Conversation(server.grpc_address)
         got = []
         for _ in range(3):
             talk.send(typed_request("acc", [float(n)]))
