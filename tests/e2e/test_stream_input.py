@@ -10,12 +10,14 @@ runtime answered the first request before the second existed.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import httpx
 import pytest
 
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
@@ -89,6 +91,26 @@ COUNTER = """
                 yield {"total": np.array([values.sum(), type(self).calls])}
 """
 
+# MLServer's default predict_stream, written out: the first request only.
+FIRST_ONLY = """
+    from typing import AsyncIterator
+
+    from inferpool.mlserver import MLModel
+    from inferpool.mlserver.codecs import NumpyCodec
+    from inferpool.mlserver.types import InferenceRequest, InferenceResponse
+
+
+    class FirstOnly(MLModel):
+        async def predict_stream(
+            self, payloads: AsyncIterator[InferenceRequest]
+        ) -> AsyncIterator[InferenceResponse]:
+            payload = await payloads.__anext__()
+            values = NumpyCodec.decode_input(payload.inputs[0])
+            yield InferenceResponse(
+                model_name=self.name, outputs=[NumpyCodec.encode_output("total", values)]
+            )
+"""
+
 SETUPS = [
     pytest.param(("builtin", 0), id="builtin-w0"),
     pytest.param(("builtin", 2), id="builtin-w2", marks=needs_pool),
@@ -103,6 +125,7 @@ def repository(root: Path, closed: Path) -> Path:
     spec = [{"name": "x", "datatype": "FP64", "shape": [-1]}]
     out = [{"name": "total", "datatype": "FP64", "shape": [-1]}]
     write_custom_model(root / "counter", COUNTER, "Counter", inputs=spec, outputs=out)
+    write_custom_model(root / "first-only", FIRST_ONLY, "FirstOnly", module="first_only")
     return root
 
 
@@ -234,11 +257,41 @@ def test_a_client_that_cancels_closes_the_runtimes_generator(server: Server) -> 
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert marker.exists(), sorted(p.name for p in closed.iterdir())
+    # Nothing held: the frontend counts no request of the model in flight any more.
+    assert in_flight(server, "acc") == 0
     # Nothing stuck: the next call streams as usual.
     again = Conversation(server.grpc_address)
     again.send(typed_request("acc", [1.0]))
     assert totals(again.receive())[:2] == [1.0, 1.0]
     assert again.close() == []
+
+
+def test_the_call_ends_when_the_runtime_stops_taking_requests(server: Server) -> None:
+    # MLServer's: the runtime's generator ends the call; requests it did not take are
+    # not answered, and the server stays well (the next call works).
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        method = channel.stream_stream(
+            STREAM_METHOD,
+            request_serializer=pb.ModelInferRequest.SerializeToString,
+            response_deserializer=pb.ModelInferResponse.FromString,
+        )
+        for _ in range(2):
+            requests = (typed_request("first-only", [float(n)]) for n in range(1, 30))
+            answers = [totals(answer) for answer in method(requests, timeout=60)]
+            assert answers == [[1.0]]
+    assert in_flight(server, "first-only") == 0
+
+
+def in_flight(server: Server, model: str, timeout: float = 10) -> float:
+    """The model's ``inferpool_model_in_flight_requests``, once it is 0 (or the timeout)."""
+    pattern = re.compile(rf'inferpool_model_in_flight_requests\{{model="{model}",[^}}]*\}} (\S+)')
+    deadline = time.monotonic() + timeout
+    while True:
+        text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+        value = float(pattern.search(text).group(1))
+        if value == 0 or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
 
 
 def test_inferpools_own_runtimes_take_each_request_on_its_own(server: Server) -> None:
