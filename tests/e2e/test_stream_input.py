@@ -23,7 +23,7 @@ import pytest
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from tests.support import Server, write_custom_model
 from tests.support.grpc import needs_pool
-from tests.support.stream_calls import STREAM_METHOD, Conversation, totals, typed_request
+from tests.support.stream_calls import Conversation, stream_method, totals, typed_request
 
 # An MLServer custom runtime, written against inferpool.mlserver: a running total of the
 # stream's values, one response per request, each saying how many requests it has seen
@@ -175,11 +175,7 @@ def test_a_fast_client_is_held_back_and_loses_nothing(server: Server) -> None:
     # back; every request is answered, in order, by the one call.
     count = 40
     with grpc.insecure_channel(server.grpc_address) as channel:
-        method = channel.stream_stream(
-            STREAM_METHOD,
-            request_serializer=pb.ModelInferRequest.SerializeToString,
-            response_deserializer=pb.ModelInferResponse.FromString,
-        )
+        method = stream_method(channel, pb.ModelInferResponse)
         requests = (typed_request("acc", [float(n)]) for n in range(1, count + 1))
         answers = [totals(answer) for answer in method(requests, timeout=60)]
     assert [answer[1] for answer in answers] == [float(n) for n in range(1, count + 1)]
@@ -232,11 +228,7 @@ def test_tritons_message_carries_the_error_then_the_call_ends(server: Server) ->
         return request
 
     with grpc.insecure_channel(server.grpc_address) as channel:
-        method = channel.stream_stream(
-            STREAM_METHOD,
-            request_serializer=pb.ModelInferRequest.SerializeToString,
-            response_deserializer=pb.ModelStreamInferResponse.FromString,
-        )
+        method = stream_method(channel, pb.ModelStreamInferResponse)
         answers = list(method(iter([raw([1.0]), raw([2.0]), raw([-1.0]), raw([5.0])]), timeout=60))
     assert [totals(a.infer_response)[:2] for a in answers[:2]] == [[1.0, 1.0], [3.0, 2.0]]
     assert "negative values are refused" in answers[2].error_message
@@ -270,11 +262,7 @@ def test_the_call_ends_when_the_runtime_stops_taking_requests(server: Server) ->
     # MLServer's: the runtime's generator ends the call; requests it did not take are
     # not answered, and the server stays well (the next call works).
     with grpc.insecure_channel(server.grpc_address) as channel:
-        method = channel.stream_stream(
-            STREAM_METHOD,
-            request_serializer=pb.ModelInferRequest.SerializeToString,
-            response_deserializer=pb.ModelInferResponse.FromString,
-        )
+        method = stream_method(channel, pb.ModelInferResponse)
         for _ in range(2):
             requests = (typed_request("first-only", [float(n)]) for n in range(1, 30))
             answers = [totals(answer) for answer in method(requests, timeout=60)]
@@ -297,11 +285,7 @@ def in_flight(server: Server, model: str, timeout: float = 10) -> float:
 def test_inferpools_own_runtimes_take_each_request_on_its_own(server: Server) -> None:
     # Triton's semantics: each request of the call is its own predict_stream call.
     with grpc.insecure_channel(server.grpc_address) as channel:
-        method = channel.stream_stream(
-            STREAM_METHOD,
-            request_serializer=pb.ModelInferRequest.SerializeToString,
-            response_deserializer=pb.ModelStreamInferResponse.FromString,
-        )
+        method = stream_method(channel, pb.ModelStreamInferResponse)
         requests = [typed_request("counter", [1.0, 2.0]), typed_request("counter", [5.0])]
         answers = [totals(a.infer_response) for a in method(iter(requests), timeout=60)]
     assert [answer[0] for answer in answers] == [3.0, 5.0]

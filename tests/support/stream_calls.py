@@ -17,6 +17,15 @@ from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
 
 
+def stream_method(channel: grpc.Channel, message: Any = pb.ModelInferResponse) -> Any:
+    """ModelStreamInfer on ``channel``, its responses parsed as ``message``."""
+    return channel.stream_stream(
+        STREAM_METHOD,
+        request_serializer=pb.ModelInferRequest.SerializeToString,
+        response_deserializer=message.FromString,
+    )
+
+
 def typed_request(model: str, values: list[float], request_id: str = "") -> pb.ModelInferRequest:
     """A request as MLServer's converters make it: typed FP64 contents."""
     request = pb.ModelInferRequest(model_name=model, id=request_id)
@@ -33,12 +42,7 @@ class Conversation:
     def __init__(self, address: str, message: Any = pb.ModelInferResponse) -> None:
         self._outgoing: queue.Queue = queue.Queue()
         self.channel = grpc.insecure_channel(address)
-        method = self.channel.stream_stream(
-            STREAM_METHOD,
-            request_serializer=pb.ModelInferRequest.SerializeToString,
-            response_deserializer=message.FromString,
-        )
-        self.call = method(self._requests(), timeout=60)
+        self.call = stream_method(self.channel, message)(self._requests(), timeout=60)
         self.sent = 0
 
     def _requests(self) -> Iterator[pb.ModelInferRequest]:

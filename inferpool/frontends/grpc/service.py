@@ -32,11 +32,9 @@ from inferpool.errors import (
 )
 from inferpool.frontends.access_log import trace_headers
 from inferpool.frontends.dataplane import DataPlane
-from inferpool.frontends.grpc.stream_input import whole_stream
+from inferpool.frontends.grpc.stream_input import stream_messages
 from inferpool.frontends.grpc.stream_message import (
-    response_message,
     speaks_mlserver,
-    stream_error,
 )
 from inferpool.frontends.metrics_server import OVERLOAD, count_rejected
 from inferpool.frontends.model_config import model_config
@@ -177,32 +175,19 @@ class InferenceService:
         client = self.plane.client
         mlserver: bool | None = None  # the call's message (stream_message.py), at its first
         async for body in requests:
+            rest = None  # the call's later requests, when they go to the same predict_stream
             if mlserver is None:
                 setting = client.settings.grpc_stream_response
                 endpoints = self._endpoints(body)
                 mlmodel = None if endpoints is None else endpoints.mlserver
                 mlserver = speaks_mlserver(setting, body, mlmodel)
                 if endpoints is not None and endpoints.stream_input:
-                    name, version, _ = read_infer_request(body)
-                    call = whole_stream(client, body, name, version, requests, deadline, mlserver)
-                    async for message in call:
-                        yield message
-                    return
-            try:
-                name, version, _ = read_infer_request(body)
-                replies = client.infer_stream(name, version, Kind.GRPC_STREAM, body, None, deadline)
-                try:
-                    async for reply in replies:
-                        if reply.status != 200:
-                            raise from_status(reply.status, reply.body.decode("utf-8", "replace"))
-                        if reply.body:
-                            yield response_message(reply.body, mlserver)
-                finally:
-                    await replies.aclose()
-            except InferpoolError as exc:
-                if mlserver:
-                    raise  # MLServer's: the call ends with the error's status
-                yield stream_error(exc.message)
+                    rest = requests
+            answers = stream_messages(client, body, read_infer_request, deadline, mlserver, rest)
+            async for message in answers:
+                yield message
+            if rest is not None:
+                return
 
     def _endpoints(self, body: bytes) -> Announced | None:
         """What the request's model announced (an MLServer custom runtime, one that takes

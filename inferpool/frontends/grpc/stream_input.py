@@ -17,7 +17,7 @@ is one ``error_message`` and the call then ends (the stream cannot go on without
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 from inferpool.engine.ipc.messages import Kind
@@ -32,22 +32,25 @@ if TYPE_CHECKING:
 _NAME, _VERSION = 1, 2
 
 
-async def whole_stream(
+async def stream_messages(
     client: EngineClient,
-    first: bytes,
-    name: str,
-    version: str | None,
-    requests: AsyncIterator[bytes],
+    body: bytes,
+    route: Callable[[bytes], tuple[str, str | None, str | None]],
     deadline: float | None,
     mlserver: bool,
+    requests: AsyncIterator[bytes] | None = None,
 ) -> AsyncIterator[bytes]:
-    """The messages of a call streamed to one ``predict_stream`` of model ``name``
-    (``version``): ``first``, then the rest of ``requests`` (the module's text)."""
-    more = _same_model(requests, name, version)
+    """The call's messages answering ``body`` (its model read by ``route``): its chunks,
+    or its one response. ``requests``: the call's later requests, fed to the same
+    ``predict_stream`` (the module's text); None: ``body`` alone, Triton's semantics. An
+    error is raised with MLServer's message (the call ends with its status), one
+    ``error_message`` with Triton's."""
     try:
-        replies = client.infer_stream(
-            name, version, Kind.GRPC_STREAM_IN, first, None, deadline, more
-        )
+        name, version, _ = route(body)
+        kind, more = Kind.GRPC_STREAM, None
+        if requests is not None:
+            kind, more = Kind.GRPC_STREAM_IN, _same_model(requests, name, version)
+        replies = client.infer_stream(name, version, kind, body, None, deadline, more)
         try:
             async for reply in replies:
                 if reply.status != 200:
