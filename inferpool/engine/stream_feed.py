@@ -3,10 +3,11 @@ side: the requests it sends after its first, as they come, then the end of its i
 
 ``feeding`` runs a task beside the stream's consumer that takes each request of the
 client's iterator and hands it to the stream (``Feeder.feed``, which waits while its
-runtime has ``INPUT_WINDOW`` not taken yet: the client is then not read, and HTTP/2 flow
-control holds it), then ``end_input``. An error of the input (``more`` raises: a request
-naming another model, say) ends the stream with that error as its last reply
-(``Feeder.fail``). The task ends with the stream: its consumer leaving, or its last reply.
+runtime has ``INPUT_WINDOW`` not taken yet: the client is then not read, and its gRPC
+server's flow control or bound on unread messages holds it), then ``end_input``. An
+error of the input (``more`` raises: a request naming another model, say) ends the
+stream with that error as its last reply (``Feeder.fail``). The task ends with the
+stream: its consumer leaving, or its last reply.
 
 A worker's stream is fed through its ``StreamSink`` (control messages); with
 ``workers=0``, ``LocalFeed`` puts the requests in the stream's ``StreamInput`` directly.

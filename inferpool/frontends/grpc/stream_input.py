@@ -17,11 +17,12 @@ is one ``error_message`` and the call then ends (the stream cannot go on without
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 from inferpool.engine.ipc.messages import Kind
-from inferpool.errors import BadRequest, InferpoolError, from_status
+from inferpool.errors import HTTP_OF_GRPC, BadRequest, InferpoolError, from_status
 from inferpool.frontends.grpc.stream_message import response_message, stream_error
 from inferpool.protocol.protowire import scan_fields
 
@@ -68,9 +69,20 @@ async def stream_messages(
 async def _same_model(
     requests: AsyncIterator[bytes], name: str, version: str | None
 ) -> AsyncIterator[bytes]:
-    """The call's later requests, each refused (400) if it names another model."""
+    """The call's later requests, each refused (400) if it names another model. The
+    call's own failure (h2's ``CallError``: a flood past ``max_body_bytes``, a message cut
+    short) keeps its gRPC status."""
     position = 1
-    async for body in requests:
+    while True:
+        try:
+            body = await anext(requests)
+        except StopAsyncIteration:
+            return
+        except (InferpoolError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            status = HTTP_OF_GRPC.get(getattr(exc, "code", "INTERNAL"), 500)
+            raise from_status(status, str(exc)) from None
         position += 1
         try:
             fields = scan_fields(body, (_NAME, _VERSION))

@@ -176,3 +176,49 @@ def test_feeding_nothing_is_a_no_op() -> None:
         assert not feed.failed.done()
 
     asyncio.run(scenario())
+
+
+def test_the_calls_own_failure_keeps_its_grpc_status() -> None:
+    from inferpool.errors import grpc_code_for
+    from inferpool.frontends.grpc.h2 import CallError
+    from inferpool.frontends.grpc.stream_input import _same_model
+
+    async def flood() -> AsyncIterator[bytes]:
+        yield body(1.0, 1.0)
+        raise CallError("RESOURCE_EXHAUSTED", "over 100 bytes of request messages wait")
+
+    async def scenario() -> tuple[list[bytes], Exception]:
+        taken: list[bytes] = []
+        try:
+            async for request in _same_model(flood(), "sums", None):
+                taken.append(request)
+        except Exception as exc:
+            return taken, exc
+        raise AssertionError("no error")
+
+    taken, error = asyncio.run(scenario())
+    assert len(taken) == 1
+    assert grpc_code_for(error.status) == "RESOURCE_EXHAUSTED"  # type: ignore[attr-defined]
+    assert "wait" in str(error)
+
+
+def test_a_later_request_naming_another_model_is_refused() -> None:
+    from inferpool.errors import BadRequest
+    from inferpool.frontends.grpc.stream_input import _same_model
+
+    def named(model: str, version: str = "") -> bytes:
+        return pb.ModelInferRequest(model_name=model, model_version=version).SerializeToString()
+
+    async def scenario(requests: list[bytes], version: str | None) -> list[bytes]:
+        async def source() -> AsyncIterator[bytes]:
+            for request in requests:
+                yield request
+
+        return [request async for request in _same_model(source(), "sums", version)]
+
+    same = [named("sums"), named(""), named("sums", "2")]
+    assert asyncio.run(scenario(same, "2")) == same
+    with pytest.raises(BadRequest, match="request 3 of the stream names model 'other'"):
+        asyncio.run(scenario([named("sums"), named("other")], None))
+    with pytest.raises(BadRequest, match=r"names model 'sums' version 1, .* runs model 'sums'"):
+        asyncio.run(scenario([named("sums", "1")], "2"))
