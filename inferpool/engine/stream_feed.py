@@ -18,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from inferpool.engine.ipc.messages import INPUT_WINDOW, MORE, Reply
-from inferpool.engine.worker.stream_input import StreamInput
 from inferpool.errors import ClientGone, InferpoolError
+
+if TYPE_CHECKING:  # (the frontend of a worker pool does not load the worker's modules)
+    from inferpool.engine.worker.stream_input import StreamInput
 
 
 class Feeder(Protocol):
@@ -68,8 +70,10 @@ class LocalFeed:
     __slots__ = ("failed", "input", "room")
 
     def __init__(self) -> None:
+        from inferpool.engine.worker.stream_input import StreamInput
+
         self.room = asyncio.Semaphore(INPUT_WINDOW)
-        self.input = StreamInput(self.room.release)
+        self.input: StreamInput = StreamInput(self.room.release)
         self.failed: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
 
     async def feed(self, body: bytes) -> None:
