@@ -420,8 +420,12 @@ class EngineClient(ABC):
         body: bytes,
         json_length: int | None,
         deadline: float | None = None,
+        more: AsyncIterator[bytes] | None = None,
     ) -> AsyncGenerator[Reply, None]:
         """Run one streamed request (a ``STREAM_KINDS`` kind): its replies as they come.
+        ``more`` (``Kind.GRPC_STREAM_IN``): the requests its client sends after it, which
+        the same ``predict_stream`` takes as they come (``engine/stream_feed.py``); such a
+        stream waits on its client, so the model's timeout does not apply to it.
 
         Each chunk of a runtime's ``predict_stream`` is a 200 marked ``MORE``; the last
         reply is an empty 200, or the error that ended the stream. A model that does not
@@ -440,10 +444,10 @@ class EngineClient(ABC):
             stats.refuse(protocol, refusal.status, error_reason(refusal))
             raise refusal
         check_deadline(deadline)
-        timeout = self._chunk_timeout(status)
+        timeout = self._chunk_timeout(status) if more is None else None
         started = time.perf_counter_ns()
         stats.in_flight += 1
-        replies = self._infer_stream(key, kind, body, json_length, deadline)
+        replies = self._infer_stream(key, kind, body, json_length, deadline, more)
         last: Reply | None = None
         try:
             while True:
@@ -480,9 +484,16 @@ class EngineClient(ABC):
         return timeout if timeout > 0 else None
 
     async def _infer_stream(
-        self, key: ModelKey, kind: int, body: bytes, json_length: int | None, deadline: float | None
+        self,
+        key: ModelKey,
+        kind: int,
+        body: bytes,
+        json_length: int | None,
+        deadline: float | None,
+        more: AsyncIterator[bytes] | None = None,
     ) -> AsyncGenerator[Reply, None]:
-        """A streamed request's replies where models run; by default its one reply."""
+        """A streamed request's replies where models run (fed ``more``); by default its
+        one reply."""
         yield await self._infer(key, kind, body, json_length, deadline)
 
     def running_requests(self) -> dict[ModelKey, int]:

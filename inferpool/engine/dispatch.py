@@ -22,7 +22,7 @@ import itertools
 import os
 import struct
 import time
-from collections.abc import AsyncGenerator, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 
 from inferpool.engine.handles import WorkerHandle
 from inferpool.engine.ipc import messages
@@ -35,6 +35,7 @@ from inferpool.engine.states import (
     model_key,
     model_label,
 )
+from inferpool.engine.stream_feed import feeding
 from inferpool.engine.stream_sink import StreamSink
 from inferpool.errors import BadRequest, NotReady, Overloaded, WorkerLost
 from inferpool.request_ids import track
@@ -222,10 +223,18 @@ class Dispatcher:
             raise
 
     async def stream(
-        self, key: ModelKey, kind: int, body: bytes, json_length: int | None, deadline: float | None
+        self,
+        key: ModelKey,
+        kind: int,
+        body: bytes,
+        json_length: int | None,
+        deadline: float | None,
+        more: AsyncIterator[bytes] | None = None,
     ) -> AsyncGenerator[Reply, None]:
         """A streamed request's replies (``stream_sink``): chunks marked ``MORE``, then
-        the last one. Closing the iterator early cancels the stream in its worker."""
+        the last one; ``more``: the requests its client sends after it, fed into the same
+        stream (``stream_feed``). Closing the iterator early cancels the stream in its
+        worker."""
         sink: StreamSink | None = None
 
         def receiver(worker: WorkerHandle, request_id: int) -> StreamSink:
@@ -239,11 +248,12 @@ class Dispatcher:
             return
         assert sink is not None
         try:
-            while True:
-                reply = await sink.next()
-                yield reply
-                if not reply.flags & MORE:
-                    return
+            async with feeding(more, sink):
+                while True:
+                    reply = await sink.next()
+                    yield reply
+                    if not reply.flags & MORE:
+                        return
         finally:
             sink.close()
 

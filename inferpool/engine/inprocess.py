@@ -17,7 +17,7 @@ import importlib
 import logging
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from inferpool.engine.capabilities import here, importable_here
@@ -159,10 +159,18 @@ class InProcessClient(EngineClient):
         return await threads.wait(future, timeout, describe_key(key))
 
     async def _infer_stream(
-        self, key: ModelKey, kind: int, body: bytes, json_length: int | None, deadline: float | None
+        self,
+        key: ModelKey,
+        kind: int,
+        body: bytes,
+        json_length: int | None,
+        deadline: float | None,
+        more: AsyncIterator[bytes] | None = None,
     ) -> AsyncGenerator[Reply, None]:
         """A runtime's ``predict_stream`` on this loop (its consumer pulls each chunk: the
-        back-pressure is the generator's own); any other runtime's one reply."""
+        back-pressure is the generator's own), fed ``more`` (``stream_feed``); any other
+        runtime's one reply."""
+        from inferpool.engine.stream_feed import local_replies
         from inferpool.engine.worker.path import Job
         from inferpool.engine.worker.streaming import stream_replies, streams
 
@@ -172,7 +180,8 @@ class InProcessClient(EngineClient):
             return
         deadline_ns = 0 if deadline is None else int(deadline * 1e9)
         header = RequestHeader(0, 0, kind, json_length, deadline_ns, time.monotonic_ns(), len(body))
-        replies = stream_replies(model, Job(header, body))
+        job = Job(header, body)
+        replies = local_replies(lambda bodies: stream_replies(model, job, bodies), more)
         try:
             async for reply in replies:
                 yield reply

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from inferpool.engine.client import EngineClient
@@ -128,9 +128,15 @@ class PoolClient(EngineClient):
         return await self.dispatcher.infer(key, kind, body, json_length, deadline)
 
     async def _infer_stream(
-        self, key: ModelKey, kind: int, body: bytes, json_length: int | None, deadline: float | None
+        self,
+        key: ModelKey,
+        kind: int,
+        body: bytes,
+        json_length: int | None,
+        deadline: float | None,
+        more: AsyncIterator[bytes] | None = None,
     ) -> AsyncGenerator[Reply, None]:
-        replies = self.dispatcher.stream(key, kind, body, json_length, deadline)
+        replies = self.dispatcher.stream(key, kind, body, json_length, deadline, more)
         try:
             async for reply in replies:
                 yield reply

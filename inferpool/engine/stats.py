@@ -50,6 +50,7 @@ _PROTOCOL_OF_KIND = {
     Kind.GRPC_STREAM: GRPC,
     Kind.GENERATE: REST,
     Kind.GENERATE_STREAM: REST,
+    Kind.GRPC_STREAM_IN: GRPC,
 }
 PROTOCOL_OF_KIND = tuple(_PROTOCOL_OF_KIND[kind] for kind in sorted(Kind))
 

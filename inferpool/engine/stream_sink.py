@@ -8,6 +8,11 @@ it has taken, it returns that credit to the worker (``messages.Credit``), which 
 more than ``messages.STREAM_WINDOW`` chunks ahead. ``close`` before the last reply cancels the
 stream in the worker (its generator is closed). A worker that dies ends it: its handle
 answers every in-flight entry with a 503, which is a last reply.
+
+A stream that takes its client's whole stream (``Kind.GRPC_STREAM_IN``) is fed further
+requests with ``feed`` (at most ``messages.INPUT_WINDOW`` ahead of its runtime: the
+worker's ``TOOK`` replies make room) and ``end_input``; ``fail`` ends it with an error of
+its input (a request that names another model, say).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from inferpool.engine.ipc import messages
-from inferpool.engine.ipc.messages import MORE, STREAM_WINDOW, Reply
+from inferpool.engine.ipc.messages import INPUT_WINDOW, MORE, STREAM_WINDOW, TOOK, Reply
 
 if TYPE_CHECKING:
     from inferpool.engine.handles import WorkerHandle
@@ -27,7 +32,9 @@ if TYPE_CHECKING:
 class StreamSink:
     """One streamed request's replies, from its worker to its consumer."""
 
-    __slots__ = ("closed", "ended", "replies", "request_id", "taken", "waiter", "worker")
+    __slots__ = (
+        "closed", "ended", "replies", "request_id", "room", "taken", "waiter", "worker",
+    )  # fmt: skip
 
     def __init__(self, worker: WorkerHandle, request_id: int) -> None:
         self.worker = worker
@@ -37,6 +44,7 @@ class StreamSink:
         self.ended = False  # its last reply came
         self.closed = False  # its consumer has gone: what comes now is dropped
         self.taken = 0  # chunks taken since the last credit
+        self.room: asyncio.Semaphore | None = None  # requests it may be fed (made at the first)
 
     # -- the in-flight map's side (a future's interface) -----------------------------------
     def done(self) -> bool:
@@ -47,6 +55,13 @@ class StreamSink:
             self.worker.inflight[self.request_id] = self  # type: ignore[assignment] # more to come
         else:
             self.ended = True
+        if reply.flags & TOOK:  # no chunk: its runtime took a fed request
+            if self.room is not None:
+                self.room.release()
+            return
+        self._push(reply)
+
+    def _push(self, reply: Reply) -> None:
         self.replies.append(reply)
         waiter = self.waiter
         if waiter is not None and not waiter.done():
@@ -65,6 +80,28 @@ class StreamSink:
                 self._send(messages.Credit(request_id=self.request_id, chunks=self.taken))
                 self.taken = 0
         return reply
+
+    async def feed(self, body: bytes) -> None:
+        """One more request for the stream, once its runtime has room for it."""
+        if self.room is None:
+            self.room = asyncio.Semaphore(INPUT_WINDOW)
+        await self.room.acquire()
+        if not (self.ended or self.closed):
+            self._send(messages.Feed(request_id=self.request_id, body=body))
+
+    def end_input(self) -> None:
+        """The client sends no more requests."""
+        if not (self.ended or self.closed):
+            self._send(messages.EndInput(request_id=self.request_id))
+
+    def fail(self, error: Reply) -> None:
+        """End the stream with ``error`` (its last reply): its input went wrong."""
+        if self.ended or self.closed:
+            return
+        self.close()  # cancelled in its worker; what it still sends is dropped
+        self.closed = False  # (its consumer has not gone: it takes the error)
+        self.ended = True
+        self._push(error)
 
     def close(self) -> None:
         """The consumer is done: a stream still running is cancelled in its worker."""

@@ -145,11 +145,13 @@ class Announced(msgspec.Struct, frozen=True):
     """A loaded model's endpoints as the frontend routes them: methods by path, and
     whether its runtime serves them at their bare paths too; ``mlserver``: the runtime is
     an MLServer custom runtime (its gRPC stream answers in MLServer's message when the
-    client speaks MLServer's: ``frontends/grpc/stream_message.py``)."""
+    client speaks MLServer's: ``frontends/grpc/stream_message.py``); ``stream_input``: its
+    ``predict_stream`` takes a gRPC call's whole stream (``Kind.GRPC_STREAM_IN``)."""
 
     paths: dict[str, list[str]] = {}
     bare: bool = False
     mlserver: bool = False
+    stream_input: bool = False
 
 
 def announce(metadata: dict[str, object], announced: Announced) -> dict[str, object]:

@@ -18,6 +18,7 @@ and message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import inspect
 import json
@@ -74,10 +75,37 @@ class _ProcessLoop:
         return asyncio.run_coroutine_threadsafe(coroutine, self._current()).result()
 
     async def await_from(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run ``coroutine`` on the loop, awaited from another running loop (cancelling
-        the wait cancels it there)."""
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._current())
-        return await asyncio.wrap_future(future)
+        """Run ``coroutine`` on the loop, awaited from another running loop. Cancelling
+        the wait cancels it there and waits until it has ended: a generator it was
+        stepping can be closed next (``aclose`` refuses a generator still running)."""
+        loop = self._current()
+        caller = asyncio.get_running_loop()
+        ended: asyncio.Future[T] = caller.create_future()
+        started: list[asyncio.Task[T]] = []
+
+        def settle(task: asyncio.Task[T]) -> None:
+            if ended.done():
+                return
+            if task.cancelled():
+                ended.cancel()
+            elif (error := task.exception()) is not None:
+                ended.set_exception(error)
+            else:
+                ended.set_result(task.result())
+
+        def start() -> None:
+            task = loop.create_task(coroutine)
+            started.append(task)
+            task.add_done_callback(lambda task: caller.call_soon_threadsafe(settle, task))
+
+        loop.call_soon_threadsafe(start)
+        try:
+            return await asyncio.shield(ended)
+        except asyncio.CancelledError:
+            loop.call_soon_threadsafe(lambda: started[0].cancel())  # (after ``start``)
+            with contextlib.suppress(BaseException):
+                await ended
+            raise
 
     def _current(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -232,14 +260,26 @@ class MLModelRuntime(Runtime):
                 return not cls.__module__.startswith(("mlserver", "inferpool.mlserver"))
         return False
 
+    @property
+    def stream_input(self) -> bool:
+        """Its ``predict_stream`` takes a gRPC call's whole stream, as MLServer's does."""
+        return self.streams
+
     async def predict_stream(self, payloads: AsyncIterator[InferenceRequest]) -> AsyncIterator[Any]:
         """The model's ``predict_stream``, run on the process's loop for the model (as its
-        other coroutines), its responses as outputs (``predict``'s answers)."""
-        requests = [self._model_request(payload) async for payload in payloads]
+        other coroutines), its responses as outputs (``predict``'s answers). Its requests
+        come from ``payloads`` one at a time, each when the model asks for it (awaited on
+        the caller's loop, where ``payloads`` lives): it may answer one before the next
+        is sent."""
+        caller = asyncio.get_running_loop()
 
         async def source() -> AsyncIterator[Any]:
-            for request in requests:
-                yield request
+            while True:
+                step = asyncio.run_coroutine_threadsafe(_next(payloads), caller)
+                payload = await asyncio.wrap_future(step)
+                if payload is _END:
+                    return
+                yield self._model_request(payload)
 
         generator = self.model.predict_stream(source())
         try:
@@ -352,6 +392,15 @@ class MLModelRuntime(Runtime):
         document.setdefault("inputs", [])
         document.setdefault("outputs", [])
         return document
+
+
+_END = object()  # ``_next`` at the end of its iterator
+
+
+async def _next(payloads: AsyncIterator[Any]) -> Any:
+    """The next item of ``payloads``, ``_END`` after the last (a coroutine, for
+    ``run_coroutine_threadsafe``)."""
+    return await anext(payloads, _END)
 
 
 def _first_error(exc: ValueError) -> str:

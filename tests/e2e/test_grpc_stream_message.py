@@ -166,6 +166,9 @@ def test_tritonclient_gets_model_stream_infer_responses(server: Server) -> None:
         prompt = triton.InferInput("prompt", [1], "BYTES")
         prompt.set_data_from_numpy(np.array([PROMPT.encode()], dtype=object))
         client.async_stream_infer("text-model", [prompt])
+        # The example's predict_stream reads the whole stream (MLServer's semantics: one
+        # call per client stream) before it answers: the client ends its stream first.
+        client.stop_stream()
         received = [results.get(timeout=30) for _ in WORDS]
     finally:
         client.stop_stream()

@@ -46,14 +46,25 @@ class Kind(IntEnum):
     REST_STREAM = 6  # V2 JSON in, one V2 JSON response per chunk
     GRPC_STREAM = 7  # a ModelInferRequest in, one ModelInferResponse per chunk
     GENERATE_STREAM = 8  # GENERATE's JSON, one response per chunk
+    # The first ModelInferRequest of a call whose later ones join the same stream
+    # (``Feed``, then ``EndInput``): one ``predict_stream`` per client stream, as MLServer.
+    GRPC_STREAM_IN = 9
 
 
 # The kinds whose replies may come in several chunks.
-STREAM_KINDS = frozenset({Kind.REST_STREAM, Kind.GRPC_STREAM, Kind.GENERATE_STREAM})
+STREAM_KINDS = frozenset(
+    {Kind.REST_STREAM, Kind.GRPC_STREAM, Kind.GENERATE_STREAM, Kind.GRPC_STREAM_IN}
+)
 # Reply header flag: more replies to the same request follow this one (a stream's chunk).
 MORE = 1
+# Reply header flag: no chunk, the stream's runtime took one more fed request (with
+# ``MORE``): the frontend may feed one more (``INPUT_WINDOW``).
+TOOK = 2
 # Chunks a stream may send ahead of its consumer (``Credit`` returns them).
 STREAM_WINDOW = 16
+# Requests fed into a running stream that its runtime has not taken yet, at most: a fast
+# client waits (HTTP/2 flow control) instead of queueing without bound.
+INPUT_WINDOW = 4
 
 
 class Op(IntEnum):
@@ -80,6 +91,10 @@ class Op(IntEnum):
     # worker → frontend: replace me (drain first); numbered apart from the sequence above
     # so that opcodes added beside it elsewhere do not collide.
     RECYCLE = 40
+    # frontend → worker: one more request of a stream's client (``Kind.GRPC_STREAM_IN``),
+    # then the end of its input; numbered apart too.
+    FEED = 50
+    END_INPUT = 51
     # (30: apart from the ops other changes add after 18, so that merges do not collide)
     LOADING = 30  # template/worker → frontend: about to load a model (and open which file)
 
@@ -395,6 +410,22 @@ class Credit(Control, frozen=True):
     chunks: int
 
 
+class Feed(Control, frozen=True):
+    """One more request (``body``, in its stream's wire format) for the running stream
+    ``request_id`` (``engine/worker/stream_input.py``)."""
+
+    op = Op.FEED
+    request_id: int
+    body: bytes
+
+
+class EndInput(Control, frozen=True):
+    """The client of stream ``request_id`` sends no more requests."""
+
+    op = Op.END_INPUT
+    request_id: int
+
+
 class Recycle(Control, frozen=True):
     """A worker asks to be drained and replaced (``engine/recycling.py``): ``reason`` is
     the metric's label (``memory_limit``), ``detail`` the sentence the log shows."""
@@ -476,7 +507,7 @@ class Loading(Control, frozen=True):
 
 _CONTROLS: tuple[type[Control], ...] = (
     Hello, Load, Loaded, Unload, Stop, Spawn, Preload, Ping, Pong, Cancel, Exited, Log,
-    Metrics, Preloaded, Unpreload, Credit, Recycle, Loading,
+    Metrics, Preloaded, Unpreload, Credit, Recycle, Loading, Feed, EndInput,
 )  # fmt: skip
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS: dict[int, msgspec.msgpack.Decoder[Any]] = {

@@ -89,6 +89,8 @@ class Worker:
                 Op.UNLOAD: self._on_unload,
                 Op.CANCEL: self._on_cancel,
                 Op.CREDIT: self._on_credit,
+                Op.FEED: self._on_feed,
+                Op.END_INPUT: self._on_end_input,
                 Op.PING: self._on_ping,
                 Op.STOP: self._on_stop,
             }
@@ -235,6 +237,15 @@ class Worker:
 
     def _on_credit(self, message: messages.Credit) -> None:
         self.streams.credit(message.request_id, message.chunks)
+
+    def _on_feed(self, message: messages.Feed) -> None:
+        # Its stream's first request may still be in the ring: started before it is fed.
+        self._take_requests()
+        self.streams.feed(message.request_id, message.body)
+
+    def _on_end_input(self, message: messages.EndInput) -> None:
+        self._take_requests()
+        self.streams.feed(message.request_id, None)
 
     def _answer_streams(self) -> None:
         ready = self.streams.take()

@@ -15,7 +15,10 @@ never holds the worker's poll loop, nor the other models it serves. The worker's
 stays the only producer of its response ring: chunks come to it through a queue and an
 eventfd it polls (``bell``), and it writes them out (``take``). A stream sends at most
 ``STREAM_WINDOW`` chunks its frontend has not taken yet (``messages.Credit`` returns them),
-so a slow consumer bounds what a worker and the frontend hold for it.
+so a slow consumer bounds what a worker and the frontend hold for it. A stream that takes
+its client's whole stream (``Kind.GRPC_STREAM_IN``) gets the requests fed after its first
+(``feed``, ``end_input``) through a ``stream_input.StreamInput``, and tells its frontend
+of each one its runtime takes with a ``TOOK`` reply (the input's window).
 """
 
 from __future__ import annotations
@@ -29,10 +32,11 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
-from inferpool.engine.ipc.messages import MORE, STREAM_WINDOW, Reply, StageTimes
+from inferpool.engine.ipc.messages import MORE, STREAM_WINDOW, TOOK, Kind, Reply, StageTimes
 from inferpool.engine.worker import inference
 from inferpool.engine.worker.model import LoadedModel
 from inferpool.engine.worker.path import Job
+from inferpool.engine.worker.stream_input import StreamInput
 from inferpool.engine.worker.wire_formats import wire_format
 from inferpool.errors import ClientGone, DeadlineExceeded
 from inferpool.protocol.rest_json import new_request_id
@@ -46,16 +50,34 @@ def streams(runtime: Any) -> bool:
     return bool(getattr(runtime, "streams", True))
 
 
-async def _one(payload: Any) -> AsyncIterator[Any]:
-    yield payload
+async def _payloads(
+    model: LoadedModel, first: Any, request_id: str, more: AsyncIterator[bytes] | None, kind: int
+) -> AsyncIterator[Any]:
+    """The runtime's payloads: the first request's, then each fed one's (``more``) as it
+    comes, under the first one's id (MLServer's rule: one id for the whole stream). A fed
+    request that does not decode raises its 400 into the runtime."""
+    yield first
+    if more is None:
+        return
+    decode, _ = wire_format(kind)
+    async for body in more:
+        request = decode(body, None)
+        request.id = request_id
+        payload, _ = inference.prepare(model, request)
+        yield payload
 
 
-async def stream_replies(model: LoadedModel, job: Job) -> AsyncGenerator[Reply, None]:
+async def stream_replies(
+    model: LoadedModel, job: Job, more: AsyncIterator[bytes] | None = None
+) -> AsyncGenerator[Reply, None]:
     """The replies of one streamed request: a chunk each (``MORE``), then the last one
-    (an empty 200 with the stream's times, or the error). Raises only CancelledError."""
+    (an empty 200 with the stream's times, or the error). Raises only CancelledError.
+    ``more``: the bodies of the requests its client sends after it (``stream_input``), for
+    a stream that takes its client's whole stream."""
     started = time.monotonic_ns()
     times = StageTimes(started - job.enqueued_ns)
     generator: Any = None
+    payloads: Any = None
     try:
         decode, encode = wire_format(job.kind)
         request = decode(job.body, job.json_length)
@@ -66,7 +88,8 @@ async def stream_replies(model: LoadedModel, job: Job) -> AsyncGenerator[Reply, 
         remaining = None
         if job.deadline_ns:
             remaining = max(0.0, (job.deadline_ns - time.monotonic_ns()) / 1e9)
-        generator = model.runtime.predict_stream(_one(payload))  # type: ignore[attr-defined]
+        payloads = _payloads(model, payload, request.id, more, job.kind)
+        generator = model.runtime.predict_stream(payloads)  # type: ignore[attr-defined]
         async with asyncio.timeout(remaining):
             while True:
                 computing = time.monotonic_ns()
@@ -91,20 +114,23 @@ async def stream_replies(model: LoadedModel, job: Job) -> AsyncGenerator[Reply, 
         yield Reply.from_error(exc, model.name)
         return
     finally:
-        if generator is not None:
-            with contextlib.suppress(Exception):
-                await generator.aclose()
+        for opened in (generator, payloads):
+            if opened is not None:
+                with contextlib.suppress(Exception):
+                    await opened.aclose()
     yield Reply(200, b"", None, times, 1, 1)
 
 
 class _Stream:
-    """One stream running in a worker: its task and its credit (chunks it may send)."""
+    """One stream running in a worker: its task, its credit (chunks it may send) and, if
+    it takes its client's whole stream, its input."""
 
-    __slots__ = ("credit", "task")
+    __slots__ = ("credit", "input", "task")
 
     def __init__(self) -> None:
         self.credit = asyncio.Semaphore(STREAM_WINDOW)
         self.task: asyncio.Task[None] | None = None
+        self.input: StreamInput | None = None
 
 
 class WorkerStreams:
@@ -126,6 +152,12 @@ class WorkerStreams:
         """Its consumer took ``chunks``: the stream may send as many more."""
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._release, request_id, chunks)
+
+    def feed(self, request_id: int, body: bytes | None) -> None:
+        """One more request of the stream's client (None: the end of its input); dropped
+        if the stream has ended (its runtime stopped before taking every request)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._feed, request_id, body)
 
     def cancel(self, request_id: int) -> None:
         """Its client went away: its generator is closed, its last reply says so."""
@@ -161,11 +193,14 @@ class WorkerStreams:
 
     def _begin(self, model: LoadedModel, job: Job) -> None:
         stream = self._streams[job.request_id] = _Stream()
+        if job.kind == Kind.GRPC_STREAM_IN:
+            stream.input = StreamInput(lambda: self._emit(job, Reply(200, b"", flags=MORE | TOOK)))
         stream.task = asyncio.get_running_loop().create_task(self._run(model, job, stream))
 
     async def _run(self, model: LoadedModel, job: Job, stream: _Stream) -> None:
+        more = None if stream.input is None else stream.input.bodies()
         try:
-            async for reply in stream_replies(model, job):
+            async for reply in stream_replies(model, job, more):
                 if reply.flags & MORE:
                     await stream.credit.acquire()
                 self._emit(job, reply)
@@ -183,6 +218,15 @@ class WorkerStreams:
         if stream is not None:
             for _ in range(chunks):
                 stream.credit.release()
+
+    def _feed(self, request_id: int, body: bytes | None) -> None:
+        stream = self._streams.get(request_id)
+        if stream is None or stream.input is None:
+            return
+        if body is None:
+            stream.input.end()
+        else:
+            stream.input.put(body)
 
     def _cancel(self, request_id: int) -> None:
         stream = self._streams.get(request_id)

@@ -28,6 +28,7 @@ MODULES: dict[int, str] = {
     Kind.GRPC_STREAM: "inferpool.protocol.grpc_wire",
     Kind.GENERATE: "inferpool.protocol.generate_wire",
     Kind.GENERATE_STREAM: "inferpool.protocol.generate_wire",
+    Kind.GRPC_STREAM_IN: "inferpool.protocol.grpc_wire",
 }
 _LOADED: dict[int, tuple[Decoder, Encoder]] = {}
 

@@ -32,14 +32,14 @@ from inferpool.errors import (
 )
 from inferpool.frontends.access_log import trace_headers
 from inferpool.frontends.dataplane import DataPlane
+from inferpool.frontends.grpc.stream_input import stream_messages
 from inferpool.frontends.grpc.stream_message import (
-    response_message,
     speaks_mlserver,
-    stream_error,
 )
 from inferpool.frontends.metrics_server import OVERLOAD, count_rejected
 from inferpool.frontends.model_config import model_config
 from inferpool.frontends.request_context import checked, echoed_grpc_id, from_metadata, generate
+from inferpool.protocol.endpoints import Announced
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.grpc_wire import set_parameters
 from inferpool.protocol.protowire import scan_fields
@@ -162,34 +162,32 @@ class InferenceService:
         ModelInferResponse, as ``stream_message.speaks_mlserver`` chooses at the first
         request. With Triton's, a request's error is one message with ``error_message`` set
         and the stream goes on with the next request; with MLServer's it ends the call.
+        A first request to a model whose runtime takes the whole stream (MLServer's
+        ``predict_stream``) streams the call to it instead (``stream_input.py``).
         ``deadline`` (a ``time.monotonic()`` instant, or None) is the whole call's."""
         client = self.plane.client
         mlserver: bool | None = None  # the call's message (stream_message.py), at its first
         async for body in requests:
+            rest = None  # the call's later requests, when they go to the same predict_stream
             if mlserver is None:
                 setting = client.settings.grpc_stream_response
-                mlserver = speaks_mlserver(setting, body, self._mlmodel(body))
-            try:
-                name, version, _ = read_infer_request(body)
-                replies = client.infer_stream(name, version, Kind.GRPC_STREAM, body, None, deadline)
-                try:
-                    async for reply in replies:
-                        if reply.status != 200:
-                            raise from_status(reply.status, reply.body.decode("utf-8", "replace"))
-                        if reply.body:
-                            yield response_message(reply.body, mlserver)
-                finally:
-                    await replies.aclose()
-            except InferpoolError as exc:
-                if mlserver:
-                    raise  # MLServer's: the call ends with the error's status
-                yield stream_error(exc.message)
+                endpoints = self._endpoints(body)
+                mlmodel = None if endpoints is None else endpoints.mlserver
+                mlserver = speaks_mlserver(setting, body, mlmodel)
+                if endpoints is not None and endpoints.stream_input:
+                    rest = requests
+            answers = stream_messages(client, body, read_infer_request, deadline, mlserver, rest)
+            async for message in answers:
+                yield message
+            if rest is not None:
+                return
 
-    def _mlmodel(self, body: bytes) -> bool | None:
-        """Whether the request's model is an MLServer custom runtime; None: no such model."""
+    def _endpoints(self, body: bytes) -> Announced | None:
+        """What the request's model announced (an MLServer custom runtime, one that takes
+        a whole stream); None: no such model."""
         try:
             name, version, _ = read_infer_request(body)
-            return self.plane.client.table.find(name, version).endpoints.mlserver
+            return self.plane.client.table.find(name, version).endpoints
         except InferpoolError:
             return None
 

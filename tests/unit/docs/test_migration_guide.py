@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 
 from inferpool.cli import main
-from inferpool.mlserver_env import SERVER_RULES
-from inferpool.mlserver_models import (
+from inferpool.settings import load_server_settings
+from inferpool.settings.mlserver_model import (
     MODEL_REFUSED,
     MODEL_SUPPORTED,
     PARAMETERS_REFUSED,
     PARAMETERS_SUPPORTED,
 )
-from inferpool.settings import load_server_settings
+from inferpool.settings.mlserver_server import SERVER_RULES
 
 ROOT = Path(__file__).parents[3]
 GUIDE = ROOT / "docs" / "migrating-from-mlserver.md"
@@ -69,12 +69,6 @@ def named_tests(row: str) -> list[tuple[str, str]]:
     return NODE.findall(tested.group(1)) if tested else []
 
 
-# Rows another branch rewrites (issue 38: ModelStreamInfer as MLServer's stream in, stream
-# out) and will name its tests; until they do, the row alone is let through. Once the row
-# names tests they are checked as every other row's.
-PENDING = {"`predict_stream`, `/infer_stream`, `/generate_stream`"}
-
-
 def test_the_guide_has_its_tables() -> None:
     headings = {heading for heading, _, _ in ROWS}
     for expected in ("Server settings", "Model settings", "REST", "gRPC", "Custom runtimes"):
@@ -86,8 +80,6 @@ def test_the_guide_has_its_tables() -> None:
 def test_every_row_names_tests_that_exist(heading: str, line: int, cells: list[str]) -> None:
     row = " | ".join(cells)
     named = named_tests(row)
-    if not named and cells[0] in PENDING:
-        pytest.skip(f"line {line}: rewritten on another branch, which names its tests")
     hint = "end it with 'Tested by `tests/...py::test_name`'"
     assert named, f"line {line} ({heading}: {cells[0]}) names no test: {hint}"
     for path, name in named:

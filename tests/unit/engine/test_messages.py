@@ -62,19 +62,22 @@ EXAMPLES: list[messages.Control] = [
     messages.Credit(request_id=2**63, chunks=8),
     messages.Recycle(reason="memory_limit", detail="model 'hog' hit the worker's memory limit"),
     messages.Loading(name="lgb", version=None, file="/m/lgb/model.txt", library="LightGBM"),
+    messages.Feed(request_id=7, body=b"\x0a\x01m" + bytes(range(256))),
+    messages.EndInput(request_id=7),
 ]
 
 
 def test_kinds_and_opcodes_keep_their_wire_values() -> None:
     # Both sides of a pipe may come from different builds during an upgrade: these
     # numbers are the protocol, not an implementation detail.
-    assert [int(kind) for kind in Kind] == [0, 1, 2, 3, 4, 5, 6, 7, 8]
+    assert [int(kind) for kind in Kind] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
     assert {op.name: int(op) for op in Op} == {
         "HELLO": 1, "LOAD": 2, "LOADED": 3, "UNLOAD": 4, "REQUEST": 5, "REPLY": 6, "STOP": 7,
         "SPAWN": 8, "PRELOAD": 9, "PING": 10, "PONG": 11, "CANCEL": 12, "EXITED": 13,
         "METRICS": 14, "LOG": 15, "PRELOADED": 16, "UNPRELOAD": 17, "CREDIT": 18,
         "RECYCLE": 40,
         "LOADING": 30,
+        "FEED": 50, "END_INPUT": 51,
     }  # fmt: skip
 
 
