@@ -244,7 +244,7 @@ def test_a_failed_reload_keeps_the_serving_version(tmp_path: Path) -> None:
         await client.load_model("m")
         status = client.table.find("m")
         assert (status.state, status.version, status.reason) == (ModelState.READY, "2", "")
-        assert len(client._locks) == 0
+        assert len(client.lifecycle.locks) == 0
 
     asyncio.run(scenario())
 
@@ -287,14 +287,14 @@ def test_loads_and_unloads_of_one_model_take_turns(tmp_path: Path) -> None:
         await loading
         await unloading
         assert "m" not in client.loaded and client.table.find("m").unloaded
-        assert len(client._locks) == 0
+        assert len(client.lifecycle.locks) == 0
         # Names that are refused or unknown never get a lock.
         for name in ("../x", "no-such-model"):
             with pytest.raises((BadRequest, ModelNotFound)):
                 await client.load_model(name)
             with pytest.raises(ModelNotFound):
                 await client.unload_model(name)
-        assert len(client._locks) == 0
+        assert len(client.lifecycle.locks) == 0
 
     asyncio.run(scenario())
 

@@ -133,10 +133,10 @@ def test_the_watcher_follows_the_repository(tmp_path: Path) -> None:
         (tmp_path / "a").rmdir()
         await until(lambda: "a" not in states(client))
         assert states(client)["c"] is ModelState.READY
-        watcher = client._watcher
+        watcher = client.lifecycle.watcher
         assert watcher is not None and watcher._tasks
         await client.close()
-        assert client._watcher is None and not watcher._tasks
+        assert client.lifecycle.watcher is None and not watcher._tasks
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
 
@@ -155,8 +155,8 @@ def test_folders_that_came_or_went_unseen_are_acted_on(tmp_path: Path) -> None:
         model_folder(tmp_path, "late", implementation="m.Runtime")
         (tmp_path / "gone" / "model-settings.json").unlink()
         (tmp_path / "gone").rmdir()
-        client._watcher = RepositoryWatcher(client, tmp_path, 0.1)
-        client._watcher.start(found)
+        client.lifecycle.watcher = RepositoryWatcher(client, tmp_path, 0.1)
+        client.lifecycle.watcher.start(found)
         await until(lambda: set(states(client)) == {"kept", "late"})
         await client.close()
 
@@ -182,7 +182,7 @@ def test_the_repository_api_works_beside_the_watcher(tmp_path: Path) -> None:
         # Loaded by the API before the watcher acted on it: followed from then on.
         model_folder(tmp_path, "b", implementation="m.Runtime")
         await client.load_model("b")
-        watcher = client._watcher
+        watcher = client.lifecycle.watcher
         assert watcher is not None and "b" in watcher.models
         for path in (tmp_path / "b").iterdir():
             path.unlink()
