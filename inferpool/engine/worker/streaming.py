@@ -57,8 +57,8 @@ async def stream_replies(model: LoadedModel, job: Job) -> AsyncGenerator[Reply, 
     times = StageTimes(started - job.enqueued_ns)
     generator: Any = None
     try:
-        decode, encode = wire_format(job.kind)
-        request = decode(job.body, job.json_length)
+        wire = wire_format(job.kind)
+        request = wire.decode(job.body, job.json_length)
         if not request.id:  # one id for every chunk of the stream
             request.id = new_request_id()
         payload, outputs = inference.prepare(model, request)
@@ -81,7 +81,7 @@ async def stream_replies(model: LoadedModel, job: Job) -> AsyncGenerator[Reply, 
                 if not isinstance(result, Mapping):
                     result = {outputs[0]: result}
                 response = inference.respond(model, request, result)
-                body, json_length = encode(response, request)
+                body, json_length = wire.encode(response, request)
                 times.compute_output += time.monotonic_ns() - encoding
                 yield Reply(200, body, json_length, flags=MORE)
     except TimeoutError:
