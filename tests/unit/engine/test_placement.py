@@ -5,84 +5,17 @@ what a failed or lost load leaves behind."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
 from inferpool.engine import placement as placement_module
 from inferpool.engine.dispatch import Dispatcher
-from inferpool.engine.ipc import messages
 from inferpool.engine.placement import Placement
 from inferpool.engine.scheduler import MIB
 from inferpool.engine.states import ModelState, ModelStatus, ModelTable
 from inferpool.errors import ModelLoadError, NotReady, WorkerLost
 from inferpool.settings import ModelSettings, ServerSettings
-
-
-class Started:
-    """A worker's hello, already answered."""
-
-    def done(self) -> bool:
-        return True
-
-
-class FakeWorker:
-    """What placement uses of a WorkerHandle; a Load is answered at once with ``size``."""
-
-    def __init__(self, slot: int, size: int = 10 * MIB, error: str = "", gone: bool = False):
-        self.slot = slot
-        self.size = size
-        self.error = error
-        self.gone = gone  # its channel is closed: posting raises OSError
-        self.alive = True
-        self.retiring = False
-        self.loading: Any = None
-        self.hung = False
-        self.hello = Started()
-        self.models: dict[str, tuple[int, int]] = {}
-        self.loads: dict[int, asyncio.Future[messages.Loaded]] = {}
-        self.sent: list[messages.Control] = []
-
-    def post_control(self, message: messages.Control) -> None:
-        if self.gone:
-            raise OSError("channel closed")
-        self.sent.append(message)
-        if isinstance(message, messages.Load):
-            name = message.settings["name"]
-            self.loads.pop(message.index).set_result(
-                messages.Loaded(
-                    index=message.index,
-                    ok=not self.error,
-                    error=self.error,
-                    metadata={"name": name, "slot": self.slot},
-                    size=self.size,
-                )
-            )
-
-    def describe(self) -> str:
-        return f"worker {self.slot}"
-
-    def loaded(self) -> list[int]:
-        return [m.index for m in self.sent if isinstance(m, messages.Load)]
-
-    def unloaded(self) -> list[int]:
-        return [m.index for m in self.sent if isinstance(m, messages.Unload)]
-
-
-class AllCapable:
-    """Every worker may hold every model."""
-
-    def __init__(self, workers: list[FakeWorker]) -> None:
-        self.workers = workers
-
-    def eligible(self, settings: ModelSettings, workers: list[Any]) -> tuple[list[Any], dict]:
-        return list(workers), {}
-
-    def eligible_slots(self, settings: ModelSettings) -> set[int]:
-        return {worker.slot for worker in self.workers}
-
-    async def exit_status(self, worker: Any) -> int | None:
-        return None
+from tests.unit.engine.fake_handles import AllCapable, FakeWorker
 
 
 def make(workers: list[FakeWorker], memory_limit_mib: int = 0) -> tuple[Placement, ModelTable]:
@@ -90,7 +23,11 @@ def make(workers: list[FakeWorker], memory_limit_mib: int = 0) -> tuple[Placemen
     dispatcher = Dispatcher(table, 4, len(workers), lambda: False)
     settings = ServerSettings(worker_memory_limit=memory_limit_mib)
     placement = Placement(
-        settings, table, dispatcher, lambda: list(workers), AllCapable(workers)  # type: ignore[arg-type]
+        settings,
+        table,
+        dispatcher,
+        lambda: list(workers),
+        AllCapable(workers),  # type: ignore[arg-type]
     )
     return placement, table
 
