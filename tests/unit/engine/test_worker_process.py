@@ -108,10 +108,12 @@ class Frontend:
         assert count == 0, "the worker did not answer"
 
     def close(self) -> None:
-        self.channel.close()
-        if self.process.poll() is None:
+        self.channel.close()  # the worker exits on its own (and coverage saves its data)
+        try:
+            self.process.wait(WAIT)
+        except subprocess.TimeoutExpired:
             self.process.kill()
-        self.process.wait(WAIT)
+            self.process.wait(WAIT)
         self.requests.close()
         self.replies.close()
         os.close(self.request_bell)
