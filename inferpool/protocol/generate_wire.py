@@ -8,7 +8,7 @@ A response holds ``model_name``, ``model_version``, ``id`` and one key per outpu
 single element (``"text_output": "..."``), or its flat data when it has several.
 A body whose ``inputs`` is a list is a V2 request instead, answered in V2: MLServer's
 ``generate`` endpoints are aliases of ``infer``, and its clients send those.
-``engine/worker/wire_formats.py`` maps ``Kind.GENERATE`` to ``decode`` and ``encode``.
+``engine/worker/wire_formats.py`` maps ``Kind.GENERATE`` to this module (a ``WireFormat``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The gRPC wire format: ModelInferRequest bytes to an InferenceRequest, a response to bytes.
 
 Runs where tensors are handled (a worker, or the frontend with ``workers=0``);
-``engine/worker/wire_formats.py`` maps ``Kind.GRPC`` to ``decode`` and ``encode`` here.
+``engine/worker/wire_formats.py`` maps ``Kind.GRPC`` to this module (a ``WireFormat``).
 Inputs arrive either as typed ``contents``
 or, for every input at once, as ``raw_input_contents`` (little-endian, row-major; BYTES
 elements each prefixed by a 4-byte little-endian length). Raw inputs become zero-copy

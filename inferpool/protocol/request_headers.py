@@ -5,7 +5,8 @@ Only a model whose runtime is a user's class (``ModelStatus.custom``) gets them,
 built-in runtimes never pay: for such a model the frontend sends the body as
 ``Kind.REST_HEADERS`` / ``Kind.GRPC_HEADERS``, the headers block in front of the V2 body
 (``wrap``), and the worker's wire format for that kind (``rest_headers_wire``,
-``grpc_headers_wire``) decodes the body as usual and sets the headers (``with_headers``).
+``grpc_headers_wire`` beside this module) decodes the body as usual and sets the headers
+(``with_headers``).
 As MLServer does, they replace whatever ``parameters.headers`` the request carried.
 
 The way back is the same block: a response's ``parameters.headers`` (a name → value
@@ -17,19 +18,17 @@ metadata, as MLServer 1.7.1 does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import orjson
 
 from inferpool.errors import BadRequest
 from inferpool.protocol.types import InferenceRequest, InferenceResponse
+from inferpool.protocol.wire_format import Decoder, Encoder
 
 # The block's length in front of it: 4 bytes, big-endian.
 _LENGTH = 4
 HEADERS = "headers"
-
-Decoder = Callable[[bytes, int | None], InferenceRequest]
-Encoder = Callable[[InferenceResponse, InferenceRequest], tuple[bytes, int | None]]
 
 
 def http_headers(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """The REST wire format (V2 JSON, and Triton binary tensors): request bytes in, response bytes out.
 
-``engine/worker/wire_formats.py`` maps ``Kind.REST`` to ``decode`` and ``encode`` here.
+``engine/worker/wire_formats.py`` maps ``Kind.REST`` to this module (a ``WireFormat``).
 """
 
 from __future__ import annotations

@@ -204,9 +204,9 @@ class Pipelines:
         from inferpool.engine.worker.wire_formats import wire_format
         from inferpool.protocol.rest_json import new_request_id
 
-        decode, encode = wire_format(kind)
+        wire = wire_format(kind)
         try:
-            request = decode(body, json_length)
+            request = wire.decode(body, json_length)
         except InferpoolError as exc:
             return Reply.from_error(exc)
         run = Run(plan, request, self._call)
@@ -215,7 +215,7 @@ class Pipelines:
             response = InferenceResponse(
                 plan.name, outputs, plan.version, request.id or new_request_id()
             )
-            encoded, length = encode(response, request)
+            encoded, length = wire.encode(response, request)
         except Exception as exc:  # InferpoolError: its status; else a 500, logged
             failed = Reply.from_error(exc, plan.name)
             return PipelineReply(failed.status, failed.body, steps=tuple(run.traces))

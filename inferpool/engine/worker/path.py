@@ -148,8 +148,7 @@ class _Set:
 
 
 def _decode(model: LoadedModel, job: Job, position: int, started: int) -> _Decoded:
-    decode, _ = wire_format(job.kind)
-    request = decode(job.body, job.json_length)
+    request = wire_format(job.kind).decode(job.body, job.json_length)
     payload, outputs = inference.prepare(model, request)
     times = StageTimes(started - job.enqueued_ns, time.monotonic_ns() - started)
     return _Decoded(position, job.kind, request, payload, outputs, rows_of(payload), times)
@@ -238,9 +237,8 @@ def _encode(
 ) -> Reply:
     started = time.monotonic_ns()
     try:
-        _, encode = wire_format(member.kind)
         response = inference.respond(model, member.request, result)
-        body, json_length = encode(response, member.request)
+        body, json_length = wire_format(member.kind).encode(response, member.request)
     except Exception as exc:
         return Reply.from_error(exc, model.name)
     member.times.compute_output = time.monotonic_ns() - started

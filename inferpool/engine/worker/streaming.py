@@ -59,9 +59,9 @@ async def _payloads(
     yield first
     if more is None:
         return
-    decode, _ = wire_format(kind)
+    wire = wire_format(kind)
     async for body in more:
-        request = decode(body, None)
+        request = wire.decode(body, None)
         request.id = request_id
         payload, _ = inference.prepare(model, request)
         yield payload
@@ -79,8 +79,8 @@ async def stream_replies(
     generator: Any = None
     payloads: Any = None
     try:
-        decode, encode = wire_format(job.kind)
-        request = decode(job.body, job.json_length)
+        wire = wire_format(job.kind)
+        request = wire.decode(job.body, job.json_length)
         if not request.id:  # one id for every chunk of the stream
             request.id = new_request_id()
         payload, outputs = inference.prepare(model, request)
@@ -104,7 +104,7 @@ async def stream_replies(
                 if not isinstance(result, Mapping):
                     result = {outputs[0]: result}
                 response = inference.respond(model, request, result)
-                body, json_length = encode(response, request)
+                body, json_length = wire.encode(response, request)
                 times.compute_output += time.monotonic_ns() - encoding
                 yield Reply(200, body, json_length, flags=MORE)
     except TimeoutError:

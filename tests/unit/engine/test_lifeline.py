@@ -116,13 +116,17 @@ def test_the_prelude_ties_the_child_to_its_parent(tmp_path: Path, parent_alive: 
     SIGKILLed: the sleeper dies with it. A parent pid that is not the child's parent (it
     died before the prctl) makes the child exit at once."""
     parent = "os.getpid()" if parent_alive else "1"
+    # The child runs its prelude (alive: it is still running a second later); else it
+    # exits, however slowly it starts (a loaded machine, coverage's start-up): waited for,
+    # so that it does not outlive the middle process and find init its parent, as told.
+    settle = "time.sleep(1.0)" if parent_alive else "child.wait(30)"
     done = run(
         f"""
         import os, subprocess, sys, time
         from inferpool.engine.ipc import lifeline
         env = {{**os.environ, lifeline.PARENT_ENV: str({parent})}}
         child = subprocess.Popen(lifeline.command("sleeper"), env=env)
-        time.sleep(1.0)  # the child runs its prelude (or has already exited)
+        {settle}
         print(child.pid, child.poll(), flush=True)
         os.kill(os.getpid(), 9)
         """,

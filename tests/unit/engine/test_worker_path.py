@@ -193,8 +193,11 @@ def test_an_unexpected_exception_while_encoding_is_a_logged_500(
 
 
 def test_an_unknown_wire_format_is_a_500_for_that_request_only() -> None:
-    replies = run_group(make_model(), [job(b"?", kind=9), job(rest("a", [[1, 1]]))])
-    assert replies[0].status == 500 and replies[0].body.startswith(b"internal error: KeyError")
+    replies = run_group(make_model(), [job(b"?", kind=99), job(rest("a", [[1, 1]]))])
+    assert replies[0].status == 500
+    assert replies[0].body == (
+        b"internal error: UnknownWireFormat: no wire format for request kind 99: no such kind"
+    )
     assert sums(replies[1]) == [2.0]
 
 
