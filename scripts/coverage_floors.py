@@ -1,5 +1,5 @@
 """Check the measured coverage of each top-level package of inferpool against its floor
-(tox -e coverage, after pytest --cov wrote the combined data file).
+(tox -e lowest, after pytest --cov wrote the combined data file).
 
 Prints one line per package (statements and branches covered, as coverage counts them)
 and exits 1 if any is below its floor. Floors are per folder, not per file, so that
@@ -17,7 +17,7 @@ import coverage
 # Percent (lines and branches together), rounded down from what the unit tests alone
 # measured (tests/unit, the servers and workers they start included): engine 72.4,
 # protocol 72.8, codecs 80.8, frontends 57.0, runtimes 80.3. The environment's end-to-end
-# files add to that: raise each floor to what a full tox -e coverage run measures.
+# files add to that: raise each floor to what a full tox -e lowest run measures.
 FLOORS = {
     "engine": 72.0,
     "protocol": 72.0,

@@ -1,4 +1,4 @@
-"""scripts/coverage_floors.py (tox -e coverage): one line per package, and a failure when a
+"""scripts/coverage_floors.py (tox -e lowest): one line per package, and a failure when a
 package's measured coverage is below its floor."""
 
 from __future__ import annotations
