@@ -91,7 +91,7 @@ class CORSSettings(BaseModel):
 
 class WorkerGroupSettings(BaseModel):
     """Workers beyond the server's own: with tags, and optionally their own environment
-    (a tarball or a folder, as a model names one: ``engine/environments.py``)."""
+    (a tarball or a folder, as a model names one: ``engine/environments/unpack.py``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -727,7 +727,7 @@ class ModelSettings(BaseModel):
     # Requests run on each replica after it loads, before it is READY (worker/warmup.py).
     warmup: list[WarmupSample] = Field(default_factory=list)
     # What the workers holding it must offer: tags, or packages with versions
-    # (``lightgbm>=4.0``); engine/capabilities.py, docs/environments.md.
+    # (``lightgbm>=4.0``); engine/environments/capabilities.py, docs/environments.md.
     requirements: list[str] = Field(default_factory=list)
     # A pipeline of other models instead of an artefact (engine/pipelines, docs/pipelines.md).
     pipeline: PipelineSpec | None = None
@@ -736,7 +736,7 @@ class ModelSettings(BaseModel):
     @field_validator("requirements")
     @classmethod
     def _valid_requirements(cls, requirements: list[str]) -> list[str]:
-        from inferpool.engine.capabilities import check_requirements
+        from inferpool.engine.environments.capabilities import check_requirements
 
         check_requirements(requirements)
         return requirements

@@ -21,7 +21,7 @@ from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.messages import MORE, STREAM_WINDOW, Reply
 
 if TYPE_CHECKING:
-    from inferpool.engine.handles import WorkerHandle
+    from inferpool.engine.pool.handles import WorkerHandle
 
 
 class StreamSink:

@@ -31,28 +31,28 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from inferpool.engine.capabilities import Capabilities
-from inferpool.engine.crashes import CrashBook, ExitStatuses
-from inferpool.engine.groups import (
+from inferpool.engine.environments.capabilities import Capabilities
+from inferpool.engine.environments.interpreters import ProbeFailed, probe
+from inferpool.engine.ipc import messages
+from inferpool.engine.ipc.messages import Reply
+from inferpool.engine.pool.crashes import CrashBook, ExitStatuses
+from inferpool.engine.pool.groups import (
     WorkerGroup,
     eligible,
     names_environment,
     refusal,
     runtime_library,
 )
-from inferpool.engine.handles import TemplateProcess, WorkerHandle
-from inferpool.engine.interpreters import ProbeFailed, probe
-from inferpool.engine.ipc import messages
-from inferpool.engine.ipc.messages import Reply
-from inferpool.engine.outages import CRASH_WINDOW, Outages
+from inferpool.engine.pool.handles import TemplateProcess, WorkerHandle
+from inferpool.engine.pool.outages import CRASH_WINDOW, Outages
+from inferpool.engine.pool.template_keeper import TemplateKeeper
 from inferpool.engine.repository import discover
-from inferpool.engine.template_keeper import TemplateKeeper
 from inferpool.errors import DeadlineExceeded, InferpoolError, ModelLoadError, NotReady, WorkerLost
 from inferpool.protocol.limits import DecodeLimits
 from inferpool.settings import ModelSettings, ServerSettings
 
 if TYPE_CHECKING:
-    from inferpool.engine.environments import Environment
+    from inferpool.engine.environments.unpack import Environment
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ class Supervisor:
 
     def environment_key(self, settings: ModelSettings) -> str | None:
         """The key of the environment the model names, once ``group_for`` prepared it."""
-        from inferpool.engine.environments import named_environment
+        from inferpool.engine.environments.unpack import named_environment
 
         named = named_environment(settings, self.settings.environment_tarball)
         return None if named is None else self.named.get(str(named))
@@ -197,7 +197,7 @@ class Supervisor:
     async def group_for(self, settings: ModelSettings) -> WorkerGroup | None:
         """The group running the environment the model names (started now if none does);
         None if it names none. ModelLoadError if the environment cannot be used."""
-        from inferpool.engine.environments import default_cache, named_environment, prepare
+        from inferpool.engine.environments.unpack import default_cache, named_environment, prepare
 
         named = named_environment(settings, self.settings.environment_tarball)
         if named is None:
@@ -284,7 +284,7 @@ class Supervisor:
     async def _start_configured(self, name: str, named: str, workers: int, tags: list[str]) -> None:
         """A configured group with an environment; one that cannot start is logged (the
         models that need it fail to load, saying why)."""
-        from inferpool.engine.environments import default_cache, prepare
+        from inferpool.engine.environments.unpack import default_cache, prepare
 
         cache = self.settings.environments_dir or default_cache()
         try:

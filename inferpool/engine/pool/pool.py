@@ -25,16 +25,16 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from inferpool.engine.client import EngineClient
-from inferpool.engine.dispatch import Dispatcher, Route
-from inferpool.engine.generations import Generations
-from inferpool.engine.groups import names_environment
-from inferpool.engine.handles import WorkerHandle
 from inferpool.engine.ipc.messages import Reply
-from inferpool.engine.placement import Placement, set_state
-from inferpool.engine.recycling import Recycler
-from inferpool.engine.stalls import Stalls
+from inferpool.engine.pool.dispatch import Dispatcher, Route
+from inferpool.engine.pool.generations import Generations
+from inferpool.engine.pool.groups import names_environment
+from inferpool.engine.pool.handles import WorkerHandle
+from inferpool.engine.pool.placement import Placement, set_state
+from inferpool.engine.pool.recycling import Recycler
+from inferpool.engine.pool.stalls import Stalls
+from inferpool.engine.pool.supervisor import Supervisor
 from inferpool.engine.states import ModelKey, ModelState, model_key, model_label
-from inferpool.engine.supervisor import Supervisor
 from inferpool.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from inferpool.engine import crashes
-from inferpool.engine.crashes import QUARANTINE_WINDOW, CrashBook, ExitStatuses
 from inferpool.engine.ipc.messages import Reply
-from inferpool.engine.outages import MAX_BACKOFF, WEDGED_AFTER, Outages, backoff
-from inferpool.engine.supervisor import Supervisor
+from inferpool.engine.pool import crashes
+from inferpool.engine.pool.crashes import QUARANTINE_WINDOW, CrashBook, ExitStatuses
+from inferpool.engine.pool.outages import MAX_BACKOFF, WEDGED_AFTER, Outages, backoff
+from inferpool.engine.pool.supervisor import Supervisor
 from inferpool.settings import ServerSettings
 
 

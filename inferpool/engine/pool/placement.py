@@ -1,7 +1,7 @@
 """Loading by placement: which workers load a model, and loading it there again.
 
-``Placement`` places a model's replicas with ``scheduler.place`` (memory budget, least
-loaded) by its footprint: the template's figure when the template loaded it, else the
+``Placement`` places a model's replicas with ``placement_choice.place`` (memory budget,
+least loaded) by its footprint: the template's figure when the template loaded it, else the
 first replica's, loaded on the worker with the most room. It publishes the route to the
 dispatcher only once every replica is loaded, so a reload keeps the serving version
 until the new one is in place (then the old one is unloaded). It unloads a model from
@@ -18,11 +18,11 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from inferpool.engine.dispatch import Dispatcher, Route
-from inferpool.engine.handles import WorkerHandle
 from inferpool.engine.ipc import messages
-from inferpool.engine.load_blame import blame
-from inferpool.engine.scheduler import MIB, PlacementError, WorkerRoom, place
+from inferpool.engine.pool.dispatch import Dispatcher, Route
+from inferpool.engine.pool.handles import WorkerHandle
+from inferpool.engine.pool.load_blame import blame
+from inferpool.engine.pool.placement_choice import MIB, PlacementError, WorkerRoom, place
 from inferpool.engine.states import ModelKey, ModelState, ModelTable, model_key
 from inferpool.errors import InferpoolError, ModelLoadError, NotReady, WorkerLost
 from inferpool.settings import ModelSettings, ServerSettings

@@ -13,12 +13,12 @@ import time
 
 import pytest
 
-from inferpool.engine import crashes
-from inferpool.engine.crashes import CrashBook, describe_exit
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.ring import RUNNING_IDS, Ring, create_ring_fd
-from inferpool.engine.outages import WEDGED_AFTER
-from inferpool.engine.pool import PoolClient
+from inferpool.engine.pool import crashes
+from inferpool.engine.pool.crashes import CrashBook, describe_exit
+from inferpool.engine.pool.outages import WEDGED_AFTER
+from inferpool.engine.pool.pool import PoolClient
 from inferpool.settings import ServerSettings
 
 

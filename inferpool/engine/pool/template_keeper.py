@@ -23,12 +23,12 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Protocol
 
-from inferpool.engine.crashes import ExitStatuses, describe_exit
-from inferpool.engine.handles import TemplateProcess
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.fingerprint import fingerprint
-from inferpool.engine.load_blame import Verdicts, blame
-from inferpool.engine.outages import MAX_BACKOFF, Outages
+from inferpool.engine.pool.crashes import ExitStatuses, describe_exit
+from inferpool.engine.pool.handles import TemplateProcess
+from inferpool.engine.pool.load_blame import Verdicts, blame
+from inferpool.engine.pool.outages import MAX_BACKOFF, Outages
 from inferpool.engine.states import ModelKey, describe_key, model_key
 from inferpool.errors import ModelLoadError, NotReady, WorkerLost
 

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from inferpool import logs
-from inferpool.engine import custom_metrics_sum, interpreters
+from inferpool.engine import custom_metrics_sum
+from inferpool.engine.environments import interpreters
 from inferpool.engine.ipc import lifeline, messages
 from inferpool.engine.ipc.channel import Channel, Outgoing, socket_pair
 from inferpool.engine.ipc.messages import Op, Reply, ReplyHeader
@@ -56,7 +57,7 @@ def child_environment() -> dict[str, str]:
 
 def start_template(python: Path | None = None) -> tuple[subprocess.Popen[bytes], Channel]:
     """The template process, its native thread pools capped at one thread; ``python``:
-    another environment's interpreter (``interpreters.py``), else the server's.
+    another environment's interpreter (``environments/interpreters.py``), else the server's.
 
     A library that reads its pool size when it is loaded (OpenBLAS, as scikit-learn's
     imports bring SciPy's in) starts its threads then; the template must have none to fork
@@ -235,7 +236,7 @@ class WorkerHandle:
         self.epoch = 0  # that template's epoch when it forked this one (``Hello``)
         # Replaced by a new generation: it finishes what it holds, then exits (no restart).
         self.retiring = False
-        # It asked to be replaced (``engine/recycling.py`` acts on it): Recycle's message.
+        # It asked to be replaced (``engine/pool/recycling.py`` acts on it): Recycle's message.
         self.recycle: messages.Recycle | None = None
         self.large_requests = 0  # sent over its channel, not its ring (``requests_sent``)
         # Forked while workers were stalled, beside the slots (``stalls.py``): retired
