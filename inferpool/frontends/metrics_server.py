@@ -160,7 +160,7 @@ class ServerCollector(Collector):
             "own interpreter), Python version, runtime libraries and tags",
             labels=["group", "environment", "python", "libraries", "tags"],
         )
-        for group in supervisor.groups:
+        for group in supervisor.roster.groups:
             capabilities = group.capabilities
             groups.add_metric(
                 [

@@ -144,7 +144,7 @@ class Generations:
     def _shareable(self, settings: ModelSettings) -> bool:
         """The model may go to every worker the server's template forks, and to no other
         (a new generation is forked by that template): else each worker loads its own."""
-        return self.supervisor.eligible_slots(settings) == set(range(self.supervisor.count))
+        return self.supervisor.roster.eligible_slots(settings) == set(range(self.supervisor.count))
 
     def _shared_by_all(self, key: ModelKey) -> bool:
         """Every worker was forked holding the template's current copy of ``key``."""

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from inferpool.engine.ipc import messages
@@ -48,15 +48,13 @@ def set_state(
 
 
 class Capable(Protocol):
-    """Which workers may hold a model, by capability (``Supervisor``, ``groups.py``)."""
+    """Which workers may hold a model, by capability (``roster.py``, ``groups.py``)."""
 
     def eligible(
         self, settings: ModelSettings, workers: list[WorkerHandle]
     ) -> tuple[list[WorkerHandle], dict[str, int]]: ...
 
     def eligible_slots(self, settings: ModelSettings) -> set[int]: ...
-
-    async def exit_status(self, worker: WorkerHandle) -> int | None: ...
 
 
 class Placement:
@@ -69,11 +67,13 @@ class Placement:
         dispatcher: Dispatcher,
         alive: Callable[[], list[WorkerHandle]],
         capable: Capable,
+        exit_status: Callable[[WorkerHandle], Awaitable[int | None]],
     ) -> None:
         self.table = table
         self.dispatcher = dispatcher
         self.alive = alive
         self.capable = capable
+        self.exit_status = exit_status  # how a dead worker ended (``crash_blame.py``)
         self.default_timeout = settings.model_timeout
         limit = settings.worker_memory_limit
         self.memory_limit = limit * MIB if limit > 0 else None
@@ -239,7 +239,7 @@ class Placement:
         culprit = worker.loading
         if culprit is None or model_key(culprit.name, culprit.version) != key:
             return
-        status = await self.capable.exit_status(worker)
+        status = await self.exit_status(worker)
         raise ModelLoadError(blame(culprit, status, worker.hung)) from None
 
     def unload_from(self, workers: list[WorkerHandle], key: ModelKey, index: int) -> None:

@@ -204,7 +204,7 @@ class Stalls:
             for route in routes
             if route.stalled
             and route.index not in stalling
-            and slot in self.supervisor.eligible_slots(route.settings)
+            and slot in self.supervisor.roster.eligible_slots(route.settings)
         ]
         for route in wanted:
             route.standby_coming = True  # its requests wait for the standby worker

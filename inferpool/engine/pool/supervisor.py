@@ -4,16 +4,13 @@
 restarted) fork one worker per slot once the repository's models are loaded, replaces a
 dead worker (backing off from a slot whose workers die soon after
 starting, never giving up; ``outages.py`` keeps that bookkeeping and says when the
-process is wedged), retires the workers a new generation replaced (``retire``: they
-finish what they hold, then exit; not a crash, not replaced), and every
-``SUPERVISE_INTERVAL``, for current and retiring workers alike:
+process is wedged: no worker or template for ``WEDGED_AFTER``), retires the workers a new
+generation replaced (``retire``: they finish what they hold, then exit; not a crash, not
+replaced), and has ``watchdog.py`` recycle the workers past their model's timeout and
+kill the silent ones. The worker groups, and those started for an environment, are
+``roster.py``'s; it asks for their slots, template and first workers (``SlotHost``).
 
-- recycles a worker whose group runs past its model's timeout (504 for the group);
-- kills a worker silent for ``worker_heartbeat_timeout`` (any message or reply counts as
-  a sign of life; workers answer pings between requests);
-- tells whether the process is wedged (no worker or template for ``WEDGED_AFTER``).
-
-A crash is blamed on the model the worker was running (``crashes.py``) once the
+A crash is blamed on the model the worker was running (``crash_blame.py``) once the
 template reports its exit status. At shutdown it drains, stops and kills by one
 deadline. It talks to the pool through ``PoolEvents``: "this worker is lost", "this one
 replaced it: reload its models", "quarantine this model".
@@ -29,38 +26,23 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from inferpool.engine.environments.capabilities import Capabilities
-from inferpool.engine.environments.interpreters import ProbeFailed, probe
 from inferpool.engine.ipc import messages
-from inferpool.engine.ipc.messages import Reply
-from inferpool.engine.pool.crashes import CrashBook, ExitStatuses
-from inferpool.engine.pool.groups import (
-    WorkerGroup,
-    eligible,
-    names_environment,
-    refusal,
-    runtime_library,
-)
+from inferpool.engine.pool.crash_blame import CrashBlame
+from inferpool.engine.pool.groups import WorkerGroup
 from inferpool.engine.pool.handles import TemplateProcess, WorkerHandle
 from inferpool.engine.pool.outages import CRASH_WINDOW, Outages
+from inferpool.engine.pool.roster import GroupRoster, shared_preloads, shared_slots
 from inferpool.engine.pool.template_keeper import TemplateKeeper
-from inferpool.engine.repository import discover
-from inferpool.errors import DeadlineExceeded, InferpoolError, ModelLoadError, NotReady, WorkerLost
+from inferpool.engine.pool.watchdog import Watchdog
+from inferpool.errors import InferpoolError, NotReady, WorkerLost
 from inferpool.protocol.limits import DecodeLimits
-from inferpool.settings import ModelSettings, ServerSettings
-
-if TYPE_CHECKING:
-    from inferpool.engine.environments.unpack import Environment
+from inferpool.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
 
 SPAWN_TIMEOUT = 60.0
-HEARTBEAT_INTERVAL = 5.0
-SUPERVISE_INTERVAL = 0.25  # how often running groups are checked against their timeout
-EXIT_STATUS_WAIT = 1.0  # how long a crash report waits for the template's exit status
-KILL_MARGIN = 0.5  # at shutdown, hung workers die this long before the grace period ends
 
 
 class PoolEvents(Protocol):
@@ -90,7 +72,7 @@ class PoolEvents(Protocol):
         """The model under this index keeps crashing workers."""
 
     def tick(self, now: float) -> None:
-        """Called every ``SUPERVISE_INTERVAL``."""
+        """Called every ``watchdog.SUPERVISE_INTERVAL``."""
 
 
 class Supervisor:
@@ -104,8 +86,7 @@ class Supervisor:
         self.stopping = stopping
         # The slots the server's own template forks: the default group's, then those of
         # the configured groups without an environment. Other groups' slots come after.
-        plain = [group for group in settings.worker_groups if group.environment is None]
-        self.count = settings.workers + sum(group.workers for group in plain)
+        self.count = shared_slots(settings)
         self.threads = max(1, (os.cpu_count() or 1) // self.count)
         self.max_queue = max(1, settings.max_queue)
         self.limits = DecodeLimits.from_settings(settings)
@@ -124,30 +105,17 @@ class Supervisor:
         self.restarts_by_slot = [0] * self.count  # worker_restarts, per slot
         self.timeout_kills = 0  # workers killed because a call ran past its model's timeout
         self.wedged: str | None = None  # why the process is not live, if it is not
-        self.crashes = CrashBook()
-        self.exits = ExitStatuses()
         self._tasks: set[asyncio.Future[Any]] = set()
+        self.blame = CrashBlame(events, self.keep, lambda w: self.group_of(w.slot).keeper.template)
         self.outages = Outages(self.count)
         self.templates = TemplateKeeper(
-            self.exits, self.outages, events, stopping, self.keep,
+            self.blame.exits, self.outages, events, stopping, self.keep,
             gone=lambda: self._template_gone(self.templates),
             load_timeout=settings.model_load_timeout,
         )  # fmt: skip
-        self.groups = [
-            WorkerGroup("default", range(settings.workers), self.templates, self.outages,
-                        tuple(settings.worker_tags)),
-        ]  # fmt: skip
-        for group in plain:
-            base = self.groups[-1].slots.stop
-            slots = range(base, base + group.workers)
-            self.groups.append(
-                WorkerGroup(group.name, slots, self.templates, self.outages, tuple(group.tags))
-            )
-        # Groups running an environment, by its key; and the key of each environment a
-        # model named (by the path it named), as last prepared.
-        self.environments: dict[str, WorkerGroup] = {}
-        self.named: dict[str, str] = {}
-        self._adding: dict[str, asyncio.Future[WorkerGroup]] = {}
+        self.roster = GroupRoster(settings, self.templates, self.outages, self)
+        self.group_of = self.roster.group_of
+        self.watchdog = Watchdog(self)
 
     @property
     def template(self) -> TemplateProcess | None:
@@ -164,98 +132,6 @@ class Supervisor:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def group_of(self, slot: int) -> WorkerGroup:
-        for group in self.groups:
-            if slot in group.slots:
-                return group
-        raise KeyError(slot)
-
-    def environment_key(self, settings: ModelSettings) -> str | None:
-        """The key of the environment the model names, once ``group_for`` prepared it."""
-        from inferpool.engine.environments.unpack import named_environment
-
-        named = named_environment(settings, self.settings.environment_tarball)
-        return None if named is None else self.named.get(str(named))
-
-    def eligible(
-        self, settings: ModelSettings, workers: list[WorkerHandle]
-    ) -> tuple[list[WorkerHandle], dict[str, int]]:
-        """``groups.eligible``: the workers that may hold the model, the others by why not."""
-        return eligible(settings, self.environment_key(settings), workers, self.group_of)
-
-    def eligible_slots(self, settings: ModelSettings) -> set[int]:
-        """Every slot, live or not, whose group may hold the model."""
-        environment, requirements = self.environment_key(settings), settings.requirements
-        library = runtime_library(settings)
-        return {
-            slot
-            for group in self.groups
-            if refusal(group, environment, requirements, library) is None
-            for slot in group.slots
-        }
-
-    async def group_for(self, settings: ModelSettings) -> WorkerGroup | None:
-        """The group running the environment the model names (started now if none does);
-        None if it names none. ModelLoadError if the environment cannot be used."""
-        from inferpool.engine.environments.unpack import default_cache, named_environment, prepare
-
-        named = named_environment(settings, self.settings.environment_tarball)
-        if named is None:
-            return None
-        cache = self.settings.environments_dir or default_cache()
-        try:
-            environment = await asyncio.to_thread(prepare, named, cache)
-        except InferpoolError as exc:
-            raise ModelLoadError(exc.message) from None
-        self.named[str(named)] = environment.key
-        group = self.environments.get(environment.key)
-        if group is not None:
-            return group
-        adding = self._adding.get(environment.key)
-        if adding is None:
-            name = f"env-{environment.key[:8]}"
-            workers = self.settings.environment_workers
-            adding = asyncio.ensure_future(self.add_group(name, environment, workers, []))
-            self._adding[environment.key] = adding
-            adding.add_done_callback(lambda _: self._adding.pop(environment.key, None))
-        return await asyncio.shield(adding)
-
-    async def add_group(
-        self, name: str, environment: Environment, workers: int, tags: list[str]
-    ) -> WorkerGroup:
-        """Start ``workers`` workers with ``environment``'s interpreter, under a template
-        of their own; ModelLoadError if the interpreter cannot run them."""
-        try:
-            found = await asyncio.to_thread(probe, environment.python)
-        except ProbeFailed as exc:
-            raise ModelLoadError(f"environment {environment.source}: {exc}") from None
-        probed = Capabilities.from_dict(found)
-        base = len(self.workers)
-        slots = range(base, base + workers)
-        self.workers.extend([None] * workers)
-        self.rolls_by_slot.extend([0] * workers)
-        self.restarts_by_slot.extend([0] * workers)
-        outages = Outages(slots.stop)
-        keeper = TemplateKeeper(
-            self.exits, outages, _NOTHING_SHARED, self.stopping, self.keep,
-            gone=lambda: self._template_gone(keeper), python=environment.python,
-        )  # fmt: skip
-        group = WorkerGroup(name, slots, keeper, outages, tuple(tags), environment, probed)
-        self.groups.append(group)
-        self.environments[environment.key] = group
-        logger.info("starting %s", group.describe())
-        keeper.start([])
-        started = await asyncio.gather(
-            *(self._spawn(slot, installs=0) for slot in slots), return_exceptions=True
-        )
-        for slot, result in zip(slots, started, strict=True):
-            if isinstance(result, BaseException):
-                reason = getattr(result, "message", str(result))
-                logger.error("%s: worker %d did not start: %s", group.name, slot, reason)
-                outages.worker_died(slot, False, time.monotonic())
-                self.keep(self._replace(slot))
-        return group
-
     def alive(self) -> list[WorkerHandle]:
         return [w for w in self.workers if w is not None and w.alive]
 
@@ -266,101 +142,44 @@ class Supervisor:
         return [*self.alive(), *(w for w in others if w.alive)]
 
     async def start(self) -> None:
-        repository = self.settings.model_repository
-        found = []
-        with contextlib.suppress(FileNotFoundError):  # load_repository reports it
-            found = discover(repository) if repository is not None else []
-        documents = [d.settings.model_dump(mode="json") for d in found if d.settings]
-        # A model with an environment of its own is never loaded by the server's template.
-        server = self.settings.environment_tarball
-        self.templates.start([d for d in documents if not names_environment(d, server)])
+        self.templates.start(shared_preloads(self.settings))
         await asyncio.gather(*(self._spawn(slot, installs=0) for slot in range(self.count)))
-        for group in self.settings.worker_groups:
-            if group.environment is not None:
-                await self._start_configured(group.name, group.environment, group.workers,
-                                             group.tags)  # fmt: skip
-        self.keep(self._supervise())
+        await self.roster.start_configured()
+        self.keep(self.watchdog.run())
 
-    async def _start_configured(self, name: str, named: str, workers: int, tags: list[str]) -> None:
-        """A configured group with an environment; one that cannot start is logged (the
-        models that need it fail to load, saying why)."""
-        from inferpool.engine.environments.unpack import default_cache, prepare
+    # -- a worker group's slots (SlotHost) ---------------------------------------------------
+    def open_slots(self, count: int) -> range:
+        base = len(self.workers)
+        self.workers.extend([None] * count)
+        self.rolls_by_slot.extend([0] * count)
+        self.restarts_by_slot.extend([0] * count)
+        return range(base, base + count)
 
-        cache = self.settings.environments_dir or default_cache()
-        try:
-            environment = await asyncio.to_thread(prepare, Path(named), cache)
-            self.named[str(Path(named))] = environment.key
-            if environment.key not in self.environments:
-                await self.add_group(name, environment, workers, tags)
-        except InferpoolError as exc:
-            logger.error("worker group '%s' cannot start: %s", name, exc.message)
+    def keeper_for(self, outages: Outages, python: Path) -> TemplateKeeper:
+        keeper = TemplateKeeper(
+            self.blame.exits, outages, _NOTHING_SHARED, self.stopping, self.keep,
+            gone=lambda: self._template_gone(keeper), python=python,
+        )  # fmt: skip
+        return keeper
 
-    # -- the periodic checks -----------------------------------------------------------------
-    async def _supervise(self) -> None:
-        heartbeat = self.settings.worker_heartbeat_timeout
-        ping_every = min(HEARTBEAT_INTERVAL, heartbeat / 4) if heartbeat > 0 else None
-        pinged = time.monotonic()
-        while not self.stopping():
-            await asyncio.sleep(SUPERVISE_INTERVAL)
-            now = time.monotonic()
-            for worker in self.supervised():
-                self.check(worker, now)
-            if ping_every is not None and now - pinged >= ping_every:
-                pinged = now
-                for worker in self.supervised():
-                    with contextlib.suppress(OSError):
-                        worker.post_control(messages.Ping())
-            self.check_wedged(now)
-            self.events.tick(now)
-
-    def check(self, worker: WorkerHandle, now: float) -> None:
-        """Recycle ``worker`` past its model's timeout, kill it if it is hung."""
-        running = worker.requests.running()
-        if running is not None and self._past_timeout(worker, running, now):
-            return
-        heartbeat = self.settings.worker_heartbeat_timeout
-        if worker.loading is not None and now - worker.loading_since > heartbeat > 0:
-            worker.hung = round(now - worker.loading_since)  # its model is blamed as hung
-        if heartbeat > 0 and now - worker.last_seen > heartbeat:
-            if running is not None and self.events.timeout_of(running[0]) > 0:
-                return  # busy with a group its model's timeout still allows
-            logger.error("%s answered nothing for %.0fs; killing it", worker.describe(), heartbeat)
-            self.kill(worker, f"{worker.describe()} exited", crash=False)
-
-    def _past_timeout(
-        self, worker: WorkerHandle, running: tuple[int, list[int], int], now: float
-    ) -> bool:
-        """Recycle ``worker`` if its group runs past its model's timeout: 504 for the group."""
-        model_index, request_ids, started_ns = running
-        timeout = self.events.timeout_of(model_index)
-        if not timeout or now - started_ns / 1e9 <= timeout:
-            return False
-        name = self.events.model_name(model_index) or f"#{model_index}"
-        message = (
-            f"model '{name}' ran longer than its timeout ({timeout:g} s); "
-            f"{worker.describe()} was recycled"
+    async def fill(self, group: WorkerGroup) -> None:
+        slots = group.slots
+        started = await asyncio.gather(
+            *(self._spawn(slot, installs=0) for slot in slots), return_exceptions=True
         )
-        logger.error("%s", message)
-        self.timeout_kills += 1
-        late = Reply.from_error(DeadlineExceeded(message))
-        for request_id in request_ids:
-            future = worker.inflight.pop(request_id, None)
-            if future is not None and not future.done():
-                future.set_result(late)
-        self.kill(worker, f"{worker.describe()} was recycled ({message})", crash=False)
-        return True
+        for slot, result in zip(slots, started, strict=True):
+            if isinstance(result, BaseException):
+                reason = getattr(result, "message", str(result))
+                logger.error("%s: worker %d did not start: %s", group.name, slot, reason)
+                group.outages.worker_died(slot, False, time.monotonic())
+                self.keep(self._replace(slot))
 
+    # -- workers -----------------------------------------------------------------------------
     def kill(self, worker: WorkerHandle, reason: str, crash: bool) -> None:
         if worker.pid:
             with contextlib.suppress(OSError):
                 os.kill(worker.pid, signal.SIGKILL)
         self.worker_died(worker, reason, crash=crash)
-
-    def check_wedged(self, now: float) -> None:
-        wedged = self.outages.wedged(now, self.template is not None)
-        if wedged and wedged != self.wedged:
-            logger.error("not live: %s", wedged)
-        self.wedged = wedged
 
     def _template_gone(self, keeper: TemplateKeeper) -> None:
         """Workers the template had not forked yet never will be: their starts fail now,
@@ -369,7 +188,6 @@ class Supervisor:
             if self.group_of(worker.slot).keeper is keeper:
                 self.worker_died(worker, "the worker template process exited")
 
-    # -- workers -----------------------------------------------------------------------------
     async def spawn(self, slot: int) -> WorkerHandle:
         """Start a worker for ``slot`` without giving it the slot (a new generation's);
         NotReady or WorkerLost if it does not come up."""
@@ -431,9 +249,9 @@ class Supervisor:
         group = self.group_of(worker.slot)
         if worker.template is not group.keeper.template:
             # Its template died before it: it may be ours to reap now (as PID 1 it is).
-            self.keep(self._reap_orphan(worker.pid))
+            self.keep(self.blame.reap_orphan(worker.pid))
         if crash and running is not None:
-            self._blame(worker, running[0], running[1])
+            self.blame.blame(worker, running[0], running[1])
         # Back off from a slot whose workers die soon after starting, without a request to
         # blame (a request that kills workers is the quarantine's business, not a reason
         # to keep the other models waiting for a worker).
@@ -457,9 +275,9 @@ class Supervisor:
         if self.stopping() or not worker.hello.done():
             return
         if worker.template is not self.group_of(worker.slot).keeper.template:
-            self.keep(self._reap_orphan(worker.pid))
+            self.keep(self.blame.reap_orphan(worker.pid))
         if crash and running is not None:
-            self._blame(worker, running[0], running[1])
+            self.blame.blame(worker, running[0], running[1])
         if not worker.retiring:
             if crash:  # else closed because its generation did not take over
                 what = "" if worker.standby else " of a new generation"
@@ -526,81 +344,7 @@ class Supervisor:
                 await self.events.worker_replaced(worker)
             return
 
-    async def _reap_orphan(self, pid: int) -> None:
-        for _ in range(40):  # its channel closes a moment before it can be reaped
-            try:
-                reaped, status = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                return  # not our child: init reaps it
-            if reaped:
-                self.exits.reported(pid, status)
-                return
-            await asyncio.sleep(0.05)
-
-    # -- crash blame -------------------------------------------------------------------------
-    async def exit_status(self, worker: WorkerHandle) -> int | None:
-        """How ``worker`` ended (a waitpid status, reported by its template), None if that is
-        not known within ``EXIT_STATUS_WAIT``."""
-        template = self.group_of(worker.slot).keeper.template
-        if template is not None:
-            template.receive()  # its exit status may already be waiting
-        status = self.exits.take(worker.pid)
-        return status if status is not None else await self.exits.wait(worker.pid, EXIT_STATUS_WAIT)
-
-    def _blame(self, worker: WorkerHandle, model_index: int, request_ids: list[int]) -> None:
-        """Count a crash against the model it was running, once its exit status is known."""
-        if self.events.model_name(model_index) is None:
-            return
-        template = self.group_of(worker.slot).keeper.template
-        if template is not None:
-            template.receive()  # its exit status may already be waiting
-        status = self.exits.take(worker.pid)
-        if status is not None:
-            self.count_crash(worker, model_index, request_ids, status)
-        else:
-            self.keep(self._blame_when_reaped(worker, model_index, request_ids))
-
-    async def _blame_when_reaped(
-        self, worker: WorkerHandle, model_index: int, request_ids: list[int]
-    ) -> None:
-        status = await self.exits.wait(worker.pid, EXIT_STATUS_WAIT)
-        if status is None:
-            logger.warning("no exit status for %s; its crash is not counted", worker.describe())
-        elif self.events.model_name(model_index) is not None:  # not unloaded or replaced
-            self.count_crash(worker, model_index, request_ids, status)
-
-    def count_crash(
-        self, worker: WorkerHandle, model_index: int, request_ids: list[int], status: int
-    ) -> None:
-        """Quarantine a model whose requests keep killing workers."""
-        name = self.events.model_name(model_index) or f"#{model_index}"
-        now = time.monotonic()
-        reason = self.crashes.count(worker.describe(), name, request_ids, status, now)
-        if reason is not None:
-            self.events.quarantine(model_index, reason)
-
     # -- shutdown ----------------------------------------------------------------------------
-    def arm_deadline(self, deadline: float) -> None:
-        """Shutdown began: workers still hung near ``deadline`` are killed."""
-        with contextlib.suppress(RuntimeError):  # no loop: nothing runs to be killed
-            asyncio.get_running_loop()
-            self.keep(self._kill_hung_at(deadline))
-
-    async def _kill_hung_at(self, deadline: float) -> None:
-        """Shortly before the grace period ends, kill workers still holding requests.
-
-        Their requests are answered 503 in time for the frontends to write them out, so
-        a hung predict never stretches shutdown past ``shutdown_timeout``.
-        """
-        await asyncio.sleep(max(0.0, deadline - KILL_MARGIN - time.monotonic()))
-        for worker in self.supervised():
-            if worker.inflight:
-                logger.warning(
-                    "%s still runs requests at the end of the shutdown grace period; "
-                    "killing it", worker.describe(),
-                )  # fmt: skip
-                self.kill(worker, f"{worker.describe()} was stopped at shutdown", crash=False)
-
     async def stop(self, deadline: float) -> None:
         """Drain, stop the workers and the template, all by ``deadline``."""
         while any(w.inflight for w in self.supervised()) and time.monotonic() < deadline:
@@ -620,7 +364,7 @@ class Supervisor:
         for handle in [*self.workers, *self._starting]:  # any still starting
             if handle is not None:
                 handle.close("the server is shutting down")
-        keepers = {id(group.keeper): group.keeper for group in self.groups}.values()
+        keepers = {id(group.keeper): group.keeper for group in self.roster.groups}.values()
         wait = max(0.5, min(5.0, deadline - time.monotonic()))
         await asyncio.gather(*(keeper.stop(wait) for keeper in keepers))
 
