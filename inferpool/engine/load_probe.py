@@ -24,8 +24,8 @@ from typing import Any
 
 from inferpool.engine.ipc import lifeline
 from inferpool.engine.ipc.messages import Loading
-from inferpool.engine.pool.handles import child_environment
 from inferpool.engine.pool.load_blame import blame
+from inferpool.engine.pool.template_process import child_environment
 from inferpool.errors import ModelLoadError
 from inferpool.runtimes.registry import RUNTIMES, runtime_name_for
 from inferpool.settings import ModelSettings

@@ -17,7 +17,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from inferpool.engine.pool.crashes import CrashBook, ExitStatuses
-from inferpool.engine.pool.handles import TemplateProcess, WorkerHandle
+from inferpool.engine.pool.handles import WorkerHandle
+from inferpool.engine.pool.template_process import TemplateProcess
 
 logger = logging.getLogger(__name__)
 

@@ -31,10 +31,11 @@ from typing import Any, Protocol
 from inferpool.engine.ipc import messages
 from inferpool.engine.pool.crash_blame import CrashBlame
 from inferpool.engine.pool.groups import WorkerGroup
-from inferpool.engine.pool.handles import TemplateProcess, WorkerHandle
+from inferpool.engine.pool.handles import WorkerHandle
 from inferpool.engine.pool.outages import CRASH_WINDOW, Outages
 from inferpool.engine.pool.roster import GroupRoster, shared_preloads, shared_slots
 from inferpool.engine.pool.template_keeper import TemplateKeeper
+from inferpool.engine.pool.template_process import TemplateProcess
 from inferpool.engine.pool.watchdog import Watchdog
 from inferpool.errors import InferpoolError, NotReady, WorkerLost
 from inferpool.protocol.limits import DecodeLimits
