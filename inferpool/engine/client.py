@@ -258,6 +258,6 @@ def make_client(settings: ServerSettings) -> EngineClient:
         from inferpool.engine.inprocess import InProcessClient
 
         return InProcessClient(settings)
-    from inferpool.engine.pool import PoolClient
+    from inferpool.engine.pool.pool import PoolClient
 
     return PoolClient(settings)

@@ -20,14 +20,14 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from inferpool.engine.capabilities import here, importable_here
 from inferpool.engine.client import EngineClient
-from inferpool.engine.environments import named_environment
-from inferpool.engine.groups import lacking, runtime_library
+from inferpool.engine.environments.capabilities import here, importable_here
+from inferpool.engine.environments.unpack import named_environment
 from inferpool.engine.ipc.messages import Reply, RequestHeader
 from inferpool.engine.load_probe import LoadProbe, probed
+from inferpool.engine.pool.groups import lacking, runtime_library
+from inferpool.engine.pool.placement_choice import PlacementError, place
 from inferpool.engine.predict_threads import PredictThreads
-from inferpool.engine.scheduler import PlacementError, place
 from inferpool.engine.states import ModelKey, describe_key, model_key
 from inferpool.errors import InferpoolError, ModelLoadError, from_status
 from inferpool.protocol.types import InferenceRequest, InferenceResponse

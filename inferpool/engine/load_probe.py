@@ -5,7 +5,7 @@ some truncated files, and hang on others); in the server process that would take
 server with it. ``LoadProbe.check`` has a child (``worker/probe.py``, a fresh interpreter:
 the server has threads and must not fork) load the model first: a load that fails there
 fails with the child's reason, one that kills the child or hangs past ``timeout`` fails
-with one sentence naming its file and library (``load_blame.py``), and only a model that
+with one sentence naming its file and library (``pool/load_blame.py``), and only a model that
 loaded there is loaded by the server. Loads asked together (start-up) share one child,
 which loads them one after the other; after a crash a new child takes the rest.
 Custom runtimes are not probed: their ``load`` may have effects that must happen once.
@@ -22,10 +22,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferpool.engine.handles import child_environment
 from inferpool.engine.ipc import lifeline
 from inferpool.engine.ipc.messages import Loading
-from inferpool.engine.load_blame import blame
+from inferpool.engine.pool.load_blame import blame
+from inferpool.engine.pool.template_process import child_environment
 from inferpool.errors import ModelLoadError
 from inferpool.runtimes.registry import RUNTIMES, runtime_name_for
 from inferpool.settings import ModelSettings

@@ -26,7 +26,7 @@ from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.messages import INPUT_WINDOW, MORE, STREAM_WINDOW, TOOK, Reply
 
 if TYPE_CHECKING:
-    from inferpool.engine.handles import WorkerHandle
+    from inferpool.engine.pool.handles import WorkerHandle
 
 
 class StreamSink:

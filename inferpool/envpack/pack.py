@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from inferpool.engine.environments import KEY_DIGITS, tarball_digest
+from inferpool.engine.environments.unpack import KEY_DIGITS, tarball_digest
 from inferpool.envpack.sources import SourceRefused, check_python, read_needs
 
 # ``pip --python`` (run pip against another interpreter) came in pip 22.3.

@@ -31,7 +31,7 @@ from starlette.routing import Route
 
 from inferpool.engine.client import EngineClient
 from inferpool.engine.custom_metrics_sum import CustomMetricsCollector
-from inferpool.engine.pool import PoolClient
+from inferpool.engine.pool.pool import PoolClient
 from inferpool.engine.states import ModelState, ModelStatus
 from inferpool.engine.stats import PROTOCOLS, REASONS, Histogram
 from inferpool.errors import HTTP_OF_GRPC, grpc_code_for

@@ -12,7 +12,7 @@ else is read when Prometheus scrapes:
   ``max_concurrent_streams``, ``max_connections``, ...) or ``overload`` (503);
 - GOAWAY frames our HTTP/2 layer sent, by error code (``transport/http2.py`` counts them);
 - the worker pool's supervision: restarts per worker slot and of the template, recycles
-  by reason (``engine/recycling.py``), seconds
+  by reason (``engine/pool/recycling.py``), seconds
   since each worker last sent anything, each worker's RSS and PSS (``smaps_rollup``);
   none of it with ``--workers 0``, which has no workers;
 - CPU seconds and RSS of every process of the tree: ``server``, ``template``, ``worker-N``;
@@ -34,8 +34,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from inferpool.engine.client import EngineClient
-from inferpool.engine.pool import PoolClient
-from inferpool.engine.supervisor import Supervisor
+from inferpool.engine.pool.pool import PoolClient
+from inferpool.engine.pool.supervisor import Supervisor
 from inferpool.transport import http2, http2_streams
 from inferpool.transport.http2_wire import ERROR_CODE_NAMES, NO_ERROR
 
@@ -160,7 +160,7 @@ class ServerCollector(Collector):
             "own interpreter), Python version, runtime libraries and tags",
             labels=["group", "environment", "python", "libraries", "tags"],
         )
-        for group in supervisor.groups:
+        for group in supervisor.roster.groups:
             capabilities = group.capabilities
             groups.add_metric(
                 [
@@ -176,7 +176,7 @@ class ServerCollector(Collector):
 
     @staticmethod
     def _stalls(pool: PoolClient) -> Iterator[Metric]:
-        """Stalled workers, standby workers and timeouts (``engine/stalls.py``)."""
+        """Stalled workers, standby workers and timeouts (``engine/pool/stalls.py``)."""
         stalls, supervisor = pool.stalls, pool.supervisor
         yield CounterMetricFamily(
             "inferpool_worker_stalls",

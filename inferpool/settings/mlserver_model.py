@@ -42,7 +42,7 @@ MODEL_SUPPORTED = frozenset(
     }
 )
 # environment_tarball / environment_path: the model's replicas run in workers started with
-# that environment's interpreter (engine/environments.py, engine/groups.py).
+# that environment's interpreter (engine/environments/unpack.py, engine/pool/groups.py).
 PARAMETERS_SUPPORTED = frozenset(
     {"uri", "version", "content_type", "extra", "environment_tarball", "environment_path"}
 )

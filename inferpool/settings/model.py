@@ -118,7 +118,7 @@ class ModelSettings(BaseModel):
     # Requests run on each replica after it loads, before it is READY (worker/warmup.py).
     warmup: list[WarmupSample] = Field(default_factory=list)
     # What the workers holding it must offer: tags, or packages with versions
-    # (``lightgbm>=4.0``); engine/capabilities.py, docs/environments.md.
+    # (``lightgbm>=4.0``); engine/environments/capabilities.py, docs/environments.md.
     requirements: list[str] = Field(default_factory=list)
     # A pipeline of other models instead of an artefact (engine/pipelines, docs/pipelines.md).
     pipeline: PipelineSpec | None = None
@@ -130,7 +130,7 @@ class ModelSettings(BaseModel):
         # Lazily: the one parser that also matches them later, in a module that must not
         # import pydantic (it runs under environments' interpreters), so not from here;
         # loading the settings loads nothing of the engine (test_settings_layering.py).
-        from inferpool.engine.capabilities import check_requirements
+        from inferpool.engine.environments.capabilities import check_requirements
 
         check_requirements(requirements)
         return requirements

@@ -29,7 +29,7 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 
 class WorkerGroupSettings(BaseModel):
     """Workers beyond the server's own: with tags, and optionally their own environment
-    (a tarball or a folder, as a model names one: ``engine/environments.py``)."""
+    (a tarball or a folder, as a model names one: ``engine/environments/unpack.py``)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -2,7 +2,7 @@
 mode from ``MLSERVER_MODEL_*`` (as KServe's MLServer runtime sets it) and
 ``INFERPOOL_MODEL_*``; unknown keys warn naming the key and file; a setting inferpool does
 not implement fails that model with its reason; environment_tarball is read
-(engine/environments.py)."""
+(engine/environments/unpack.py)."""
 
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ def test_unknown_and_refused_keys_of_model_settings(
     assert "cache_enabled" not in caplog.text and "format" not in caplog.text
     caplog.clear()
     path.write_text(json.dumps({"parameters": {"environment_path": "/opt/env"}}))
-    read_model_settings(tmp_path, "m")  # read as it is (engine/environments.py)
+    read_model_settings(tmp_path, "m")  # read as it is (engine/environments/unpack.py)
     assert "environment_path" not in caplog.text
 
 

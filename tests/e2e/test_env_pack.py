@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from inferpool.engine.environments import prepare
+from inferpool.engine.environments.unpack import prepare
 from tests.support.environments import build_wheel
 
 ROOT = Path(__file__).resolve().parents[2]

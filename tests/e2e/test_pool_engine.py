@@ -48,7 +48,7 @@ def test_engine_with_workers_sync_and_async(tmp_path: Path) -> None:
 
 def test_deadlines_and_custom_endpoints_cross_the_pool(tmp_path: Path) -> None:
     from inferpool.engine.ipc.messages import Kind
-    from inferpool.engine.pool import PoolClient
+    from inferpool.engine.pool.pool import PoolClient
     from inferpool.protocol.endpoints import call_body, read_answer
     from inferpool.settings import ServerSettings
     from tests.support.pool import sum_request, write_counting_model

@@ -1,5 +1,5 @@
 """Models loaded after start-up are shared copy-on-write: the template loads them and a new
-generation of workers takes over (engine/generations.py).
+generation of workers takes over (engine/pool/generations.py).
 
 One server with two workers for the module; the tests run in order and share its state:
 a 40 MB model loaded through the API, reloaded under load, unloaded; a roll that fails; a

@@ -18,9 +18,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from inferpool.engine.handles import SLOT_SIZE
 from inferpool.engine.ipc.messages import Kind
-from inferpool.engine.pool import PoolClient
+from inferpool.engine.pool.handles import SLOT_SIZE
+from inferpool.engine.pool.pool import PoolClient
 from inferpool.errors import BadRequest
 from inferpool.settings import ServerSettings
 from tests.support.pool import sum_request, write_counting_model

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from sklearn.linear_model import LogisticRegression
 
-from inferpool.engine.environments import tarball_key
+from inferpool.engine.environments.unpack import tarball_key
 from tests.support import Server, iris_data, write_custom_model, write_sklearn_model
 from tests.support.environments import build_wheel
 from tests.support.grpc import infer_request, stub_for

@@ -1,6 +1,6 @@
 """A slow call (not a hung one): its worker counts as stalled past ``--stall-threshold``, a
 standby worker serves the other model meanwhile, and when the call ends the worker takes
-requests again and the standby worker retires (engine/stalls.py). The short variant of
+requests again and the standby worker retires (engine/pool/stalls.py). The short variant of
 ``test_stalled_workers.py`` (slow env): nothing waits for a model timeout here."""
 
 from __future__ import annotations

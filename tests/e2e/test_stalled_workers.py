@@ -1,4 +1,4 @@
-"""A hung or slow model cannot starve the others (issue 37, point 2; engine/stalls.py).
+"""A hung or slow model cannot starve the others (issue 37, point 2; engine/pool/stalls.py).
 
 Two calls to a model whose predict sleeps for an hour take both workers of a two-worker
 pool; probes ask an unrelated model without pause over REST and gRPC all along. The

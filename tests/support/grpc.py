@@ -17,8 +17,8 @@ from tests.support import Server, build_iris_repository
 from tests.support.runtimes import write_echo_model
 
 needs_pool = pytest.mark.skipif(
-    importlib.util.find_spec("inferpool.engine.pool") is None,
-    reason="inferpool.engine.pool (the worker pool) is not in this build",
+    importlib.util.find_spec("inferpool.engine.pool.pool") is None,
+    reason="inferpool.engine.pool.pool (the worker pool) is not in this build",
 )
 # Every e2e test runs in-process (0) and with a worker pool (2) once the pool exists.
 WORKER_COUNTS = [0, pytest.param(2, marks=needs_pool)]

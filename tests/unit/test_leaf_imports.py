@@ -36,9 +36,9 @@ def under(modules: list[str], package: str) -> list[str]:
 def test_the_engine_and_logs_load_no_frontend() -> None:
     modules = loaded_after(
         "import inferpool.runtimes.base, inferpool.mlserver, inferpool.logs\n"
-        "import inferpool.engine.dispatch, inferpool.engine.handles"
+        "import inferpool.engine.pool.dispatch, inferpool.engine.pool.handles"
     )
-    assert "inferpool.engine.handles" in modules and "inferpool.request_ids" in modules
+    assert "inferpool.engine.pool.handles" in modules and "inferpool.request_ids" in modules
     assert under(modules, "inferpool.frontends") == []
 
 

@@ -28,12 +28,15 @@ OUTSIDE = {
 # Imported inside a function (at validation time), never when the package loads.
 LAZY_OUTSIDE = {
     # A model's ``requirements`` are checked by the same parser that later matches them
-    # (engine.capabilities.check_requirements, PEP 508 through packaging). That module
-    # must stay importable without pydantic: it also runs as ``python -m
-    # inferpool.engine.capabilities`` under an environment's interpreter, which may lack
-    # pydantic, so it cannot import (or live in) this package. Imported lazily, it loads
-    # nothing of the engine with the settings (test_loading_the_settings_loads_no_upper_layer).
-    ("model", "inferpool.engine.capabilities"): "requirements' syntax, at validation time",
+    # (engine.environments.capabilities.check_requirements, PEP 508 through packaging).
+    # That module must stay importable without pydantic: it also runs as ``python -m
+    # inferpool.engine.environments.capabilities`` under an environment's interpreter,
+    # which may lack pydantic, so it cannot import (or live in) this package. Imported
+    # lazily, it loads nothing of the engine with the settings
+    # (test_loading_the_settings_loads_no_upper_layer).
+    ("model", "inferpool.engine.environments.capabilities"): (
+        "requirements' syntax, at validation time"
+    ),
 }
 UPPER_LAYERS = ("inferpool.engine", "inferpool.frontends", "inferpool.runtimes", "inferpool.logs")
 

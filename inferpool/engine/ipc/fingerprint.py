@@ -1,7 +1,7 @@
 """A model's fingerprint: its settings and the size and modification time of its files.
 
 Shared by the server (which remembers that a model's files crashed their loader and does
-not ask for them again until they change: ``template_keeper.py``) and the template (which
+not ask for them again until they change: ``pool/template_keeper.py``) and the template (which
 sends it with what it preloaded: ``worker/preload.py``).
 """
 

@@ -427,7 +427,7 @@ class EndInput(Control, frozen=True):
 
 
 class Recycle(Control, frozen=True):
-    """A worker asks to be drained and replaced (``engine/recycling.py``): ``reason`` is
+    """A worker asks to be drained and replaced (``engine/pool/recycling.py``): ``reason`` is
     the metric's label (``memory_limit``), ``detail`` the sentence the log shows."""
 
     op = Op.RECYCLE

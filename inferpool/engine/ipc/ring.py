@@ -112,7 +112,7 @@ class Ring:
         (header fields, body): taken by the consumer or not, a slot keeps its bytes until
         the producer reuses it. Only the producer calls this (it alone writes the slots, so
         each slot's header and body are of one message); a stalled consumer's queued
-        requests are moved to another worker this way (``engine/stalls.py``)."""
+        requests are moved to another worker this way (``engine/pool/stalls.py``)."""
         found = {}
         # The last ``slots`` messages written (a slot never written is left untouched).
         for position in range(max(0, self._tail - self.slots), self._tail):

@@ -4,7 +4,7 @@ is blamed on its model and file.
 The template, each worker and the load probe send a ``Loading`` message before loading a
 model, and another before the runtime opens each artefact (``runtimes.load_errors``
 calls back): if the process crashes, aborts or is killed as hung before it answers, the
-frontend's last ``Loading`` names the culprit (``engine/load_blame.py``).
+frontend's last ``Loading`` names the culprit (``engine/pool/load_blame.py``).
 """
 
 from __future__ import annotations

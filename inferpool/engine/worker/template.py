@@ -168,8 +168,9 @@ def main() -> None:
     os.close(int(sys.argv[3]))
     # A signal to the whole group (Ctrl-C, systemd's stop, ``kill -TERM -PGID``) is the
     # frontend's to act on: it drains, then closes our channel. Both came blocked
-    # (``handles.start_template``) so that none is lost to the default action before now;
-    # one pending meanwhile is dropped once ignored. Workers inherit the dispositions.
+    # (``template_process.start_template``) so that none is lost to the default action
+    # before now; one pending meanwhile is dropped once ignored. Workers inherit the
+    # dispositions.
     for group_signal in (signal.SIGTERM, signal.SIGINT):
         signal.signal(group_signal, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})

@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from inferpool.engine.ipc import messages
-from inferpool.engine.scheduler import MIB
+from inferpool.engine.pool.placement_choice import MIB
 from inferpool.settings import ModelSettings
 
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from inferpool.engine import generations as generations_module
-from inferpool.engine.dispatch import Dispatcher
-from inferpool.engine.generations import Generations
 from inferpool.engine.ipc import messages
-from inferpool.engine.placement import Placement
-from inferpool.engine.scheduler import MIB
+from inferpool.engine.pool import generations as generations_module
+from inferpool.engine.pool.dispatch import Dispatcher
+from inferpool.engine.pool.generations import Generations
+from inferpool.engine.pool.placement import Placement
+from inferpool.engine.pool.placement_choice import MIB
 from inferpool.engine.states import ModelTable
 from inferpool.errors import ModelLoadError, NotReady
 from inferpool.settings import ModelSettings, ServerSettings
@@ -70,6 +70,7 @@ class FakeSupervisor:
         self.spawned: list[FakeWorker] = []
         self.killed: list[FakeWorker] = []
         self.retired: list[FakeWorker] = []
+        self.roster = self  # the slots a model may take (``pool/roster.py``)
 
     def eligible_slots(self, settings: ModelSettings) -> set[int]:
         return set(range(self.count)) if self.only_slots is None else self.only_slots
@@ -103,7 +104,8 @@ def make(count: int = 2) -> tuple[Generations, FakeSupervisor, Placement]:
         table,
         dispatcher,
         supervisor.alive,
-        AllCapable(supervisor.workers),  # type: ignore[arg-type]
+        (capable := AllCapable(supervisor.workers)),  # type: ignore[arg-type]
+        capable.exit_status,
     )
     generations = Generations(supervisor, placement, dispatcher)  # type: ignore[arg-type]
     return generations, supervisor, placement

@@ -1,6 +1,6 @@
 """The worker's memory limits (``engine/worker/memory_limit.py``), applied in a child
 process (a limit can never be raised again in the process that set it), and which worker
-the recycler finds due (``engine/recycling.py``: the request budget and its jitter)."""
+the recycler finds due (``engine/pool/recycling.py``: the request budget and its jitter)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import textwrap
 from types import SimpleNamespace
 
-from inferpool.engine.recycling import JITTER, Recycler, private_bytes
+from inferpool.engine.pool.recycling import JITTER, Recycler, private_bytes
 
 CHILD = """
 import numpy as np

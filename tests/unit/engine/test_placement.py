@@ -8,10 +8,10 @@ import asyncio
 
 import pytest
 
-from inferpool.engine import placement as placement_module
-from inferpool.engine.dispatch import Dispatcher
-from inferpool.engine.placement import Placement
-from inferpool.engine.scheduler import MIB
+from inferpool.engine.pool import placement as placement_module
+from inferpool.engine.pool.dispatch import Dispatcher
+from inferpool.engine.pool.placement import Placement
+from inferpool.engine.pool.placement_choice import MIB
 from inferpool.engine.states import ModelState, ModelStatus, ModelTable
 from inferpool.errors import ModelLoadError, NotReady, WorkerLost
 from inferpool.settings import ModelSettings, ServerSettings
@@ -27,7 +27,8 @@ def make(workers: list[FakeWorker], memory_limit_mib: int = 0) -> tuple[Placemen
         table,
         dispatcher,
         lambda: list(workers),
-        AllCapable(workers),  # type: ignore[arg-type]
+        (capable := AllCapable(workers)),  # type: ignore[arg-type]
+        capable.exit_status,
     )
     return placement, table
 

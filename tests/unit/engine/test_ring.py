@@ -251,7 +251,7 @@ def test_no_message_waits_for_a_bell_that_never_comes() -> None:
 
 
 def test_the_producer_finds_the_messages_its_slots_still_hold() -> None:
-    """A stalled consumer's queued requests are read back (``stalls.py``): taken or not,
+    """A stalled consumer's queued requests are read back (``engine/pool/stalls.py``): taken or not,
     a slot holds its message until the producer writes it again; an id never pushed, or
     whose slot was written again, is not found."""
     producer, consumer = make_pair(slots=4)

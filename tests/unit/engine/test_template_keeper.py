@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from inferpool.engine import template_keeper as keeper_module
-from inferpool.engine.crashes import ExitStatuses
 from inferpool.engine.ipc import messages
-from inferpool.engine.outages import Outages
-from inferpool.engine.template_keeper import TemplateKeeper, document_key
+from inferpool.engine.pool import template_keeper as keeper_module
+from inferpool.engine.pool.crashes import ExitStatuses
+from inferpool.engine.pool.outages import Outages
+from inferpool.engine.pool.template_keeper import TemplateKeeper, document_key
 from inferpool.errors import ModelLoadError, NotReady, WorkerLost
 
 Answer = Callable[[dict[str, Any]], messages.PreloadResult]

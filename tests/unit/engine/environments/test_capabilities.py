@@ -1,5 +1,5 @@
-"""Capabilities, requirements and the capability filter (engine/capabilities.py,
-engine/groups.py)."""
+"""Capabilities, requirements and the capability filter (engine/environments/capabilities.py,
+engine/pool/groups.py)."""
 
 from __future__ import annotations
 
@@ -10,21 +10,21 @@ import sys
 import pytest
 import sklearn
 
-from inferpool.engine.capabilities import (
+from inferpool.engine.environments.capabilities import (
     Capabilities,
     check_requirements,
     importable_here,
     read_here,
     unmet,
 )
-from inferpool.engine.groups import (
+from inferpool.engine.pool.groups import (
     RuntimeLibrary,
     WorkerGroup,
     eligible,
     refusal,
     runtime_library,
 )
-from inferpool.engine.outages import Outages
+from inferpool.engine.pool.outages import Outages
 from inferpool.settings import ModelSettings
 
 OFFER = Capabilities(
@@ -78,7 +78,7 @@ def test_this_interpreter_offers_its_packages_under_names_and_modules() -> None:
 
 def test_the_probe_module_prints_what_read_here_reads() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "inferpool.engine.capabilities"],
+        [sys.executable, "-m", "inferpool.engine.environments.capabilities"],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     assert Capabilities.from_dict(json.loads(done.stdout)) == read_here()

@@ -13,12 +13,12 @@ import time
 
 import pytest
 
-from inferpool.engine import crashes
-from inferpool.engine.crashes import CrashBook, describe_exit
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.ring import RUNNING_IDS, Ring, create_ring_fd
-from inferpool.engine.outages import WEDGED_AFTER
-from inferpool.engine.pool import PoolClient
+from inferpool.engine.pool import crashes
+from inferpool.engine.pool.crashes import CrashBook, describe_exit
+from inferpool.engine.pool.outages import WEDGED_AFTER
+from inferpool.engine.pool.pool import PoolClient
 from inferpool.settings import ServerSettings
 
 
@@ -89,13 +89,13 @@ def test_live_while_draining_not_live_only_when_wedged() -> None:
     outages = client.supervisor.outages
     outages.worker_died(1, quick=False, now=now - WEDGED_AFTER - 5)
     outages.worker_failed(1, "worker 1 exited while starting")
-    client.supervisor.check_wedged(now)
+    client.supervisor.watchdog.check_wedged(now)
     assert not client.live and client.wedged == client.live_reason()
     reason = client.live_reason()
     assert reason is not None
     assert reason.startswith("worker 1 could not be started for 6") and "exited while" in reason
     outages.worker_up(1)
-    client.supervisor.check_wedged(now)
+    client.supervisor.watchdog.check_wedged(now)
     assert client.live
 
 
@@ -104,14 +104,14 @@ def test_a_restarted_template_that_stays_up_is_live() -> None:
     now = time.monotonic()
     outages = client.supervisor.outages
     outages.template_gone(now - WEDGED_AFTER - 1)
-    client.supervisor.check_wedged(now)  # still down: not live
+    client.supervisor.watchdog.check_wedged(now)  # still down: not live
     assert not client.live
     assert "template process could not be restarted" in (client.live_reason() or "")
     outages.template_up(now - 5)  # restarted, not long enough ago to trust it
     assert outages.wedged(now, template_running=True) is not None
     outages.template_up(now - 11)  # restarted long enough ago, no worker needed since
     assert outages.wedged(now, template_running=True) is None
-    client.supervisor.check_wedged(now)
+    client.supervisor.watchdog.check_wedged(now)
     assert client.live
 
 

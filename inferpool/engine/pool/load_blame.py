@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 import signal
 
-from inferpool.engine.crashes import describe_exit
 from inferpool.engine.ipc.messages import Loading
+from inferpool.engine.pool.crashes import describe_exit
 from inferpool.engine.states import ModelKey
 from inferpool.runtimes.load_errors import crashed
 

@@ -1,7 +1,9 @@
 """The worker pool: the ``EngineClient`` for ``workers > 0``, composed of three parts.
 
 - ``supervisor.py``: the template process (kept by ``template_keeper.py``) and the
-  workers (spawn, heartbeats, timeouts, replacement, crash blame, wedged);
+  workers (spawn, replacement, retirement, shutdown), with ``watchdog.py`` (heartbeats,
+  timeouts, wedged), ``crash_blame.py`` (exit statuses, quarantine counts) and
+  ``roster.py`` (the worker groups, and those started for an environment);
 - ``dispatch.py``: the routes and each request's way to the least-loaded replica;
 - ``placement.py``: loading a model's replicas where there is room, unloading, and
   loading again on a worker that replaced a dead one;
@@ -25,16 +27,16 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from inferpool.engine.client import EngineClient
-from inferpool.engine.dispatch import Dispatcher, Route
-from inferpool.engine.generations import Generations
-from inferpool.engine.groups import names_environment
-from inferpool.engine.handles import WorkerHandle
 from inferpool.engine.ipc.messages import Reply
-from inferpool.engine.placement import Placement, set_state
-from inferpool.engine.recycling import Recycler
-from inferpool.engine.stalls import Stalls
+from inferpool.engine.pool.dispatch import Dispatcher, Route
+from inferpool.engine.pool.generations import Generations
+from inferpool.engine.pool.groups import names_environment
+from inferpool.engine.pool.handles import WorkerHandle
+from inferpool.engine.pool.placement import Placement, set_state
+from inferpool.engine.pool.recycling import Recycler
+from inferpool.engine.pool.stalls import Stalls
+from inferpool.engine.pool.supervisor import Supervisor
 from inferpool.engine.states import ModelKey, ModelState, model_key, model_label
-from inferpool.engine.supervisor import Supervisor
 from inferpool.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -47,9 +49,11 @@ class PoolClient(EngineClient):
         self.dispatcher = Dispatcher(
             self.table, max(1, settings.max_queue), settings.workers, lambda: self.stopping
         )
+        supervisor = self.supervisor
         self.placement = Placement(
-            settings, self.table, self.dispatcher, self.supervisor.alive, self.supervisor
-        )
+            settings, self.table, self.dispatcher, supervisor.alive, supervisor.roster,
+            supervisor.blame.exit_status,
+        )  # fmt: skip
         self.generations = Generations(self.supervisor, self.placement, self.dispatcher)
         self.recycler = Recycler(
             settings, self.supervisor, self.generations, self.placement, self.dispatcher
@@ -97,7 +101,7 @@ class PoolClient(EngineClient):
         # The drain and the workers' stop share one deadline, and a request still hung
         # near its end has its worker killed.
         self._stop_deadline = time.monotonic() + self.settings.shutdown_timeout
-        self.supervisor.arm_deadline(self._stop_deadline)
+        self.supervisor.watchdog.arm(self._stop_deadline)
         self.dispatcher.wake_all()  # no replica comes back now
 
     async def close(self) -> None:
@@ -108,10 +112,11 @@ class PoolClient(EngineClient):
 
     # -- models and requests ---------------------------------------------------------------
     async def _load(self, settings: ModelSettings) -> dict[str, Any]:
-        await self.supervisor.group_for(settings)  # its environment's workers, started
+        await self.supervisor.roster.group_for(settings)  # its environment's workers, started
         metadata = await self.generations.load(settings)
         # Loaded again: a quarantine is lifted.
-        self.supervisor.crashes.forget(model_label(model_key(settings.name, settings.version)))
+        key = model_key(settings.name, settings.version)
+        self.supervisor.blame.crashes.forget(model_label(key))
         return metadata
 
     async def _unload(self, key: ModelKey) -> None:
@@ -120,7 +125,7 @@ class PoolClient(EngineClient):
             self.placement.remove(route)
         if self.supervisor.template is not None:  # no worker holds it now
             self.supervisor.template.unpreload(key)
-        self.supervisor.crashes.forget(model_label(key))
+        self.supervisor.blame.crashes.forget(model_label(key))
 
     async def _infer(
         self, key: ModelKey, kind: int, body: bytes, json_length: int | None, deadline: float | None

@@ -1,7 +1,7 @@
 """Loading by placement: which workers load a model, and loading it there again.
 
-``Placement`` places a model's replicas with ``scheduler.place`` (memory budget, least
-loaded) by its footprint: the template's figure when the template loaded it, else the
+``Placement`` places a model's replicas with ``placement_choice.place`` (memory budget,
+least loaded) by its footprint: the template's figure when the template loaded it, else the
 first replica's, loaded on the worker with the most room. It publishes the route to the
 dispatcher only once every replica is loaded, so a reload keeps the serving version
 until the new one is in place (then the old one is unloaded). It unloads a model from
@@ -15,14 +15,14 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from inferpool.engine.dispatch import Dispatcher, Route
-from inferpool.engine.handles import WorkerHandle
 from inferpool.engine.ipc import messages
-from inferpool.engine.load_blame import blame
-from inferpool.engine.scheduler import MIB, PlacementError, WorkerRoom, place
+from inferpool.engine.pool.dispatch import Dispatcher, Route
+from inferpool.engine.pool.handles import WorkerHandle
+from inferpool.engine.pool.load_blame import blame
+from inferpool.engine.pool.placement_choice import MIB, PlacementError, WorkerRoom, place
 from inferpool.engine.states import ModelKey, ModelState, ModelTable, model_key
 from inferpool.errors import InferpoolError, ModelLoadError, NotReady, WorkerLost
 from inferpool.settings import ModelSettings, ServerSettings
@@ -48,15 +48,13 @@ def set_state(
 
 
 class Capable(Protocol):
-    """Which workers may hold a model, by capability (``Supervisor``, ``groups.py``)."""
+    """Which workers may hold a model, by capability (``roster.py``, ``groups.py``)."""
 
     def eligible(
         self, settings: ModelSettings, workers: list[WorkerHandle]
     ) -> tuple[list[WorkerHandle], dict[str, int]]: ...
 
     def eligible_slots(self, settings: ModelSettings) -> set[int]: ...
-
-    async def exit_status(self, worker: WorkerHandle) -> int | None: ...
 
 
 class Placement:
@@ -69,11 +67,13 @@ class Placement:
         dispatcher: Dispatcher,
         alive: Callable[[], list[WorkerHandle]],
         capable: Capable,
+        exit_status: Callable[[WorkerHandle], Awaitable[int | None]],
     ) -> None:
         self.table = table
         self.dispatcher = dispatcher
         self.alive = alive
         self.capable = capable
+        self.exit_status = exit_status  # how a dead worker ended (``crash_blame.py``)
         self.default_timeout = settings.model_timeout
         limit = settings.worker_memory_limit
         self.memory_limit = limit * MIB if limit > 0 else None
@@ -239,7 +239,7 @@ class Placement:
         culprit = worker.loading
         if culprit is None or model_key(culprit.name, culprit.version) != key:
             return
-        status = await self.capable.exit_status(worker)
+        status = await self.exit_status(worker)
         raise ModelLoadError(blame(culprit, status, worker.hung)) from None
 
     def unload_from(self, workers: list[WorkerHandle], key: ModelKey, index: int) -> None:

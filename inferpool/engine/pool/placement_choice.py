@@ -1,4 +1,5 @@
-"""Placement: which workers hold the replicas of a model.
+"""Placement's choice: which workers hold the replicas of a model (a pure decision;
+``placement.py`` loads the model on the workers chosen here).
 
 Workers are filtered by free memory (each has a budget, ``worker_memory_limit``), then
 the replicas go to the least-loaded fitting workers, one per worker. A failure is one
@@ -21,7 +22,7 @@ class PlacementError(Exception):
 
 @dataclass(slots=True)
 class WorkerRoom:
-    """What the scheduler knows of one live worker."""
+    """What placement knows of one live worker."""
 
     worker: int
     used: int  # bytes taken by the models it holds

@@ -24,9 +24,9 @@ import struct
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 
-from inferpool.engine.handles import WorkerHandle
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.messages import MORE, Op, Reply
+from inferpool.engine.pool.handles import WorkerHandle
 from inferpool.engine.states import (
     ModelKey,
     ModelState,

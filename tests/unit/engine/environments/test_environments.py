@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from inferpool.engine.environments import (
+from inferpool.engine.environments.unpack import (
     MARKER,
     EnvironmentUnusable,
     default_cache,
@@ -136,7 +136,7 @@ def test_a_failed_conda_unpack_leaves_no_marker_and_is_retried(tmp_path: Path) -
 CONCURRENT = """
 import sys, time
 from pathlib import Path
-from inferpool.engine.environments import prepare
+from inferpool.engine.environments.unpack import prepare
 go = Path(sys.argv[3])
 print("ready", flush=True)
 while not go.exists():

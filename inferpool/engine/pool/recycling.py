@@ -31,12 +31,12 @@ import random
 import time
 import weakref
 
-from inferpool.engine.dispatch import Dispatcher, Route
-from inferpool.engine.generations import Generations
-from inferpool.engine.handles import WorkerHandle
-from inferpool.engine.placement import Placement
-from inferpool.engine.scheduler import MIB
-from inferpool.engine.supervisor import Supervisor
+from inferpool.engine.pool.dispatch import Dispatcher, Route
+from inferpool.engine.pool.generations import Generations
+from inferpool.engine.pool.handles import WorkerHandle
+from inferpool.engine.pool.placement import Placement
+from inferpool.engine.pool.placement_choice import MIB
+from inferpool.engine.pool.supervisor import Supervisor
 from inferpool.errors import InferpoolError
 from inferpool.settings import ServerSettings
 

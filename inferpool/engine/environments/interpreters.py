@@ -1,6 +1,6 @@
 """Running inferpool's own modules under another environment's interpreter.
 
-An environment (``environments.py``) needs only its models' libraries. Its interpreter
+An environment (``unpack.py``) needs only its models' libraries. Its interpreter
 runs inferpool's template, workers and capability probe with this package loaded from
 the server's own folder, and the server's ``sys.path`` appended *after* the
 environment's own: the environment's scikit-learn wins over the server's, and what it
@@ -68,7 +68,7 @@ class ProbeFailed(Exception):
 def probe(python: str | Path) -> dict[str, object]:
     """The capabilities (as JSON) of the interpreter ``python``; ProbeFailed with its
     last line of error output if it cannot run inferpool's modules."""
-    argv, env = command(python, "inferpool.engine.capabilities")
+    argv, env = command(python, "inferpool.engine.environments.capabilities")
     try:
         done = subprocess.run(argv, env=env, capture_output=True, timeout=PROBE_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as exc:

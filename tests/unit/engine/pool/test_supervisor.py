@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from inferpool.engine import crashes
-from inferpool.engine.crashes import QUARANTINE_WINDOW, CrashBook, ExitStatuses
 from inferpool.engine.ipc.messages import Reply
-from inferpool.engine.outages import MAX_BACKOFF, WEDGED_AFTER, Outages, backoff
-from inferpool.engine.supervisor import Supervisor
+from inferpool.engine.pool import crashes
+from inferpool.engine.pool.crashes import QUARANTINE_WINDOW, CrashBook, ExitStatuses
+from inferpool.engine.pool.outages import MAX_BACKOFF, WEDGED_AFTER, Outages, backoff
+from inferpool.engine.pool.supervisor import Supervisor
 from inferpool.settings import ServerSettings
 
 
@@ -77,9 +77,9 @@ def started_ns(seconds_ago: float) -> int:
 def test_a_silent_idle_worker_is_killed_and_a_talking_one_is_not() -> None:
     chief, _, killed = supervisor(heartbeat=30.0)
     now = time.monotonic()
-    chief.check(FakeWorker(silent_for=5), now)  # type: ignore[arg-type]
+    chief.watchdog.check(FakeWorker(silent_for=5), now)  # type: ignore[arg-type]
     assert killed == []
-    chief.check(FakeWorker(silent_for=31), now)  # type: ignore[arg-type]
+    chief.watchdog.check(FakeWorker(silent_for=31), now)  # type: ignore[arg-type]
     assert killed == [("worker 0 (pid 0) exited", False)]
 
 
@@ -87,16 +87,16 @@ def test_a_silent_worker_busy_within_its_models_timeout_is_left_alone() -> None:
     chief, _, killed = supervisor(heartbeat=30.0)
     now = time.monotonic()
     busy = FakeWorker(silent_for=31, running=(1, [5], started_ns(0.5)))
-    chief.check(busy, now)  # type: ignore[arg-type]
+    chief.watchdog.check(busy, now)  # type: ignore[arg-type]
     assert killed == []
     # A model without a timeout gets no such leeway: silence is a hang.
-    chief.check(FakeWorker(silent_for=31, running=(2, [5], started_ns(40))), now)  # type: ignore[arg-type]
+    chief.watchdog.check(FakeWorker(silent_for=31, running=(2, [5], started_ns(40))), now)  # type: ignore[arg-type]
     assert killed == [("worker 0 (pid 0) exited", False)]
 
 
 def test_no_heartbeat_timeout_kills_no_silent_worker() -> None:
     chief, _, killed = supervisor(heartbeat=0.0)
-    chief.check(FakeWorker(silent_for=3600), time.monotonic())  # type: ignore[arg-type]
+    chief.watchdog.check(FakeWorker(silent_for=3600), time.monotonic())  # type: ignore[arg-type]
     assert killed == []
 
 
@@ -109,7 +109,7 @@ def test_a_group_past_its_models_timeout_gets_504_and_its_worker_is_recycled() -
         worker = FakeWorker(running=(1, [11, 12], started_ns(1.5)))
         futures = [loop.create_future() for _ in range(3)]
         worker.inflight = dict(zip((11, 12, 13), futures, strict=True))
-        chief.check(worker, time.monotonic())  # type: ignore[arg-type]
+        chief.watchdog.check(worker, time.monotonic())  # type: ignore[arg-type]
         assert list(worker.inflight) == [13]  # not in the group: the kill answers it
         return [future.result() for future in futures[:2]]
 
@@ -123,8 +123,8 @@ def test_a_group_past_its_models_timeout_gets_504_and_its_worker_is_recycled() -
 def test_a_group_within_its_timeout_or_without_one_runs_on() -> None:
     chief, _, killed = supervisor()
     now = time.monotonic()
-    chief.check(FakeWorker(running=(1, [1], started_ns(0.5))), now)  # type: ignore[arg-type]
-    chief.check(FakeWorker(running=(2, [1], started_ns(600))), now)  # type: ignore[arg-type]
+    chief.watchdog.check(FakeWorker(running=(1, [1], started_ns(0.5))), now)  # type: ignore[arg-type]
+    chief.watchdog.check(FakeWorker(running=(2, [1], started_ns(600))), now)  # type: ignore[arg-type]
     assert killed == []
 
 
@@ -167,7 +167,7 @@ def test_the_supervisor_quarantines_through_the_pool(monkeypatch) -> None:
     monkeypatch.setattr(crashes, "oom_kills", lambda: 0)
     chief, pool, _ = supervisor()
     for _ in range(3):
-        chief.count_crash(FakeWorker(), 2, [1], SEGV)  # type: ignore[arg-type]
+        chief.blame.count_crash(FakeWorker(), 2, [1], SEGV)  # type: ignore[arg-type]
     [(index, reason)] = pool.quarantined
     assert index == 2 and reason.startswith("quarantined: its requests crashed workers 3 times")
 

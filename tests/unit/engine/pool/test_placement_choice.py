@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from inferpool.engine.scheduler import MIB, PlacementError, WorkerRoom, place
+from inferpool.engine.pool.placement_choice import MIB, PlacementError, WorkerRoom, place
 
 
 def test_least_loaded_fitting_workers_win() -> None:
@@ -18,7 +18,7 @@ def test_least_loaded_fitting_workers_win() -> None:
 
 def test_failure_is_one_sentence_and_reasoning_is_debug(caplog) -> None:
     rooms = [WorkerRoom(0, 0, 0), WorkerRoom(1, 40 * MIB, 1)]
-    debug = caplog.at_level(logging.DEBUG, logger="inferpool.engine.scheduler")
+    debug = caplog.at_level(logging.DEBUG, logger="inferpool.engine.pool.placement_choice")
     with debug, pytest.raises(PlacementError) as error:
         place("iris", 2, 120 * MIB, rooms, 150 * MIB)
     assert str(error.value) == (

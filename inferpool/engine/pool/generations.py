@@ -30,13 +30,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferpool.engine.dispatch import Dispatcher, Route
-from inferpool.engine.handles import WorkerHandle
 from inferpool.engine.ipc import messages
-from inferpool.engine.placement import Placement
-from inferpool.engine.scheduler import PlacementError, WorkerRoom, place
+from inferpool.engine.pool.dispatch import Dispatcher, Route
+from inferpool.engine.pool.handles import WorkerHandle
+from inferpool.engine.pool.placement import Placement
+from inferpool.engine.pool.placement_choice import PlacementError, WorkerRoom, place
+from inferpool.engine.pool.supervisor import Supervisor
 from inferpool.engine.states import ModelKey, model_key
-from inferpool.engine.supervisor import Supervisor
 from inferpool.errors import InferpoolError, ModelLoadError, NotReady
 from inferpool.settings import ModelSettings
 
@@ -144,7 +144,7 @@ class Generations:
     def _shareable(self, settings: ModelSettings) -> bool:
         """The model may go to every worker the server's template forks, and to no other
         (a new generation is forked by that template): else each worker loads its own."""
-        return self.supervisor.eligible_slots(settings) == set(range(self.supervisor.count))
+        return self.supervisor.roster.eligible_slots(settings) == set(range(self.supervisor.count))
 
     def _shared_by_all(self, key: ModelKey) -> bool:
         """Every worker was forked holding the template's current copy of ``key``."""

@@ -5,7 +5,7 @@ installed distribution with its version, and the top-level modules each provides
 ``xgboost`` is met by ``xgboost-cpu``, ``sklearn`` by ``scikit-learn``), plus the group's
 tags from the settings. The server's own group is read in-process; another
 environment's is read by running this module with that environment's interpreter
-(``python -m inferpool.engine.capabilities`` prints them as JSON; ``interpreters.py``
+(``python -m inferpool.engine.environments.capabilities`` prints them as JSON; ``interpreters.py``
 starts it).
 
 A model's requirements are its ``requirements`` list (Seldon Core v2's name for it). Each

@@ -35,13 +35,13 @@ import contextlib
 import logging
 import time
 
-from inferpool.engine.dispatch import Dispatcher, Route, send
-from inferpool.engine.handles import WorkerHandle
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.messages import HEADER
 from inferpool.engine.ipc.ring import RUNNING_IDS
-from inferpool.engine.placement import Placement
-from inferpool.engine.supervisor import Supervisor
+from inferpool.engine.pool.dispatch import Dispatcher, Route, send
+from inferpool.engine.pool.handles import WorkerHandle
+from inferpool.engine.pool.placement import Placement
+from inferpool.engine.pool.supervisor import Supervisor
 from inferpool.errors import InferpoolError
 from inferpool.settings import ServerSettings
 
@@ -204,7 +204,7 @@ class Stalls:
             for route in routes
             if route.stalled
             and route.index not in stalling
-            and slot in self.supervisor.eligible_slots(route.settings)
+            and slot in self.supervisor.roster.eligible_slots(route.settings)
         ]
         for route in wanted:
             route.standby_coming = True  # its requests wait for the standby worker

@@ -1,6 +1,6 @@
 """The worker template process, kept running and holding the models workers share.
 
-``TemplateKeeper`` starts the template (``handles.TemplateProcess``), has it preload the
+``TemplateKeeper`` starts the template (``template_process.TemplateProcess``), has it preload the
 repository's fork-safe models before it forks the first workers, and restarts it when it
 dies (reaped, counted, backing off); a restarted template preloads the models served
 now. A model whose load started a thread in the template is never asked of it again
@@ -23,12 +23,12 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Protocol
 
-from inferpool.engine.crashes import ExitStatuses, describe_exit
-from inferpool.engine.handles import TemplateProcess
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.fingerprint import fingerprint
-from inferpool.engine.load_blame import Verdicts, blame
-from inferpool.engine.outages import MAX_BACKOFF, Outages
+from inferpool.engine.pool.crashes import ExitStatuses, describe_exit
+from inferpool.engine.pool.load_blame import Verdicts, blame
+from inferpool.engine.pool.outages import MAX_BACKOFF, Outages
+from inferpool.engine.pool.template_process import TemplateProcess
 from inferpool.engine.states import ModelKey, describe_key, model_key
 from inferpool.errors import ModelLoadError, NotReady, WorkerLost
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from inferpool.engine.dispatch import REPLICA_WAIT, Dispatcher, Route
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.messages import Kind, Reply, RequestHeader
+from inferpool.engine.pool.dispatch import REPLICA_WAIT, Dispatcher, Route
 from inferpool.engine.states import ModelState, ModelStatus, ModelTable
 from inferpool.errors import NotReady, Overloaded
 from inferpool.settings import ModelSettings

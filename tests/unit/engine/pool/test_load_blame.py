@@ -1,4 +1,4 @@
-"""``engine/load_blame.py``: the sentence for a load that killed its process, and the
+"""``engine/pool/load_blame.py``: the sentence for a load that killed its process, and the
 verdicts that keep the same files from being loaded again."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 
 from inferpool.engine.ipc.messages import Loading
-from inferpool.engine.load_blame import Verdicts, blame, how_it_ended
+from inferpool.engine.pool.load_blame import Verdicts, blame, how_it_ended
 
 
 def test_how_the_process_ended_in_words() -> None:

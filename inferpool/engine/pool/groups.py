@@ -5,7 +5,7 @@ add more, each with tags and optionally an environment of its own; a model namin
 environment that no group runs gets a group of ``environment_workers`` for it when it
 loads. Groups without an environment are forked by the server's template process and
 hold slots ``0 .. shared_slots - 1``; a group with an environment has a template of its
-own, started with that environment's interpreter (``interpreters.py``), and the slots
+own, started with that environment's interpreter (``environments/interpreters.py``), and the slots
 after. Every worker is still connected the same way (memfd rings and doorbells, passed
 to its template over the control socket).
 
@@ -24,21 +24,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from inferpool.engine.capabilities import (
+from inferpool.engine.environments.capabilities import (
     RUNTIME_LIBRARIES,
     Capabilities,
     here,
     importable_here,
     unmet,
 )
-from inferpool.engine.outages import Outages
+from inferpool.engine.pool.outages import Outages
 from inferpool.errors import RuntimeNotFound
 from inferpool.settings import ModelSettings
 
 if TYPE_CHECKING:
-    from inferpool.engine.environments import Environment
-    from inferpool.engine.handles import WorkerHandle
-    from inferpool.engine.template_keeper import TemplateKeeper
+    from inferpool.engine.environments.unpack import Environment
+    from inferpool.engine.pool.handles import WorkerHandle
+    from inferpool.engine.pool.template_keeper import TemplateKeeper
 
 ENVIRONMENT_KEYS = ("environment_tarball", "environment_path")
 
