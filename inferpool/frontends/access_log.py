@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("inferpool.access")
 
-# Scope keys an inference route sets (rest.py): its resolved request id, and the reply.
+# Scope keys an inference route sets (rest/): its resolved request id, and the reply.
 REQUEST_ID = "inferpool.request_id"
 REPLY = "inferpool.reply"
 

@@ -49,7 +49,7 @@ def test_the_frontend_process_does_not_load_the_inference_path() -> None:
     # A fresh interpreter: what importing the servers' modules drags in.
     code = (
         "import sys\n"
-        "import inferpool.frontends.server, inferpool.frontends.rest\n"
+        "import inferpool.frontends.server, inferpool.frontends.rest.app\n"
         "import inferpool.frontends.grpc.h2, inferpool.frontends.grpc.aio\n"
         "loaded = [m for m in sys.modules if m.startswith(('inferpool.engine.worker',"
         " 'inferpool.codecs', 'inferpool.engine.embedded', 'sklearn', 'lightgbm'))]\n"

@@ -32,10 +32,9 @@ from inferpool.frontends.request_context import (
     HEADER_BYTES,
     current_request_id,
     echoed_rest_id,
-    from_header,
     generate,
 )
-from inferpool.frontends.rest_input import BodyTooLarge, read_body, request_timeout, scan_headers
+from inferpool.frontends.rest.body import BodyTooLarge
 from inferpool.transport.unsent import ANSWERS, SMALL
 
 # Scope key of a server that writes a whole answer itself (http1.py): its protocol object,
@@ -53,29 +52,6 @@ RETRY_LINE = b"retry-after: 1\r\n"
 # An HTTP header name (RFC 9110's token).
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _OWN_HEADERS = frozenset({"content-type", "content-length", "transfer-encoding", "connection"})
-
-
-def take_header_id(scope: Any, header: bytes | None) -> None:
-    """The id from ``x-request-id`` (``header``, its raw value), if given (400 if
-    unusable): known from arrival on."""
-    request_id = from_header(header)
-    scope[REQUEST_ID] = request_id
-    if request_id is not None:
-        current_request_id.set(request_id)
-
-
-async def read_request(
-    scope: Any, receive: Any, limit: int, default_timeout: float
-) -> tuple[bytes, bytes | None, float | None]:
-    """A request's body (``rest_input.read_body``: at most ``limit`` bytes), its
-    Inference-Header-Content-Length and its timeout in seconds (None: no deadline), its
-    request id taken from its header first: what the infer and custom endpoint routes
-    read before they call the engine."""
-    content_length, binary, timeout_header, encoding, given = scan_headers(scope["headers"])
-    take_header_id(scope, given)
-    timeout = request_timeout(timeout_header, default_timeout)
-    body = await read_body(receive, content_length, limit, encoding)
-    return body, binary, timeout
 
 
 def answered(scope: Any, reply: Reply) -> tuple[int, bytes, bytes]:
