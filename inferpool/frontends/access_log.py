@@ -14,7 +14,8 @@ status name (gRPC); ``rows`` the inferences the request held (0 when it ran none
 The REST side of both (the log and the tracer's span, ``tracing.RequestTracer``) is one
 ASGI middleware, ``RestObserver``, in the stack only when one of them is on. The routes that
 infer leave their request id and reply in the scope (``REQUEST_ID``, ``REPLY``) for it.
-The gRPC servers call ``log_request`` and the tracer themselves.
+The gRPC servers report through one
+``grpc/observer.py`` ``CallObserver`` each.
 """
 
 from __future__ import annotations
