@@ -52,12 +52,12 @@ def guarded(method: str, handler: Handler, observer: CallObserver) -> Handler:
     ModelInfer's handler returns the engine's ``Reply``: its bytes are the response, its
     request id goes into the trailing metadata, and the call is traced."""
     infer = method == "ModelInfer"
-    # Whether the call is logged or traced (only ModelInfer is).
-    watched = observer.log or (infer and observer.tracer is not None)
+    traced = infer and observer.tracer is not None  # only ModelInfer is traced
+    watched = observer.log or traced
 
     async def run(request: Any, context: grpc.aio.ServicerContext) -> Any:
         started = time.perf_counter()
-        start_ns = observer.start_ns()
+        start_ns = time.time_ns() if traced else 0
         # Read now: the context of a call that ends cancelled may no longer answer.
         peer, metadata = _call_of(context) if watched else (None, ())
         code = grpc.StatusCode.OK

@@ -34,10 +34,6 @@ class CallObserver:
         # Whether a call must note its peer and metadata at all.
         self.on = log or tracer is not None
 
-    def start_ns(self) -> int:
-        """The wall clock a span starts at (0 when nothing is traced)."""
-        return time.time_ns() if self.tracer is not None else 0
-
     def finished(
         self,
         method: str,
@@ -54,9 +50,10 @@ class CallObserver:
         """A unary call ended with status ``code`` (its name; ``text`` its message, "" when
         OK). ``request``: the parsed message, or the raw bytes of ModelInfer (or of one
         that did not parse); ``headers`` the call's metadata; ``started`` its
-        ``time.perf_counter()`` at arrival. ``request_id``: ModelInfer's resolved id,
-        whose call is traced; None for the other methods (their log line shows the
-        client's ``x-request-id``, if any)."""
+        ``time.perf_counter()`` at arrival, ``start_ns`` its ``time.time_ns()`` (read only
+        when traced). ``request_id``: ModelInfer's resolved id, whose call is traced; None
+        for the other methods (their log line shows the client's ``x-request-id``, if
+        any)."""
         if self.log:
             model, version = route_of(request)
             rows = reply.rows if reply is not None else 0
