@@ -6,7 +6,7 @@ of the repository), so Serve routes nothing to a replica before its models are R
 model that fails makes the constructor raise, and Serve reports the deployment
 DEPLOY_FAILED with the reason. The replica then serves:
 
-- the V2 REST routes of ``inferpool serve`` (``frontends.rest.build_app`` over the same
+- the V2 REST routes of ``inferpool serve`` (``frontends.rest.app.build_app`` over the same
   engine client) through Serve's HTTP proxy, under the application's ``route_prefix``;
 - a handle API for Ray programs: ``infer`` (returns the ``InferenceResult`` the embedded
   engine returns), ``model_metadata``, ``ready`` and ``models``.
@@ -31,7 +31,7 @@ from inferpool.engine.client import EngineClient
 from inferpool.engine.embedded import Engine
 from inferpool.engine.embedded_io import InferenceResult
 from inferpool.frontends.dataplane import DataPlane
-from inferpool.frontends.rest import build_app as build_rest_app
+from inferpool.frontends.rest.app import build_app as build_rest_app
 from inferpool.settings import ServerSettings
 
 # Builder arguments that configure the Serve deployment, not the engine.

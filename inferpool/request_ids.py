@@ -6,7 +6,7 @@ finds it. A leaf: it imports nothing of inferpool's, so the engine (``dispatch``
 - ``current_request_id`` holds the resolved id while the server process handles an
   inference request, in that request's own task (so it never leaks to another request;
   in-process model code, ``--workers 0``, logs with it too). The frontends set it as soon
-  as the id is known: REST in one place (``rest_answer.settle_id``), gRPC in one
+  as the id is known: REST in one place (``frontends/rest/ids.settle_id``), gRPC in one
   (``grpc/service.settle_id``). None otherwise. ``logs.ContextFilter`` reads it.
 - ``resolve_internal(internal_id)``: the resolved id of the request the dispatcher sent to
   a worker under the ring header's ``request_id`` (one of the last ``RECENT`` it sent, so a

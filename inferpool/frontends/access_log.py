@@ -14,7 +14,8 @@ status name (gRPC); ``rows`` the inferences the request held (0 when it ran none
 The REST side of both (the log and the tracer's span, ``tracing.RequestTracer``) is one
 ASGI middleware, ``RestObserver``, in the stack only when one of them is on. The routes that
 infer leave their request id and reply in the scope (``REQUEST_ID``, ``REPLY``) for it.
-The gRPC servers call ``log_request`` and the tracer themselves.
+The gRPC servers report through one
+``grpc/observer.py`` ``CallObserver`` each.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("inferpool.access")
 
-# Scope keys an inference route sets (rest.py): its resolved request id, and the reply.
+# Scope keys an inference route sets (rest/): its resolved request id, and the reply.
 REQUEST_ID = "inferpool.request_id"
 REPLY = "inferpool.reply"
 

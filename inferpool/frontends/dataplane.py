@@ -3,7 +3,7 @@
 ``DataPlane`` answers health, server and model metadata, model readiness, the repository
 index, statistics and the admin load/unload over one ``EngineClient``, as plain Python
 values shaped like the V2 REST documents (the protocol's JSON form), or by raising the
-error tree (``inferpool.errors``). The frontends only format: ``rest.py`` writes the
+error tree (``inferpool.errors``). The frontends only format: ``rest/`` writes the
 documents out as JSON with their HTTP status, ``grpc/service.py`` copies their fields into
 the generated protobuf messages. So the two protocols cannot drift apart again.
 

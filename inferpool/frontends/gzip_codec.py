@@ -1,4 +1,4 @@
-"""The gzip compressor of the answers (``rest_gzip``, ``grpc/compression``): ISA-L's
+"""The gzip compressor of the answers (``rest/gzip``, ``grpc/compression``): ISA-L's
 (the ``isal`` package, in ``inferpool[all]``) when it is installed, else zlib's.
 
 ISA-L's level 1 gzips a V2 JSON answer 3-4x faster than zlib's level 1, a little smaller

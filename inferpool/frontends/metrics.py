@@ -8,11 +8,16 @@ place: ``inferpool_model_in_flight_requests`` (accepted by the engine, not yet a
 and ``inferpool_model_queued_requests`` (those of them that no worker runs yet: waiting for
 a replica, in a worker's queue or its batcher; with ``--workers 0``, for a predict
 thread or a batch). docs/operate/metrics.md lists every metric.
+
+Each family is one row of ``FAMILIES`` (name, type, help, labels, how its samples are read
+and for which models); ``EngineCollector.collect`` is a loop over that table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import (
@@ -33,7 +38,7 @@ from inferpool.engine.client import EngineClient
 from inferpool.engine.custom_metrics_sum import CustomMetricsCollector
 from inferpool.engine.pool.pool import PoolClient
 from inferpool.engine.states import ModelState, ModelStatus
-from inferpool.engine.stats import PROTOCOLS, REASONS, Histogram
+from inferpool.engine.stats import PROTOCOLS, REASONS, Histogram, ModelStats
 from inferpool.errors import HTTP_OF_GRPC, grpc_code_for
 from inferpool.frontends.metrics_server import ServerCollector
 
@@ -41,131 +46,81 @@ _NS = 1e-9
 # The stages of ``StageTimes``, in ``ModelStats.stages``'s order, as /metrics names them.
 _STAGES = ("queue", "decode", "predict", "encode")
 _REPLICA_STATES = tuple(state.value.lower() for state in ModelState)
+_KEY = ("model", "version")
+# A family's sample: its label values after the model's (none for the server's) and its
+# value, or a histogram's buckets and sum.
+Sample = tuple[Any, ...]
+
+
+@dataclass(slots=True)
+class _Model:
+    """One model version as a scrape reads it."""
+
+    key: list[str]  # the values of the labels model and version ([]: the server)
+    status: ModelStatus | None  # None: the server, for its own families
+    stats: ModelStats | None  # None until the engine has counted a request of it
+    running: int  # its requests a worker runs now
+
+    @property
+    def listed(self) -> ModelStatus:
+        assert self.status is not None  # the "model" families read only models
+        return self.status
+
+    @property
+    def counted(self) -> ModelStats:
+        assert self.stats is not None  # the "stats" families read only the counted models
+        return self.stats
+
+
+_SERVER = _Model([], None, None, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """A metric family of ``/metrics``: ``read`` gives its samples for one model of
+    ``source`` (``model``: every version in the table; ``stats``: those the engine has
+    counted requests of; ``server``: once, without the model's labels)."""
+
+    name: str
+    kind: type[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]
+    help: str
+    labels: tuple[str, ...]
+    read: Callable[[EngineCollector, _Model], Iterable[Sample]]
+    source: Literal["model", "stats", "server"] = "stats"
 
 
 class EngineCollector(Collector):
     """Per-model requests, failures, latency, stage and batch histograms, replicas, load
-    time, the load gauges, and readiness."""
+    time, the load gauges, and readiness: the families of ``FAMILIES``, in its order."""
 
     def __init__(self, client: EngineClient) -> None:
         self.client = client
         buckets = client.buckets
-        self._latency_le = [*map(floatToGoString, buckets.latency), "+Inf"]
-        self._rows_le = [*map(floatToGoString, buckets.rows), "+Inf"]
+        self.latency_le = [*map(floatToGoString, buckets.latency), "+Inf"]
+        self.rows_le = [*map(floatToGoString, buckets.rows), "+Inf"]
 
     def collect(self) -> Iterator[Metric]:
-        labels = ["model", "version"]
-        requests = CounterMetricFamily(
-            "inferpool_model_requests",
-            "Inference requests by protocol and outcome (HTTP status; gRPC's mapped to one)",
-            labels=[*labels, "protocol", "code"],
-        )
-        failures = CounterMetricFamily(
-            "inferpool_model_failures",
-            "Inference requests that failed, by reason class",
-            labels=[*labels, "reason"],
-        )
-        duration = HistogramMetricFamily(
-            "inferpool_model_request_duration_seconds",
-            "Time from the engine accepting a request to its reply, successful requests",
-            labels=[*labels, "protocol"],
-        )
-        stages = HistogramMetricFamily(
-            "inferpool_model_stage_duration_seconds",
-            "Time per stage of successful requests: queue, decode, predict, encode",
-            labels=[*labels, "stage"],
-        )
-        batch = HistogramMetricFamily(
-            "inferpool_model_batch_size_rows",
-            "Rows per model execution (one predict, batched requests together)",
-            labels=labels,
-        )
-        replicas = GaugeMetricFamily(
-            "inferpool_model_replicas",
-            "Replicas of the model version by state",
-            labels=[*labels, "state"],
-        )
-        load = GaugeMetricFamily(
-            "inferpool_model_load_duration_seconds",
-            "Seconds the version's last load took (failed or not)",
-            labels=labels,
-        )
-        ready = GaugeMetricFamily(
-            "inferpool_model_ready", "1 when the model is READY", labels=labels
-        )
-        in_flight = GaugeMetricFamily(
-            "inferpool_model_in_flight_requests",
-            "Requests accepted by the engine and not yet answered, queued ones included",
-            labels=labels,
-        )
-        queued = GaugeMetricFamily(
-            "inferpool_model_queued_requests",
-            "In-flight requests not yet picked by a worker (waiting for a replica or queued)",
-            labels=labels,
-        )
-        endpoint_calls = CounterMetricFamily(
-            "inferpool_model_endpoint_requests",
-            "Custom endpoint calls by protocol, registered path, method and HTTP status",
-            labels=[*labels, "protocol", "path", "method", "code"],
-        )
-        feedback = CounterMetricFamily(
-            "inferpool_model_feedback", "Feedbacks the model took (2xx)", labels=labels
-        )
-        reward = GaugeMetricFamily(
-            "inferpool_model_feedback_reward_sum",
-            "Sum of the rewards of the feedbacks the model took",
-            labels=labels,
-        )
         client = self.client
         running = client.running_requests()
-        for status in client.table.all():
-            key = [status.name, status.version or ""]
-            ready.add_metric(key, 1.0 if status.state is ModelState.READY else 0.0)
-            for state, count in self._replicas(status).items():
-                replicas.add_metric([*key, state], count)
-            seconds = client.load_seconds.get(status.key)
-            if seconds is not None:
-                load.add_metric(key, seconds)
-            stats = client.stats.get(status.key)
-            if stats is None:
-                continue
-            # A cancelled request is out of in_flight while a worker may still run it.
-            waiting = stats.in_flight - running.get(status.key, 0)
-            in_flight.add_metric(key, stats.in_flight)
-            queued.add_metric(key, max(0, waiting))
-            for protocol, codes in zip(PROTOCOLS, stats.codes, strict=True):
-                for code, count in _code_counts(protocol, codes).items():
-                    requests.add_metric([*key, protocol, code], count)
-            for reason in REASONS:
-                failures.add_metric([*key, reason], stats.failures.get(reason, 0))
-            for protocol, histogram in zip(PROTOCOLS, stats.durations, strict=True):
-                self._add(duration, [*key, protocol], histogram, self._latency_le, _NS)
-            for stage, histogram in zip(_STAGES, stats.stages, strict=True):
-                self._add(stages, [*key, stage], histogram, self._latency_le, _NS)
-            self._add(batch, key, stats.batch_rows, self._rows_le, 1)
-            for (via, path, method, answered), count in stats.endpoint_codes.items():
-                endpoint_calls.add_metric([*key, via, "/" + path, method, str(answered)], count)
-            feedback.add_metric(key, stats.feedback_count)
-            reward.add_metric(key, stats.feedback_reward)
-        server_ready = GaugeMetricFamily(
-            "inferpool_server_ready", "1 when the server is ready (strict readiness)"
-        )
-        server_ready.add_metric([], 1.0 if client.not_ready_reason() is None else 0.0)
-        yield from (requests, failures, duration, stages, batch, replicas, load, ready)
-        yield from (in_flight, queued, server_ready, endpoint_calls, feedback, reward)
+        models = [
+            _Model(
+                [status.name, status.version or ""],
+                status,
+                client.stats.get(status.key),
+                running.get(status.key, 0),
+            )
+            for status in client.table.all()
+        ]
+        for spec in FAMILIES:
+            family = spec.kind(spec.name, spec.help, labels=spec.labels)
+            for model in (_SERVER,) if spec.source == "server" else models:
+                if spec.source == "stats" and model.stats is None:
+                    continue
+                for labels, *value in spec.read(self, model):
+                    family.add_metric([*model.key, *labels], *value)
+            yield family
 
-    @staticmethod
-    def _add(
-        family: HistogramMetricFamily,
-        labels: list[str],
-        histogram: Histogram,
-        bounds: Sequence[str],
-        unit: float,
-    ) -> None:
-        buckets = list(zip(bounds, histogram.cumulative(), strict=True))
-        family.add_metric(labels, buckets, histogram.total * unit)
-
-    def _replicas(self, status: ModelStatus) -> dict[str, int]:
+    def replicas(self, status: ModelStatus) -> dict[str, int]:
         """The version's replicas by state. In the pool, a version with a route counts its
         ready replicas and, as loading, the worker slots meant to hold one that do not
         (their worker is being replaced or is loading it again); a version without one
@@ -184,6 +139,146 @@ class EngineCollector(Collector):
             wanted = status.settings.replicas or client.settings.workers
         counts[status.state.value.lower()] = wanted
         return counts
+
+
+def _histogram(histogram: Histogram, bounds: Sequence[str], unit: float) -> Sample:
+    """A histogram's buckets (cumulative, by bound) and sum, in ``unit``."""
+    return list(zip(bounds, histogram.cumulative(), strict=True)), histogram.total * unit
+
+
+def _requests(collector: EngineCollector, model: _Model) -> Iterator[Sample]:
+    for protocol, codes in zip(PROTOCOLS, model.counted.codes, strict=True):
+        for code, count in _code_counts(protocol, codes).items():
+            yield (protocol, code), count
+
+
+def _durations(collector: EngineCollector, model: _Model) -> Iterator[Sample]:
+    for protocol, histogram in zip(PROTOCOLS, model.counted.durations, strict=True):
+        yield (protocol,), *_histogram(histogram, collector.latency_le, _NS)
+
+
+def _stages(collector: EngineCollector, model: _Model) -> Iterator[Sample]:
+    for stage, histogram in zip(_STAGES, model.counted.stages, strict=True):
+        yield (stage,), *_histogram(histogram, collector.latency_le, _NS)
+
+
+def _load(collector: EngineCollector, model: _Model) -> Iterator[Sample]:
+    seconds = collector.client.load_seconds.get(model.listed.key)
+    if seconds is not None:
+        yield (), seconds
+
+
+def _endpoint_calls(collector: EngineCollector, model: _Model) -> Iterator[Sample]:
+    for (via, path, method, answered), count in model.counted.endpoint_codes.items():
+        yield (via, "/" + path, method, str(answered)), count
+
+
+# Every family of the engine's, in the order /metrics shows them.
+FAMILIES = (
+    Family(
+        "inferpool_model_requests",
+        CounterMetricFamily,
+        "Inference requests by protocol and outcome (HTTP status; gRPC's mapped to one)",
+        (*_KEY, "protocol", "code"),
+        _requests,
+    ),
+    Family(
+        "inferpool_model_failures",
+        CounterMetricFamily,
+        "Inference requests that failed, by reason class",
+        (*_KEY, "reason"),
+        lambda _, model: [((r,), model.counted.failures.get(r, 0)) for r in REASONS],
+    ),
+    Family(
+        "inferpool_model_request_duration_seconds",
+        HistogramMetricFamily,
+        "Time from the engine accepting a request to its reply, successful requests",
+        (*_KEY, "protocol"),
+        _durations,
+    ),
+    Family(
+        "inferpool_model_stage_duration_seconds",
+        HistogramMetricFamily,
+        "Time per stage of successful requests: queue, decode, predict, encode",
+        (*_KEY, "stage"),
+        _stages,
+    ),
+    Family(
+        "inferpool_model_batch_size_rows",
+        HistogramMetricFamily,
+        "Rows per model execution (one predict, batched requests together)",
+        _KEY,
+        lambda c, model: [((), *_histogram(model.counted.batch_rows, c.rows_le, 1))],
+    ),
+    Family(
+        "inferpool_model_replicas",
+        GaugeMetricFamily,
+        "Replicas of the model version by state",
+        (*_KEY, "state"),
+        lambda c, model: [((state,), n) for state, n in c.replicas(model.listed).items()],
+        source="model",
+    ),
+    Family(
+        "inferpool_model_load_duration_seconds",
+        GaugeMetricFamily,
+        "Seconds the version's last load took (failed or not)",
+        _KEY,
+        _load,
+        source="model",
+    ),
+    Family(
+        "inferpool_model_ready",
+        GaugeMetricFamily,
+        "1 when the model is READY",
+        _KEY,
+        lambda _, model: [((), 1.0 if model.listed.state is ModelState.READY else 0.0)],
+        source="model",
+    ),
+    Family(
+        "inferpool_model_in_flight_requests",
+        GaugeMetricFamily,
+        "Requests accepted by the engine and not yet answered, queued ones included",
+        _KEY,
+        lambda _, model: [((), model.counted.in_flight)],
+    ),
+    Family(
+        "inferpool_model_queued_requests",
+        GaugeMetricFamily,
+        "In-flight requests not yet picked by a worker (waiting for a replica or queued)",
+        _KEY,
+        # A cancelled request is out of in_flight while a worker may still run it.
+        lambda _, model: [((), max(0, model.counted.in_flight - model.running))],
+    ),
+    Family(
+        "inferpool_server_ready",
+        GaugeMetricFamily,
+        "1 when the server is ready (strict readiness)",
+        (),
+        lambda c, _: [((), 1.0 if c.client.not_ready_reason() is None else 0.0)],
+        source="server",
+    ),
+    Family(
+        "inferpool_model_endpoint_requests",
+        CounterMetricFamily,
+        "Custom endpoint calls by protocol, registered path, method and HTTP status",
+        (*_KEY, "protocol", "path", "method", "code"),
+        _endpoint_calls,
+    ),
+    Family(
+        "inferpool_model_feedback",
+        CounterMetricFamily,
+        "Feedbacks the model took (2xx)",
+        _KEY,
+        lambda _, model: [((), model.counted.feedback_count)],
+    ),
+    Family(
+        "inferpool_model_feedback_reward_sum",
+        GaugeMetricFamily,
+        "Sum of the rewards of the feedbacks the model took",
+        _KEY,
+        lambda _, model: [((), model.counted.feedback_reward)],
+    ),
+)
 
 
 def _code_counts(protocol: str, codes: dict[int, int]) -> dict[str, int]:

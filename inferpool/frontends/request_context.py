@@ -76,7 +76,7 @@ def checked(value: str) -> str:
 
 
 def from_header(value: bytes | None) -> str | None:
-    """The request's ``x-request-id`` header value (``rest_input.scan_headers`` finds it in
+    """The request's ``x-request-id`` header value (``rest/body.scan_headers`` finds it in
     the pass that reads the others), checked; None when absent."""
     return None if value is None else checked(value.decode("latin-1"))
 

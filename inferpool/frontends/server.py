@@ -34,12 +34,12 @@ from inferpool.frontends.allocator import keep_bodies_on_the_heap
 from inferpool.frontends.connections import Connections, raise_fd_limit
 from inferpool.frontends.grpc.aio import GrpcServer
 from inferpool.frontends.grpc.h2 import GrpcH2Server
-from inferpool.frontends.http1 import protocol_class
 from inferpool.frontends.hypercorn_drain import DrainBodyFirst
 from inferpool.frontends.listen import bind_socket
 from inferpool.frontends.metrics import build_metrics_app
 from inferpool.frontends.reclaim import trim_soon
-from inferpool.frontends.rest import build_app
+from inferpool.frontends.rest.app import build_app
+from inferpool.frontends.rest.http1 import protocol_class
 from inferpool.settings import ServerSettings
 from inferpool.transport.unsent import ANSWERS
 
@@ -79,7 +79,7 @@ class _Uvicorn(uvicorn.Server):
 class RestServer:
     """An ASGI app on its own port: Uvicorn+httptools, or Hypercorn with ``--http2``.
 
-    Uvicorn runs the guarded protocol (``http1.py``: timeouts, header and body limits, the
+    Uvicorn runs the guarded protocol (``rest/http1.py``: timeouts, header and body limits, the
     connection registry). Hypercorn gets the equivalents its config has (``_hypercorn``).
     """
 

@@ -2,7 +2,7 @@
 custom-endpoint names that the root ``/invocations`` route sends a body to, and the reading
 of a JSON scoring body (``scoring_document``).
 
-The names are shared by the frontend (``frontends/mlflow_scoring.py``, which picks one from
+The names are shared by the frontend (``frontends/rest/mlflow_scoring.py``, which picks one from
 the Content-Type) and the worker, so that the frontend process need not import the codecs
 to name them. The body is read by the scoring codec (``codecs/mlflow_scoring.py``) and by
 the MLflow runtime's own endpoint, with the same checks and the same errors.

@@ -1,4 +1,4 @@
-"""What frontends/http1.py's subclass needs of Uvicorn's httptools protocol, checked on the
+"""What frontends/rest/http1.py's subclass needs of Uvicorn's httptools protocol, checked on the
 installed Uvicorn: pyproject.toml allows a range of releases (tox's lowest environment
 installs the oldest, the others the newest), and a release that renames one of these
 fails here by name, before the HTTP tests fail by behaviour."""

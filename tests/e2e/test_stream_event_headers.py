@@ -1,5 +1,5 @@
 """REST stream events carry the ``parameters.headers`` MLServer puts in each
-InferenceResponse (``frontends/stream_headers.py``): the model's own headers and the
+InferenceResponse (``frontends/rest/stream_headers.py``): the model's own headers and the
 CloudEvents ones, over ``infer_stream`` and ``generate_stream`` with MLServer's streaming
 example's request; Triton's flat generate events stay as they are."""
 

@@ -2,9 +2,9 @@
 
 The service's typed RPCs get grpc.aio's (de)serializers; ModelInfer a generic handler
 with none, so its request and reply stay bytes. Errors become statuses in ``guarded``,
-which also puts ModelInfer's request id in the trailing metadata (``request_context``),
-writes the access log line and hands the call to the tracer; the builtin HTTP/2 layer's
-limits and timeouts map to grpc.aio's options.
+which also puts ModelInfer's request id in the trailing metadata (``request_context``)
+and hands the finished call to the server's ``CallObserver`` (``observer.py``: access
+log, span); the builtin HTTP/2 layer's limits and timeouts map to grpc.aio's options.
 """
 
 from __future__ import annotations
@@ -17,13 +17,12 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from inferpool.engine.client import EngineClient
-from inferpool.engine.ipc.messages import Reply
 from inferpool.errors import InferpoolError
-from inferpool.frontends.access_log import given_id, log_request
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.grpc.aio_gzip import AioGzip, aio_gzip, gzip_options
-from inferpool.frontends.grpc.custom import ExtensionServices, extension_methods, log_method
+from inferpool.frontends.grpc.custom import ExtensionServices, extension_methods
 from inferpool.frontends.grpc.health import HEALTH_SERVICE, HealthService
+from inferpool.frontends.grpc.observer import CallObserver
 from inferpool.frontends.grpc.service import (
     RETRY_AFTER_MS,
     SERVICE,
@@ -33,8 +32,6 @@ from inferpool.frontends.grpc.service import (
     infer_request_id,
     ok_body,
     response_metadata,
-    route_of,
-    trace_call,
     typed_methods,
 )
 from inferpool.frontends.reclaim import PeriodicTrim
@@ -51,25 +48,21 @@ TRIM_PERIOD = 10.0  # seconds between two malloc_trim(0) calls (reclaim.Periodic
 
 
 def guarded(
-    method: str,
-    handler: Handler,
-    access_log: bool,
-    tracer: RequestTracer | None = None,
-    gzip: AioGzip | None = None,
+    method: str, handler: Handler, observer: CallObserver, gzip: AioGzip | None = None
 ) -> Handler:
-    """``handler`` with errors turned into gRPC statuses, and the access log if asked.
+    """``handler`` with errors turned into gRPC statuses, reported to ``observer``.
 
     ModelInfer's handler returns the engine's ``Reply``: its bytes are the response, its
-    request id goes into the trailing metadata, and the call is traced (``tracer``).
-    ``gzip``: the server's response compression (None: off)."""
+    request id goes into the trailing metadata, and the call is traced."""
     infer = method == "ModelInfer"
-    traced = tracer if infer else None
+    traced = infer and observer.tracer is not None  # only ModelInfer is traced
+    watched = observer.log or traced
 
     async def run(request: Any, context: grpc.aio.ServicerContext) -> Any:
         started = time.perf_counter()
-        start_ns = time.time_ns() if traced is not None else 0
+        start_ns = time.time_ns() if traced else 0
         # Read now: the context of a call that ends cancelled may no longer answer.
-        peer, metadata = _call_of(context) if access_log or traced is not None else (None, ())
+        peer, metadata = _call_of(context) if watched else (None, ())
         code = grpc.StatusCode.OK
         text = ""
         reply = None
@@ -100,40 +93,22 @@ def guarded(
                 context.set_trailing_metadata(trailing)
             await context.abort(code, text)
         finally:
-            if access_log:
-                _log(method, request, peer, metadata, code, reply, started, infer)
-            if traced is not None:
-                trace_call(
-                    traced,
-                    "ModelInfer",
+            if watched:
+                known = infer_request_id() if infer else None
+                observer.finished(
+                    method,
                     request,
                     metadata,
+                    peer,
                     code.name,
                     text,
                     reply,
+                    started,
                     start_ns,
-                    infer_request_id(),
-                    peer,
+                    known,
                 )
 
     return run
-
-
-def _log(
-    method: str,
-    request: Any,
-    peer: str | None,
-    metadata: Any,
-    code: grpc.StatusCode,
-    reply: Reply | None,
-    started: float,
-    infer: bool,
-) -> None:
-    model, version = route_of(request)
-    rows = reply.rows if reply is not None else 0
-    known = infer_request_id() if infer else given_id(metadata)
-    method = log_method(method, request)
-    log_request("gRPC", method, peer, model, version, code.name, rows, started, known)
 
 
 def _call_of(context: grpc.aio.ServicerContext) -> tuple[str | None, Any]:
@@ -148,17 +123,14 @@ def _call_of(context: grpc.aio.ServicerContext) -> tuple[str | None, Any]:
 
 
 def build_handler(
-    client: EngineClient,
-    access_log: bool = False,
-    tracer: RequestTracer | None = None,
-    gzip: AioGzip | None = None,
+    client: EngineClient, observer: CallObserver, gzip: AioGzip | None = None
 ) -> grpc.GenericRpcHandler:
     """The generic handler serving GRPCInferenceService for one engine client; ``gzip``:
     the server's response compression (None: off)."""
     service = InferenceService(DataPlane(client))
     methods = {
         name: grpc.unary_unary_rpc_method_handler(
-            guarded(name, handler, access_log, gzip=gzip),
+            guarded(name, handler, observer, gzip),
             request_deserializer=message.FromString,
             response_serializer=_serialize,
         )
@@ -166,16 +138,16 @@ def build_handler(
     }
     # No (de)serializers: the request and the reply stay bytes.
     methods["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
-        guarded("ModelInfer", service.model_infer, access_log, tracer, gzip)
+        guarded("ModelInfer", service.model_infer, observer, gzip)
     )
     methods["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
-        stream_infer(service, access_log, gzip)
+        stream_infer(service, observer, gzip)
     )
     return grpc.method_handlers_generic_handler(SERVICE, methods)
 
 
 def build_extension_handlers(
-    client: EngineClient, access_log: bool = False, gzip: AioGzip | None = None
+    client: EngineClient, observer: CallObserver, gzip: AioGzip | None = None
 ) -> list[grpc.GenericRpcHandler]:
     """The generic handlers serving inferpool's own services (``grpc/custom.py``)."""
     services = ExtensionServices(DataPlane(client))
@@ -184,7 +156,7 @@ def build_extension_handlers(
             service,
             {
                 name: grpc.unary_unary_rpc_method_handler(
-                    guarded(name, handler, access_log, gzip=gzip),
+                    guarded(name, handler, observer, gzip),
                     request_deserializer=message.FromString,
                     response_serializer=_serialize,
                 )
@@ -196,7 +168,7 @@ def build_extension_handlers(
 
 
 def stream_infer(
-    service: InferenceService, access_log: bool, gzip: AioGzip | None = None
+    service: InferenceService, observer: CallObserver, gzip: AioGzip | None = None
 ) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], AsyncIterator[bytes]]:
     """ModelStreamInfer on grpc.aio: ``InferenceService.stream_infer`` over the call's
     request iterator, each message written as it comes (grpc.aio waits for the client's
@@ -206,7 +178,7 @@ def stream_infer(
         requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
         started = time.perf_counter()
-        peer, metadata = _call_of(context) if access_log else (None, ())
+        peer, metadata = _call_of(context) if observer.log else (None, ())
         remaining = context.time_remaining()
         deadline = time.monotonic() + remaining if remaining is not None else None
         code = grpc.StatusCode.OK
@@ -223,33 +195,30 @@ def stream_infer(
             code = grpc.StatusCode[name]
             await context.abort(code, text)
         finally:
-            if access_log:
-                known = given_id(metadata)
-                log_request(
-                    "gRPC", "ModelStreamInfer", peer, "-", None, code.name, 0, started, known
-                )
+            if observer.log:
+                observer.stream_finished("ModelStreamInfer", metadata, peer, code.name, started)
 
     return call
 
 
 def build_health_handler(
-    health: HealthService, access_log: bool, gzip: AioGzip | None = None
+    health: HealthService, observer: CallObserver, gzip: AioGzip | None = None
 ) -> grpc.GenericRpcHandler:
     """The generic handler serving grpc.health.v1.Health (Check, Watch)."""
     check = grpc.unary_unary_rpc_method_handler(
-        guarded("Check", health.check, access_log, gzip=gzip),
+        guarded("Check", health.check, observer, gzip),
         request_deserializer=HealthCheckRequest.FromString,
         response_serializer=_serialize,
     )
     # Watch yields encoded responses: no serializer.
     watch = grpc.unary_stream_rpc_method_handler(
-        health_watch(health, access_log, gzip), request_deserializer=HealthCheckRequest.FromString
+        health_watch(health, observer, gzip), request_deserializer=HealthCheckRequest.FromString
     )
     return grpc.method_handlers_generic_handler(HEALTH_SERVICE, {"Check": check, "Watch": watch})
 
 
 def health_watch(
-    health: HealthService, access_log: bool, gzip: AioGzip | None = None
+    health: HealthService, observer: CallObserver, gzip: AioGzip | None = None
 ) -> Callable[[HealthCheckRequest, grpc.aio.ServicerContext], AsyncIterator[bytes]]:
     """Watch on grpc.aio: a generator that writes one message at a time, and is offered
     the newest status only once its last one is written (``HealthService``)."""
@@ -259,7 +228,7 @@ def health_watch(
     ) -> AsyncIterator[bytes]:
         started = time.perf_counter()
         # Read now: the context of a call that ends cancelled may no longer answer.
-        peer, metadata = _call_of(context) if access_log else (None, ())
+        peer, metadata = _call_of(context) if observer.log else (None, ())
         code = grpc.StatusCode.OK
         loop = asyncio.get_running_loop()
         waiting: asyncio.Future[bytes] = loop.create_future()
@@ -299,9 +268,8 @@ def health_watch(
             code = grpc.StatusCode.CANCELLED
             raise
         finally:
-            if access_log:
-                known = given_id(metadata)
-                log_request("gRPC", "Watch", peer, "-", None, code.name, 0, started, known)
+            if observer.log:
+                observer.stream_finished("Watch", metadata, peer, code.name, started)
 
     return watch
 
@@ -330,13 +298,15 @@ class GrpcServer:
         # frontend cannot see when (frontends/reclaim.py).
         self.trim = PeriodicTrim(TRIM_PERIOD)
         self.health = HealthService(DataPlane(client))
+        # Each call's access log line and ModelInfer's span (observer.py).
+        observer = CallObserver(settings.access_log, tracer)
         # Compressing answers: each message under the threshold is sent uncompressed.
         gzip = aio_gzip(settings)
         self.server.add_generic_rpc_handlers(
             (
-                build_handler(client, settings.access_log, tracer, gzip),
-                build_health_handler(self.health, settings.access_log, gzip),
-                *build_extension_handlers(client, settings.access_log, gzip),
+                build_handler(client, observer, gzip),
+                build_health_handler(self.health, observer, gzip),
+                *build_extension_handlers(client, observer, gzip),
             )
         )
         host = f"[{settings.host}]" if ":" in settings.host else settings.host

@@ -18,7 +18,6 @@ import asyncio
 import collections
 import time
 
-from inferpool.frontends.access_log import given_id, log_request
 from inferpool.frontends.grpc.compression import (
     GZIP_HEADERS,
     BadMessage,
@@ -26,7 +25,7 @@ from inferpool.frontends.grpc.compression import (
     accepts_gzip,
     inflate,
 )
-from inferpool.frontends.grpc.h2 import (
+from inferpool.frontends.grpc.h2_call import (
     OK_TRAILERS,
     RESPONSE_HEADERS,
     CallError,
@@ -35,6 +34,7 @@ from inferpool.frontends.grpc.h2 import (
     stream_status,
     too_large,
 )
+from inferpool.frontends.grpc.observer import CallObserver
 from inferpool.frontends.grpc.service import InferenceService
 from inferpool.transport.http2 import Http2Connection
 from inferpool.transport.http2_streams import Stream
@@ -119,7 +119,7 @@ async def serve_stream(
     stream: Stream,
     reader: MessageReader,
     expires: float | None,
-    access_log: bool,
+    observer: CallObserver,
     peer: str | None,
     gzip: ResponseGzip | None = None,
 ) -> None:
@@ -147,9 +147,8 @@ async def serve_stream(
         if code == "CANCELLED":
             raise
     finally:
-        if access_log:
-            known = given_id(stream.headers)
-            log_request("gRPC", "ModelStreamInfer", peer, "-", None, code, 0, started, known)
+        if observer.log:
+            observer.stream_finished("ModelStreamInfer", stream.headers, peer, code, started)
     trailers = OK_TRAILERS if code == "OK" else status_trailers(code, text, pushback)
     if opened:
         connection.end_stream(stream, trailers)

@@ -16,21 +16,19 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from google.protobuf import json_format
 
 from inferpool.engine.admin import authorization_of
 from inferpool.engine.ipc.messages import Kind, Reply
 from inferpool.errors import (
-    HTTP_OF_GRPC,
     BadRequest,
     InferpoolError,
     Overloaded,
     from_status,
     grpc_code_for,
 )
-from inferpool.frontends.access_log import trace_headers
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.grpc.stream_input import stream_messages
 from inferpool.frontends.grpc.stream_message import (
@@ -45,9 +43,6 @@ from inferpool.protocol.grpc_wire import set_parameters
 from inferpool.protocol.protowire import scan_fields
 from inferpool.protocol.request_headers import grpc_metadata, unwrap, wrap
 from inferpool.request_ids import current_request_id
-
-if TYPE_CHECKING:
-    from inferpool.observability.tracing import RequestTracer
 
 logger = logging.getLogger(__name__)
 
@@ -338,40 +333,6 @@ def typed_methods(service: InferenceService) -> dict[str, tuple[Handler, Any]]:
 def model_of(request: Any) -> str:
     """The model a request names, for the access log."""
     return route_of(request)[0]
-
-
-def trace_call(
-    tracer: RequestTracer,
-    method: str,
-    request: Any,
-    headers: Any,
-    code: str,
-    text: str,
-    reply: Reply | None,
-    start_ns: int,
-    request_id: str | None,
-    peer: str | None,
-) -> None:
-    """Hand a finished ModelInfer call to the tracer (both gRPC frontends): ``request`` as
-    ``route_of`` takes it, ``headers`` the call's metadata (``trace_headers``), ``code`` the
-    gRPC status name, ``text`` its message ("" when OK)."""
-    model, version = route_of(request)
-    traceparent, tracestate = trace_headers(headers)
-    tracer.finish(
-        protocol="grpc",
-        method=f"/{SERVICE}/{method}",
-        model=model,
-        version=version,
-        traceparent=traceparent,
-        tracestate=tracestate,
-        start_ns=start_ns,
-        end_ns=time.time_ns(),
-        code=HTTP_OF_GRPC[code],
-        request_id=request_id,
-        peer=peer,
-        reply=reply,
-        error=text or None,
-    )
 
 
 def route_of(request: Any) -> tuple[str, str | None]:

@@ -1,11 +1,11 @@
-"""MLServer's CloudEvents header lines (``frontends/cloudevents.py``): in Kubernetes the
+"""MLServer's CloudEvents header lines (``frontends/rest/cloudevents.py``): in Kubernetes the
 source names the namespace and ``ce-namespace`` is added, as MLServer's middleware does."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from inferpool.frontends.cloudevents import CloudEvents, kubernetes_namespace
+from inferpool.frontends.rest.cloudevents import CloudEvents, kubernetes_namespace
 
 
 def parsed(lines: bytes) -> dict[str, str]:

@@ -15,6 +15,7 @@ from inferpool.errors import BadRequest, DeadlineExceeded, Overloaded
 from inferpool.frontends.access_log import model_in_path
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.grpc.aio import guarded
+from inferpool.frontends.grpc.observer import CallObserver
 from inferpool.frontends.grpc.service import InferenceService, model_of, read_route
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.settings import ServerSettings
@@ -107,7 +108,9 @@ def test_a_passed_deadline_is_not_run_and_is_deadline_exceeded(tmp_path):
         service = InferenceService(DataPlane(await loaded_client(repository)))
         context = Context(remaining=-0.01)
         with pytest.raises(grpc.aio.AbortError):
-            await guarded("ModelInfer", service.model_infer, False)(mark_request(mark), context)
+            await guarded("ModelInfer", service.model_infer, CallObserver(False))(
+                mark_request(mark), context
+            )
         return context
 
     context = asyncio.run(scenario())
@@ -142,7 +145,9 @@ def test_an_unexpected_error_is_internal_not_a_traceback():
 
     context = Context(None)
     with pytest.raises(grpc.aio.AbortError):
-        asyncio.run(guarded("ServerLive", broken, False)(pb.ServerLiveRequest(), context))
+        asyncio.run(
+            guarded("ServerLive", broken, CallObserver(False))(pb.ServerLiveRequest(), context)
+        )
     assert context.aborted == (grpc.StatusCode.INTERNAL, "internal error: RuntimeError: boom")
 
 
@@ -176,6 +181,6 @@ def test_overloaded_is_unavailable_with_a_retry_pushback():
 
     context = Context(None)
     with pytest.raises(grpc.aio.AbortError):
-        asyncio.run(guarded("ModelInfer", full, False)(b"", context))
+        asyncio.run(guarded("ModelInfer", full, CallObserver(False))(b"", context))
     assert context.aborted == (grpc.StatusCode.UNAVAILABLE, "every queue for model 'm' is full")
     assert context.trailers[1:] == (("grpc-retry-pushback-ms", "1000"),)  # after x-request-id

@@ -14,23 +14,24 @@ from urllib.parse import unquote
 import pytest
 
 from inferpool.frontends.grpc import h2 as grpc_h2
-from inferpool.frontends.grpc.h2 import CallError, parse_timeout, status_trailers, unframe
+from inferpool.frontends.grpc import h2_call
+from inferpool.frontends.grpc.h2_call import CallError, parse_timeout, status_trailers, unframe
 from inferpool.transport.http2_streams import Stream
 from tests.support.h2frames import hpack_decode
 
 
 def test_the_response_header_blocks_decode():
-    assert hpack_decode(grpc_h2.RESPONSE_HEADERS) == [
+    assert hpack_decode(h2_call.RESPONSE_HEADERS) == [
         (b":status", b"200"),
         (b"content-type", b"application/grpc"),
     ]
-    assert hpack_decode(grpc_h2.NOT_GRPC_HEADERS) == [(b":status", b"415")]
-    assert hpack_decode(grpc_h2.OK_TRAILERS) == [(b"grpc-status", b"0")]
+    assert hpack_decode(h2_call.NOT_GRPC_HEADERS) == [(b":status", b"415")]
+    assert hpack_decode(h2_call.OK_TRAILERS) == [(b"grpc-status", b"0")]
 
 
 # -- status_trailers ---------------------------------------------------------------------
 def test_status_trailers_carry_the_numeric_code():
-    for name, number in grpc_h2.STATUS.items():
+    for name, number in h2_call.STATUS.items():
         assert hpack_decode(status_trailers(name)) == [(b"grpc-status", str(number).encode())]
 
 
@@ -116,7 +117,7 @@ def test_parse_timeout_in_every_unit(value, seconds):
 def test_parse_timeout_rejects_malformed_values(value):
     with pytest.raises(CallError) as caught:
         parse_timeout(value)
-    assert caught.value.code in grpc_h2.STATUS and caught.value.code != "OK"
+    assert caught.value.code in h2_call.STATUS and caught.value.code != "OK"
     assert "grpc-timeout" in caught.value.message
 
 
@@ -128,7 +129,7 @@ def message_frame(body: bytes, compressed: int = 0) -> bytes:
 def test_unframe_returns_the_one_message():
     assert unframe([message_frame(b"hello")]) == b"hello"
     assert unframe([message_frame(b"")]) == b""
-    assert grpc_h2.framed(b"hello") == message_frame(b"hello")
+    assert h2_call.framed(b"hello") == message_frame(b"hello")
 
 
 def test_unframe_joins_a_message_split_anywhere():
@@ -272,7 +273,7 @@ def test_message_reader_cuts_messages_split_anywhere():
     from inferpool.frontends.grpc.h2_stream import MessageReader
 
     reader = MessageReader(limit=100)
-    wire = grpc_h2.framed(b"one") + grpc_h2.framed(b"") + grpc_h2.framed(b"three")
+    wire = h2_call.framed(b"one") + h2_call.framed(b"") + h2_call.framed(b"three")
     for i in range(len(wire)):
         reader.feed(wire[i : i + 1], False)
     reader.feed(b"", True)
@@ -285,7 +286,7 @@ def test_message_reader_inflates_messages_of_a_gzip_call():
     from inferpool.frontends.grpc.h2_stream import MessageReader
 
     reader = MessageReader(limit=100, encoding=b"gzip")
-    wire = message_frame(gzip.compress(b"one"), 1) + grpc_h2.framed(b"two")
+    wire = message_frame(gzip.compress(b"one"), 1) + h2_call.framed(b"two")
     reader.feed(wire, True)
     assert asyncio.run(_read_all(reader)) == [b"one", b"two"]
     # What waits unread is counted inflated: two messages of 60 bytes, 25 compressed.
@@ -302,7 +303,7 @@ def test_message_reader_inflates_messages_of_a_gzip_call():
         (b"\x01\x00\x00\x00\x01x", "INTERNAL"),  # flagged compressed, no grpc-encoding
         (b"\x02\x00\x00\x00\x01x", "INTERNAL"),  # no such flag
         (b"\x00\x00\x00\x01\x00", "RESOURCE_EXHAUSTED"),  # a message over the limit
-        (grpc_h2.framed(b"x" * 60) * 2, "RESOURCE_EXHAUSTED"),  # too much waiting unread
+        (h2_call.framed(b"x" * 60) * 2, "RESOURCE_EXHAUSTED"),  # too much waiting unread
         (b"\x00\x00\x00\x00\x05ab", "INTERNAL"),  # the stream ends inside a message
     ],
 )
@@ -320,7 +321,7 @@ def test_message_reader_refuses_a_compression_it_does_not_decode():
     from inferpool.frontends.grpc.h2_stream import MessageReader
 
     reader = MessageReader(limit=100, encoding=b"br")
-    reader.feed(grpc_h2.framed(b"plain") + b"\x01\x00\x00\x00\x01x", True)
+    reader.feed(h2_call.framed(b"plain") + b"\x01\x00\x00\x00\x01x", True)
     with pytest.raises(CallError) as caught:
         asyncio.run(_read_all(reader))
     assert caught.value.code == "UNIMPLEMENTED"

@@ -28,7 +28,7 @@ from inferpool.frontends.request_context import (
     from_metadata,
     generate,
 )
-from inferpool.frontends.rest import build_app, middleware
+from inferpool.frontends.rest.app import build_app, middleware
 from inferpool.protocol import rest_json
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.generated.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub

@@ -13,8 +13,8 @@ from starlette.applications import Starlette
 from starlette.responses import Response
 from starlette.routing import Route
 
-from inferpool.frontends.rest_answer import BINARY_HEAD, JSON_HEAD
-from inferpool.frontends.rest_gzip import THREAD_BYTES, AnswerGzip, GzipRoutes, accepts_gzip
+from inferpool.frontends.rest.answer import BINARY_HEAD, JSON_HEAD
+from inferpool.frontends.rest.gzip import THREAD_BYTES, AnswerGzip, GzipRoutes, accepts_gzip
 from inferpool.settings import ServerSettings
 
 

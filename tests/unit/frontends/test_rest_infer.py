@@ -1,5 +1,5 @@
-"""The infer routes in front of Starlette (rest_infer.py) and the one-write answer of the
-HTTP/1.1 protocol (http1.py ``respond``): same answers as through Starlette, one system
+"""The infer routes in front of Starlette (rest/infer.py) and the one-write answer of the
+HTTP/1.1 protocol (rest/http1.py ``respond``): same answers as through Starlette, one system
 call per answer, and the ASGI messages whenever the protocol cannot write directly."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from uvicorn.server import ServerState
 
 from inferpool.engine.inprocess import InProcessClient
 from inferpool.errors import Overloaded
-from inferpool.frontends import rest_answer
 from inferpool.frontends.connections import Connections
-from inferpool.frontends.http1 import protocol_class
-from inferpool.frontends.rest import build_app
-from inferpool.frontends.rest_infer import InferRoutes, infer_target
+from inferpool.frontends.rest.answer import failed, header_pairs
+from inferpool.frontends.rest.app import build_app
+from inferpool.frontends.rest.http1 import protocol_class
+from inferpool.frontends.rest.infer import InferRoutes, infer_target
 from inferpool.settings import ServerSettings
 from tests.support import build_iris_repository
 from tests.unit.frontends.test_request_context import loaded_client
@@ -108,8 +108,8 @@ def test_an_unexpected_error_is_a_json_500_without_a_traceback(tmp_path, caplog)
 def test_an_overloaded_answer_says_when_to_retry():
     # In a context of its own: failed() sets the request id the way a request's task does.
     context = contextvars.copy_context()
-    status, head, body = context.run(rest_answer.failed, {}, Overloaded("queue full"))
-    pairs = dict(rest_answer.header_pairs(head))
+    status, head, body = context.run(failed, {}, Overloaded("queue full"))
+    pairs = dict(header_pairs(head))
     assert status == 503 and orjson.loads(body) == {"error": "queue full"}
     assert pairs[b"retry-after"] == b"1"
     assert pairs[b"content-length"] == str(len(body)).encode()

@@ -8,16 +8,8 @@ import asyncio
 import pytest
 
 from inferpool.errors import BadRequest, ClientGone, DeadlineExceeded, TooLarge
-from inferpool.frontends.rest_input import (
-    GONE,
-    WATCH,
-    WATCHING,
-    await_reply,
-    json_length,
-    read_body,
-    request_timeout,
-    scan_headers,
-)
+from inferpool.frontends.rest.body import json_length, read_body, request_timeout, scan_headers
+from inferpool.frontends.rest.reply import GONE, WATCH, WATCHING, await_reply
 
 
 def receiver(*messages: dict):
@@ -143,7 +135,7 @@ def test_await_reply_watched_call_cancelled_by_the_protocol_is_client_gone():
         task = asyncio.ensure_future(await_reply(scope, receiver(), hung(cancelled), None))
         await asyncio.sleep(0.01)
         assert scope[WATCH] == WATCHING
-        scope[WATCH] = GONE  # what http1.py does on connection_lost
+        scope[WATCH] = GONE  # what rest/http1.py does on connection_lost
         task.cancel()
         with pytest.raises(ClientGone):
             await task

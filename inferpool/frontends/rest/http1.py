@@ -21,7 +21,7 @@ subclass adds, per connection:
   evictable while no request is in flight;
 - a disconnect cancels the request's engine call when the app marked it as watched
   (``WATCH`` in the scope), so a queued request of a client gone is dropped by its worker;
-- a whole answer in one write (``rest_answer.DIRECT`` in the scope: ``respond``), where
+- a whole answer in one write (``answer.DIRECT`` in the scope: ``respond``), where
   Uvicorn's ASGI ``send`` writes the status line and headers, then the body, with a system
   call each.
 """
@@ -41,8 +41,9 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from inferpool.frontends.connections import Connections
 from inferpool.frontends.metrics_server import count_rejected
 from inferpool.frontends.reclaim import collect_soon
-from inferpool.frontends.rest_answer import DIRECT
-from inferpool.frontends.rest_input import GONE, WATCH, WATCHING, too_large_message
+from inferpool.frontends.rest.answer import DIRECT
+from inferpool.frontends.rest.body import too_large_message
+from inferpool.frontends.rest.reply import GONE, WATCH, WATCHING
 from inferpool.settings import ServerSettings
 from inferpool.transport.unsent import ANSWERS, SMALL
 

@@ -5,7 +5,7 @@ Starlette's path costs more than the route itself: two middlewares (its error an
 exception layers), a regular-expression match per route until the infer route, a
 ``Request``, a ``Response`` with its header list. ``InferRoutes`` recognises the infer
 paths with two string tests and a split, runs the inference and writes its answer with
-pre-built headers (``rest_answer``); every other request (and an infer path it does not
+pre-built headers (``answer.py``); every other request (and an infer path it does not
 recognise) goes to the Starlette app unchanged, so routing, 404 and 405 stay Starlette's.
 
 The scope gets ``path_params`` as Starlette would set them, for the access log and the
@@ -21,12 +21,13 @@ from typing import Any
 from inferpool.engine.client import EngineClient
 from inferpool.engine.ipc.messages import Kind
 from inferpool.errors import InferpoolError
-from inferpool.frontends import rest_answer, rest_input
 from inferpool.frontends.access_log import REQUEST_ID
-from inferpool.frontends.cloudevents import CloudEvents, served_namespace
 from inferpool.frontends.dataplane import DataPlane
-from inferpool.frontends.rest_gzip import answer_gzip
-from inferpool.frontends.rest_input import await_reply
+from inferpool.frontends.rest.answer import answered, failed, header_lines, write
+from inferpool.frontends.rest.body import json_length, read_request
+from inferpool.frontends.rest.cloudevents import CloudEvents, served_namespace
+from inferpool.frontends.rest.gzip import answer_gzip
+from inferpool.frontends.rest.reply import await_reply
 from inferpool.protocol.request_headers import http_headers, unwrap, wrap
 
 logger = logging.getLogger("inferpool.http")
@@ -101,37 +102,37 @@ class InferRoutes:
             try:
                 answer = await self._answer(scope, receive, name, version)
             except InferpoolError as exc:
-                answer = rest_answer.failed(scope, exc)
+                answer = failed(scope, exc)
         except Exception:
             # A bug of ours: logged with its traceback, answered without one.
             logger.exception("unexpected error serving %s", scope["path"])
-            answer = rest_answer.failed(scope, InferpoolError("internal server error"))
+            answer = failed(scope, InferpoolError("internal server error"))
         gzip = self.gzip
         if gzip is not None and len(answer[2]) >= gzip.min_bytes:
             answer = await gzip.compress(scope, answer)
-        await rest_answer.write(scope, send, answer, direct)
+        await write(scope, send, answer, direct)
 
     async def _answer(
         self, scope: Any, receive: Any, name: str, version: str | None
     ) -> tuple[int, bytes, bytes]:
-        body, binary, timeout = await rest_answer.read_request(
+        body, binary, timeout = await read_request(
             scope, receive, self.max_body, self.default_timeout
         )
-        json_length = rest_input.json_length(binary, len(body))
+        header_length = json_length(binary, len(body))
         kind = Kind.REST
         if self.find(name, version).custom:  # a user's runtime: the headers go along
             body = wrap(http_headers(scope["headers"]), body)
             kind = Kind.REST_HEADERS
         deadline = None if timeout is None else time.monotonic() + timeout
-        call = self.infer(name, version, kind, body, json_length, deadline)
+        call = self.infer(name, version, kind, body, header_length, deadline)
         reply = await await_reply(scope, receive, call, timeout)
         extra = b""
         if kind == Kind.REST_HEADERS and reply.status == 200:
             # The headers the runtime's response set (parameters.headers), as MLServer
             # sends them: HTTP response headers, no longer in the JSON body.
             headers, reply.body = unwrap(reply.body)
-            extra = rest_answer.header_lines(headers)
-        status, head, body = rest_answer.answered(scope, reply)
+            extra = header_lines(headers)
+        status, head, body = answered(scope, reply)
         if self.cloudevents is not None and status == 200:
             extra += self.cloudevents.lines(name, scope[REQUEST_ID].encode())
         return status, head + extra if extra else head, body

@@ -33,11 +33,12 @@ from starlette.types import Receive, Scope, Send
 from inferpool.engine.client import EngineClient
 from inferpool.engine.ipc.messages import MORE, Kind, Reply
 from inferpool.errors import BadRequest, InferpoolError
-from inferpool.frontends import rest_answer
 from inferpool.frontends.access_log import REQUEST_ID
 from inferpool.frontends.request_context import HEADER_BYTES
-from inferpool.frontends.rest_input import read_body, request_timeout, scan_headers
-from inferpool.frontends.stream_headers import with_headers
+from inferpool.frontends.rest.answer import answered, failed
+from inferpool.frontends.rest.body import read_body, request_timeout, scan_headers
+from inferpool.frontends.rest.ids import take_header_id
+from inferpool.frontends.rest.stream_headers import with_headers
 
 EVENT_STREAM = b"text/event-stream"
 
@@ -46,14 +47,14 @@ def stream_routes(
     client: EngineClient, answer: Callable[[tuple[int, bytes, bytes]], Response]
 ) -> list[BaseRoute]:
     """The routes of this module, under both model prefixes. ``answer``: turns an
-    inference's ``(status, head, body)`` into a Starlette response (``rest.py``'s)."""
+    inference's ``(status, head, body)`` into a Starlette response (``app.py``'s)."""
     max_body = client.settings.max_body_bytes
     default_timeout = client.settings.request_timeout
 
     async def read(request: Request) -> tuple[bytes, float | None]:
         scope = request.scope
         content_length, binary, timeout_header, encoding, given = scan_headers(scope["headers"])
-        rest_answer.take_header_id(scope, given)
+        take_header_id(scope, given)
         if binary is not None:
             raise BadRequest("binary tensors (Inference-Header-Content-Length) cannot stream")
         timeout = request_timeout(timeout_header, default_timeout)
@@ -71,11 +72,11 @@ def stream_routes(
                 )
                 first = await anext(replies)
             except InferpoolError as exc:
-                return answer(rest_answer.failed(scope, exc))
+                return answer(failed(scope, exc))
             if first.status != 200:  # nothing streamed yet: an ordinary error
                 await replies.aclose()
-                return answer(rest_answer.answered(scope, first))
-            rest_answer.answered(scope, first)  # resolves the request id
+                return answer(answered(scope, first))
+            answered(scope, first)  # resolves the request id
             return EventStream(first, replies, scope[REQUEST_ID], params["name"])
 
         return endpoint
@@ -89,8 +90,8 @@ def stream_routes(
                 params["name"], params.get("version"), Kind.GENERATE, body, None, deadline
             )
         except InferpoolError as exc:
-            return answer(rest_answer.failed(scope, exc))
-        return answer(rest_answer.answered(scope, reply))
+            return answer(failed(scope, exc))
+        return answer(answered(scope, reply))
 
     routes: list[BaseRoute] = []
     for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):

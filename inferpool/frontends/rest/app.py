@@ -7,7 +7,7 @@ passes the body on (inflated if it came compressed; with the request's headers i
 for a user's runtime, which reads them as ``parameters.headers``), and writes the engine's
 reply bytes out as they are, with the request id (``request_context``) in ``x-request-id``.
 The infer routes themselves are answered in front of Starlette, as raw ASGI
-(``rest_infer``). CORS (``cors_settings``) and MLflow's root scoring routes
+(``infer.py``). CORS (``cors_settings``) and MLflow's root scoring routes
 (``mlflow_scoring``) sit beside the V2 routes; the access log and the tracer's spans
 (``access_log.RestObserver``) around them all when on.
 """
@@ -29,16 +29,16 @@ from starlette.types import ASGIApp
 
 from inferpool.engine.client import EngineClient
 from inferpool.errors import BadRequest, InferpoolError
-from inferpool.frontends import rest_answer
 from inferpool.frontends.access_log import RestObserver
 from inferpool.frontends.dataplane import DataPlane
-from inferpool.frontends.mlflow_scoring import scoring_routes
 from inferpool.frontends.model_config import model_config
-from inferpool.frontends.rest_endpoints import endpoint_routes
-from inferpool.frontends.rest_gzip import GzipRoutes
-from inferpool.frontends.rest_infer import InferRoutes
-from inferpool.frontends.rest_input import read_body, scan_headers
-from inferpool.frontends.rest_stream import stream_routes
+from inferpool.frontends.rest.answer import answer_response, header_pairs, refusal_lines
+from inferpool.frontends.rest.body import read_body, scan_headers
+from inferpool.frontends.rest.endpoints import endpoint_routes
+from inferpool.frontends.rest.gzip import GzipRoutes
+from inferpool.frontends.rest.infer import InferRoutes
+from inferpool.frontends.rest.mlflow_scoring import scoring_routes
+from inferpool.frontends.rest.stream import stream_routes
 from inferpool.protocol.rest_json import parse_json_object
 from inferpool.settings import ServerSettings
 
@@ -65,7 +65,7 @@ def health_response(document: dict[str, Any], flag: str) -> Response:
 
 def inferpool_error_response(exc: InferpoolError) -> Response:
     response = error_response(exc.status, exc.message)
-    response.raw_headers += rest_answer.header_pairs(rest_answer.refusal_lines(exc))
+    response.raw_headers += header_pairs(refusal_lines(exc))
     return response
 
 
@@ -76,7 +76,7 @@ def build_app(
 ) -> ASGIApp:
     """The ASGI app for one engine client: the data plane's answers as JSON.
 
-    The infer routes are answered in front of Starlette (``rest_infer.InferRoutes``); the
+    The infer routes are answered in front of Starlette (``infer.InferRoutes``); the
     middlewares (``middleware``), when any is on, wrap both. ``tracer``: the server's
     ``tracing.RequestTracer``, or None (tracing off). ``extra_routes``: appended to the
     V2 routes (``/metrics`` when it has no port of its own)."""
@@ -144,7 +144,7 @@ def build_app(
             Route(prefix + "/config", config),
         ]
     # Streaming (SSE) and the generate extension, before the custom endpoints.
-    routes += stream_routes(client, rest_answer.answer_response)
+    routes += stream_routes(client, answer_response)
     # MLflow's scoring server at the root, for a server of one model.
     routes += scoring_routes(plane)
     # Runtime-registered endpoints last, so they never shadow a protocol route; a bare
@@ -156,7 +156,7 @@ def build_app(
         exception_handlers={InferpoolError: _inferpool_error, HTTPException: _http_error},
     )
     # MLServer's gzip_enabled for the routes Starlette answers (the infer routes in front
-    # compress their own answers: rest_gzip.py).
+    # compress their own answers: gzip.py).
     routes_in_front.app = GzipRoutes(starlette, client.settings) if gzip else starlette
     app: ASGIApp = routes_in_front
     for cls, args, kwargs in reversed(stack):

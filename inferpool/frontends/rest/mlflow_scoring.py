@@ -24,7 +24,8 @@ from inferpool.engine.ipc.messages import Kind
 from inferpool.engine.states import ModelState, ModelStatus
 from inferpool.errors import InferpoolError, ModelNotFound
 from inferpool.frontends.dataplane import DataPlane
-from inferpool.frontends.rest_input import await_reply, read_body, request_timeout, scan_headers
+from inferpool.frontends.rest.body import read_body, request_timeout, scan_headers
+from inferpool.frontends.rest.reply import await_reply
 from inferpool.protocol.endpoints import call_body, read_answer
 from inferpool.protocol.mlflow_endpoints import INVOCATIONS, INVOCATIONS_CSV
 

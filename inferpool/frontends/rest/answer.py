@@ -28,9 +28,9 @@ from inferpool.engine.ipc.messages import Reply
 from inferpool.errors import InferpoolError, Overloaded
 from inferpool.frontends.access_log import REPLY, REQUEST_ID
 from inferpool.frontends.metrics_server import OVERLOAD, count_rejected
-from inferpool.frontends.request_context import HEADER_BYTES, echoed_rest_id, from_header, generate
-from inferpool.frontends.rest_input import BodyTooLarge, read_body, request_timeout, scan_headers
-from inferpool.request_ids import current_request_id
+from inferpool.frontends.request_context import HEADER_BYTES, echoed_rest_id, generate
+from inferpool.frontends.rest.body import BodyTooLarge
+from inferpool.frontends.rest.ids import final_id, settle_id
 from inferpool.transport.unsent import ANSWERS, SMALL
 
 # Scope key of a server that writes a whole answer itself (http1.py): its protocol object,
@@ -48,43 +48,6 @@ RETRY_LINE = b"retry-after: 1\r\n"
 # An HTTP header name (RFC 9110's token).
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _OWN_HEADERS = frozenset({"content-type", "content-length", "transfer-encoding", "connection"})
-
-
-def take_header_id(scope: Any, header: bytes | None) -> None:
-    """The id from ``x-request-id`` (``header``, its raw value), if given (400 if
-    unusable): known from arrival on."""
-    request_id = from_header(header)
-    if request_id is None:
-        scope[REQUEST_ID] = None  # resolved once the reply is in (``answered``)
-    else:
-        settle_id(scope, request_id)
-
-
-def settle_id(scope: Any, request_id: str) -> str:
-    """The one place a REST request's id is set, once known: in the scope (the answer, the
-    access log and the span read it there) and in ``current_request_id`` (log records)."""
-    scope[REQUEST_ID] = request_id
-    current_request_id.set(request_id)
-    return request_id
-
-
-def final_id(scope: Any) -> str:
-    """The id an answer goes out with: the one known, else a new one (settled)."""
-    return settle_id(scope, scope.get(REQUEST_ID) or generate())
-
-
-async def read_request(
-    scope: Any, receive: Any, limit: int, default_timeout: float
-) -> tuple[bytes, bytes | None, float | None]:
-    """A request's body (``rest_input.read_body``: at most ``limit`` bytes), its
-    Inference-Header-Content-Length and its timeout in seconds (None: no deadline), its
-    request id taken from its header first: what the infer and custom endpoint routes
-    read before they call the engine."""
-    content_length, binary, timeout_header, encoding, given = scan_headers(scope["headers"])
-    take_header_id(scope, given)
-    timeout = request_timeout(timeout_header, default_timeout)
-    body = await read_body(receive, content_length, limit, encoding)
-    return body, binary, timeout
 
 
 def answered(scope: Any, reply: Reply) -> tuple[int, bytes, bytes]:

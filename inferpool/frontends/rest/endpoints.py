@@ -22,12 +22,14 @@ from starlette.routing import Match, Route
 from inferpool.engine.ipc.messages import Reply
 from inferpool.engine.states import ModelStatus
 from inferpool.errors import InferpoolError
-from inferpool.frontends import rest_answer
 from inferpool.frontends.access_log import REPLY
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.endpoints import EndpointRouter, endpoint_path, headers_of
 from inferpool.frontends.request_context import HEADER_BYTES
-from inferpool.frontends.rest_input import await_reply
+from inferpool.frontends.rest.answer import answer_response, answered, failed
+from inferpool.frontends.rest.body import read_request
+from inferpool.frontends.rest.ids import final_id
+from inferpool.frontends.rest.reply import await_reply
 from inferpool.protocol.endpoints import FEEDBACK_JSON, MethodNotAllowed, read_answer
 
 
@@ -40,7 +42,7 @@ def endpoint_routes(plane: DataPlane, model: str, versioned: str) -> tuple[list[
 
     async def read(request: Request) -> tuple[bytes, float | None, float | None]:
         """The body, the timeout and the deadline; the request id taken from its header."""
-        body, _, timeout = await rest_answer.read_request(
+        body, _, timeout = await read_request(
             request.scope, request.receive, max_body, default_timeout
         )
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -116,12 +118,12 @@ def refuse_other_method(scope: Any) -> None:
 
 def answer(scope: Any, reply: Reply) -> Response:
     """The handler's answer (or the worker's error) with the request id."""
-    request_id = rest_answer.final_id(scope)
+    request_id = final_id(scope)
     scope[REPLY] = reply
-    answered = read_answer(reply.body, reply.json_length)
-    if answered is None:  # the worker's error: its message
-        return rest_answer.answer_response(rest_answer.answered(scope, reply))
-    head, body = answered
+    handled = read_answer(reply.body, reply.json_length)
+    if handled is None:  # the worker's error: its message
+        return answer_response(answered(scope, reply))
+    head, body = handled
     response = Response(body, status_code=reply.status, media_type=None)
     response.raw_headers = [
         (b"content-type", head.content_type.encode("latin-1")),
@@ -133,7 +135,7 @@ def answer(scope: Any, reply: Reply) -> Response:
 
 
 def error(scope: Any, exc: InferpoolError) -> Response:
-    response = rest_answer.answer_response(rest_answer.failed(scope, exc))
+    response = answer_response(failed(scope, exc))
     if isinstance(exc, MethodNotAllowed) and exc.allow:
         response.raw_headers.append((b"allow", exc.allow.encode()))
     return response

@@ -3,7 +3,7 @@ of at least ``gzip_min_bytes`` goes out gzipped, at ``gzip_level``, to a client 
 ``Accept-Encoding`` accepts gzip, with ``Content-Encoding: gzip``; every answer that size
 says ``Vary: Accept-Encoding``, since its form depends on that header.
 
-The infer routes (``rest_infer``) compress their answer bytes here, in the frontend: a
+The infer routes (``infer.py``) compress their answer bytes here, in the frontend: a
 smaller answer costs one length test, a larger one the header scan and the compressor
 (``gzip_codec``: ISA-L's when installed, else zlib's; level 1 compresses V2 JSON nearly
 as well as 6 or 9 at a fraction of the CPU: the figures are in benchmarks/RESULTS.md). An

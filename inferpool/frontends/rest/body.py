@@ -1,35 +1,23 @@
 """What a REST request brings besides its URL: body (bounded, decompressed from gzip or
-deflate), binary header length, timeout.
+deflate), binary header length, timeout, request id.
 
-Also how the REST frontend awaits the engine: until the answer, the request's deadline, or
-its client's disconnect, whichever comes first. A deadline or a disconnect cancels the
-engine call, so a request still queued is dropped by its worker (pool ``_infer``).
-
-Under Uvicorn the guarded protocol (``http1.py``) marks the scope with ``WATCH`` and
-cancels a watched call itself when its connection closes: no task per request. Other
-servers (Hypercorn) get a small race between the call and ``receive()``.
+``read_request`` reads all of them for the infer and custom endpoint routes; the engine's
+reply is awaited in ``reply.py``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import zlib
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator
 from typing import Any
 
-from starlette.types import Receive, Scope
+from starlette.types import Receive
 
-from inferpool.errors import BadRequest, ClientGone, DeadlineExceeded, InferpoolError, TooLarge
+from inferpool.errors import BadRequest, ClientGone, InferpoolError, TooLarge
+from inferpool.frontends.rest.ids import take_header_id
 
 logger = logging.getLogger("inferpool.http")
-
-# Scope key set by a server that cancels a watched engine call on disconnect (http1.py):
-# 0 while nothing is watched, WATCHING while the app awaits the engine, GONE once the
-# protocol has cancelled that await because the client went away.
-WATCH = "inferpool.watch"
-WATCHING = 1
-GONE = 2
 
 # Request-Timeout values beyond this many seconds (about 3 years) mean no deadline; the
 # worker's slot header holds a deadline in int64 nanoseconds.
@@ -92,7 +80,7 @@ async def read_body(
         _check_length(content_length, limit)
     message = await receive()
     if message["type"] != "http.request":
-        raise _gone("while its body was arriving")
+        raise client_gone("while its body was arriving")
     body: bytes = message.get("body", b"")
     if not message.get("more_body", False):
         if len(body) > limit:
@@ -110,7 +98,7 @@ async def _next_chunks(receive: Receive, received: int, limit: int) -> AsyncIter
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            raise _gone("while its body was arriving")
+            raise client_gone("while its body was arriving")
         chunk = message.get("body", b"")
         received += len(chunk)
         if received > limit:
@@ -228,59 +216,21 @@ def request_timeout(raw: bytes | None, default: float) -> float | None:
     return seconds if seconds <= MAX_TIMEOUT else None
 
 
-async def await_reply(
-    scope: Scope, receive: Receive, call: Coroutine[Any, Any, Any], timeout: float | None
-) -> Any:
-    """``call``'s result, unless the deadline passes (504) or the client goes away first."""
-    if WATCH not in scope:
-        return await _race(receive, call, timeout)
-    scope[WATCH] = WATCHING
-    try:
-        if timeout is None:
-            return await call
-        async with asyncio.timeout(timeout):
-            return await call
-    except TimeoutError:
-        raise _deadline(timeout) from None
-    except asyncio.CancelledError:
-        if scope.get(WATCH) != GONE:
-            raise
-        task = asyncio.current_task()
-        if task is not None:
-            task.uncancel()
-        raise _gone("while its request was queued or running") from None
-    finally:
-        if scope[WATCH] == WATCHING:
-            scope[WATCH] = 0
-
-
-async def _race(receive: Receive, call: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
-    task = asyncio.ensure_future(call)
-    gone = asyncio.ensure_future(_disconnected(receive))
-    try:
-        done, _ = await asyncio.wait(
-            (task, gone), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-        )
-    finally:
-        gone.cancel()
-        if not task.done():
-            task.cancel()  # the deadline, the disconnect, or our own cancellation
-    if task in done:
-        return task.result()
-    if gone in done:
-        raise _gone("while its request was queued or running")
-    raise _deadline(timeout)
-
-
-async def _disconnected(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-def _deadline(timeout: float | None) -> DeadlineExceeded:
-    return DeadlineExceeded(f"the request's deadline ({timeout:g}s) passed before its answer")
-
-
-def _gone(when: str) -> ClientGone:
+def client_gone(when: str) -> ClientGone:
+    """The error of a request whose client went away ``when``."""
     logger.debug("client went away %s", when)
     return ClientGone(f"the client went away {when}")
+
+
+async def read_request(
+    scope: Any, receive: Any, limit: int, default_timeout: float
+) -> tuple[bytes, bytes | None, float | None]:
+    """A request's body (``read_body``: at most ``limit`` bytes), its
+    Inference-Header-Content-Length and its timeout in seconds (None: no deadline), its
+    request id taken from its header first: what the infer and custom endpoint routes
+    read before they call the engine."""
+    content_length, binary, timeout_header, encoding, given = scan_headers(scope["headers"])
+    take_header_id(scope, given)
+    timeout = request_timeout(timeout_header, default_timeout)
+    body = await read_body(receive, content_length, limit, encoding)
+    return body, binary, timeout

@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from inferpool.frontends.cloudevents import headers as cloudevent_headers
-from inferpool.frontends.cloudevents import served_namespace
+from inferpool.frontends.rest.cloudevents import headers as cloudevent_headers
+from inferpool.frontends.rest.cloudevents import served_namespace
 
 
 def with_headers(body: bytes, model: str, request_id: str) -> bytes:
