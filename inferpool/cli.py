@@ -198,12 +198,33 @@ def _refuse(message: str) -> int:
     return EXIT_USAGE
 
 
+def _repository_refusal(settings: Any, repository: Path | None) -> str | None:
+    """Why the settings' model repository cannot be served, if it cannot."""
+    from inferpool.cli_errors import source_of
+
+    found = settings.model_repository
+    if found is None:
+        return (
+            "name a model repository (a folder of model folders, or "
+            "INFERPOOL_MODEL_REPOSITORY), or use --demo."
+        )
+    # A model server whose loads an agent drives (--no-load-models-at-startup: Seldon's
+    # agent makes the folder when it starts, maybe after us) may start before its folder.
+    may_come = not found.exists() and not settings.load_models_at_startup
+    if found.is_dir() or may_come:
+        return None
+    given = {"model_repository": found} if repository else {}
+    source = source_of("model_repository", given, repository)
+    what = "does not exist" if not found.exists() else "is not a folder"
+    return f"the model repository {found} ({source}) {what}."
+
+
 def serve_command(args: argparse.Namespace) -> int:
     import logging
 
     from pydantic import ValidationError
 
-    from inferpool.cli_errors import sentences, source_of
+    from inferpool.cli_errors import sentences
     from inferpool.logs import configure_logging, hold_early_records
     from inferpool.settings import load_server_settings
     from inferpool.settings.mlserver_server import SettingsRefused
@@ -230,27 +251,11 @@ def serve_command(args: argparse.Namespace) -> int:
     except SettingsRefused as exc:
         configure_logging(None)
         return _refuse(f"setting refused: {exc}")
-    found = settings.model_repository
-    if found is None:
-        configure_logging(None)
-        return _refuse(
-            "name a model repository (a folder of model folders, or "
-            "INFERPOOL_MODEL_REPOSITORY), or use --demo."
-        )
-    # A model server whose loads an agent drives (--no-load-models-at-startup: Seldon's
-    # agent makes the folder when it starts, maybe after us) may start before its folder.
-    may_come = not found.exists() and not settings.load_models_at_startup
-    if not found.is_dir() and not may_come:
-        # Refused before any port is bound or any worker started.
-        configure_logging(None)
-        source = source_of("model_repository", {"model_repository": found} if repository else {},
-                           repository)  # fmt: skip
-        what = "does not exist" if not found.exists() else "is not a folder"
-        return _refuse(f"the model repository {found} ({source}) {what}.")
-    refused = _unusable_admin_token(settings)
+    # Refused before any port is bound or any worker started.
+    refused = _repository_refusal(settings, repository) or _unusable_admin_token(settings)
     if refused:
         configure_logging(None)
-        return _refuse(f"invalid settings: {refused}.")
+        return _refuse(refused)
     configure_logging(settings)
     if args.demo:
         logging.getLogger("inferpool").info("demo models in %s", repository)
@@ -269,7 +274,7 @@ def _unusable_admin_token(settings: Any) -> str | None:
     try:
         AdminPolicy.from_settings(settings)
     except SettingsError as exc:
-        return str(exc)
+        return f"invalid settings: {exc}."
     return None
 
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -191,10 +191,9 @@ class RequestTracer:
         reply: Reply | None,
         error: str | None = None,
     ) -> None:
-        """Record the spans of one request that is over.
-
-        ``protocol`` is ``rest`` or ``grpc``. ``method``: for REST the HTTP method (the span
-        is named after the V2 infer route, ``POST /v2/models/{name}/infer``, or
+        """Record the spans of one request that is over. ``protocol``: ``rest`` or
+        ``grpc``. ``method``: for REST the HTTP method (the span is named after the V2
+        infer route, ``POST /v2/models/{name}/infer``, or
         ``.../versions/{version}/infer`` when a version was asked for), or the method and
         another route's template (``GET /v2/models/{name}``), the span's name then; for gRPC
         the method (``inference.GRPCInferenceService/ModelInfer``), the span's name.
@@ -203,19 +202,12 @@ class RequestTracer:
         ``rpc.grpc.status_code`` is the gRPC status inferpool answers that HTTP status with
         (``errors.grpc_code_for``). ``start_ns`` and ``end_ns`` are wall-clock nanoseconds
         (``time.time_ns()``) at the request's arrival and once its response was written.
-        ``peer`` is the client's address as the frontend has it (``host:port``,
-        ``[v6]:port``, or grpcio's ``ipv4:host:port``). ``reply`` is the worker's reply when
-        the request reached one (its stage times make the child spans), ``error`` the
-        message of a failure. A server's failure (5xx) sets the span's status to ERROR; a
-        client's (4xx) only ``error.type`` (the status, or for gRPC its name). An invalid
-        ``traceparent`` is ignored: the request starts a trace of its own.
+        ``peer``: the client's address (``host:port``, ``[v6]:port``, grpcio's
+        ``ipv4:host:port``). ``reply``: the worker's, if reached (its stage times make the
+        child spans); ``error``: a failure's message. A 5xx sets the span's status to
+        ERROR; a 4xx only ``error.type``. An invalid ``traceparent`` starts a new trace.
         """
-        parent = self._root
-        if traceparent:
-            carrier = {"traceparent": traceparent}
-            if tracestate:
-                carrier["tracestate"] = tracestate
-            parent = self._propagator.extract(carrier, self._root)
+        parent = self._parent(traceparent, tracestate)
         name, attributes, failed, error_type = _describe(protocol, method, version, code)
         attributes["inferpool.model.name"] = model
         attributes["inferpool.model.version"] = version or ""
@@ -239,10 +231,18 @@ class RequestTracer:
             # Only a reply that ran carries stage times (a worker's error reply has zeros).
             if reply is not None and reply.status == 200 and reply.times is not None:
                 self._stages(span, model, version, reply, start_ns, end_ns)
-            steps = getattr(reply, "steps", None)  # a pipeline's (engine/pipelines)
-            if steps:
+            if steps := getattr(reply, "steps", None):  # a pipeline's (engine/pipelines)
                 self._steps(span, steps)
         span.end(end_ns)
+
+    def _parent(self, traceparent: str | None, tracestate: str | None) -> Any:
+        """The context a request's span continues: the caller's trace, else a new one."""
+        if not traceparent:
+            return self._root
+        carrier = {"traceparent": traceparent}
+        if tracestate:
+            carrier["tracestate"] = tracestate
+        return self._propagator.extract(carrier, self._root)
 
     def _steps(self, span: Span, steps: Sequence[StepTrace]) -> None:
         """A pipeline's child calls: a ``step <name>`` span each, at the times the

@@ -95,18 +95,8 @@ def guarded(
         finally:
             if watched:
                 known = infer_request_id() if infer else None
-                observer.finished(
-                    method,
-                    request,
-                    metadata,
-                    peer,
-                    code.name,
-                    text,
-                    reply,
-                    started,
-                    start_ns,
-                    known,
-                )
+                call = (method, request, metadata, peer)
+                observer.finished(*call, code.name, text, reply, started, start_ns, known)
 
     return run
 
