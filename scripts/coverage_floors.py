@@ -14,16 +14,15 @@ import sys
 
 import coverage
 
-# Percent (lines and branches together), rounded down from what the unit tests alone
-# measured (tests/unit, the servers and workers they start included): engine 72.4,
-# protocol 72.8, codecs 80.8, frontends 57.0, runtimes 80.3. The environment's end-to-end
-# files add to that: raise each floor to what a full tox -e lowest run measures.
+# Percent (lines and branches together), from a whole tox -e lowest run here (2026-12-06:
+# engine 83.0, protocol 74.8, codecs 80.8, frontends 74.2, runtimes 81.6), a point below
+# where a figure varies with timing (which branches of a race a run takes).
 FLOORS = {
-    "engine": 72.0,
-    "protocol": 72.0,
+    "engine": 82.0,
+    "protocol": 74.0,
     "codecs": 80.0,
-    "frontends": 57.0,
-    "runtimes": 80.0,
+    "frontends": 73.0,
+    "runtimes": 81.0,
 }
 
 
