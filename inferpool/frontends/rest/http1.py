@@ -251,7 +251,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         self.scope[DIRECT] = self  # type: ignore[literal-required]  # and writes whole answers
         super().on_headers_complete()
         if self.cycle is not None and not self.parser.should_keep_alive():
-            # The client's "connection: close": Uvicorn before 0.47 kept such a
+            # The client's "connection: close": Uvicorn 0.46 (our lowest) kept such a
             # connection open after the answer (it read only the HTTP version).
             self.cycle.keep_alive = False
         if self.pipeline:
