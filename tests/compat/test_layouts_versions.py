@@ -185,7 +185,7 @@ def test_unload_and_load_by_name_take_every_version(tmp_path: Path, workers: int
         constant(tmp_path / "models" / "iris-v10", 1)
         settings(tmp_path / "models" / "iris-v10", name="iris", parameters={"version": "10"})
         settings(tmp_path / "models" / "iris-v2", name="iris", parameters={"version": "2"})
-        assert httpx.post(f"{api}/load").status_code == 200
+        assert httpx.post(f"{api}/load", timeout=120).status_code == 200
         index = httpx.post(f"{server.url}/v2/repository/index", json={}).json()
         versions = sorted(entry.get("version", "") for entry in index if entry["name"] == "iris")
         assert versions == ["10", "2"]

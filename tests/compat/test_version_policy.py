@@ -308,13 +308,13 @@ def test_the_api_loads_a_new_version_and_unloads_the_old_under_latest_1(server: 
     repository: Path = server.repository
     assert infer(server, "api") == (200, [0, 0], "1")
     write_constant_model(repository / "api" / "2", 1)
-    assert httpx.post(f"{server.url}/v2/repository/models/api/load").status_code == 200
+    assert httpx.post(f"{server.url}/v2/repository/models/api/load", timeout=120).status_code == 200
     assert states(server, "api") == {"2": "READY"}
     assert infer(server, "api") == (200, [1, 1], "2")
     assert infer(server, "api/versions/1")[0] == 404
     # MLServer's layout: a new folder naming the model, with the policy (latest 2).
     mlserver_version(repository, "ml", "v4", 0, LATEST_2)
-    assert httpx.post(f"{server.url}/v2/repository/models/ml/load").status_code == 200
+    assert httpx.post(f"{server.url}/v2/repository/models/ml/load", timeout=120).status_code == 200
     assert states(server, "ml") == {"v3": "READY", "v4": "READY"}
     assert infer(server, "ml") == (200, [0, 0], "v4")
 

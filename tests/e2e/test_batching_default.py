@@ -20,9 +20,12 @@ from tests.support import Server, iris_data, write_custom_model, write_sklearn_m
 
 pytestmark = pytest.mark.timeout(300)
 
-# Sums each row, writing the rows of each call to a file; slow enough that concurrent
-# requests queue behind a call. ``Joining`` says its rows are independent.
+# Sums each row, writing the rows of each call to a file. The first call (the calls
+# file empty) holds its worker for 0.3 s, long enough that the other concurrent requests
+# are all sent and queue behind it even on a loaded machine (in process it holds the
+# event loop too); later calls take 10 ms. ``Joining`` says its rows are independent.
 RECORDING = """
+import os
 import time
 
 from inferpool import Runtime
@@ -35,9 +38,10 @@ class Recording(Runtime):
         self.calls_file = self.settings.parameters.extra["calls_file"]
 
     def predict(self, payload, outputs):
+        first = not os.path.exists(self.calls_file)
         with open(self.calls_file, "a") as calls:
             calls.write(f"{len(payload)}\\n")
-        time.sleep(0.01)
+        time.sleep(0.3 if first else 0.01)
         if (payload < 0).any():
             raise ValueError("Input contains negative values.")
         return {outputs[0]: payload.sum(axis=1)}
