@@ -23,8 +23,15 @@ def requirements() -> list[str]:
     return [*pins, "uvloop<0.22", f"scikit-learn=={sklearn.__version__}"]
 
 
+# Virtualenvs found complete in this process: importing MLServer to check takes 5 to 20 s,
+# and the quick profile's choice of servers and the run's start-up both ask.
+_VERIFIED: set[Path] = set()
+
+
 def installed(venv: Path = VENV) -> bool:
     """True when the venv imports MLServer at the pinned version with every runtime."""
+    if venv in _VERIFIED:
+        return True
     python = venv / "bin" / "python"
     if not python.exists():
         return False
@@ -36,9 +43,12 @@ def installed(venv: Path = VENV) -> bool:
     if done.returncode != 0:
         return False
     mlserver_version, uvloop_version = done.stdout.split()
-    return mlserver_version == MLSERVER_VERSION and uvloop_version.startswith(
+    good = mlserver_version == MLSERVER_VERSION and uvloop_version.startswith(
         ("0.1", "0.20", "0.21")
     )
+    if good:
+        _VERIFIED.add(venv)
+    return good
 
 
 def ensure(venv: Path = VENV, log: Path | None = None) -> Path:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TextIO
+from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -39,7 +39,7 @@ class PlainProgress:
 
     def __init__(
         self,
-        out: TextIO,
+        out: IO[str],
         total: int,
         unit_seconds: float,
         clock: Callable[[], float] = time.monotonic,

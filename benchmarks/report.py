@@ -228,7 +228,8 @@ def write_files(run: Run, out: Path) -> dict[str, Path]:
     run.write_json(paths["json"])
     write_csv(run, paths["csv"])
     paths["markdown"].write_text(context(run) + "\n\n" + markdown(run))
-    chart(run.summaries(), paths["png"], baseline=run.settings.get("baseline"))
+    baseline = run.settings.get("baseline")
+    chart(run.summaries(), paths["png"], baseline if isinstance(baseline, str) else None)
     rows = [row(s) for s in run.summaries()]
     page = html_report.render(context(run), HEADERS, rows, paths["png"].read_bytes(), notes(run))
     paths["html"].write_text(page)

@@ -12,6 +12,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from benchmarks.servers import (
     ServerSpec,
     attach,
     cpu_between,
+    otlp_sink,
     start,
     tree_cpu,
 )
@@ -107,29 +109,43 @@ def start_servers(
     if any(spec.kind == "kserve" for spec in specs):
         progress("checking KServe's virtualenv")
         kserve = kserve_env.ensure()
-    running, failed = [], []
-    plan = config.port_plan()
-    for spec in specs:
-        progress(f"starting {spec.name}")
-        try:
-            running.append(
-                start(
-                    spec,
-                    config.repo,
-                    config.models(),
-                    config.workdir / "servers",
-                    mlserver,
-                    config.inferpool_module,
-                    base_checkout=config.base_checkout,
-                    kserve=kserve,
-                    # perf_analyzer reads every model version as a number.
-                    numbered=config.generator == "perf_analyzer",
-                    ports=plan.get(spec.name),
-                )
-            )
-        except (RuntimeError, TimeoutError, OSError, ValueError) as exc:
-            failed += [Cell(s.name, spec.name, FAILED, f"start: {exc}") for s in config.scenarios]
-            advance(len(config.scenarios) * config.repetitions)
+    # Ports are all chosen here, before the threads: the free-port walk is not thread-safe.
+    plan = config.port_plan() or {spec.name: ServerPorts.free() for spec in specs}
+    if any(spec.tracing for spec in specs):
+        otlp_sink()  # the one sink, made before two threads could each make one
+
+    def launch(spec: ServerSpec) -> RunningServer:
+        return start(
+            spec,
+            config.repo,
+            config.models(),
+            config.workdir / "servers",
+            mlserver,
+            config.inferpool_module,
+            base_checkout=config.base_checkout,
+            kserve=kserve,
+            # perf_analyzer reads every model version as a number.
+            numbered=config.generator == "perf_analyzer",
+            ports=plan[spec.name],
+        )
+
+    # Side by side: each mostly waits for its imports and models, and the quick profile's
+    # two minutes cannot spare two start-ups one after the other.
+    progress(f"starting {', '.join(spec.name for spec in specs)}")
+    with ThreadPoolExecutor(max_workers=len(specs)) as pool:
+        futures = [(spec, pool.submit(launch, spec)) for spec in specs]
+    running = [f.result() for _, f in futures if f.exception() is None]
+    failed = []
+    for spec, future in futures:
+        exc = future.exception()
+        if exc is None:
+            continue
+        if not isinstance(exc, RuntimeError | TimeoutError | OSError | ValueError):
+            for server in running:  # a bug, not a server that would not start: stop all
+                server.stop()
+            raise exc
+        failed += [Cell(s.name, spec.name, FAILED, f"start: {exc}") for s in config.scenarios]
+        advance(len(config.scenarios) * config.repetitions)
     return running, failed
 
 
