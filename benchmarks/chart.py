@@ -84,10 +84,13 @@ def draw_panel(
                     fontsize="x-small",
                 )
     values = [getattr(c, metric).median for c in index.values()]
+    top = max((getattr(c, metric).high for c in index.values()), default=1.0)
     if values and min(values) > 0 and max(values) / min(values) > 30:
         axis.set_xscale("log")  # batch 1 and batch 256 differ by orders of magnitude
+        axis.set_xlim(right=top * 3)  # room for the bar labels
+        label += ", log scale"
     else:
-        axis.set_xlim(0, max(values, default=1) * 1.35)  # room for the bar labels
+        axis.set_xlim(0, top * 1.35)
     axis.set_title(title)
     axis.set_xlabel(label)
     axis.grid(axis="x", alpha=0.3)

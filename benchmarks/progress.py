@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Self
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -28,7 +28,35 @@ def clock_text(seconds: float | None) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-class PlainProgress:
+class Reporter:
+    """A context that shows a run's steps (``step``) and counts its units (``advance``)."""
+
+    def step(self, text: str) -> None:
+        raise NotImplementedError
+
+    def advance(self, units: int) -> None:
+        raise NotImplementedError
+
+    def begin(self) -> None:
+        """Called on entering the context."""
+
+    def end(self, completed: bool) -> None:
+        """Called on leaving it; ``completed`` is False when an exception is leaving."""
+
+    def __enter__(self) -> Self:
+        self.begin()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.end(kind is None)
+
+
+class PlainProgress(Reporter):
     """One line per step: ``[done/total pct, elapsed m:ss, eta m:ss] step``.
 
     The ETA is the remaining units at the pace measured since the first unit was done
@@ -71,20 +99,12 @@ class PlainProgress:
         if self._first is None:  # the pace is measured from the end of the first unit
             self._first = (self.clock(), self.done)
 
-    def __enter__(self) -> PlainProgress:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        if kind is None:
+    def end(self, completed: bool) -> None:
+        if completed:
             self.step("done")
 
 
-class BarProgress:
+class BarProgress(Reporter):
     """rich's progress bar: the current step, a bar, done/total, elapsed and remaining time."""
 
     def __init__(self, console: Console, total: int) -> None:
@@ -115,20 +135,14 @@ class BarProgress:
     def advance(self, units: int) -> None:
         self.bar.advance(self.task, units)
 
-    def __enter__(self) -> BarProgress:
+    def begin(self) -> None:
         self.bar.start()
-        return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def end(self, completed: bool) -> None:
         self.bar.stop()
 
 
-def for_console(console: Console, total: int, unit_seconds: float) -> BarProgress | PlainProgress:
+def for_console(console: Console, total: int, unit_seconds: float) -> Reporter:
     """The bar on a terminal, plain lines on whatever else ``console`` writes to."""
     if console.is_terminal:
         return BarProgress(console, total)

@@ -139,3 +139,20 @@ def test_the_html_report_embeds_the_chart_and_names_each_scenario(tmp_path) -> N
     assert page.count("<tr") == 1 + len(run.cells)  # header + one row per cell
     assert "check: HTTP 500" in page  # why a cell has no numbers
     assert "<script" not in page and "http" not in page.replace("HTTP 500", "")  # self-contained
+
+
+def test_rates_orders_of_magnitude_apart_are_drawn_on_a_log_scale_that_says_so() -> None:
+    import matplotlib.pyplot as plt
+
+    cells = [
+        Cell("iris/b1/rest-json/c64", "x", generator="wrk", measurements=[measurement(40_000)]),
+        Cell("forest/b256/grpc-raw/c8", "x", generator="h2load", measurements=[measurement(200)]),
+    ]
+    fig = chart.figure(summarize_all(cells, None))
+    try:
+        throughput = fig.axes[0]
+        assert throughput.get_xscale() == "log"
+        assert throughput.get_xlabel() == "requests per second, log scale"
+        assert throughput.get_xlim()[1] >= 3 * 20_000  # room for the label past the bar
+    finally:
+        plt.close(fig)
