@@ -87,3 +87,26 @@ def test_a_port_base_beyond_the_last_port_is_refused(tmp_path, capsys) -> None:
     argv = ["run", "--servers", "inferpool-w0", "--port-base", "65534"]
     assert cli.main([*argv, "--repo", str(tmp_path / "repo")]) == 2
     assert "65534-65536 are not all valid ports" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("printed", "complete"),
+    [
+        ("1.7.1 1.7.1 1.7.1 1.7.1 0.21.0", True),
+        ("1.7.1 1.7.1 1.7.1 1.7.1 0.22.0", False),  # MLServer's workers crash with it
+        ("1.7.1 1.7.1 1.6.0 1.7.1 0.21.0", False),  # a runtime at another version
+    ],
+)
+def test_mlserver_counts_as_installed_from_its_distributions_versions(
+    tmp_path, printed: str, complete: bool
+) -> None:
+    """The quick profile asks before choosing its servers: a metadata read, not the 5 to
+    20 s of importing MLServer."""
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f"#!/bin/sh\necho {printed}\n")
+    python.chmod(0o755)
+    assert mlserver_env.installed(tmp_path / "venv") is complete
+    python.write_text("#!/bin/sh\nexit 1\n")  # a distribution missing
+    assert mlserver_env.installed(tmp_path / "venv") is False
+    assert mlserver_env.installed(tmp_path / "nothing") is False
