@@ -97,7 +97,7 @@ def free_port(host: str = HOST) -> int:
             return port
     with socket.socket() as sock:
         sock.bind((host, 0))
-        return sock.getsockname()[1]
+        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)
