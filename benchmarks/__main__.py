@@ -4,6 +4,7 @@ install-mlserver, install-kserve, install-perf-analyzer).
 Examples::
 
     python -m benchmarks run --quick
+    python -m benchmarks run --quick --port-base 21000
     python -m benchmarks run --profile full
     python -m benchmarks run --servers inferpool-w2,mlserver-w0,kserve-w1 --only 'iris/*'
     python -m benchmarks run --generator perf_analyzer --servers inferpool-w2 --only 'iris/b1/*'
@@ -19,12 +20,12 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import kserve_env, loadgen, mlserver_env
+from benchmarks import kserve_env, loadgen, mlserver_env, ports
 from benchmarks.loadgen import perf_analyzer
 from benchmarks.memory import worker_counts
 from benchmarks.models import MODELS, build_repository
 from benchmarks.runner import Config
-from benchmarks.scenarios import PROFILES, select
+from benchmarks.scenarios import PROFILES, Profile, select
 from benchmarks.servers import INFERPOOL_MODULE, ServerSpec
 
 HERE = Path(__file__).resolve().parent
@@ -68,6 +69,13 @@ def parser() -> argparse.ArgumentParser:
         help="auto: wrk/h2load when installed, else built-in; perf_analyzer: Triton's "
         "(install-perf-analyzer; rest-binary and grpc-raw scenarios, on servers that serve "
         "the model config)",
+    )
+    run.add_argument(
+        "--port-base",
+        type=int,
+        metavar="N",
+        help="each server's REST, gRPC and metrics ports from N upwards, in the order of "
+        "--servers (3 per server), all checked free before any starts; default: free ports",
     )
     run.add_argument("--target", help="REST base URL of a running server (not managed)")
     run.add_argument("--grpc", help="host:port of the running server's gRPC endpoint")
@@ -134,12 +142,31 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def profile_servers(profile: Profile) -> tuple[tuple[str, ...], str, str]:
+    """The profile's servers and baseline, or its ``peerless`` ones when MLServer is not
+    installed; the third item says so (empty when the peer runs)."""
+    wants_mlserver = any(name.startswith("mlserver-") for name in profile.servers)
+    if not profile.peerless or not wants_mlserver or mlserver_env.installed():
+        return profile.servers, profile.baseline, ""
+    servers = profile.peerless
+    note = (
+        f"MLServer is not installed (`python -m benchmarks install-mlserver` takes a few "
+        f"minutes): this {profile.name} run compares inferpool's configurations "
+        f"{' and '.join(servers)} instead, baseline {servers[0]}."
+    )
+    return servers, servers[0], note
+
+
 def config_from(args: argparse.Namespace) -> Config:
     profile = PROFILES[args.profile]
-    servers = tuple(args.servers.split(",")) if args.servers else profile.servers
+    note = ""
+    if args.servers:
+        servers, default_baseline = tuple(args.servers.split(",")), profile.baseline
+    else:
+        servers, default_baseline, note = profile_servers(profile)
     for name in servers:
         ServerSpec.parse(name)  # fail early on a typo, before minutes of set-up
-    baseline = args.baseline or (profile.baseline if profile.baseline in servers else servers[0])
+    baseline = args.baseline or (default_baseline if default_baseline in servers else servers[0])
     if args.target:
         servers, baseline = ("target",), "target"
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -159,64 +186,63 @@ def config_from(args: argparse.Namespace) -> Config:
         inferpool_module=args.inferpool_module,
         base_checkout=args.base_checkout,
         interleave=args.interleave,
+        port_base=args.port_base,
+        note=note,
     )
 
 
 def command_run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
 
-    from benchmarks import report, runner  # report pulls in matplotlib: only when running
+    from benchmarks import progress, report, runner  # report pulls in matplotlib: only now
 
     console = Console(stderr=True)
     config = config_from(args)
-    missing = loadgen.missing_tools()
-    if config.generator == "perf_analyzer" and perf_analyzer.find_binary() is None:
-        console.print(f"[red]perf_analyzer is not installed: {perf_analyzer.INSTALL_HINT}[/]")
+    refusal = preflight(config)
+    if refusal:
+        console.print(f"[red]{refusal}[/]")
         return 2
-    if missing and config.generator == "external":
-        console.print(f"[red]{', '.join(missing)} not installed: {loadgen.INSTALL_HINT}[/]")
-        return 2
-    for tool in missing if config.generator == "auto" else []:
+    for tool in loadgen.missing_tools() if config.generator == "auto" else []:
         console.print(
             f"[yellow]{tool} is not installed: using the built-in generator "
             f"(slower, costs the server more CPU); {loadgen.INSTALL_HINT}[/]"
         )
+    if config.note:
+        console.print(f"[yellow]{config.note}[/]")
     console.print(
         f"{len(config.scenarios)} scenarios x {len(config.servers)} servers x "
         f"{config.repetitions} repetitions, about {config.estimate_seconds() / 60:.1f} "
         f"min of load; results in {config.workdir}"
     )
     total = len(config.scenarios) * len(config.servers) * config.repetitions
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task("setting up", total=total)
-        result = runner.run(
-            config,
-            progress=lambda text: bar.update(task, description=text),
-            advance=lambda n: bar.advance(task, n),
-        )
-    # Piped output (CI logs, tests) would be cut to 80 columns: give the table room there.
-    wide = Console() if console.is_terminal else Console(width=220)
-    wide.print(report.rich_table(result))
-    wide.print(report.context(result))
+    unit = config.estimate_seconds() / max(1, total)
+    with progress.for_console(console, total, unit) as bar:
+        result = runner.run(config, progress=bar.step, advance=bar.advance)
+    # Never wider than TABLE_WIDTH, narrower on a narrower terminal; a pipe gets the width.
+    width = min(console.width, report.TABLE_WIDTH) if console.is_terminal else None
+    table = Console(width=width or report.TABLE_WIDTH)
+    table.print(report.rich_table(result))
+    for line in [report.context(result), *report.notes(result)]:
+        table.print(line, highlight=False)
     paths = report.write_files(result, config.workdir)
     for kind, path in paths.items():
         console.print(f"{kind}: {path}")
     bad = [s for s in result.summaries() if s.status == "failed" or s.errors]
     return 1 if bad else 0
+
+
+def preflight(config: Config) -> str:
+    """Why the run cannot start (a missing generator, a busy --port-base port), or ""."""
+    missing = loadgen.missing_tools()
+    if config.generator == "perf_analyzer" and perf_analyzer.find_binary() is None:
+        return f"perf_analyzer is not installed: {perf_analyzer.INSTALL_HINT}"
+    if missing and config.generator == "external":
+        return f"{', '.join(missing)} not installed: {loadgen.INSTALL_HINT}"
+    try:
+        ports.check_free(config.port_plan())
+    except (ports.PortBusy, ValueError) as exc:
+        return str(exc)
+    return ""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,9 @@ it (CI saw "Address already in use" on 127.0.0.1:40037 under ``pytest -n 2``). S
 from below the ephemeral range, where no connection is given a local port, and each pytest-
 xdist worker walks its own slice of that range from a random place: two workers never hand
 out the same port, and a port is handed out only if it can be bound now.
+
+``--port-base N`` replaces that choice with a plan: the servers' ports from N upwards, all
+checked before the first server starts.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import itertools
 import os
 import random
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 HOST = "127.0.0.1"
@@ -93,4 +97,52 @@ def free_port(host: str = HOST) -> int:
             return port
     with socket.socket() as sock:
         sock.bind((host, 0))
-        return sock.getsockname()[1]
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class ServerPorts:
+    """The three ports one managed server listens on."""
+
+    http: int
+    grpc: int
+    metrics: int
+
+    @classmethod
+    def free(cls, host: str = HOST) -> ServerPorts:
+        """Three ports from :func:`free_port` (the harness's automatic choice)."""
+        return cls(free_port(host), free_port(host), free_port(host))
+
+
+# The order a server's ports take from its block, for --port-base's messages.
+PORT_ROLES = ("REST", "gRPC", "metrics")
+
+
+class PortBusy(RuntimeError):
+    """A port of a ``--port-base`` plan cannot be bound: the message names it and its user."""
+
+
+def plan_from(base: int, servers: Sequence[str]) -> dict[str, ServerPorts]:
+    """``--port-base``: each server in turn takes the next three ports from ``base``
+    upwards (REST, gRPC, metrics), so that a firewall rule or a client set up beforehand
+    knows where each server will be."""
+    last = base + len(PORT_ROLES) * len(servers) - 1
+    if base < 1 or last > 65535:
+        raise ValueError(f"--port-base {base}: the ports {base}-{last} are not all valid ports")
+    return {
+        name: ServerPorts(*(base + len(PORT_ROLES) * i + k for k in range(len(PORT_ROLES))))
+        for i, name in enumerate(servers)
+    }
+
+
+def check_free(plan: dict[str, ServerPorts], host: str = HOST) -> None:
+    """Raise :class:`PortBusy` naming the first port of ``plan`` that cannot be bound now,
+    before any server starts (a server would otherwise die minutes into a run, after the
+    models were trained)."""
+    for name, block in plan.items():
+        for role, port in zip(PORT_ROLES, astuple(block), strict=True):
+            if not bindable(port, host):
+                raise PortBusy(
+                    f"port {port} ({name}'s {role} port, from --port-base) is in use on "
+                    f"{host}: free it or choose another --port-base"
+                )

@@ -1,9 +1,13 @@
-"""Rendering a run: the terminal table (rich), the Markdown table for RESULTS.md, and the
-files of a run folder (JSON, Markdown, PNG). Both tables share one row builder.
+"""Rendering a run: the terminal table (rich, at most 100 columns), the Markdown table for
+RESULTS.md, and the files of a run folder (JSON, CSV, Markdown, PNG, HTML). The Markdown
+and HTML tables share one row builder; the terminal table keeps the columns one reads
+first, the CSV and JSON every figure.
 """
 
 from __future__ import annotations
 
+import csv
+import dataclasses
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,8 +34,6 @@ HEADERS = (
     "peak RSS MiB",
     "q/dec/pred/enc µs",
 )
-
-_ERRORS = HEADERS.index("errors")
 
 
 def number(value: float, digits: int = 0) -> str:
@@ -78,22 +80,103 @@ def row(s: Summary) -> list[str]:
     ]
 
 
+# The terminal's columns: what one reads first. Spreads, paired ratios, CPU shares, memory
+# and the stage split are in results.csv, results.json, results.md and report.html.
+TERMINAL_HEADERS = ("scenario", "server", "req/s", "x base", "p50 ms", "p99 ms", "errors", "µs/req")
+# The widest the terminal table may be: it stays readable in a CI log and a split window.
+TABLE_WIDTH = 100
+
+
+def short_ms(value: float) -> str:
+    """Milliseconds to three significant figures (0.512, 5.12, 51.2, 512, 5,120): at most
+    five characters below 100 s."""
+    if math.isnan(value):
+        return "n/a"
+    digits = 2 if value < 10 else 1 if value < 100 else 0
+    return f"{value:,.{digits}f}"
+
+
+def terminal_row(s: Summary) -> list[str]:
+    """The terminal table's row; a cell without numbers says only ``n/a`` or ``failed``,
+    its reason goes below the table (:func:`notes`)."""
+    if s.status != OK:
+        return [s.scenario, s.server, s.status, *[""] * (len(TERMINAL_HEADERS) - 3)]
+    return [
+        s.scenario,
+        s.server,
+        number(s.rps.median),
+        times(s.rps_ratio),
+        short_ms(s.p50_ms.median),
+        short_ms(s.p99_ms.median),
+        f"{s.errors:,}",  # of s.requests, both in the CSV
+        number(s.cpu_us_per_request),
+    ]
+
+
 def rich_table(run: Run) -> Table:
+    """The run's table for a terminal or a log, meant to be printed at most
+    :data:`TABLE_WIDTH` columns wide (long names wrap within their column)."""
+    from rich import box
     from rich.table import Table  # imported when drawn: the tests and `list` need no rich
 
-    table = Table(title=f"baseline: {run.settings.get('baseline') or 'none'}", show_lines=False)
-    for header in HEADERS:
-        table.add_column(header, overflow="fold", no_wrap=header in ("scenario", "server"))
+    baseline = run.settings.get("baseline") or "none"
+    # No edges and two spaces between columns: the names keep the room.
+    table = Table(
+        title=f"medians; x base: req/s against {baseline}",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for header in TERMINAL_HEADERS:
+        numeric = header not in ("scenario", "server")
+        table.add_column(header, overflow="fold", justify="right" if numeric else "left")
     summaries = run.summaries()
     for i, s in enumerate(summaries):
-        cells = row(s)
+        cells = terminal_row(s)
         if s.status == OK and s.errors:
-            cells[_ERRORS] = f"[bold red]{cells[_ERRORS]}[/]"
+            cells[6] = f"[bold red]{cells[6]}[/]"
         elif s.status != OK:
-            cells[3] = f"[yellow]{cells[3]}[/]"
+            cells[2] = f"[yellow]{cells[2]}[/]"
         last_of_scenario = i + 1 < len(summaries) and summaries[i + 1].scenario != s.scenario
         table.add_row(*cells, end_section=last_of_scenario)
     return table
+
+
+def notes(run: Run) -> list[str]:
+    """Why each cell without numbers has none, one line each."""
+    return [
+        f"{s.scenario} on {s.server}: {s.status}: {s.reason}"
+        for s in run.summaries()
+        if s.status != OK
+    ]
+
+
+def csv_fields(s: Summary) -> dict[str, object]:
+    """A summary as flat columns: a spread gives ``_median``/``_low``/``_high``/``_n``, the
+    stage split ``stage_<name>_us``; NaN becomes an empty cell."""
+    flat: dict[str, object] = {}
+    for field in dataclasses.fields(s):
+        value = getattr(s, field.name)
+        if isinstance(value, Spread):
+            for part in ("median", "low", "high", "n"):
+                flat[f"{field.name}_{part}"] = getattr(value, part)
+        elif field.name == "stages_us":
+            for stage in ("queue", "decode", "predict", "encode"):
+                flat[f"stage_{stage}_us"] = (value or {}).get(stage, math.nan)
+        else:
+            flat[field.name] = value
+    return {k: "" if isinstance(v, float) and math.isnan(v) else v for k, v in flat.items()}
+
+
+def write_csv(run: Run, path: Path) -> None:
+    """Every summary's every figure, one row per (scenario, server)."""
+    rows = [csv_fields(s) for s in run.summaries()]
+    with path.open("w", newline="") as sink:
+        if rows:
+            writer = csv.DictWriter(sink, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
 
 
 def load(average: list[float] | tuple[float, ...] | None) -> str:
@@ -109,13 +192,14 @@ def context(run: Run) -> str:
     settings = run.settings
     idle = [f"{name} {number(info['idle_rss_mib'])} MiB" for name, info in run.servers.items()]
     interleaved = ", scenarios interleaved" if settings.get("interleave") else ""
+    note = f" {settings['note']}" if settings.get("note") else ""
     return (
         f"Run {settings['started']}: {settings['repetitions']} x {settings['duration']} s per "
         f"cell{interleaved}, servers {', '.join(settings['servers'])}, baseline "
         f"{settings['baseline']}; idle RSS {', '.join(idle) or 'n/a'}; commit "
         f"{settings.get('commit') or 'n/a'}; load average "
         f"{load(settings.get('load_average_start'))} at the start, "
-        f"{load(settings.get('load_average_end'))} at the end (2 cores)."
+        f"{load(settings.get('load_average_end'))} at the end (2 cores).{note}"
     )
 
 
@@ -129,16 +213,24 @@ def markdown(run: Run) -> str:
 
 
 def write_files(run: Run, out: Path) -> dict[str, Path]:
-    """results.json, results.md and results.png in ``out``."""
+    """results.json, results.csv, results.md, results.png and report.html in ``out``."""
+    from benchmarks import html_report
     from benchmarks.chart import chart
 
     out.mkdir(parents=True, exist_ok=True)
     paths = {
         "json": out / "results.json",
+        "csv": out / "results.csv",
         "markdown": out / "results.md",
         "png": out / "results.png",
+        "html": out / "report.html",
     }
     run.write_json(paths["json"])
+    write_csv(run, paths["csv"])
     paths["markdown"].write_text(context(run) + "\n\n" + markdown(run))
-    chart(run.summaries(), paths["png"])
+    baseline = run.settings.get("baseline")
+    chart(run.summaries(), paths["png"], baseline if isinstance(baseline, str) else None)
+    rows = [row(s) for s in run.summaries()]
+    page = html_report.render(context(run), HEADERS, rows, paths["png"].read_bytes(), notes(run))
+    paths["html"].write_text(page)
     return paths

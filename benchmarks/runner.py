@@ -12,6 +12,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from benchmarks.loadgen import perf_analyzer
 from benchmarks.loadgen.base import Job
 from benchmarks.models import build_repository, features, load_predictor
 from benchmarks.payloads import Payload, batch_rows, build_payload
+from benchmarks.ports import ServerPorts, plan_from
 from benchmarks.results import FAILED, NOT_APPLICABLE, Cell, Measurement, Run
 from benchmarks.scenarios import Scenario
 from benchmarks.servers import (
@@ -30,6 +32,7 @@ from benchmarks.servers import (
     ServerSpec,
     attach,
     cpu_between,
+    otlp_sink,
     start,
     tree_cpu,
 )
@@ -56,6 +59,14 @@ class Config:
     inferpool_module: str = INFERPOOL_MODULE
     base_checkout: Path | None = None  # where inferpool-wN-base servers run from
     interleave: bool = False  # the scenarios' repetitions in turn, not one after the other
+    port_base: int | None = None  # servers' ports from here upwards; None: free ports
+    note: str = ""  # what the run changed of its profile, and why (kept in its results)
+
+    def port_plan(self) -> dict[str, ServerPorts]:
+        """Each managed server's ports under ``port_base`` (empty without one)."""
+        if self.port_base is None or self.target:
+            return {}
+        return plan_from(self.port_base, self.servers)
 
     def models(self) -> list[str]:
         return sorted({s.model for s in self.scenarios})
@@ -98,27 +109,43 @@ def start_servers(
     if any(spec.kind == "kserve" for spec in specs):
         progress("checking KServe's virtualenv")
         kserve = kserve_env.ensure()
-    running, failed = [], []
-    for spec in specs:
-        progress(f"starting {spec.name}")
-        try:
-            running.append(
-                start(
-                    spec,
-                    config.repo,
-                    config.models(),
-                    config.workdir / "servers",
-                    mlserver,
-                    config.inferpool_module,
-                    base_checkout=config.base_checkout,
-                    kserve=kserve,
-                    # perf_analyzer reads every model version as a number.
-                    numbered=config.generator == "perf_analyzer",
-                )
-            )
-        except (RuntimeError, TimeoutError, OSError, ValueError) as exc:
-            failed += [Cell(s.name, spec.name, FAILED, f"start: {exc}") for s in config.scenarios]
-            advance(len(config.scenarios) * config.repetitions)
+    # Ports are all chosen here, before the threads: the free-port walk is not thread-safe.
+    plan = config.port_plan() or {spec.name: ServerPorts.free() for spec in specs}
+    if any(spec.tracing for spec in specs):
+        otlp_sink()  # the one sink, made before two threads could each make one
+
+    def launch(spec: ServerSpec) -> RunningServer:
+        return start(
+            spec,
+            config.repo,
+            config.models(),
+            config.workdir / "servers",
+            mlserver,
+            config.inferpool_module,
+            base_checkout=config.base_checkout,
+            kserve=kserve,
+            # perf_analyzer reads every model version as a number.
+            numbered=config.generator == "perf_analyzer",
+            ports=plan[spec.name],
+        )
+
+    # Side by side: each mostly waits for its imports and models, and the quick profile's
+    # two minutes cannot spare two start-ups one after the other.
+    progress(f"starting {', '.join(spec.name for spec in specs)}")
+    with ThreadPoolExecutor(max_workers=len(specs)) as pool:
+        futures = [(spec, pool.submit(launch, spec)) for spec in specs]
+    running = [f.result() for _, f in futures if f.exception() is None]
+    failed = []
+    for spec, future in futures:
+        exc = future.exception()
+        if exc is None:
+            continue
+        if not isinstance(exc, RuntimeError | TimeoutError | OSError | ValueError):
+            for server in running:  # a bug, not a server that would not start: stop all
+                server.stop()
+            raise exc
+        failed += [Cell(s.name, spec.name, FAILED, f"start: {exc}") for s in config.scenarios]
+        advance(len(config.scenarios) * config.repetitions)
     return running, failed
 
 
@@ -168,6 +195,7 @@ def prepare_scenario(
     payload: Payload,
     config: Config,
     advance: Callable[[int], None],
+    progress: Progress = lambda text: None,
 ) -> Prepared:
     """Check the scenario on each server and warm it up."""
     tool, generate = loadgen.pick(payload.transport, config.generator)
@@ -184,6 +212,7 @@ def prepare_scenario(
             cell.status, cell.reason = FAILED, server.grpc_error
         else:
             try:
+                progress(f"{scenario.name} on {server.spec.name}: check, warm-up")
                 response_bytes = check(server, payload)
                 job = Job(
                     server.target,
@@ -203,12 +232,19 @@ def prepare_scenario(
     return Prepared(scenario, cells, ready, generate)
 
 
-def measure_round(prepared: Prepared, advance: Callable[[int], None]) -> None:
-    """One repetition of the scenario on each of its servers, in turn (A B A B ...)."""
+def measure_round(
+    prepared: Prepared,
+    advance: Callable[[int], None],
+    progress: Progress = lambda text: None,
+    repetition: str = "",
+) -> None:
+    """One repetition (``repetition``: "2/3") of the scenario on each of its servers, in
+    turn (A B A B ...)."""
     for server, cell, job in prepared.ready:
         if cell.status == FAILED:
             advance(1)
             continue
+        progress(f"{prepared.scenario.name} on {server.spec.name}: repetition {repetition}")
         try:
             cell.measurements.append(
                 measure(server, prepared.scenario.model, prepared.generate, job)
@@ -235,14 +271,11 @@ def measure_all(
     for group in groups:
         prepared = []
         for scenario in group:
-            progress(f"{scenario.name} (check, warm-up)")
-            prepared.append(
-                prepare_scenario(scenario, servers, payloads[scenario.payload_key], config, advance)
-            )
+            payload = payloads[scenario.payload_key]
+            prepared.append(prepare_scenario(scenario, servers, payload, config, advance, progress))
         for repetition in range(config.repetitions):
             for item in prepared:
-                progress(f"{item.scenario.name} ({repetition + 1}/{config.repetitions})")
-                measure_round(item, advance)
+                measure_round(item, advance, progress, f"{repetition + 1}/{config.repetitions}")
         cells.extend(cell for item in prepared for cell in item.cells)
     return cells
 
@@ -258,6 +291,8 @@ def run(config: Config, progress: Progress, advance: Callable[[int], None]) -> R
         "repetitions": config.repetitions,
         "generator": config.generator,
         "interleave": config.interleave,
+        "port_base": config.port_base,
+        "note": config.note,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "missing_tools": loadgen.missing_tools(),
         "load_average_start": os.getloadavg(),

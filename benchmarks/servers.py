@@ -27,7 +27,7 @@ import httpx
 import psutil
 
 from benchmarks.loadgen.base import Target
-from benchmarks.ports import HOST, free_port
+from benchmarks.ports import HOST, ServerPorts, free_port
 
 # inferpool-w2-grpcio: inferpool with --grpc-implementation grpcio (grpc.aio);
 # inferpool-w2-library: every tree model predicted by its own library, not the tree kernel
@@ -190,10 +190,12 @@ def server_folder(
     workdir: Path,
     target: Target,
     numbered: bool = False,
+    metrics_port: int | None = None,
 ) -> Path:
     """A per-server repository view: the run's model folders linked (a server loads only
-    what is measured), plus MLServer's settings.json. ``numbered`` gives every model
-    version "1" (``parameters.version``): perf_analyzer reads versions as numbers."""
+    what is measured), plus MLServer's settings.json (its metrics on ``metrics_port``, a
+    free port when None). ``numbered`` gives every model version "1"
+    (``parameters.version``): perf_analyzer reads versions as numbers."""
     folder = workdir / spec.name / "repo"
     folder.mkdir(parents=True, exist_ok=True)
     for model in models:
@@ -207,7 +209,7 @@ def server_folder(
             "host": target.host,
             "http_port": target.http_port,
             "grpc_port": target.grpc_port,
-            "metrics_port": free_port(),
+            "metrics_port": metrics_port or free_port(),
             "parallel_workers": spec.workers,
         }
         (folder / "settings.json").write_text(json.dumps(settings, indent=2))
@@ -343,13 +345,15 @@ def start(
     base_checkout: Path | None = None,
     kserve: Path | None = None,
     numbered: bool = False,
+    ports: ServerPorts | None = None,
 ) -> RunningServer:
-    """Start a server on free ports and return once it and every model is ready
-    (``numbered``: every model gets version "1", see :func:`server_folder`)."""
-    target = Target(HOST, free_port(), free_port())
-    folder = server_folder(spec, repo, models, workdir, target, numbered)
+    """Start a server on ``ports`` (free ones when None) and return once it and every
+    model is ready (``numbered``: every model gets version "1", see :func:`server_folder`)."""
+    ports = ports or ServerPorts.free()
+    target = Target(HOST, ports.http, ports.grpc)
+    folder = server_folder(spec, repo, models, workdir, target, numbered, ports.metrics)
     log_path = workdir / spec.name / "server.log"
-    env = {**os.environ, "INFERPOOL_METRICS_PORT": str(free_port()), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "INFERPOOL_METRICS_PORT": str(ports.metrics), "PYTHONUNBUFFERED": "1"}
     if spec.tracing:
         env.update(otlp_sink().env())
     cwd = workdir / spec.name if spec.kind in ("mlserver", "kserve") else None

@@ -24,6 +24,7 @@ SLOW_FILES = frozenset(
         "tests/e2e/test_load_containment_hangs.py",
         "tests/fuzz/test_soak.py",
         "tests/unit/engine/test_ring_stress.py",
+        "tests/bench/test_quick_profile.py",
     }
 )
 

@@ -122,3 +122,30 @@ def test_a_process_started_by_a_test_walks_its_workers_slice_from_elsewhere() ->
     slice_ = ports.worker_slice(range(ports.FIRST_PORT, low), env)
     assert all(int(port) in slice_ for run in runs for port in run)
     assert runs[0] != runs[1]
+
+
+def test_a_port_base_gives_each_server_three_ports_in_turn() -> None:
+    plan = ports.plan_from(21000, ["mlserver-w0", "inferpool-w2"])
+    assert plan == {
+        "mlserver-w0": ports.ServerPorts(http=21000, grpc=21001, metrics=21002),
+        "inferpool-w2": ports.ServerPorts(http=21003, grpc=21004, metrics=21005),
+    }
+    with pytest.raises(ValueError, match="65534-65539 are not all valid ports"):
+        ports.plan_from(65534, ["a", "b"])
+    with pytest.raises(ValueError, match="not all valid"):
+        ports.plan_from(0, ["a"])
+
+
+def test_a_busy_port_of_the_plan_is_named_before_any_server_starts() -> None:
+    first = _two_bindable_ports()
+    plan = {"inferpool-w0": ports.ServerPorts(first, first + 1, first + 1)}
+    ports.check_free(plan)  # both free: no error
+    with socket.socket() as held:
+        held.bind((ports.HOST, first + 1))
+        held.listen()
+        with pytest.raises(ports.PortBusy) as refused:
+            ports.check_free(plan)
+    assert str(refused.value) == (
+        f"port {first + 1} (inferpool-w0's gRPC port, from --port-base) is in use on "
+        "127.0.0.1: free it or choose another --port-base"
+    )
