@@ -1,0 +1,176 @@
+"""The ONNX Runtime runtime: a ``model.onnx`` graph (or any ``.onnx`` file that
+``parameters.uri`` names), predicted by one ONNX Runtime session per process.
+
+Inputs, outputs, datatypes and shapes come from the graph (``onnx_types.py``); inputs
+declared in model-settings.json win, as for every runtime. A request's tensors are matched
+to the graph's inputs by name (a graph of one input takes one tensor of any name) and
+cast to the element type the graph wants (FP64 to a float graph: rounded to float32). A
+request that names no output gets every graph output; ZipMap's per-row dicts of a
+converted classifier's probabilities are answered as a [rows, classes] FP32 tensor.
+
+Sessions start thread pools, so the template never loads an ONNX model (the registry's
+entry is not ``fork_safe``): each worker creates its own session after the fork, sized to
+its share of the cores (``limit_threads``), and with no inter-op pool.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+
+from inferpool.errors import BadRequest
+from inferpool.protocol.types import TensorSpec
+from inferpool.runtimes.artefacts import find_artefact
+from inferpool.runtimes.base import Runtime
+from inferpool.runtimes.load_errors import reading
+from inferpool.runtimes.onnx_types import (
+    GraphTensor,
+    as_graph_input,
+    as_tensor,
+    check_array,
+    graph_tensor,
+)
+from inferpool.runtimes.tabular import is_dataframe
+
+LIBRARY = "ONNX Runtime"  # as load errors name it
+ARTEFACT_NAMES = ("model.onnx",)
+# Converters whose graphs of classical models predict each row on its own (a graph from
+# anywhere else may mix rows: it batches only when its settings ask, max_batch_size > 1).
+ROW_WISE_PRODUCERS = frozenset({"skl2onnx", "OnnxMLTools", "onnxmltools"})
+
+
+class ONNXRuntime(Runtime):
+    platform = "onnx"
+    # ONNX Runtime refusing a feed the checks here let through (a dimension the graph
+    # constrains inside): the client's input, answered 400.
+    input_errors = (InvalidArgument,)
+
+    def load(self) -> None:
+        self.path = find_artefact(self, ARTEFACT_NAMES)
+        # A worker has set OMP_NUM_THREADS to its share of the cores before loading, so the
+        # session starts with its final pool (``limit_threads`` then has nothing to do).
+        self.threads = _threads_from_environment()
+        with reading(self.path, LIBRARY):
+            self.session = self._session(self.threads)
+        session = self.session
+        self.graph_inputs = [graph_tensor(a.name, a.type, a.shape) for a in session.get_inputs()]
+        self.graph_outputs = [graph_tensor(a.name, a.type, a.shape) for a in session.get_outputs()]
+        self.by_name = {tensor.name: tensor for tensor in self.graph_inputs}
+        # One input: the payload is one array, which adaptive batching can join.
+        self.accepts = "array" if len(self.graph_inputs) == 1 else "dict"
+        producer = session.get_modelmeta().producer_name
+        self.rows_independent = producer in ROW_WISE_PRODUCERS and _per_row(
+            self.graph_inputs, self.graph_outputs
+        )
+        self.artefact_bytes = self.path.stat().st_size
+
+    def _session(self, threads: int) -> ort.InferenceSession:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads  # 0: ONNX Runtime's own choice (all cores)
+        # Operators run one after the other: a worker's share of the cores is spent inside
+        # each operator, not on a second pool running independent branches.
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        # Idle pool threads sleep instead of spinning: workers share the machine's cores.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        return ort.InferenceSession(
+            str(self.path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+
+    def limit_threads(self, threads: int) -> None:
+        threads = max(1, int(threads))
+        if threads != self.threads:
+            self.threads = threads
+            self.session = self._session(threads)
+
+    def predictor(self) -> str:
+        pool = f"{self.threads} intra-op threads" if self.threads else "its default threads"
+        return f"ONNX Runtime {ort.__version__} ({pool})"
+
+    def native_bytes(self) -> int:
+        # The session holds the graph's weights in native memory: about the file's size.
+        return self.artefact_bytes
+
+    def inputs(self) -> list[TensorSpec]:
+        return super().inputs() or [tensor.spec() for tensor in self.graph_inputs]
+
+    def outputs(self) -> list[TensorSpec]:
+        return self.settings.output_specs() or [tensor.spec() for tensor in self.graph_outputs]
+
+    def default_outputs(self) -> list[str]:
+        return [tensor.name for tensor in self.graph_outputs]
+
+    def validate(self, payload: Any) -> None:
+        self._feeds(payload)
+
+    def predict(self, payload: Any, outputs: Sequence[str]) -> Mapping[str, Any]:
+        feeds = {
+            name: as_graph_input(self.by_name[name], array)
+            for name, array in self._feeds(payload).items()
+        }
+        values = self.session.run(list(outputs), feeds)
+        return {name: as_tensor(value) for name, value in zip(outputs, values, strict=True)}
+
+    def _feeds(self, payload: Any) -> dict[str, np.ndarray]:
+        """The graph's inputs by name from a payload, each checked against the graph."""
+        named = _by_name(payload)
+        if len(self.graph_inputs) == 1:
+            (tensor,) = self.graph_inputs
+            value = _single(payload, named)
+            if value is not None:
+                return {tensor.name: check_array(self.name, tensor, value)}
+        expected = ", ".join(repr(tensor.name) for tensor in self.graph_inputs)
+        if named is None:
+            raise BadRequest(f"model '{self.name}' takes its inputs by name: {expected}")
+        unknown = [repr(name) for name in named if name not in self.by_name]
+        if unknown:
+            raise BadRequest(
+                f"model '{self.name}' has no input {', '.join(unknown)}; expected: {expected}"
+            )
+        missing = [repr(t.name) for t in self.graph_inputs if t.name not in named]
+        if missing:
+            raise BadRequest(
+                f"model '{self.name}' is missing input {', '.join(missing)}; expected: {expected}"
+            )
+        return {
+            name: check_array(self.name, self.by_name[name], value) for name, value in named.items()
+        }
+
+
+def _by_name(payload: Any) -> dict[str, Any] | None:
+    """A dict or DataFrame payload as its values by name; None for a plain array."""
+    if isinstance(payload, dict):
+        return payload
+    if is_dataframe(payload):
+        return {str(column): payload[column].to_numpy() for column in payload.columns}
+    return None
+
+
+def _single(payload: Any, named: dict[str, Any] | None) -> Any:
+    """The one tensor of a payload for a graph of one input, whatever its name: an array,
+    a table (its columns side by side) or a dict of one entry; None for several tensors."""
+    if named is None:
+        return payload
+    if is_dataframe(payload):
+        return payload.to_numpy()
+    return next(iter(named.values())) if len(named) == 1 else None
+
+
+def _per_row(inputs: list[GraphTensor], outputs: list[GraphTensor]) -> bool:
+    """One input and every output with a free first (row) dimension, or ZipMap's rows."""
+    if len(inputs) != 1 or inputs[0].shape[:1] != [-1]:
+        return False
+    return all(out.is_zipmap or out.shape[:1] == [-1] for out in outputs)
+
+
+def _threads_from_environment() -> int:
+    """The intra-op threads a worker's environment allows (0: not set, the library's own)."""
+    try:
+        return max(0, int(os.environ.get("OMP_NUM_THREADS", "0")))
+    except ValueError:
+        return 0

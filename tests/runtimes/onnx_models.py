@@ -1,0 +1,121 @@
+"""ONNX models for the ONNX Runtime tests, converted here from models trained on the fly
+(skl2onnx for scikit-learn, onnxmltools for LightGBM and XGBoost), each with the rows to
+send and what its own library predicts for them.
+
+The rows are float64 values that float32 holds exactly: the graphs compute in float32, so
+the library and the graph see the same numbers and differ only by float32 rounding.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tests.support.runtimes import classification_data, lightgbm_estimator, xgboost_estimator
+
+# How far a float32 graph may be from its library's float64 answer.
+RTOL, ATOL = 1e-4, 1e-5
+
+
+@dataclass
+class Converted:
+    """A converted model: its folder's name, its rows and the library's answer per output."""
+
+    name: str
+    rows: np.ndarray
+    expected: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def float32_exact(X: np.ndarray) -> np.ndarray:
+    return np.asarray(X, dtype=np.float32).astype(np.float64)
+
+
+def _float_input(n_features: int, name: str = "float_input"):
+    from skl2onnx.common.data_types import FloatTensorType
+
+    return [(name, FloatTensorType([None, n_features]))]
+
+
+def _write(folder: Path, model_proto, settings: dict | None = None) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.onnx").write_bytes(model_proto.SerializeToString())
+    if settings is not None:
+        (folder / "model-settings.json").write_text(json.dumps(settings))
+
+
+def sklearn_classifier(root: Path, string_labels: bool = False) -> Converted:
+    """LogisticRegression on 3 classes, converted with skl2onnx's default ZipMap."""
+    from skl2onnx import convert_sklearn
+    from sklearn.linear_model import LogisticRegression
+
+    X, y = classification_data(3)
+    X = float32_exact(X)
+    if string_labels:
+        y = np.array(["ant", "bee", "cat"])[y]
+    model = LogisticRegression(max_iter=1000).fit(X, y)
+    name = "sk-labels" if string_labels else "sk-logreg"
+    _write(root / name, convert_sklearn(model, initial_types=_float_input(X.shape[1])))
+    rows = X[:12]
+    expected = {
+        "output_label": model.predict(rows),
+        "output_probability": model.predict_proba(rows),
+    }
+    return Converted(name, rows, expected)
+
+
+def sklearn_regressor(root: Path) -> Converted:
+    """Ridge on 8 features: one output ``variable``, [rows, 1]."""
+    from skl2onnx import convert_sklearn
+    from sklearn.linear_model import Ridge
+
+    from tests.support.runtimes import regression_data
+
+    X, y = regression_data()
+    X = float32_exact(X)
+    model = Ridge().fit(X, y)
+    _write(root / "sk-ridge", convert_sklearn(model, initial_types=_float_input(X.shape[1])))
+    rows = X[:12]
+    return Converted("sk-ridge", rows, {"variable": model.predict(rows).reshape(-1, 1)})
+
+
+def lightgbm_classifier(root: Path) -> Converted:
+    """LGBMClassifier (3 classes, 10 trees) converted with onnxmltools."""
+    import onnxmltools
+
+    model, X = lightgbm_estimator("classifier")
+    rows = float32_exact(X[:12])
+    proto = onnxmltools.convert_lightgbm(model, initial_types=_float_input(X.shape[1]))
+    _write(root / "lgb-classifier", proto)
+    expected = {"label": model.predict(rows), "probabilities": model.predict_proba(rows)}
+    return Converted("lgb-classifier", rows, expected)
+
+
+def xgboost_regressor(root: Path) -> Converted:
+    """XGBRegressor (10 trees) converted with onnxmltools."""
+    import onnxmltools
+
+    model, X = xgboost_estimator("regressor")
+    rows = float32_exact(X[:12])
+    proto = onnxmltools.convert_xgboost(model, initial_types=_float_input(X.shape[1]))
+    _write(root / "xgb-regressor", proto)
+    return Converted("xgb-regressor", rows, {"variable": model.predict(rows).reshape(-1, 1)})
+
+
+def two_input_graph(root: Path, name: str = "add-two", settings: dict | None = None) -> None:
+    """A graph written by hand: ``sum = a + b`` over float [N, 2] inputs ``a`` and ``b``."""
+    from onnx import TensorProto, helper
+
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, ["N", 2])
+    b = helper.make_tensor_value_info("b", TensorProto.FLOAT, ["N", 2])
+    total = helper.make_tensor_value_info("sum", TensorProto.FLOAT, ["N", 2])
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["sum"])], "add", [a, b], [total]
+    )
+    proto = helper.make_model(
+        graph, producer_name="hand", opset_imports=[helper.make_opsetid("", 13)]
+    )
+    proto.ir_version = 8  # read by every ONNX Runtime inferpool supports
+    _write(root / name, proto, settings)

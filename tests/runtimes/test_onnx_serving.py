@@ -1,0 +1,196 @@
+"""ONNX models converted from scikit-learn, LightGBM and XGBoost served by a live server,
+in-process (``--workers 0``) and by two workers that each create their session after the
+fork: answers over REST and gRPC equal the libraries' own within float32 tolerance, the
+metadata is the graph's, bad input is a 400 and the workers keep serving."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+
+from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
+from inferpool.protocol.generated.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
+from tests.runtimes.onnx_models import (
+    ATOL,
+    RTOL,
+    Converted,
+    lightgbm_classifier,
+    sklearn_classifier,
+    sklearn_regressor,
+    two_input_graph,
+    xgboost_regressor,
+)
+from tests.support import Server
+from tests.support.grpc import WORKER_COUNTS, infer_request
+from tests.support.runtimes import output_array, rows_request
+
+TYPED = {"INT64": "int64_contents", "FP32": "fp32_contents", "BYTES": "bytes_contents"}
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Converted]]:
+    root = tmp_path_factory.mktemp("onnx-repository")
+    models = [
+        sklearn_classifier(root),
+        sklearn_classifier(root, string_labels=True),
+        sklearn_regressor(root),
+        lightgbm_classifier(root),
+        xgboost_regressor(root),
+    ]
+    two_input_graph(root)
+    return root, {model.name: model for model in models}
+
+
+@pytest.fixture(scope="module", params=WORKER_COUNTS, ids=lambda w: f"w{w}")
+def server(request: pytest.FixtureRequest, converted: tuple[Path, dict]) -> Iterator[Server]:
+    root, _ = converted
+    with Server(root, "--workers", str(request.param)) as running:
+        running.wait_ready(timeout=120)
+        running.workers = request.param  # type: ignore[attr-defined]
+        yield running
+
+
+@pytest.fixture(scope="module")
+def stub(server: Server) -> Iterator[GRPCInferenceServiceStub]:
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        yield GRPCInferenceServiceStub(channel)
+
+
+def assert_library_answers(model: Converted, answers: dict[str, np.ndarray]) -> None:
+    assert set(answers) == set(model.expected), "every graph output when none is named"
+    for name, expected in model.expected.items():
+        got = answers[name]
+        if expected.dtype.kind in "iuU":  # labels: exactly the library's
+            assert got.tolist() == expected.tolist(), name
+        else:
+            assert got.shape == expected.shape, name
+            np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+def rest_answers(server: Server, model: str, rows: np.ndarray, **body: object) -> dict:
+    reply = httpx.post(
+        f"{server.url}/v2/models/{model}/infer", json={**rows_request(rows), **body}, timeout=30
+    )
+    assert reply.status_code == 200, reply.text
+    return {out["name"]: output_array(reply.json(), out["name"]) for out in reply.json()["outputs"]}
+
+
+NAMES = ["sk-logreg", "sk-labels", "sk-ridge", "lgb-classifier", "xgb-regressor"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_rest_answers_equal_the_library(server: Server, converted, name: str) -> None:
+    model = converted[1][name]
+    assert_library_answers(model, rest_answers(server, name, model.rows))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_grpc_answers_equal_the_library(stub, converted, name: str) -> None:
+    model = converted[1][name]
+    response = stub.ModelInfer(infer_request(name, x=model.rows), timeout=30)
+    answers = {}
+    for output in response.outputs:
+        values = list(getattr(output.contents, TYPED[output.datatype]))
+        if output.datatype == "BYTES":
+            values = [v.decode() for v in values]
+        answers[output.name] = np.array(values).reshape(list(output.shape))
+    assert_library_answers(model, answers)
+
+
+def test_metadata_is_the_graphs(server: Server) -> None:
+    document = httpx.get(f"{server.url}/v2/models/lgb-classifier", timeout=10).json()
+    assert document["platform"] == "onnx"
+    assert document["inputs"] == [{"name": "float_input", "datatype": "FP32", "shape": [-1, 8]}]
+    assert [(o["name"], o["datatype"], o["shape"]) for o in document["outputs"]] == [
+        ("label", "INT64", [-1]),
+        ("probabilities", "FP32", [-1, -1]),
+    ]
+
+
+def test_grpc_metadata_is_the_graphs(stub) -> None:
+    metadata = stub.ModelMetadata(pb.ModelMetadataRequest(name="sk-ridge"), timeout=10)
+    (tensor,) = metadata.inputs
+    assert (tensor.name, tensor.datatype, list(tensor.shape)) == ("float_input", "FP32", [-1, 8])
+    assert [o.name for o in metadata.outputs] == ["variable"]
+
+
+def test_inputs_of_a_two_input_graph_by_name(server: Server) -> None:
+    a = np.array([[1.0, 2.0], [3.0, 4.0]])
+    body = {
+        "inputs": [
+            {"name": "b", "datatype": "FP32", "shape": [2, 2], "data": (a * 10).ravel().tolist()},
+            {"name": "a", "datatype": "FP32", "shape": [2, 2], "data": a.ravel().tolist()},
+        ]
+    }
+    reply = httpx.post(f"{server.url}/v2/models/add-two/infer", json=body, timeout=30)
+    assert reply.status_code == 200, reply.text
+    np.testing.assert_array_equal(output_array(reply.json(), "sum"), a * 11)
+
+
+@pytest.mark.parametrize(
+    ("model", "body", "message"),
+    [
+        ("sk-ridge", rows_request(np.zeros((2, 5))), "expects shape [-1, 8], got [2, 5]"),
+        ("add-two", rows_request(np.zeros((2, 2)), name="c"), "takes its inputs by name"),
+        (
+            "add-two",
+            {
+                "inputs": [
+                    {"name": n, "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}
+                    for n in ("a", "z")
+                ]
+            },
+            "has no input 'z'",
+        ),
+        ("sk-logreg", rows_request(np.zeros((1, 8)), ["nope"]), "has no output 'nope'"),
+    ],
+    ids=["width", "unnamed", "wrong-name", "output"],
+)
+def test_bad_input_is_a_400_and_the_model_keeps_serving(
+    server: Server, converted, model: str, body: dict, message: str
+) -> None:
+    reply = httpx.post(f"{server.url}/v2/models/{model}/infer", json=body, timeout=30)
+    assert reply.status_code == 400, reply.text
+    assert message in reply.json()["error"]
+    good = converted[1]["sk-ridge"]
+    assert_library_answers(good, rest_answers(server, "sk-ridge", good.rows))
+
+
+def test_grpc_wrong_width_is_invalid_argument(stub) -> None:
+    with pytest.raises(grpc.RpcError) as failure:
+        stub.ModelInfer(infer_request("xgb-regressor", x=np.zeros((3, 2))), timeout=30)
+    assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "expects shape [-1, 8], got [3, 2]" in failure.value.details()
+
+
+def test_concurrent_requests_get_their_own_rows(server: Server, converted) -> None:
+    # Queued requests of a converted model are joined into one predict (adaptive
+    # batching) and split back: each caller gets exactly its rows' answers.
+    model = converted[1]["sk-logreg"]
+    spans = [(i, i + 1 + i % 3) for i in range(9)] * 4
+
+    def call(span: tuple[int, int]) -> dict:
+        return rest_answers(server, "sk-logreg", model.rows[span[0] : span[1]])
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(call, spans))
+    for (start, stop), answer in zip(spans, answers, strict=True):
+        expected = {name: value[start:stop] for name, value in model.expected.items()}
+        assert_library_answers(Converted("", model.rows[start:stop], expected), answer)
+
+
+def test_each_worker_sizes_its_session_to_its_share(server: Server) -> None:
+    workers = server.workers  # type: ignore[attr-defined]
+    if workers == 0:
+        pattern = r"predicted by ONNX Runtime [\d.]+ \(its default threads\)"
+    else:
+        share = max(1, (os.cpu_count() or 1) // workers)
+        pattern = rf"predicted by ONNX Runtime [\d.]+ \({share} intra-op threads\)"
+    server.expect_lines([pattern], timeout=30)
