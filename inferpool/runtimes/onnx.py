@@ -16,14 +16,15 @@ its share of the cores (``limit_threads``), and with no inter-op pool.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
-from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
 
-from inferpool.errors import BadRequest
+from inferpool.errors import BadRequest, ModelLoadError
 from inferpool.protocol.types import TensorSpec
 from inferpool.runtimes.artefacts import find_artefact
 from inferpool.runtimes.base import Runtime
@@ -42,13 +43,24 @@ ARTEFACT_NAMES = ("model.onnx",)
 # Converters whose graphs of classical models predict each row on its own (a graph from
 # anywhere else may mix rows: it batches only when its settings ask, max_batch_size > 1).
 ROW_WISE_PRODUCERS = frozenset({"skl2onnx", "OnnxMLTools", "onnxmltools"})
+# What ONNX Runtime's load errors carry besides the reason: its status code, the file's
+# path (the sentence names the file), the C++ source location and function signature.
+_ORT_NOISE = re.compile(
+    r"\[ONNXRuntimeError\] : \d+ : \w+ : |Load model from \S+ failed:\s*"
+    r"|\S+\.(?:h|cc|cpp):\d+ .*?\) "
+)
+# A graph that parsed but that this ONNX Runtime will not run (an opset newer than it
+# knows, an operator it lacks): its reason is the sentence (a file that does not parse is
+# reading()'s "truncated or corrupt").
+REFUSED_GRAPH = (ort_errors.Fail, ort_errors.InvalidGraph, ort_errors.NotImplemented)
+MAX_REASON = 300  # characters of ONNX Runtime's reason kept in the sentence
 
 
 class ONNXRuntime(Runtime):
     platform = "onnx"
     # ONNX Runtime refusing a feed the checks here let through (a dimension the graph
     # constrains inside): the client's input, answered 400.
-    input_errors = (InvalidArgument,)
+    input_errors = (ort_errors.InvalidArgument,)
 
     def load(self) -> None:
         self.path = find_artefact(self, ARTEFACT_NAMES)
@@ -56,7 +68,12 @@ class ONNXRuntime(Runtime):
         # session starts with its final pool (``limit_threads`` then has nothing to do).
         self.threads = _threads_from_environment()
         with reading(self.path, LIBRARY):
-            self.session = self._session(self.threads)
+            try:
+                self.session = self._session(self.threads)
+            except REFUSED_GRAPH as exc:
+                raise ModelLoadError(
+                    f"ONNX Runtime {ort.__version__} cannot load {self.path.name}: {_reason(exc)}"
+                ) from None
         session = self.session
         self.graph_inputs = [graph_tensor(a.name, a.type, a.shape) for a in session.get_inputs()]
         self.graph_outputs = [graph_tensor(a.name, a.type, a.shape) for a in session.get_outputs()]
@@ -64,9 +81,13 @@ class ONNXRuntime(Runtime):
         # One input: the payload is one array, which adaptive batching can join.
         self.accepts = "array" if len(self.graph_inputs) == 1 else "dict"
         producer = session.get_modelmeta().producer_name
-        self.rows_independent = producer in ROW_WISE_PRODUCERS and _per_row(
-            self.graph_inputs, self.graph_outputs
+        self.rows_independent = producer in ROW_WISE_PRODUCERS and _one_input_of_rows(
+            self.graph_inputs
         )
+        if self.rows_independent:
+            # Every output has a row per input row, whatever the graph declares: onnxmltools
+            # declares a LightGBM classifier's labels as [1].
+            self.graph_outputs = [tensor.per_row() for tensor in self.graph_outputs]
         self.artefact_bytes = self.path.stat().st_size
 
     def _session(self, threads: int) -> ort.InferenceSession:
@@ -78,6 +99,9 @@ class ONNXRuntime(Runtime):
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         # Idle pool threads sleep instead of spinning: workers share the machine's cores.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # Errors only: onnxmltools' graphs declare output shapes that ONNX Runtime then
+        # warns about on stderr at every predict (a LightGBM classifier's labels as [1]).
+        options.log_severity_level = 3
         return ort.InferenceSession(
             str(self.path), sess_options=options, providers=["CPUExecutionProvider"]
         )
@@ -161,11 +185,15 @@ def _single(payload: Any, named: dict[str, Any] | None) -> Any:
     return next(iter(named.values())) if len(named) == 1 else None
 
 
-def _per_row(inputs: list[GraphTensor], outputs: list[GraphTensor]) -> bool:
-    """One input and every output with a free first (row) dimension, or ZipMap's rows."""
-    if len(inputs) != 1 or inputs[0].shape[:1] != [-1]:
-        return False
-    return all(out.is_zipmap or out.shape[:1] == [-1] for out in outputs)
+def _one_input_of_rows(inputs: list[GraphTensor]) -> bool:
+    """One input, whose first dimension (the rows) is free."""
+    return len(inputs) == 1 and inputs[0].shape[:1] == [-1]
+
+
+def _reason(exc: Exception) -> str:
+    """ONNX Runtime's reason for refusing a graph, on one line, without its noise."""
+    text = " ".join(_ORT_NOISE.sub("", str(exc)).split())
+    return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "..."
 
 
 def _threads_from_environment() -> int:

@@ -77,6 +77,12 @@ class GraphTensor:
         shape = self.shape if self.is_tensor else [-1, -1]
         return TensorSpec(self.name, datatype, shape)
 
+    def per_row(self) -> GraphTensor:
+        """This tensor with its first dimension free (one per row of the input)."""
+        if not self.is_tensor or not self.shape:
+            return self
+        return GraphTensor(self.name, self.type, [-1, *self.shape[1:]])
+
     def numpy_dtype(self) -> Any:
         return ELEMENT_TYPES.get(self.element, (np.object_, ""))[0]
 

@@ -33,10 +33,14 @@ def float32_exact(X: np.ndarray) -> np.ndarray:
     return np.asarray(X, dtype=np.float32).astype(np.float64)
 
 
-def _float_input(n_features: int, name: str = "float_input"):
-    from skl2onnx.common.data_types import FloatTensorType
+def _float_input(n_features: int, converter: str = "skl2onnx"):
+    """The converter's own FloatTensorType (each checks for its class): [rows, n]."""
+    if converter == "onnxmltools":
+        from onnxmltools.convert.common.data_types import FloatTensorType
+    else:
+        from skl2onnx.common.data_types import FloatTensorType
 
-    return [(name, FloatTensorType([None, n_features]))]
+    return [("float_input", FloatTensorType([None, n_features]))]
 
 
 def _write(folder: Path, model_proto, settings: dict | None = None) -> None:
@@ -87,7 +91,9 @@ def lightgbm_classifier(root: Path) -> Converted:
 
     model, X = lightgbm_estimator("classifier")
     rows = float32_exact(X[:12])
-    proto = onnxmltools.convert_lightgbm(model, initial_types=_float_input(X.shape[1]))
+    proto = onnxmltools.convert_lightgbm(
+        model, initial_types=_float_input(X.shape[1], "onnxmltools")
+    )
     _write(root / "lgb-classifier", proto)
     expected = {"label": model.predict(rows), "probabilities": model.predict_proba(rows)}
     return Converted("lgb-classifier", rows, expected)
@@ -99,7 +105,9 @@ def xgboost_regressor(root: Path) -> Converted:
 
     model, X = xgboost_estimator("regressor")
     rows = float32_exact(X[:12])
-    proto = onnxmltools.convert_xgboost(model, initial_types=_float_input(X.shape[1]))
+    proto = onnxmltools.convert_xgboost(
+        model, initial_types=_float_input(X.shape[1], "onnxmltools")
+    )
     _write(root / "xgb-regressor", proto)
     return Converted("xgb-regressor", rows, {"variable": model.predict(rows).reshape(-1, 1)})
 

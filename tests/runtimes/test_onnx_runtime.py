@@ -182,3 +182,24 @@ def test_declared_inputs_win_over_the_graph(tmp_path: Path) -> None:
     metadata = load(tmp_path / "declared").metadata
     assert metadata["inputs"] == declared
     assert metadata["outputs"] == [{"name": "sum", "datatype": "FP32", "shape": [-1, 2]}]
+
+
+def test_a_graph_this_onnx_runtime_cannot_run_says_why(tmp_path: Path) -> None:
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])
+    graph = helper.make_graph([helper.make_node("NoSuchOp", ["x"], ["y"])], "g", [x], [y])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    proto.ir_version = 8
+    (tmp_path / "unknown-op").mkdir()
+    (tmp_path / "unknown-op" / "model.onnx").write_bytes(proto.SerializeToString())
+
+    with pytest.raises(ModelLoadError) as failure:
+        load(tmp_path / "unknown-op")
+
+    message = str(failure.value)
+    assert message.startswith("ONNX Runtime ") and "cannot load model.onnx: " in message
+    assert "No Op registered for NoSuchOp" in message
+    assert "[ONNXRuntimeError]" not in message and str(tmp_path) not in message
+    assert "\n" not in message

@@ -138,7 +138,7 @@ def test_inputs_of_a_two_input_graph_by_name(server: Server) -> None:
     ("model", "body", "message"),
     [
         ("sk-ridge", rows_request(np.zeros((2, 5))), "expects shape [-1, 8], got [2, 5]"),
-        ("add-two", rows_request(np.zeros((2, 2)), name="c"), "takes its inputs by name"),
+        ("add-two", rows_request(np.zeros((2, 2)), name="a"), "is missing input 'b'"),
         (
             "add-two",
             {
@@ -150,8 +150,13 @@ def test_inputs_of_a_two_input_graph_by_name(server: Server) -> None:
             "has no input 'z'",
         ),
         ("sk-logreg", rows_request(np.zeros((1, 8)), ["nope"]), "has no output 'nope'"),
+        (
+            "add-two",
+            {**rows_request(np.zeros((1, 4)), name="a"), "parameters": {"content_type": "np"}},
+            "takes its inputs by name: 'a', 'b'",
+        ),
     ],
-    ids=["width", "unnamed", "wrong-name", "output"],
+    ids=["width", "missing", "wrong-name", "output", "one-array"],
 )
 def test_bad_input_is_a_400_and_the_model_keeps_serving(
     server: Server, converted, model: str, body: dict, message: str
@@ -194,3 +199,12 @@ def test_each_worker_sizes_its_session_to_its_share(server: Server) -> None:
         share = max(1, (os.cpu_count() or 1) // workers)
         pattern = rf"predicted by ONNX Runtime [\d.]+ \({share} intra-op threads\)"
     server.expect_lines([pattern], timeout=30)
+
+
+def test_no_warning_per_predict_on_the_log(server: Server, converted) -> None:
+    # onnxmltools declares the LightGBM classifier's labels as [1]: ONNX Runtime would warn
+    # about it on stderr (the server's log) at every predict, at its default log level.
+    model = converted[1]["lgb-classifier"]
+    for _ in range(3):
+        assert_library_answers(model, rest_answers(server, "lgb-classifier", model.rows))
+    assert "VerifyOutputSizes" not in server.output()

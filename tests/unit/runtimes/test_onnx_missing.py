@@ -38,4 +38,7 @@ def test_any_onnx_file_named_by_uri_chooses_the_runtime(tmp_path: Path) -> None:
     settings = ModelSettings(name="m", parameters={"uri": "./classifier.onnx"}, folder=tmp_path)
 
     assert runtime_name_for(settings) == "onnx"
-    assert RUNTIMES["onnx"].fork_safe is False  # sessions start thread pools: per worker
+    # Sessions start thread pools and importing onnxruntime starts a thread: the template
+    # that forks the workers neither loads ONNX models nor imports the library.
+    assert RUNTIMES["onnx"].fork_safe is False
+    assert RUNTIMES["onnx"].preload == ()

@@ -89,3 +89,11 @@ def test_a_wrong_width_rank_or_no_rows_is_a_400(shape: tuple[int, ...], message:
     tensor = graph_tensor("x", "tensor(float)", ["N", 4])
     with pytest.raises(BadRequest, match=message):
         check_array("m", tensor, np.zeros(shape))
+
+
+def test_per_row_frees_the_first_dimension_of_tensors_only() -> None:
+    label = graph_tensor("label", "tensor(int64)", [1])  # as onnxmltools declares it
+    assert label.per_row().shape == [-1]
+    assert graph_tensor("p", "tensor(float)", [None, 3]).per_row().shape == [-1, 3]
+    zipmap = graph_tensor("probabilities", "seq(map(int64,tensor(float)))", [])
+    assert zipmap.per_row() is zipmap
