@@ -113,7 +113,8 @@ class ONNXRuntime(Runtime):
             self.session = self._session(threads)
 
     def predictor(self) -> str:
-        pool = f"{self.threads} intra-op threads" if self.threads else "its default threads"
+        unit = "thread" if self.threads == 1 else "threads"
+        pool = f"{self.threads} intra-op {unit}" if self.threads else "its default threads"
         return f"ONNX Runtime {ort.__version__} ({pool})"
 
     def native_bytes(self) -> int:

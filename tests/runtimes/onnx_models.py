@@ -87,29 +87,54 @@ def sklearn_regressor(root: Path) -> Converted:
 
 def lightgbm_classifier(root: Path) -> Converted:
     """LGBMClassifier (3 classes, 10 trees) converted with onnxmltools."""
-    import onnxmltools
-
     model, X = lightgbm_estimator("classifier")
     rows = float32_exact(X[:12])
-    proto = onnxmltools.convert_lightgbm(
-        model, initial_types=_float_input(X.shape[1], "onnxmltools")
-    )
-    _write(root / "lgb-classifier", proto)
     expected = {"label": model.predict(rows), "probabilities": model.predict_proba(rows)}
-    return Converted("lgb-classifier", rows, expected)
+    return _onnxmltools(root, "lgb-classifier", "convert_lightgbm", model, rows, expected)
 
 
 def xgboost_regressor(root: Path) -> Converted:
     """XGBRegressor (10 trees) converted with onnxmltools."""
-    import onnxmltools
-
     model, X = xgboost_estimator("regressor")
     rows = float32_exact(X[:12])
-    proto = onnxmltools.convert_xgboost(
-        model, initial_types=_float_input(X.shape[1], "onnxmltools")
-    )
-    _write(root / "xgb-regressor", proto)
-    return Converted("xgb-regressor", rows, {"variable": model.predict(rows).reshape(-1, 1)})
+    expected = {"variable": model.predict(rows).reshape(-1, 1)}
+    return _onnxmltools(root, "xgb-regressor", "convert_xgboost", model, rows, expected)
+
+
+def _onnxmltools(
+    root: Path, name: str, converter: str, model, rows: np.ndarray, expected: dict
+) -> Converted:
+    import onnxmltools
+
+    convert = getattr(onnxmltools, converter)
+    _write(root / name, convert(model, initial_types=_float_input(rows.shape[1], "onnxmltools")))
+    return Converted(name, rows, expected)
+
+
+def repository(root: Path) -> dict[str, Converted]:
+    """Every converted model and the two-input graph in ``root``, by name."""
+    models = [
+        sklearn_classifier(root),
+        sklearn_classifier(root, string_labels=True),
+        sklearn_regressor(root),
+        lightgbm_classifier(root),
+        xgboost_regressor(root),
+    ]
+    two_input_graph(root)
+    return {model.name: model for model in models}
+
+
+def assert_library_answers(model: Converted, answers: dict[str, np.ndarray]) -> None:
+    """``answers`` hold every graph output, equal to the library's: labels exactly,
+    numbers within float32 tolerance."""
+    assert set(answers) == set(model.expected), "every graph output when none is named"
+    for name, expected in model.expected.items():
+        got = answers[name]
+        if expected.dtype.kind in "iuU":
+            assert got.tolist() == expected.tolist(), name
+        else:
+            assert got.shape == expected.shape, name
+            np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL, err_msg=name)
 
 
 def two_input_graph(root: Path, name: str = "add-two", settings: dict | None = None) -> None:

@@ -18,11 +18,9 @@ from tests.runtimes.onnx_models import (
     ATOL,
     RTOL,
     Converted,
-    lightgbm_classifier,
-    sklearn_classifier,
-    sklearn_regressor,
+    assert_library_answers,
+    repository,
     two_input_graph,
-    xgboost_regressor,
 )
 from tests.support.runtimes import infer, load
 
@@ -34,15 +32,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def converted(root: Path) -> dict[str, Converted]:
-    models = [
-        sklearn_classifier(root),
-        sklearn_classifier(root, string_labels=True),
-        sklearn_regressor(root),
-        lightgbm_classifier(root),
-        xgboost_regressor(root),
-    ]
-    two_input_graph(root)
-    return {model.name: model for model in models}
+    return repository(root)
 
 
 def test_metadata_comes_from_the_graph(root: Path, converted: dict[str, Converted]) -> None:
@@ -68,15 +58,7 @@ def test_answers_equal_the_library_within_float32(
 ) -> None:
     model = converted[name]
     answers = infer(load(root / name), model.rows)  # FP64 rows: cast for the graph
-
-    assert set(answers) == set(model.expected), "every graph output when none is named"
-    for output, expected in model.expected.items():
-        got = answers[output]
-        if expected.dtype.kind in "iuU":  # labels: exactly the library's
-            assert got.tolist() == expected.tolist(), output
-        else:
-            assert got.shape == expected.shape, output
-            np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL, err_msg=output)
+    assert_library_answers(model, answers)
 
 
 def test_zipmap_columns_follow_the_classes_order(

@@ -17,18 +17,10 @@ import pytest
 
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.generated.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
-from tests.runtimes.onnx_models import (
-    ATOL,
-    RTOL,
-    Converted,
-    lightgbm_classifier,
-    sklearn_classifier,
-    sklearn_regressor,
-    two_input_graph,
-    xgboost_regressor,
-)
+from tests.runtimes.onnx_models import Converted, assert_library_answers, repository
 from tests.support import Server
 from tests.support.grpc import WORKER_COUNTS, infer_request
+from tests.support.pool import live_workers, template_pid
 from tests.support.runtimes import output_array, rows_request
 
 TYPED = {"INT64": "int64_contents", "FP32": "fp32_contents", "BYTES": "bytes_contents"}
@@ -37,15 +29,7 @@ TYPED = {"INT64": "int64_contents", "FP32": "fp32_contents", "BYTES": "bytes_con
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Converted]]:
     root = tmp_path_factory.mktemp("onnx-repository")
-    models = [
-        sklearn_classifier(root),
-        sklearn_classifier(root, string_labels=True),
-        sklearn_regressor(root),
-        lightgbm_classifier(root),
-        xgboost_regressor(root),
-    ]
-    two_input_graph(root)
-    return root, {model.name: model for model in models}
+    return root, repository(root)
 
 
 @pytest.fixture(scope="module", params=WORKER_COUNTS, ids=lambda w: f"w{w}")
@@ -61,17 +45,6 @@ def server(request: pytest.FixtureRequest, converted: tuple[Path, dict]) -> Iter
 def stub(server: Server) -> Iterator[GRPCInferenceServiceStub]:
     with grpc.insecure_channel(server.grpc_address) as channel:
         yield GRPCInferenceServiceStub(channel)
-
-
-def assert_library_answers(model: Converted, answers: dict[str, np.ndarray]) -> None:
-    assert set(answers) == set(model.expected), "every graph output when none is named"
-    for name, expected in model.expected.items():
-        got = answers[name]
-        if expected.dtype.kind in "iuU":  # labels: exactly the library's
-            assert got.tolist() == expected.tolist(), name
-        else:
-            assert got.shape == expected.shape, name
-            np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL, err_msg=name)
 
 
 def rest_answers(server: Server, model: str, rows: np.ndarray, **body: object) -> dict:
@@ -179,7 +152,7 @@ def test_concurrent_requests_get_their_own_rows(server: Server, converted) -> No
     # Queued requests of a converted model are joined into one predict (adaptive
     # batching) and split back: each caller gets exactly its rows' answers.
     model = converted[1]["sk-logreg"]
-    spans = [(i, i + 1 + i % 3) for i in range(9)] * 4
+    spans = [(i, i + 1 + i % 3) for i in range(9)] * 2
 
     def call(span: tuple[int, int]) -> dict:
         return rest_answers(server, "sk-logreg", model.rows[span[0] : span[1]])
@@ -197,7 +170,8 @@ def test_each_worker_sizes_its_session_to_its_share(server: Server) -> None:
         pattern = r"predicted by ONNX Runtime [\d.]+ \(its default threads\)"
     else:
         share = max(1, (os.cpu_count() or 1) // workers)
-        pattern = rf"predicted by ONNX Runtime [\d.]+ \({share} intra-op threads\)"
+        unit = "thread" if share == 1 else "threads"
+        pattern = rf"predicted by ONNX Runtime [\d.]+ \({share} intra-op {unit}\)"
     server.expect_lines([pattern], timeout=30)
 
 
@@ -208,3 +182,19 @@ def test_no_warning_per_predict_on_the_log(server: Server, converted) -> None:
     for _ in range(3):
         assert_library_answers(model, rest_answers(server, "lgb-classifier", model.rows))
     assert "VerifyOutputSizes" not in server.output()
+
+
+def maps_onnxruntime(pid: int) -> bool:
+    return "onnxruntime_pybind11_state" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_sessions_live_in_the_workers_never_in_the_template(server: Server) -> None:
+    if server.workers == 0:  # type: ignore[attr-defined]
+        pytest.skip("with --workers 0 the server process holds the sessions")
+    workers = live_workers(server)
+    assert len(workers) == 2
+    assert all(maps_onnxruntime(pid) for pid in workers)
+    # The template forks the workers: it has not even imported ONNX Runtime (which starts
+    # a thread when imported), nor has the server process.
+    assert not maps_onnxruntime(template_pid(server.process.pid))
+    assert not maps_onnxruntime(server.process.pid)
