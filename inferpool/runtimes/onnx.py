@@ -8,9 +8,11 @@ cast to the element type the graph wants (FP64 to a float graph: rounded to floa
 request that names no output gets every graph output; ZipMap's per-row dicts of a
 converted classifier's probabilities are answered as a [rows, classes] FP32 tensor.
 
-Sessions start thread pools, so the template never loads an ONNX model (the registry's
-entry is not ``fork_safe``): each worker creates its own session after the fork, sized to
-its share of the cores (``limit_threads``), and with no inter-op pool.
+Sessions start thread pools, and importing onnxruntime starts a thread already (measured
+with 1.32), so the template that forks the workers neither loads ONNX models (the
+registry's entry is not ``fork_safe``) nor imports this module (no ``preload``): each
+worker creates its own session after the fork, sized to its share of the cores, and with
+no inter-op pool.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ metadata is the graph's, bad input is a 400 and the workers keep serving."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +30,15 @@ TYPED = {"INT64": "int64_contents", "FP32": "fp32_contents", "BYTES": "bytes_con
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Converted]]:
     root = tmp_path_factory.mktemp("onnx-repository")
-    return root, repository(root)
+    models = repository(root)
+    # MLServer's layout: a settings file whose uri names the graph, under a name of its own.
+    (root / "ridge-uri").mkdir()
+    (root / "ridge-uri" / "regressor.onnx").write_bytes(
+        (root / "sk-ridge" / "model.onnx").read_bytes()
+    )
+    settings = {"name": "ridge-uri", "parameters": {"uri": "./regressor.onnx", "version": "v3"}}
+    (root / "ridge-uri" / "model-settings.json").write_text(json.dumps(settings))
+    return root, models
 
 
 @pytest.fixture(scope="module", params=WORKER_COUNTS, ids=lambda w: f"w{w}")
@@ -198,3 +207,10 @@ def test_sessions_live_in_the_workers_never_in_the_template(server: Server) -> N
     # a thread when imported), nor has the server process.
     assert not maps_onnxruntime(template_pid(server.process.pid))
     assert not maps_onnxruntime(server.process.pid)
+
+
+def test_a_settings_file_naming_the_graph_by_uri(server: Server, converted) -> None:
+    model = converted[1]["sk-ridge"]
+    assert_library_answers(model, rest_answers(server, "ridge-uri", model.rows))
+    document = httpx.get(f"{server.url}/v2/models/ridge-uri", timeout=10).json()
+    assert (document["platform"], document["versions"]) == ("onnx", ["v3"])
