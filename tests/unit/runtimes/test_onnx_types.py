@@ -49,6 +49,7 @@ def test_zipmap_rows_become_float32_columns_in_key_order() -> None:
 
 def test_string_keyed_zipmap_and_plain_arrays() -> None:
     assert as_tensor([{"a": 1.0, "b": 0.0}]).shape == (1, 2)
+    assert as_tensor([{7: 1.0}, {7: 1.0}]).tolist() == [[1.0], [1.0]]  # one class
     array = np.arange(3)
     assert as_tensor(array) is array
     np.testing.assert_array_equal(as_tensor([np.ones(2), np.zeros(2)]), [[1, 1], [0, 0]])
