@@ -18,6 +18,8 @@ from tests.support.runtimes import classification_data, lightgbm_estimator, xgbo
 
 # How far a float32 graph may be from its library's float64 answer.
 RTOL, ATOL = 1e-4, 1e-5
+# The newest ai.onnx opset ONNX Runtime 1.20 runs.
+TARGET_OPSET = 21
 
 
 @dataclass
@@ -43,6 +45,14 @@ def _float_input(n_features: int, converter: str = "skl2onnx"):
     return [("float_input", FloatTensorType([None, n_features]))]
 
 
+def _skl2onnx(model, n_features: int):
+    """skl2onnx's graph of ``model``, at an opset that ONNX Runtime 1.20 (the ``onnx``
+    extra's lower bound) runs: the newest converter stamps opsets newer than that."""
+    from skl2onnx import convert_sklearn
+
+    return convert_sklearn(model, initial_types=_float_input(n_features), target_opset=TARGET_OPSET)
+
+
 def _write(folder: Path, model_proto, settings: dict | None = None) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "model.onnx").write_bytes(model_proto.SerializeToString())
@@ -52,7 +62,6 @@ def _write(folder: Path, model_proto, settings: dict | None = None) -> None:
 
 def sklearn_classifier(root: Path, string_labels: bool = False) -> Converted:
     """LogisticRegression on 3 classes, converted with skl2onnx's default ZipMap."""
-    from skl2onnx import convert_sklearn
     from sklearn.linear_model import LogisticRegression
 
     X, y = classification_data(3)
@@ -61,7 +70,7 @@ def sklearn_classifier(root: Path, string_labels: bool = False) -> Converted:
         y = np.array(["ant", "bee", "cat"])[y]
     model = LogisticRegression(max_iter=1000).fit(X, y)
     name = "sk-labels" if string_labels else "sk-logreg"
-    _write(root / name, convert_sklearn(model, initial_types=_float_input(X.shape[1])))
+    _write(root / name, _skl2onnx(model, X.shape[1]))
     rows = X[:12]
     expected = {
         "output_label": model.predict(rows),
@@ -72,7 +81,6 @@ def sklearn_classifier(root: Path, string_labels: bool = False) -> Converted:
 
 def sklearn_regressor(root: Path) -> Converted:
     """Ridge on 8 features: one output ``variable``, [rows, 1]."""
-    from skl2onnx import convert_sklearn
     from sklearn.linear_model import Ridge
 
     from tests.support.runtimes import regression_data
@@ -80,7 +88,7 @@ def sklearn_regressor(root: Path) -> Converted:
     X, y = regression_data()
     X = float32_exact(X)
     model = Ridge().fit(X, y)
-    _write(root / "sk-ridge", convert_sklearn(model, initial_types=_float_input(X.shape[1])))
+    _write(root / "sk-ridge", _skl2onnx(model, X.shape[1]))
     rows = X[:12]
     return Converted("sk-ridge", rows, {"variable": model.predict(rows).reshape(-1, 1)})
 
