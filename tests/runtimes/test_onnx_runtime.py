@@ -185,3 +185,29 @@ def test_a_graph_this_onnx_runtime_cannot_run_says_why(tmp_path: Path) -> None:
     assert "No Op registered for NoSuchOp" in message
     assert "[ONNXRuntimeError]" not in message and str(tmp_path) not in message
     assert "\n" not in message
+
+
+def test_weights_in_an_external_file_beside_the_graph(tmp_path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = np.arange(6, dtype=np.float32).reshape(2, 3)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])
+    node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    graph = helper.make_graph([node], "g", [x], [y], [numpy_helper.from_array(weights, "w")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    proto.ir_version = 8
+    (tmp_path / "external").mkdir()
+    onnx.save_model(
+        proto,
+        str(tmp_path / "external" / "model.onnx"),
+        save_as_external_data=True,
+        location="model.onnx.data",
+        size_threshold=0,
+    )
+    assert (tmp_path / "external" / "model.onnx.data").stat().st_size == weights.nbytes
+
+    rows = np.array([[1.0, 2.0]])
+    answers = infer(load(tmp_path / "external"), rows)
+    np.testing.assert_array_equal(answers["y"], rows @ weights)
