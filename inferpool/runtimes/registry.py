@@ -101,6 +101,14 @@ RUNTIMES: dict[str, RuntimeEntry] = {
             preload=("inferpool.runtimes.xgboost",),
             fork_safe=True,
         ),
+        # An ONNX Runtime session starts thread pools: each worker creates its own after the
+        # fork (never the template). MLServer has no ONNX runtime to name.
+        RuntimeEntry(
+            "onnx",
+            "inferpool.runtimes.onnx.ONNXRuntime",
+            extra="onnx",
+            artefacts=("model.onnx",),
+        ),
         # Loads the model it explains (any runtime): in each worker, as that may need.
         RuntimeEntry(
             "explainer",

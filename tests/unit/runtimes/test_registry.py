@@ -73,7 +73,12 @@ def only(entry: RuntimeEntry, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("name", list(registry.RUNTIMES))
 def test_each_entry_names_its_runtime_class(name: str) -> None:
     settings = ModelSettings(name="m", runtime=name)
-    cls = registry.runtime_class(settings)
+    try:
+        cls = registry.runtime_class(settings)
+    except RuntimeNotFound as exc:  # a library outside [test] (onnx): tests/runtimes/
+        if f"install inferpool[{registry.RUNTIMES[name].extra}]" not in str(exc):
+            raise
+        pytest.skip(str(exc))
     assert issubclass(cls, Runtime)
     assert cls.platform == name
 

@@ -1,0 +1,1 @@
+"""Runtimes of libraries outside [test] (ONNX Runtime, CatBoost...): tox -e runtimes."""
