@@ -1,0 +1,67 @@
+"""The documentation site builds with ``mkdocs build --strict`` (tox -e docs runs it as its
+first command too): its generated reference pages hold what the code serves, and a link or
+an anchor that resolves nowhere fails the build."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def build(root: Path, site: Path) -> subprocess.CompletedProcess[str]:
+    """``mkdocs build --strict`` of the checkout at ``root``, into ``site``."""
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=200,
+        env={**os.environ, "PYTHONPATH": str(root), "NO_MKDOCS_2_WARNING": "1"},
+    )
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of what the site is built from: the pages, the hooks, the package."""
+    root = tmp_path_factory.mktemp("checkout")
+    for name in ("docs", "scripts", "inferpool", "benchmarks", "deploy"):
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "mkdocs.yml", root / "mkdocs.yml")
+    return root
+
+
+def test_the_site_builds_with_its_generated_reference(copy: Path, tmp_path: Path) -> None:
+    done = build(copy, tmp_path / "site")
+    assert done.returncode == 0, done.stderr
+    cli = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text()
+    assert "--max-body-bytes" in cli and "INFERPOOL_MAX_BODY_BYTES" in cli
+    metrics = (tmp_path / "site" / "reference" / "metrics" / "index.html").read_text()
+    assert "inferpool_model_requests_total" in metrics
+    assert "inferpool_worker_restarts_total" in metrics  # the server collector's too
+    endpoints = (tmp_path / "site" / "reference" / "endpoints" / "index.html").read_text()
+    assert "/v2/models/{name}/infer" in endpoints and "ModelStreamInfer" in endpoints
+    assert (tmp_path / "site" / "repo" / "deploy" / "kserve" / "hpa.yaml").is_file()
+
+
+@pytest.mark.parametrize(
+    "link", ["[gone](no-such-page.md)", "[gone](pipelines.md#no-such-heading)"]
+)
+def test_a_broken_link_or_anchor_fails_the_build(copy: Path, tmp_path: Path, link: str) -> None:
+    page = copy / "docs" / "index.md"
+    original = page.read_text()
+    page.write_text(original + f"\nSee {link}.\n")
+    try:
+        done = build(copy, tmp_path / "site")
+    finally:
+        page.write_text(original)
+    assert done.returncode != 0
+    assert link.split("(")[1].rstrip(")").split("#")[0] in done.stderr
