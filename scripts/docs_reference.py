@@ -176,17 +176,36 @@ def metrics_page() -> str:
 # ---------------------------------------------------------------- errors
 
 
-def _import_package() -> None:
-    """Import every module of inferpool that defines a class, so that every subclass of
-    ``InferpoolError`` is known; a module whose optional library is missing is skipped
-    (its classes are then not listed)."""
-    import importlib
-
+def _error_modules() -> list[str]:
+    """The modules of inferpool whose classes may derive from ``InferpoolError``, found by
+    name in the source (so that only they are imported, not every library behind the
+    runtimes); the classes themselves are then found by ``__subclasses__``."""
+    bases_of: dict[str, set[str]] = {}
+    modules_of: dict[str, set[str]] = {}
     for path in sorted((ROOT / "inferpool").rglob("*.py")):
         parts = path.relative_to(ROOT).with_suffix("").parts
-        if parts[-1] == "__main__" or "generated" in parts or "class " not in path.read_text():
-            continue
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                names = {ast.unparse(b).rpartition(".")[2] for b in node.bases}
+                bases_of.setdefault(node.name, set()).update(names)
+                modules_of.setdefault(node.name, set()).add(module)
+    derived, pending = {"InferpoolError"}, ["InferpoolError"]
+    while pending:
+        base = pending.pop()
+        for name, bases in bases_of.items():
+            if base in bases and name not in derived:
+                derived.add(name)
+                pending.append(name)
+    return sorted({m for name in derived for m in modules_of.get(name, ())})
+
+
+def _import_package() -> None:
+    """Import every module that may define a subclass of ``InferpoolError``; one whose
+    optional library is missing is skipped (its classes are then not listed)."""
+    import importlib
+
+    for name in _error_modules():
         try:
             importlib.import_module(name)
         except ImportError:

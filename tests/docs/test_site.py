@@ -52,16 +52,16 @@ def test_the_site_builds_with_its_generated_reference(copy: Path, tmp_path: Path
     assert (tmp_path / "site" / "repo" / "deploy" / "kserve" / "hpa.yaml").is_file()
 
 
-@pytest.mark.parametrize(
-    "link", ["[gone](no-such-page.md)", "[gone](pipelines.md#no-such-heading)"]
-)
-def test_a_broken_link_or_anchor_fails_the_build(copy: Path, tmp_path: Path, link: str) -> None:
+def test_a_broken_link_or_anchor_fails_the_build(copy: Path, tmp_path: Path) -> None:
     page = copy / "docs" / "index.md"
     original = page.read_text()
-    page.write_text(original + f"\nSee {link}.\n")
+    page.write_text(
+        original + "\nSee [gone](no-such-page.md), [gone](pipelines.md#no-such-heading).\n"
+    )
     try:
         done = build(copy, tmp_path / "site")
     finally:
         page.write_text(original)
     assert done.returncode != 0
-    assert link.split("(")[1].rstrip(")").split("#")[0] in done.stderr
+    assert "no-such-page.md" in done.stderr  # each is named
+    assert "does not contain an anchor '#no-such-heading'" in done.stderr
