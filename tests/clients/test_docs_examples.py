@@ -10,18 +10,14 @@ from pathlib import Path
 import pytest
 
 from tests.support import Server
-from tests.support.code_blocks import ROOT, blocks, promised, run
+from tests.support.code_blocks import ROOT, blocks, promised, run, served_demo
 
 PAGE = "docs/getting-started.md"
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    from inferpool.demo import build_demo_repository
-
-    repository = build_demo_repository(tmp_path_factory.mktemp("demo"))
-    with Server(repository, "--workers", "0") as server:
-        server.wait_ready(timeout=120)
+    with served_demo(tmp_path_factory.mktemp("demo")) as server:
         yield server
 
 

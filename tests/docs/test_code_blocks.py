@@ -32,6 +32,8 @@ from tests.support.code_blocks import (
     promised,
     run,
     serve_flags,
+    served,
+    served_demo,
 )
 
 pytestmark = pytest.mark.timeout(300)
@@ -83,11 +85,7 @@ EXAMPLE_PAGES = sorted({b.page for b in documentation_blocks() if b.mark == EXAM
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    from inferpool.demo import build_demo_repository
-
-    repository = build_demo_repository(tmp_path_factory.mktemp("demo"))
-    with Server(repository, "--workers", "0") as server:
-        server.wait_ready(timeout=120)
+    with served_demo(tmp_path_factory.mktemp("demo")) as server:
         yield server
 
 
@@ -107,7 +105,6 @@ def test_example_blocks_run(page: str, tmp_path: Path) -> None:
     commands = [b for b in example if not b.file]
     assert commands, f"{page}: an example with nothing to run"
     flags = [flag for block in commands for flag in serve_flags(block)]
-    with Server(tmp_path / "models", *flags) as server:
-        server.wait_ready(timeout=120)
+    with served(tmp_path / "models", *flags) as server:
         for block in commands:
             check_prints(block, run(block, server, tmp_path))

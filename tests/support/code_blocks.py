@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +59,24 @@ def documentation_blocks() -> list[Block]:
     """Every block of every page under docs/."""
     pages = sorted((ROOT / "docs").rglob("*.md"))
     return [b for p in pages for b in blocks(p.read_text(), str(p.relative_to(ROOT)))]
+
+
+@contextmanager
+def served(repository: Path, *flags: str) -> Iterator[Server]:
+    """A server on ``repository``, ready (generous: CI shares its cores)."""
+    with Server(repository, *flags) as server:
+        server.wait_ready(timeout=120)
+        yield server
+
+
+@contextmanager
+def served_demo(root: Path) -> Iterator[Server]:
+    """The demo repository (``inferpool serve --demo``'s models) built under ``root``,
+    served in-process (``--workers 0``), as the pages' first requests expect it."""
+    from inferpool.demo import build_demo_repository
+
+    with served(build_demo_repository(root), "--workers", "0") as server:
+        yield server
 
 
 def on_ports(code: str, server: Server) -> str:
