@@ -39,17 +39,28 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_the_site_builds_with_its_generated_reference(copy: Path, tmp_path: Path) -> None:
-    done = build(copy, tmp_path / "site")
+@pytest.fixture(scope="module")
+def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site built from the checkout: the one tox -e docs built just before (DOCS_SITE),
+    else built here."""
+    built = os.environ.get("DOCS_SITE")
+    if built:
+        return Path(built)
+    site = tmp_path_factory.mktemp("site")
+    done = build(request.getfixturevalue("copy"), site)
     assert done.returncode == 0, done.stderr
-    cli = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text()
+    return site
+
+
+def test_the_site_builds_with_its_generated_reference(site: Path) -> None:
+    cli = (site / "reference" / "cli" / "index.html").read_text()
     assert "--max-body-bytes" in cli and "INFERPOOL_MAX_BODY_BYTES" in cli
-    metrics = (tmp_path / "site" / "reference" / "metrics" / "index.html").read_text()
+    metrics = (site / "reference" / "metrics" / "index.html").read_text()
     assert "inferpool_model_requests_total" in metrics
     assert "inferpool_worker_restarts_total" in metrics  # the server collector's too
-    endpoints = (tmp_path / "site" / "reference" / "endpoints" / "index.html").read_text()
+    endpoints = (site / "reference" / "endpoints" / "index.html").read_text()
     assert "/v2/models/{name}/infer" in endpoints and "ModelStreamInfer" in endpoints
-    assert (tmp_path / "site" / "repo" / "deploy" / "kserve" / "hpa.yaml").is_file()
+    assert (site / "repo" / "deploy" / "kserve" / "hpa.yaml").is_file()
 
 
 def test_a_broken_link_or_anchor_fails_the_build(copy: Path, tmp_path: Path) -> None:
