@@ -46,6 +46,15 @@ def _outside_file(src_uri: str, target: str) -> str | None:
     return resolved
 
 
+def _docs_page(src_uri: str, target: str) -> str | None:
+    """The path under docs/ of ``target`` linked from a published file, else None (a page
+    of docs/ links to its neighbours as they are)."""
+    if not src_uri.startswith(PUBLISHED + "/") or "://" in target or target.startswith("/"):
+        return None
+    resolved = posixpath.normpath(posixpath.join(_where(src_uri), target))
+    return resolved.removeprefix("docs/") if resolved.startswith("docs/") else None
+
+
 def on_files(files: Files, config: Any) -> Files:
     """Each generated page (written in memory: nothing lands in docs/), and each file of
     the repository a page links to, under ``repo/``."""
@@ -75,14 +84,16 @@ def on_files(files: Files, config: Any) -> Files:
 def on_page_markdown(markdown: str, page: Page, config: Any, files: Files) -> str:
     """Links to the repository's files point at their published copies."""
 
+    here = posixpath.dirname(page.file.src_uri) or "."
+
     def published(match: re.Match[str]) -> str:
         target, anchor = match.group(1), match.group(2) or ""
         outside = _outside_file(page.file.src_uri, target)
-        if outside is None:
-            return match.group(0)
-        if page.file.src_uri.startswith(PUBLISHED + "/") and outside.endswith(".md"):
-            return match.group(0)  # a published file's sibling: published beside it
-        here = posixpath.dirname(page.file.src_uri) or "."
-        return f"]({posixpath.relpath(f'{PUBLISHED}/{outside}', here)}{anchor})"
+        if outside is not None:
+            return f"]({posixpath.relpath(f'{PUBLISHED}/{outside}', here)}{anchor})"
+        inside = _docs_page(page.file.src_uri, target)
+        if inside is not None:  # a published file (the README) linking into docs/
+            return f"]({posixpath.relpath(inside, here)}{anchor})"
+        return match.group(0)
 
     return LINK.sub(published, markdown)

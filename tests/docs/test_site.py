@@ -66,13 +66,17 @@ def test_the_site_builds_with_its_generated_reference(site: Path) -> None:
 def test_a_broken_link_or_anchor_fails_the_build(copy: Path, tmp_path: Path) -> None:
     page = copy / "docs" / "index.md"
     original = page.read_text()
-    page.write_text(
-        original + "\nSee [gone](no-such-page.md), [gone](pipelines.md#no-such-heading).\n"
-    )
+    broken = "[gone](no-such-page.md), [gone](pipelines.md#no-such-heading)"
+    # beside them, links to the repository's files, which the hook publishes: not refused
+    fine = "[readme](../README.md#set-up), [hpa](../deploy/kserve/hpa.yaml)"
+    page.write_text(original + f"\nSee {broken}; {fine}.\n")
+    shutil.copy(ROOT / "README.md", copy / "README.md")
     try:
         done = build(copy, tmp_path / "site")
     finally:
         page.write_text(original)
     assert done.returncode != 0
-    assert "no-such-page.md" in done.stderr  # each is named
-    assert "does not contain an anchor '#no-such-heading'" in done.stderr
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == 2, warnings  # each broken link is named, and nothing else
+    assert "no-such-page.md" in warnings[0]
+    assert "does not contain an anchor '#no-such-heading'" in warnings[1]
