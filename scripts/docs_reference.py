@@ -283,6 +283,13 @@ REST_ROUTES = {
     "/metrics": "Prometheus metrics (the metrics port, or the REST port with --metrics-port 0)",
 }
 
+# What each endpoint every model serves through its endpoint route does; one without a line
+# here fails the build.
+MODEL_ENDPOINTS = {
+    "explain": "per-feature attributions of the model's score ([Explanations](../explain.md))",
+    "invocations": "MLflow's scoring server's JSON request, for this model",
+}
+
 # What each gRPC method does; a method of a service without a line here fails the build.
 GRPC_METHODS = {
     "ServerLive": "server liveness",
@@ -350,6 +357,14 @@ def endpoints_page() -> str:
         if key not in REST_ROUTES:
             raise Undocumented(f"the REST route {path} has no line in REST_ROUTES")
         rest.append((f"`{path}`", methods, REST_ROUTES[key]))
+    from inferpool.frontends.endpoints import _EVERY_MODEL
+
+    every_model = []
+    for path, methods in _EVERY_MODEL.items():
+        if path not in MODEL_ENDPOINTS:
+            raise Undocumented(f"every model's endpoint {path} has no line in MODEL_ENDPOINTS")
+        shown = f"`/v2/models/{{name}}[/versions/{{version}}]/{path}`"
+        every_model.append((shown, ", ".join(methods), MODEL_ENDPOINTS[path]))
     grpc = []
     for service, method, message in grpc_methods():
         if method not in GRPC_METHODS:
@@ -364,6 +379,10 @@ def endpoints_page() -> str:
             "(8082). Routes are matched in this order.\n",
             "## REST\n",
             _table(("path", "methods", "what it does"), rest),
+            "### Every model's own endpoints\n",
+            "Served through the custom endpoint route above (gRPC: `inferpool.CustomService/Call`",
+            "with the path), for every model whatever its runtime:\n",
+            _table(("path", "methods", "what it does"), every_model),
             "## gRPC\n",
             _table(("method", "request", "what it does"), grpc),
         ]

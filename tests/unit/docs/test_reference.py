@@ -63,6 +63,7 @@ def test_every_endpoint_is_listed() -> None:
         assert f"`{path}`" in page
     assert "`inference.GRPCInferenceService/ModelInfer`" in page
     assert "`grpc.health.v1.Health/Watch`" in page
+    assert "`/v2/models/{name}[/versions/{version}]/explain` | POST" in page
 
 
 def test_a_route_without_words_fails_the_page(monkeypatch: pytest.MonkeyPatch) -> None:
