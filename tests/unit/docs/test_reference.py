@@ -66,17 +66,19 @@ def test_every_endpoint_is_listed() -> None:
     assert "`/v2/models/{name}[/versions/{version}]/explain` | POST" in page
 
 
-def test_a_route_without_words_fails_the_page(monkeypatch: pytest.MonkeyPatch) -> None:
-    routes = dict(docs_reference.REST_ROUTES)
-    del routes["{model}/generate"]
-    monkeypatch.setattr(docs_reference, "REST_ROUTES", routes)
-    with pytest.raises(Undocumented, match="generate"):
-        PAGES["reference/endpoints.md"]()
-
-
-def test_a_grpc_method_without_words_fails_the_page(monkeypatch: pytest.MonkeyPatch) -> None:
-    methods = dict(docs_reference.GRPC_METHODS)
-    del methods["ModelInfer"]
-    monkeypatch.setattr(docs_reference, "GRPC_METHODS", methods)
-    with pytest.raises(Undocumented, match="ModelInfer"):
+@pytest.mark.parametrize(
+    ("table", "entry"),
+    [
+        ("REST_ROUTES", "{model}/generate"),
+        ("GRPC_METHODS", "ModelInfer"),
+        ("MODEL_ENDPOINTS", "explain"),
+    ],
+)
+def test_an_endpoint_without_words_fails_the_page(
+    monkeypatch: pytest.MonkeyPatch, table: str, entry: str
+) -> None:
+    words = dict(getattr(docs_reference, table))
+    del words[entry]
+    monkeypatch.setattr(docs_reference, table, words)
+    with pytest.raises(Undocumented, match=entry.rpartition("/")[2]):
         PAGES["reference/endpoints.md"]()
