@@ -42,6 +42,8 @@ class InferpoolError(Exception):
 
 
 class BadRequest(InferpoolError):
+    """A request the server cannot take as sent; the message names the input and the problem."""
+
     status = 400
 
 
@@ -64,10 +66,14 @@ class TooLarge(InferpoolError):
 
 
 class ModelNotFound(InferpoolError):
+    """An unknown model or version, or one unloaded through the API."""
+
     status = 404
 
 
 class NotReady(InferpoolError):
+    """The server or the model is not ready (starting, failed, draining)."""
+
     status = 503
 
 
@@ -97,6 +103,8 @@ class ClientGone(InferpoolError):
 
 
 class DeadlineExceeded(InferpoolError):
+    """The request's deadline or its model's timeout passed."""
+
     status = 504
 
 
@@ -107,6 +115,8 @@ class ModelError(InferpoolError):
 
 
 class ModelLoadError(InferpoolError):
+    """A model failed to load; the message says why, naming the file or library."""
+
     status = 500
 
 

@@ -41,6 +41,7 @@ ENVIRONMENT_FOLDERS = {
     "tests/package": "package",  # the wheel built and installed into a clean virtualenv
     "tests/environments": "environments",  # a virtualenv with scikit-learn 1.5.2 (item 19.6)
     "tests/ecosystem": "ecosystem",  # inferpool[all] beside kserve, MLServer, Ray... (plain pip)
+    "tests/docs": "docs",  # mkdocs-material: the site built strict, the pages' code blocks run
     "tests/runtimes": "runtimes",  # CatBoost, ONNX Runtime: libraries not in [test]
 }
 

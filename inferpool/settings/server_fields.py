@@ -213,7 +213,7 @@ class ServingFields(WorkerFields):
 class LimitFields(ServingFields):
     """What one request or connection may use: each checked before anything is allocated."""
 
-    # -- limits: each checked before anything is allocated (README, "Limits and security")
+    # -- limits: each checked before anything is allocated (docs/operate/limits.md)
     max_body_bytes: int = Field(
         64 * MIB,
         ge=1,

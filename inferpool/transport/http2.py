@@ -15,8 +15,8 @@ A stream whose request has ended (headers, body, END_STREAM) is handed to
 ``on_request``; the caller answers with ``respond``. Responses are encoded without the
 dynamic table (static-table indexes and literals), so header blocks can be precomputed.
 
-It also owns the wire's defences, as nghttp2 and grpc C-core have them (README, "Limits
-and security"): receive flow control enforced, with windows replenished only as bodies
+It also owns the wire's defences, as nghttp2 and grpc C-core have them
+(docs/operate/limits.md): receive flow control enforced, with windows replenished only as bodies
 are consumed and a per-connection budget of buffered body bytes; every frame-validity
 rule of RFC 9113 answered with the right GOAWAY or RST_STREAM; per-second budgets for
 SETTINGS, PING, PRIORITY, RST_STREAM (rapid reset), empty frames and CONTINUATION, past

@@ -1,4 +1,5 @@
-"""The README's "Custom endpoints and feedback" example, run as it is written: its files,
+"""The "Custom endpoints and feedback" guide's example (docs/custom-endpoints.md, "Example"),
+run as it is written: its files,
 its curl commands (against the served port) and its gRPC snippet."""
 
 from __future__ import annotations
@@ -12,14 +13,15 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support import Server
-from tests.support.readme import readme_section, write_example
+from tests.support.readme import page_section, write_example
 
-SECTION = "## Custom endpoints and feedback"
+PAGE = "docs/custom-endpoints.md"
+SECTION = "## Example"
 
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
-    section = readme_section(SECTION)
+    section = page_section(PAGE, SECTION)
     root = tmp_path_factory.mktemp("readme")
     files = write_example(section, root)
     assert set(files) == {"models/churn/churn.py", "models/churn/model-settings.json"}

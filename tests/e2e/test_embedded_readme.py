@@ -1,4 +1,5 @@
-"""The README's "Embedded in a Python program" example, run as it is written, in a fresh
+"""The "Embedded in a Python program" guide's example (docs/embedded.md), run as it is
+written, in a fresh
 interpreter and an empty folder, and what it prints is what its comments say."""
 
 from __future__ import annotations
@@ -11,17 +12,15 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-SECTION = "## Embedded in a Python program"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "embedded.md"
+SECTION = "# Embedded in a Python program"
 
 pytestmark = pytest.mark.timeout(180)
 
 
 def readme_example() -> str:
-    text = README.read_text()
-    start = text.index(SECTION)
-    end = text.find("\n## ", start + len(SECTION))
-    section = text[start : end if end != -1 else len(text)]
+    section = PAGE.read_text()
+    assert section.startswith(SECTION)
     [example] = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     return example
 

@@ -56,7 +56,7 @@ def setup(
 ) -> Iterator[tuple[Server, dict[str, Any], Path, GRPCInferenceServiceStub]]:
     root = tmp_path_factory.mktemp("pipelines")
     models = build_pipeline_repository(root)
-    build_demo_repository(root)  # the README's example: its models and its pipeline
+    build_demo_repository(root)  # the guide's example: its models and its pipeline
     (root / "iris-soft-vote").mkdir()
     (root / "iris-soft-vote" / "model-settings.json").write_text(readme_pipeline())
     flags = ["--workers", str(request.param), "--model-control-mode", "explicit", "--tracing"]
@@ -68,12 +68,13 @@ def setup(
 
 
 def readme_section() -> str:
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    return text.split("\n## Pipelines\n", 1)[1].split("\n## ", 1)[0]
+    """The example of the pipelines guide (docs/pipelines.md, "Example")."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "pipelines.md").read_text()
+    return text.split("\n## Example\n", 1)[1].split("\n## ", 1)[0]
 
 
 def readme_pipeline() -> str:
-    """The settings the README's example writes."""
+    """The settings the guide's example writes."""
     return re.search(r"<<'JSON'\n(.*?)\nJSON\n", readme_section(), flags=re.S)[1]
 
 

@@ -1,5 +1,5 @@
-"""The README's "Custom Python runtime" example, run as it is written: its files are taken
-from README.md, served, and asked the request the README shows."""
+"""The "Custom Python runtimes" guide's example (docs/custom-runtimes.md), run as it is
+written: its files are taken from the page, served, and asked the request the page shows."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ import httpx
 import pytest
 
 from tests.support import Server
-from tests.support.readme import readme_section, write_example
+from tests.support.readme import page_section, write_example
 
-SECTION = "## Custom Python runtime"
+PAGE = "docs/custom-runtimes.md"
+SECTION = "# Custom Python runtimes"
 
 
 def example_exchange(section: str) -> tuple[dict, dict]:
-    """The request body of the README's curl command and the answer it shows."""
+    """The request body of the page's curl command and the answer it shows."""
     request = json.loads(re.search(r"-d '(\{.*?\})'", section, re.DOTALL).group(1))
     blocks = re.findall(r"```json\n(.*?)```", section, re.DOTALL)
     answer = json.loads(next(block for block in blocks if "outputs" in block))
@@ -26,7 +27,7 @@ def example_exchange(section: str) -> tuple[dict, dict]:
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
-    section = readme_section(SECTION)
+    section = page_section(PAGE, SECTION)
     root = tmp_path_factory.mktemp("readme")
     files = write_example(section, root)
     assert set(files) == {

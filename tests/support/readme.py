@@ -1,25 +1,37 @@
-"""Reading the README's examples: a section, and the files it shows (a line naming the
-file as `models/...`, then its code block)."""
+"""Reading the documentation's examples (the README and the pages of docs/): a section, and
+the files it shows (a line naming the file as `models/...`, then its code block)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+
+
+def page_section(page: str, title: str) -> str:
+    """The section headed ``title`` (e.g. "## Example") of ``page`` (a path from the
+    repository's root, e.g. "docs/pipelines.md"), up to the next section of its level or
+    above; a page's title ("# ...") gives the whole page."""
+    text = (ROOT / page).read_text()
+    start = text.index(title + "\n")
+    level = len(title) - len(title.lstrip("#"))
+    following = re.compile(rf"^#{{1,{level}}} ", re.MULTILINE).search(text, start + len(title))
+    return text[start : following.start() if following else len(text)]
 
 
 def readme_section(title: str) -> str:
-    """The section headed ``title`` (e.g. "## Custom Python runtime"), up to the next one."""
-    text = README.read_text()
-    start = text.index(title)
-    following = text.find("\n## ", start + len(title))
-    return text[start : following if following != -1 else len(text)]
+    """The README's section headed ``title`` (e.g. "## Set-up"), up to the next one."""
+    return page_section("README.md", title)
 
 
 def example_files(section: str) -> dict[str, str]:
-    """Each code block preceded by a line naming its file as `models/...`."""
-    pattern = re.compile(r"^`(models/[^`]+)`:\n\n```\w*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+    """Each code block preceded by a line naming its file as `models/...` (and the block's
+    mark for tests/docs/test_code_blocks.py, if any)."""
+    pattern = re.compile(
+        r"^`(models/[^`]+)`:\n\n(?:<!--[^\n]*-->\n)?```\w*\n(.*?)^```", re.MULTILINE | re.DOTALL
+    )
     return {path: body for path, body in pattern.findall(section)}
 
 

@@ -53,6 +53,8 @@ Send = Callable[[bytes], bool]
 
 
 class TooManyWatchers(InferpoolError):
+    """More health Watch streams open than the server keeps."""
+
     status = 429  # RESOURCE_EXHAUSTED
 
 
