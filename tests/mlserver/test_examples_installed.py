@@ -6,12 +6,17 @@ datatype, shape and data.
 
 Examples here: sklearn, xgboost, lightgbm (MLServer's own runtimes, installed by tox's
 ``mlserver`` environment), content-type (its request, and the same inputs typed by the
-model's metadata) and custom-json. Not here: mms and model-repository (the sklearn and
-xgboost models again, under the same names and versions: one repository cannot hold both
-layouts), mlflow (MLServer's MLflow runtime needs the full ``mlflow`` package), streaming
-(its gRPC call is MLServer's stream in, stream out), huggingface and cassava (hub
-downloads), alibi-detect and alibi-explain (alibi is not installed), catboost, mllib, kafka,
-conda, custom (numpyro), tempo.
+model's metadata) and custom-json. In a second repository, served by a second pair of
+servers (``test_examples_second_installed.py``): mms and model-repository (the sklearn and
+xgboost models again, under the same names and versions, laid out as those examples lay
+them out), streaming (REST ``generate_stream`` and gRPC stream in, stream out with
+MLServer's own client) and mlflow (when ``mlserver-mlflow`` and the full ``mlflow`` package
+are installed, as tox's ``mlserver`` environment does).
+
+Not here: huggingface and cassava (hub downloads), kafka (a Kafka broker), alibi-detect
+and alibi-explain (alibi is not installed), mllib (a Spark cluster), conda and tempo
+(conda-pack and tempo, not installed), catboost (another module: the ``runtimes``
+environment), custom (numpyro and jax: see ``test_examples_second_installed.py``).
 """
 
 from __future__ import annotations
