@@ -72,6 +72,56 @@ GENERATE_REQUEST = {
     "outputs": [{"name": "output"}],
 }
 
+# custom (docs/examples/custom): a runtime that loads the posterior samples saved as JSON
+# (``get_model_uri``), and predicts with numpyro's ``Predictive`` over the README's
+# Bayesian regression (intercept, optional slopes for marriage and age, a noise scale),
+# seeded with PRNGKey(0), answering the mean of the predicted ``obs``; ``decode_args``
+# gives its optional arrays.
+NUMPYRO_MODEL = """
+import json
+from typing import Optional
+
+import numpy as np
+import numpyro
+from jax import random
+from mlserver import MLModel
+from mlserver.codecs import decode_args
+from mlserver.utils import get_model_uri
+from numpyro import distributions as dist
+from numpyro.infer import Predictive
+
+
+def regression(marriage=None, age=None, divorce=None):
+    intercept = numpyro.sample("a", dist.Normal(0.0, 0.2))
+    mean = intercept
+    if marriage is not None:
+        mean = mean + numpyro.sample("bM", dist.Normal(0.0, 0.5)) * marriage
+    if age is not None:
+        mean = mean + numpyro.sample("bA", dist.Normal(0.0, 0.5)) * age
+    sigma = numpyro.sample("sigma", dist.Exponential(1.0))
+    numpyro.sample("obs", dist.Normal(mean, sigma), obs=divorce)
+
+
+class NumpyroModel(MLModel):
+    async def load(self) -> bool:
+        with open(await get_model_uri(self._settings)) as model_file:
+            samples = {key: np.array(value) for key, value in json.load(model_file).items()}
+        self._predictive = Predictive(regression, samples)
+        return True
+
+    @decode_args
+    async def predict(
+        self,
+        marriage: Optional[np.ndarray] = None,
+        age: Optional[np.ndarray] = None,
+        divorce: Optional[np.ndarray] = None,
+    ) -> np.ndarray:
+        predicted = self._predictive(
+            rng_key=random.PRNGKey(0), marriage=marriage, age=age, divorce=divorce
+        )
+        return np.asarray(predicted["obs"].mean())
+"""
+
 WINE_COLUMNS = [
     "fixed acidity",
     "volatile acidity",
@@ -87,6 +137,37 @@ WINE_COLUMNS = [
 ]
 # The mlflow README's wine (its request, and its /invocations dataframe_split row).
 WINE = [7.4, 0.7, 0, 1.9, 0.076, 11, 34, 0.9978, 3.51, 0.56, 9.4]
+
+
+def numpyro_installed() -> bool:
+    """numpyro and jax, for the custom example."""
+    return all(importlib.util.find_spec(name) for name in ("numpyro", "jax"))
+
+
+def _numpyro(folder: Path) -> None:
+    """custom's model: the posterior of the regression of divorce on marriage rate (both
+    standardised) approximated with NUTS, its samples saved as ``numpyro-divorce.json``.
+    The 50 states' rates are made here (the README downloads them); fewer warm-up steps
+    and samples than the README's 1000 and 2000, to keep the run short."""
+    import jax
+    from numpyro.infer import MCMC, NUTS
+
+    namespace: dict = {}
+    exec(compile(NUMPYRO_MODEL, "numpyro_model", "exec"), namespace)  # its model function
+    rng = np.random.default_rng(0)
+    marriage = rng.normal(size=50)
+    divorce = 0.35 * marriage + rng.normal(size=50) * 0.9
+    mcmc = MCMC(NUTS(namespace["regression"]), num_warmup=100, num_samples=200, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), marriage=marriage, divorce=divorce)
+    samples = {key: np.asarray(value).tolist() for key, value in mcmc.get_samples().items()}
+    settings = {
+        "name": "numpyro-divorce",
+        "implementation": "models.NumpyroModel",
+        "parameters": {"uri": "./numpyro-divorce.json"},
+    }
+    _settings(folder, settings)
+    (folder / "models.py").write_text(NUMPYRO_MODEL)
+    (folder / "numpyro-divorce.json").write_text(json.dumps(samples))
 
 
 def mlflow_installed() -> bool:
@@ -167,7 +248,7 @@ def _rows(row: list[float]) -> dict:
     }
 
 
-def write_second(root: Path, with_mlflow: bool) -> dict[str, tuple[str, dict]]:
+def write_second(root: Path, with_mlflow: bool, with_numpyro: bool) -> dict[str, tuple[str, dict]]:
     """The second repository in ``root``: each example's name, its infer path and request.
 
     ``settings.json`` joins mms's (``debug``) and streaming's (no parallel workers, no
@@ -185,4 +266,10 @@ def write_second(root: Path, with_mlflow: bool) -> dict[str, tuple[str, dict]]:
     if with_mlflow:
         _wine(root / "mlflow")
         cases["mlflow"] = ("/v2/models/wine-classifier/infer", wine_request())
+    if with_numpyro:
+        _numpyro(root / "custom")
+        # The README's request: NumpyCodec.encode_input("marriage", np.array([28.0])).
+        marriage = {"name": "marriage", "shape": [1], "datatype": "FP64", "data": [28.0]}
+        marriage["parameters"] = {"content_type": "np"}
+        cases["custom"] = ("/v2/models/numpyro-divorce/infer", {"inputs": [marriage]})
     return cases
