@@ -4,7 +4,8 @@
 lay them out: ``models/<name>/``, no ``uri``, the runtimes' default file names), streaming
 (the README's word-by-word text runtime, ``predict_stream`` over the client's stream) and,
 when MLServer's MLflow runtime is installed, mlflow (an ElasticNet saved in the MLflow
-format under an ``mlruns/`` folder beside ``src/``, as the example's training leaves it).
+format under an ``mlruns/`` folder beside ``src/``, as the example's training leaves it),
+and when numpyro is installed, custom (numpyro's Bayesian regression).
 
 Facts carry over from the examples (settings, names, requests, what is trained); the
 training data is made here (tests download nothing) and the runtime is written here from

@@ -10,13 +10,14 @@ model's metadata) and custom-json. In a second repository, served by a second pa
 servers (``test_examples_second_installed.py``): mms and model-repository (the sklearn and
 xgboost models again, under the same names and versions, laid out as those examples lay
 them out), streaming (REST ``generate_stream`` and gRPC stream in, stream out with
-MLServer's own client) and mlflow (when ``mlserver-mlflow`` and the full ``mlflow`` package
-are installed, as tox's ``mlserver`` environment does).
+MLServer's own client), mlflow (when ``mlserver-mlflow`` and the full ``mlflow`` package
+are installed, as tox's ``mlserver`` environment does) and custom (numpyro: when numpyro
+and jax are installed, which tox's ``mlserver`` environment leaves out, for time).
 
 Not here: huggingface and cassava (hub downloads), kafka (a Kafka broker), alibi-detect
 and alibi-explain (alibi is not installed), mllib (a Spark cluster), conda and tempo
 (conda-pack and tempo, not installed), catboost (another module: the ``runtimes``
-environment), custom (numpyro and jax: see ``test_examples_second_installed.py``).
+environment).
 """
 
 from __future__ import annotations

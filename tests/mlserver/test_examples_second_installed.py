@@ -1,4 +1,4 @@
-"""MLServer 1.7.1's mms, model-repository, streaming and mlflow examples run unchanged
+"""MLServer 1.7.1's mms, model-repository, streaming, mlflow and custom examples run unchanged
 (issue 38, point 10): the second repository of ``tests/mlserver/examples_second.py``
 served by inferpool and by ``mlserver start`` side by side, each README's calls sent to
 both, the answers compared.
@@ -12,6 +12,8 @@ both, the answers compared.
 - mlflow (when ``mlserver-mlflow`` and the full ``mlflow`` package are installed, as tox's
   ``mlserver`` environment does): the README's V2 request (REST and gRPC), MLflow's
   ``/invocations`` with ``dataframe_split``, and the model's metadata.
+- custom (when numpyro and jax are installed; tox's ``mlserver`` environment leaves them
+  out, for time): the README's request (REST and gRPC).
 """
 
 from __future__ import annotations
