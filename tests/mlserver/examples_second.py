@@ -59,20 +59,6 @@ TEXT_SETTINGS = {
     "outputs": [{"datatype": "BYTES", "name": "output", "shape": [1]}],
 }
 
-# The streaming README's generate-request.json.
-GENERATE_REQUEST = {
-    "inputs": [
-        {
-            "name": "prompt",
-            "shape": [1],
-            "datatype": "BYTES",
-            "data": ["What is the capital of France?"],
-            "parameters": {"content_type": "str"},
-        }
-    ],
-    "outputs": [{"name": "output"}],
-}
-
 # custom (docs/examples/custom): a runtime that loads the posterior samples saved as JSON
 # (``get_model_uri``), and predicts with numpyro's ``Predictive`` over the README's
 # Bayesian regression (intercept, optional slopes for marriage and age, a noise scale),

@@ -28,16 +28,21 @@ import httpx
 import numpy as np
 import pytest
 
+# MLServer's streaming example's generate-request.json (shared with the e2e test).
+from tests.e2e.test_stream_event_headers import REQUEST as GENERATE_REQUEST
 from tests.mlserver.examples_second import (
-    GENERATE_REQUEST,
     WINE,
     WINE_COLUMNS,
     mlflow_installed,
     numpyro_installed,
     write_second,
 )
-from tests.mlserver.test_examples_installed import _grpc, assert_same_outputs
-from tests.mlserver.test_mlmodel_installed import running_mlserver
+from tests.mlserver.side_by_side import (
+    assert_rest_same,
+    assert_same_outputs,
+    grpc_infer,
+    side_by_side,
+)
 from tests.support import Server
 
 WITH_MLFLOW, WITH_NUMPYRO = mlflow_installed(), numpyro_installed()
@@ -54,20 +59,9 @@ def second(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
 @pytest.fixture(scope="module")
 def both(second) -> Iterator[tuple[Server, tuple[str, str]]]:
-    """inferpool and MLServer on the second repository, started together."""
-    with Server(second[0]) as ours, running_mlserver(second[0]) as theirs:
-        ours.wait_ready(timeout=300)  # generous: a loaded machine
-        yield ours, theirs
-
-
-@pytest.fixture(scope="module")
-def inferpool(both) -> Server:
-    return both[0]
-
-
-@pytest.fixture(scope="module")
-def mlserver(both) -> tuple[str, str]:
-    return both[1]
+    """inferpool and MLServer (its REST URL and gRPC address) on the second repository."""
+    with side_by_side(second[0]) as pair:
+        yield pair
 
 
 needs_numpyro = pytest.mark.skipif(not WITH_NUMPYRO, reason="numpyro and jax are not installed")
@@ -80,21 +74,18 @@ CASES = [
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_rest_answers_as_mlserver(name: str, second, inferpool: Server, mlserver) -> None:
+def test_rest_answers_as_mlserver(name: str, second, both) -> None:
     path, body = second[1][name]
-    ours = httpx.post(inferpool.url + path, json=body, timeout=60)
-    theirs = httpx.post(mlserver[0] + path, json=body, timeout=60)
-    assert ours.status_code == theirs.status_code == 200, (ours.text, theirs.text)
-    assert_same_outputs(ours.json()["outputs"], theirs.json()["outputs"])
-    assert ours.json().get("model_version") == theirs.json().get("model_version")
+    assert_rest_same(both[0].url, both[1][0], path, body)
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_grpc_answers_as_mlserver(name: str, second, inferpool: Server, mlserver) -> None:
+def test_grpc_answers_as_mlserver(name: str, second, both) -> None:
     path, body = second[1][name]
     flat = [{**tensor, "data": np.ravel(tensor["data"]).tolist()} for tensor in body["inputs"]]
     body = {**body, "inputs": flat}  # typed contents are flat; the README's rows are nested
-    assert_same_outputs(_grpc(inferpool.grpc_address, path, body), _grpc(mlserver[1], path, body))
+    ours, theirs = both[0].grpc_address, both[1][1]
+    assert_same_outputs(grpc_infer(ours, path, body), grpc_infer(theirs, path, body))
 
 
 def _repository_walk(url: str) -> list[tuple[int, bytes, list | None]]:
@@ -114,13 +105,13 @@ def _repository_walk(url: str) -> list[tuple[int, bytes, list | None]]:
     return answers
 
 
-def test_the_repository_api_answers_as_mlserver(inferpool: Server, mlserver, second) -> None:
-    ours, theirs = _repository_walk(inferpool.url), _repository_walk(mlserver[0])
+def test_the_repository_api_answers_as_mlserver(both, second) -> None:
+    ours, theirs = _repository_walk(both[0].url), _repository_walk(both[1][0])
     assert ours == theirs
     unloaded = {e["name"]: e["state"] for e in ours[2][2]}
     assert unloaded["mushroom-xgboost"] == "UNAVAILABLE" and unloaded["mnist-svm"] == "READY"
     path, body = second[1]["mms-xgboost"]  # served again once loaded
-    assert httpx.post(inferpool.url + path, json=body, timeout=60).status_code == 200
+    assert httpx.post(both[0].url + path, json=body, timeout=60).status_code == 200
 
 
 def _sse_events(url: str) -> list[dict]:
@@ -139,8 +130,8 @@ def _sse_events(url: str) -> list[dict]:
 WORDS = ["What", " is", " the", " capital", " of", " France?"]
 
 
-def test_generate_stream_answers_as_mlserver(inferpool: Server, mlserver) -> None:
-    ours, theirs = _sse_events(inferpool.url), _sse_events(mlserver[0])
+def test_generate_stream_answers_as_mlserver(both) -> None:
+    ours, theirs = _sse_events(both[0].url), _sse_events(both[1][0])
     assert [e["outputs"][0]["data"] for e in ours] == [e["outputs"][0]["data"] for e in theirs]
     assert [e["outputs"][0]["data"] for e in ours] == [[word] for word in WORDS]
     for one, other in zip(ours, theirs, strict=True):
@@ -171,31 +162,29 @@ def _mlserver_client_stream(address: str) -> list[list[str]]:
     return [StringCodec.decode_output(response.outputs[0]) for response in decoded]
 
 
-def test_model_stream_infer_answers_mlservers_client_as_mlserver(
-    inferpool: Server, mlserver
-) -> None:
+def test_model_stream_infer_answers_mlservers_client_as_mlserver(both) -> None:
     ours, theirs = (
-        _mlserver_client_stream(inferpool.grpc_address),
-        _mlserver_client_stream(mlserver[1]),
+        _mlserver_client_stream(both[0].grpc_address),
+        _mlserver_client_stream(both[1][1]),
     )
     assert ours == theirs == [[word] for word in WORDS]
 
 
 @needs_mlflow
-def test_mlflow_invocations_answer_as_mlserver(inferpool: Server, mlserver) -> None:
+def test_mlflow_invocations_answer_as_mlserver(both) -> None:
     body = {"dataframe_split": {"columns": WINE_COLUMNS, "data": [WINE]}}
-    ours = httpx.post(inferpool.url + "/invocations", json=body, timeout=60)
-    theirs = httpx.post(mlserver[0] + "/invocations", json=body, timeout=60)
+    ours = httpx.post(both[0].url + "/invocations", json=body, timeout=60)
+    theirs = httpx.post(both[1][0] + "/invocations", json=body, timeout=60)
     assert ours.status_code == theirs.status_code == 200, (ours.text, theirs.text)
     assert ours.json().keys() == theirs.json().keys()
     assert ours.json()["predictions"] == pytest.approx(theirs.json()["predictions"])
 
 
 @needs_mlflow
-def test_mlflow_metadata_answers_as_mlserver(inferpool: Server, mlserver) -> None:
+def test_mlflow_metadata_answers_as_mlserver(both) -> None:
     path = "/v2/models/wine-classifier"
-    ours = httpx.get(inferpool.url + path, timeout=60).json()
-    theirs = httpx.get(mlserver[0] + path, timeout=60).json()
+    ours = httpx.get(both[0].url + path, timeout=60).json()
+    theirs = httpx.get(both[1][0] + path, timeout=60).json()
     for key in ("name", "versions", "inputs", "outputs", "parameters"):
         assert ours.get(key) == theirs.get(key), key
     # The one difference (the migration guide's mlflow row): inferpool's metadata names
