@@ -16,7 +16,7 @@ and jax are installed, which tox's ``mlserver`` environment leaves out, for time
 
 Not here: huggingface and cassava (hub downloads), kafka (a Kafka broker), alibi-detect
 and alibi-explain (alibi is not installed), mllib (a Spark cluster), conda and tempo
-(conda-pack and tempo, not installed), catboost (another module: the ``runtimes``
+(conda-pack and tempo, not installed), catboost (CatBoost is not installed in this
 environment).
 """
 
