@@ -140,6 +140,17 @@ def test_generate_stream_answers_as_mlserver(both) -> None:
         assert sorted(one["parameters"]["headers"]) == sorted(other["parameters"]["headers"])
 
 
+def test_streaming_metadata_answers_as_mlserver(both) -> None:
+    """The example's model-settings.json gives ``versions`` and ``platform``: the
+    MLModel's metadata() answers them in both servers."""
+    path = "/v2/models/text-model"
+    ours = httpx.get(both[0].url + path, timeout=60).json()
+    theirs = httpx.get(both[1][0] + path, timeout=60).json()
+    for key in ("name", "versions", "platform", "inputs", "outputs"):
+        assert ours[key] == theirs[key], key
+    assert (ours["versions"], ours["platform"]) == (["text-model/v1.2.3"], "mlserver")
+
+
 def _mlserver_client_stream(address: str) -> list[list[str]]:
     """The README's gRPC call: MLServer's converter and stub, its responses converted back
     to MLServer's types and decoded with StringCodec."""
