@@ -73,11 +73,14 @@ class Refused:
     reason: str
     default: Any = None
     fails: bool = False
+    # Read by an MLModel runtime's own metadata() (MLServer's settings reach it), so the
+    # warning must not say "ignored" for every model.
+    mlmodel_reads: bool = False
 
 
 MODEL_REFUSED: dict[str, Refused] = {
-    "platform": Refused("the model metadata gives the runtime's platform", ""),
-    "versions": Refused("the model metadata lists the served versions", []),
+    "platform": Refused("the model metadata gives the runtime's platform", "", mlmodel_reads=True),
+    "versions": Refused("the model metadata lists the served versions", [], mlmodel_reads=True),
     "parallel_workers": Refused("deprecated by MLServer; set the server's workers"),
     "warm_workers": Refused("deprecated by MLServer; workers are always warm", False),
     "cache_enabled": Refused("inferpool caches no responses: every request is predicted", False),
@@ -110,6 +113,13 @@ def check_model_keys(raw: Mapping[str, Any], where: str) -> None:
                 continue  # what MLServer does without it, and what inferpool does
             if rule.fails:
                 raise ValueError(f"{where}: {shown}={value!r} is not implemented: {rule.reason}")
+            if rule.mlmodel_reads:
+                warn_once(
+                    f"{where}: {shown}={value!r} is read by MLModel runtimes only (their "
+                    f"metadata(), as in MLServer); inferpool's own runtimes ignore it: "
+                    f"{rule.reason}"
+                )
+                continue
             warn_once(f"{where}: {shown}={value!r} is not implemented ({rule.reason}); ignored")
         else:
             warn_once(f"{where}: unknown key '{shown}'")

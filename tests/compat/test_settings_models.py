@@ -147,6 +147,21 @@ def test_unknown_and_refused_keys_of_model_settings(
     assert "environment_path" not in caplog.text
 
 
+def test_platform_and_versions_warn_that_mlmodel_runtimes_read_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """MLServer's streaming example sets both; an MLModel's metadata() answers them, so
+    the warning says who reads them rather than that they are ignored."""
+    path = tmp_path / "model-settings.json"
+    settings = {"name": "m", "platform": "mlserver", "versions": ["m/v1.2.3"]}
+    path.write_text(json.dumps(settings))
+    read_model_settings(tmp_path, "m")
+    for shown in ("platform='mlserver'", "versions=['m/v1.2.3']"):
+        line = next(line for line in caplog.text.splitlines() if shown in line)
+        assert "read by MLModel runtimes only" in line and "ignored" not in line, line
+        assert "inferpool's own runtimes ignore it" in line
+
+
 def test_unknown_keys_warn_and_a_tarball_fails_only_its_model(tmp_path: Path) -> None:
     """A real server: warnings name the key and file; the tarball's model is FAILED with
     its reason in the index (an environment needs worker processes) while the other
