@@ -39,8 +39,8 @@ ENVIRONMENT_FOLDERS = {
     "tests/ray": "ray",  # Ray Serve: a local Ray instance on 127.0.0.1
     "tests/package": "package",  # the wheel built and installed into a clean virtualenv
     "tests/environments": "environments",  # a virtualenv with scikit-learn 1.5.2 (item 19.6)
-    "tests/ecosystem": "ecosystem",
-    "tests/runtimes": "runtimes",  # CatBoost, ONNX Runtime...: libraries not in [test]  # inferpool[all] beside kserve, MLServer, Ray... (plain pip)
+    "tests/ecosystem": "ecosystem",  # inferpool[all] beside kserve, MLServer, Ray... (plain pip)
+    "tests/runtimes": "runtimes",  # CatBoost, ONNX Runtime...: libraries not in [test]
 }
 
 
