@@ -100,7 +100,8 @@ class CatBoostRuntime(Runtime):
             parameters = {"feature_names": list(self.feature_names)}
             return [TensorSpec("input-0", "FP64", [-1, self.n_features], parameters)]
         return [
-            TensorSpec(name, "BYTES", [-1, 1], {"content_type": "str"})
+            # BYTES (text, decoded in ``_features``) or integers, as CatBoost takes them.
+            TensorSpec(name, "BYTES", [-1, 1])
             if index in self.cat_features
             else TensorSpec(name, "FP64", [-1, 1])
             for index, name in enumerate(self.feature_names)
