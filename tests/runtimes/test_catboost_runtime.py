@@ -212,3 +212,42 @@ def test_loading_starts_no_thread_so_the_template_may_load_it(tmp_path: Path) ->
     assert after == before
     assert RUNTIMES["catboost"].fork_safe
     assert is_fork_safe(ModelSettings(name="m", folder=tmp_path))
+
+
+def test_a_multi_target_regressor_answers_a_column_per_target(tmp_path: Path) -> None:
+    rows = cm.numeric_rows(80, 3)
+    targets = np.column_stack([rows.sum(axis=1), rows[:, 0] - rows[:, 1]])
+    model = catboost.CatBoostRegressor(loss_function="MultiRMSE", **cm.TRAINING)
+    model.fit(rows, targets)
+    cm.save(model, tmp_path)
+    runtime = serve(tmp_path)
+    assert [(s.name, s.shape) for s in runtime.outputs()] == [
+        ("predict", [-1, 2]),
+        ("raw_formula_val", [-1, 2]),
+    ]
+    np.testing.assert_array_equal(
+        runtime.predict(rows[:4], ["predict"])["predict"], model.predict(rows[:4])
+    )
+
+
+def test_a_ranker_answers_its_scores(tmp_path: Path) -> None:
+    rows = cm.numeric_rows(60, 3)
+    model = catboost.CatBoostRanker(loss_function="YetiRank", **cm.TRAINING)
+    model.fit(rows, rows[:, 0] > 0, group_id=np.repeat(np.arange(6), 10))
+    cm.save(model, tmp_path)
+    runtime = serve(tmp_path)
+    assert isinstance(runtime.model, catboost.CatBoostRanker)
+    np.testing.assert_array_equal(
+        runtime.predict(rows, ["predict"])["predict"], model.predict(rows)
+    )
+
+
+def test_mlservers_implementation_answers_a_regressors_values(tmp_path: Path) -> None:
+    """MLServer 1.7.1 reads every file as a CatBoostClassifier and fails on a regressor's
+    (IndexError in predict); inferpool answers its values, as MLServer's [N, 1]."""
+    model = cm.regressor()
+    document = {"name": "cb", "implementation": "mlserver_catboost.CatboostModel"}
+    cm.save(model, tmp_path, **document)
+    rows = cm.numeric_rows(3, 4)
+    answer = serve(tmp_path, "cb").predict(rows, ["predict"])["predict"]
+    np.testing.assert_array_equal(answer, model.predict(rows).reshape(-1, 1))
