@@ -5,8 +5,9 @@ The file says what the model is: CatBoost's ``to_classifier``/``to_regressor``/
 ``to_ranker`` give the scikit-learn-API estimator of its loss function, whose own calls
 answer the outputs: ``predict`` (class labels of a classifier, values of a regressor or a
 ranker), ``predict_proba`` (a classifier's) and ``raw_formula_val`` (CatBoost's
-``RawFormulaVal``: the sum of the trees, before the link function). Text and embedding
-features are not described in the metadata (CatBoost still reads them by position).
+``RawFormulaVal``: the sum of the trees, before the link function). Not handled yet:
+text and embedding features (the metadata and the input checks know numbers and
+categories only).
 
 Inputs: a model without categorical features takes a numeric ``[rows, features]``
 array (or a ``pd`` request with one column per feature). A model with categorical
