@@ -126,8 +126,14 @@ class CatBoostRuntime(Runtime):
         return ["predict"]
 
     def validate(self, payload: Any) -> None:
-        # Shapes and columns only: the values are CatBoost's to check (``input_errors``).
-        self._features(payload)
+        # Shapes and columns only, nothing copied: the values are CatBoost's to check
+        # (``input_errors``) and ``predict`` builds what CatBoost takes.
+        if is_dataframe(payload):
+            self._column_order(payload)
+            check_rows(self.name, len(payload))
+        else:
+            numeric = not self.cat_features
+            check_matrix(self.name, payload, self.n_features, numeric=numeric)
 
     def predict(self, payload: Any, outputs: Sequence[str]) -> Mapping[str, Any]:
         features = self._features(payload)
@@ -161,31 +167,44 @@ class CatBoostRuntime(Runtime):
             matrix = check_matrix(self.name, payload, self.n_features, numeric=False)
             payload = pd.DataFrame(matrix, columns=self.feature_names)
         frame = self._ordered(payload)
-        text = [name for name, dtype in frame.dtypes.items() if dtype.kind == "O"]
-        if not text:
+        # BYTES arrive as bytes (CatBoost takes str; a column of a tensor is all bytes or
+        # none); numbers sent as text CatBoost parses itself.
+        encoded = [
+            str(name)
+            for name, dtype in frame.dtypes.items()
+            if dtype.kind == "O" and isinstance(frame[name].iat[0], bytes)
+        ]
+        if not encoded:
             return frame
-        # BYTES arrive as bytes (CatBoost takes str); numbers sent as text CatBoost parses.
-        return frame.assign(**{str(name): frame[name].map(_text) for name in text})
+        return frame.assign(**{name: [_text(v) for v in frame[name]] for name in encoded})
 
     def _ordered(self, frame: Any) -> Any:
-        """The frame's columns as the model's features: by name when they are its
-        feature names (in any order), else by position (CatBoost reads a DataFrame's
+        """The frame's columns as the model's features (CatBoost reads a DataFrame's
         columns in order and checks their names)."""
-        names = [str(column) for column in frame.columns]
-        if names == self.feature_names:
-            pass
-        elif sorted(names) == sorted(self.feature_names):
+        order = self._column_order(frame)
+        if order == "names":
             frame = frame[self.feature_names]
-        elif len(names) == self.n_features and not set(names) & set(self.feature_names):
+        elif order == "position":
             frame = frame.set_axis(self.feature_names, axis=1)
-        else:
-            raise BadRequest(
-                f"model '{self.name}' expects the features {', '.join(self.feature_names)} "
-                f"(by name, or {self.n_features} columns by position), got "
-                f"{', '.join(names) or 'none'}"
-            )
         check_rows(self.name, len(frame))
         return frame
+
+    def _column_order(self, frame: Any) -> str:
+        """How the frame's columns are the model's features: "same" (its names in its
+        order), "names" (in another order), "position" (no feature's name, as many
+        columns); else a 400 naming the features."""
+        names = [str(column) for column in frame.columns]
+        if names == self.feature_names:
+            return "same"
+        if sorted(names) == sorted(self.feature_names):
+            return "names"
+        if len(names) == self.n_features and not set(names) & set(self.feature_names):
+            return "position"
+        raise BadRequest(
+            f"model '{self.name}' expects the features {', '.join(self.feature_names)} "
+            f"(by name, or {self.n_features} columns by position), got "
+            f"{', '.join(names) or 'none'}"
+        )
 
 
 class MLServerCatBoostRuntime(CatBoostRuntime):
