@@ -102,7 +102,7 @@ RUNTIMES: dict[str, RuntimeEntry] = {
             fork_safe=True,
         ),
         # CatBoost reads its model file on the loading thread and starts its thread pool
-        # only when it predicts (measured: tests/runtimes/test_catboost_unit.py).
+        # only when it predicts (measured: tests/runtimes/test_catboost_runtime.py).
         RuntimeEntry(
             "catboost",
             "inferpool.runtimes.catboost.CatBoostRuntime",
