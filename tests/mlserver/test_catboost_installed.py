@@ -22,6 +22,7 @@ import pytest
 from inferpool.protocol.generated.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 from tests.mlserver.runtimes import grpc_outputs, grpc_request
 from tests.mlserver.test_mlmodel_installed import running_mlserver
+from tests.runtimes.catboost_models import tensor
 from tests.support import Server
 
 catboost = pytest.importorskip("catboost")
@@ -67,16 +68,7 @@ def both(example: Path) -> Iterator[tuple[Server, tuple[str, str]]]:
 
 def request_of(rows: np.ndarray) -> dict:
     """The README's request for ``rows``."""
-    return {
-        "inputs": [
-            {
-                "name": "predict-prob",
-                "shape": list(rows.shape),
-                "datatype": "FP32",
-                "data": rows.ravel().tolist(),
-            }
-        ]
-    }
+    return {"inputs": [tensor("predict-prob", rows, "FP32")]}
 
 
 REQUESTS = {
