@@ -10,8 +10,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-# Small and quick: the tests compare answers, not accuracy.
-TRAINING = {"iterations": 8, "depth": 3, "verbose": False, "thread_count": 1, "random_seed": 0}
+# Small and quick: the tests compare answers, not accuracy; no catboost_info/ written in
+# the working directory (the checkout).
+TRAINING = {
+    "iterations": 8,
+    "depth": 3,
+    "verbose": False,
+    "thread_count": 1,
+    "random_seed": 0,
+    "allow_writing_files": False,
+}
 COLOURS = np.array(["red", "green", "blue"])
 
 
@@ -19,7 +27,7 @@ def _fit(kind: str, data: Any, labels: Any, **options: Any) -> Any:
     import catboost
 
     estimator = {"classifier": catboost.CatBoostClassifier, "regressor": catboost.CatBoostRegressor}
-    model = estimator[kind](allow_writing_files=False, **TRAINING, **options)
+    model = estimator[kind](**TRAINING, **options)
     return model.fit(data, labels)
 
 
