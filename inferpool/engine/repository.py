@@ -9,7 +9,8 @@ The layouts MLServer and Triton users bring, all at once:
   a ``model-settings.json`` (MLServer's layout, where only such folders are models), such
   a folder is a model only if it holds a known artefact (or its numbered versions do),
   and never below a root that is itself a model (its folders are that model's files:
-  ``catboost_info/``, ``mlruns/``);
+  ``catboost_info/``, ``mlruns/``); CatBoost's training folder (``catboost_info/``,
+  holding ``catboost_training.json``) is never a model;
 - a model folder whose subfolders are numbered (``iris/1``, ``iris/2``; Triton's rule:
   digits, not starting with 0) holds one version per such folder: the model folder's
   settings with the version named after the number and its files in the version folder;
@@ -43,6 +44,7 @@ from pathlib import Path
 
 from inferpool.engine.states import ModelKey, model_key, newer_version
 from inferpool.errors import BadRequest
+from inferpool.runtimes.artefacts import is_training_output
 from inferpool.runtimes.registry import has_artefact
 from inferpool.settings import (
     MODEL_SETTINGS_FILE,
@@ -169,7 +171,13 @@ def _not_models(repository: Path, bare: list[Path], has_settings: bool) -> set[P
     at the root every folder is that model's (numbered versions aside); elsewhere a
     folder without settings stays a model when it holds a known artefact."""
     if not has_settings:
-        return set()  # no settings anywhere: each folder's artefact names its runtime
+        # No settings anywhere: each folder's artefact names its runtime, but CatBoost's
+        # training folder (``catboost_info/``, written where it was trained) is none
+        # (unless a model was saved into it too).
+        logs = {f for f in bare if is_training_output(f) and not _holds_artefact(f)}
+        for folder in sorted(logs):
+            _log_once(logging.INFO, f"{folder}: CatBoost's training output, not a model")
+        return logs
     at_root = _has_settings(repository)
     skipped = {folder for folder in bare if at_root or not _holds_artefact(folder)}
     for folder in sorted(skipped):

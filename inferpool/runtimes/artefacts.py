@@ -16,6 +16,9 @@ from inferpool.settings import ModelSettings
 # The first bytes of a LightGBM text model (model.txt, or a .bst written by LightGBM).
 LIGHTGBM_TEXT_MAGIC = b"tree\n"
 PICKLE_SUFFIXES = (".joblib", ".pkl", ".pickle")
+# The file CatBoost's training writes in its ``train_dir`` (``catboost_info/`` by default,
+# in the working directory: often the models' folder), beside logs; never a model.
+CATBOOST_TRAINING_LOG = "catboost_training.json"
 
 
 @contextmanager
@@ -66,6 +69,12 @@ def is_lightgbm_text(path: Path) -> bool:
     except OSError:
         return False
     return head.replace(b"\r\n", b"\n").startswith(LIGHTGBM_TEXT_MAGIC)
+
+
+def is_training_output(folder: Path) -> bool:
+    """Whether ``folder`` holds what a library's training wrote rather than a model:
+    CatBoost's ``catboost_info/`` (its training log), which is no model folder."""
+    return (folder / CATBOOST_TRAINING_LOG).is_file()
 
 
 def library_of(model: Any) -> str | None:

@@ -112,6 +112,7 @@ def crashed(path: str, library: str, how: str) -> str:
 # The first bytes of the formats a model file may hold, in the order they are tried.
 _SIGNATURES: tuple[tuple[bytes, str], ...] = (
     (b"\x80", "a pickle"),
+    (b"CBM1", "a CatBoost model"),
     (b"tree\n", "a LightGBM text model"),
     (b"tree\r\n", "a LightGBM text model"),
     (b"PK\x03\x04", "a zip archive"),
@@ -154,10 +155,16 @@ def _expected_format(path: Path, library: str) -> str | None:
         return "JSON"
     if library == "XGBoost" and suffix == ".ubj":
         return "UBJSON"
+    if library == "CatBoost":
+        return "a CatBoost model"  # save_model's own format (MLServer's model.bin too)
     return None
 
 
-_NATIVE_NOISE = re.compile(r"^\[[0-9:]+\]\s+\S+:\d+:\s*|^\[LightGBM\] \[\w+\]\s*")
+# XGBoost's "[10:21:33] src/x.cc:12: ", LightGBM's "[LightGBM] [Fatal] ", CatBoost's
+# "catboost/libs/model/model.cpp:1185: ".
+_NATIVE_NOISE = re.compile(
+    r"^\[[0-9:]+\]\s+\S+:\d+:\s*|^\[LightGBM\] \[\w+\]\s*|^[\w/.]+\.cpp:\d+:\s*"
+)
 
 
 def _detail(exc: BaseException) -> str:

@@ -26,6 +26,7 @@ ARTEFACT_NAMES: dict[str, tuple[str, ...]] = {
     "lightgbm": ("model.bst",),
     "xgboost": ("model.bst", "model.json", "model.ubj"),
     "sklearn": ("model.joblib", "model.pickle", "model.pkl"),
+    "catboost": ("model.cbm", "model.bin"),
 }
 # MLServer's name of the output of a pyfunc model that returns one array.
 MLFLOW_ARRAY_OUTPUT = "output-1"

@@ -101,6 +101,17 @@ RUNTIMES: dict[str, RuntimeEntry] = {
             preload=("inferpool.runtimes.xgboost",),
             fork_safe=True,
         ),
+        # CatBoost reads its model file on the loading thread and starts its thread pool
+        # only when it predicts (measured: tests/runtimes/test_catboost_runtime.py).
+        RuntimeEntry(
+            "catboost",
+            "inferpool.runtimes.catboost.CatBoostRuntime",
+            extra="catboost",
+            mlserver="mlserver_catboost.CatboostModel",
+            artefacts=("model.cbm", "model.bin"),
+            preload=("inferpool.runtimes.catboost",),
+            fork_safe=True,
+        ),
         # An ONNX Runtime session starts thread pools: each worker creates its own after the
         # fork (never the template). MLServer has no ONNX runtime to name.
         RuntimeEntry(
@@ -284,7 +295,7 @@ def runtime_class(settings: ModelSettings) -> type[Runtime]:
         if exc.name and exc.name.startswith("inferpool"):
             raise RuntimeNotFound(f"runtime '{name}' is not available in this build") from None
         raise RuntimeNotFound(
-            f"the '{name}' runtime needs {exc.name}: install inferpool[{entry.extra}]"
+            f"the '{name}' runtime needs {exc.name}: pip install inferpool[{entry.extra}]"
         ) from None
     cls: type[Runtime] = getattr(module, class_name)
     return cls

@@ -37,6 +37,7 @@ RUNTIME_LIBRARIES = {
     "lightgbm": "lightgbm",
     "xgboost": "xgboost",
     "mlflow": "mlflow",
+    "catboost": "catboost",
 }
 # Distributions that provide a module under another name, first found wins.
 MODULE_DISTRIBUTIONS = {
