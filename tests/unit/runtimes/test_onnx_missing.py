@@ -27,7 +27,7 @@ def test_a_model_onnx_folder_names_the_extra(tmp_path: Path) -> None:
         load(folder)
 
     message = str(failure.value)
-    assert message == "the 'onnx' runtime needs onnxruntime: install inferpool[onnx]"
+    assert message == "the 'onnx' runtime needs onnxruntime: pip install inferpool[onnx]"
     assert "\n" not in message
 
 
