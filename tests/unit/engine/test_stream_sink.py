@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from inferpool.engine.ipc import messages
-from inferpool.engine.ipc.messages import INPUT_WINDOW, MORE, STREAM_WINDOW, TOOK, Reply
+from inferpool.engine.ipc import messages, stream_ops
+from inferpool.engine.ipc.messages import Reply
+from inferpool.engine.ipc.stream_ops import INPUT_WINDOW, MORE, STREAM_WINDOW, TOOK
 from inferpool.engine.stream_sink import StreamSink
 
 
@@ -90,10 +91,10 @@ def test_every_half_window_taken_is_returned_as_one_credit() -> None:
             await stream.next()
         assert worker.sent == []  # not yet half a window
         await stream.next()
-        assert worker.sent == [messages.Credit(request_id=7, chunks=half)]
+        assert worker.sent == [stream_ops.Credit(request_id=7, chunks=half)]
         for _ in range(half + 1):
             await stream.next()
-        credits = [m for m in worker.sent if isinstance(m, messages.Credit)]
+        credits = [m for m in worker.sent if isinstance(m, stream_ops.Credit)]
         assert len(credits) == 2 and stream.taken == 1
 
     asyncio.run(main())
@@ -109,7 +110,7 @@ def test_feeding_waits_for_room_that_took_replies_make() -> None:
         assert not blocked.done()  # the runtime has taken none of the window yet
         deliver(stream, worker, Reply(200, b"", flags=MORE | TOOK))
         await asyncio.wait_for(blocked, 5)
-        feeds = [m.body for m in worker.sent if isinstance(m, messages.Feed)]
+        feeds = [m.body for m in worker.sent if isinstance(m, stream_ops.Feed)]
         assert feeds == [b"%d" % n for n in range(INPUT_WINDOW)] + [b"more"]
         assert not stream.replies  # a TOOK reply is no chunk for the consumer
         assert worker.inflight[7] is stream
@@ -131,7 +132,7 @@ def test_no_input_is_sent_to_a_stream_that_ended() -> None:
 def test_end_input_tells_the_worker() -> None:
     stream, worker = sink()
     stream.end_input()
-    assert worker.sent == [messages.EndInput(request_id=7)]
+    assert worker.sent == [stream_ops.EndInput(request_id=7)]
 
 
 def test_close_before_the_end_cancels_once_and_drops_what_comes() -> None:
