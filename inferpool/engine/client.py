@@ -26,10 +26,9 @@ from typing import Any
 from inferpool.engine.accounting import Accounting
 from inferpool.engine.admin import AdminPolicy
 from inferpool.engine.inference import Inference
-from inferpool.engine.ipc.messages import Reply, StageTimes
+from inferpool.engine.ipc.messages import Reply
 from inferpool.engine.lifecycle import Lifecycle, StartupFailed
 from inferpool.engine.pipelines.manager import Pipelines
-from inferpool.engine.repository import Discovered
 from inferpool.engine.states import ModelKey, ModelStatus, ModelTable
 from inferpool.protocol import limits
 from inferpool.settings import ModelSettings, ServerSettings
@@ -154,18 +153,6 @@ class EngineClient(ABC):
         takes NOT_FOUND as done)."""
         await self.lifecycle.unload_model(name)
 
-    # What the pipelines (``_held``) and the poll mode's watcher ask of the lifecycle.
-    def _held(self, name: str) -> list[Discovered]:
-        return self.lifecycle.held(name)
-
-    async def _load_discovered(self, found: Discovered, required: bool = False) -> ModelStatus:
-        return await self.lifecycle.load_discovered(found, required)
-
-    async def _unload_named(
-        self, name: str, key: ModelKey | None = None, held: set[ModelKey] | None = None
-    ) -> None:
-        await self.lifecycle.unload_named(name, key, held)
-
     @abstractmethod
     async def _load(self, settings: ModelSettings) -> dict[str, Any]:
         """Load a model where models run; return its metadata or raise with the reason."""
@@ -222,29 +209,12 @@ class EngineClient(ABC):
         one reply."""
         yield await self._infer(key, kind, body, json_length, deadline)
 
-    def _chunk_timeout(self, status: ModelStatus) -> float | None:
-        """Seconds a version may take per chunk or per predict (None: no limit)."""
-        return self.inference.chunk_timeout(status)
-
     # -- statistics -----------------------------------------------------------------------
     def running_requests(self) -> dict[ModelKey, int]:
         """Per model version, its in-flight requests that are running now rather than
         waiting (for a worker, a batch or a replica); the rest are queued. Read at scrape
         time (in-process: ``InProcessClient.running_requests``)."""
         return self.accounting.running()
-
-    def _record(
-        self,
-        name: str,
-        ok: bool,
-        started: int,
-        times: StageTimes | None,
-        rows: int = 1,
-        execution: int = 1,
-        error: BaseException | None = None,
-    ) -> None:
-        """Count a request of the embedded Engine's typed path (``Accounting.record``)."""
-        self.accounting.record(name, ok, started, times, rows, execution, error)
 
     def statistics(self, name: str | None = None, version: str | None = None) -> dict[str, Any]:
         """Triton's statistics extension (``Accounting.statistics``): every model, one

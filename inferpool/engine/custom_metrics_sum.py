@@ -27,7 +27,12 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from inferpool.engine.ipc.messages import MetricFamily, Metrics, MetricSeries, ModelMetricsState
+from inferpool.engine.ipc.metrics_report import (
+    MetricFamily,
+    Metrics,
+    MetricSeries,
+    ModelMetricsState,
+)
 from inferpool.runtimes.metrics import LOCAL
 
 logger = logging.getLogger(__name__)

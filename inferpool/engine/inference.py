@@ -15,7 +15,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from inferpool.engine.accounting import Accounting
-from inferpool.engine.ipc.messages import MORE, Reply
+from inferpool.engine.ipc.messages import Reply
+from inferpool.engine.ipc.stream_ops import MORE
 from inferpool.engine.pipelines.manager import Pipelines
 from inferpool.engine.states import ModelKey, ModelState, ModelStatus, ModelTable, describe_key
 from inferpool.engine.stats import PROTOCOL_OF_KIND, error_reason

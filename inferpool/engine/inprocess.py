@@ -155,7 +155,7 @@ class InProcessClient(EngineClient):
         if threads is None:
             return await future
         status = self.table.get(key)
-        timeout = self._chunk_timeout(status) if status is not None else None
+        timeout = self.inference.chunk_timeout(status) if status is not None else None
         return await threads.wait(future, timeout, describe_key(key))
 
     async def _infer_stream(
@@ -239,7 +239,7 @@ class InProcessClient(EngineClient):
         try:
             response = infer(self.models[key], request)
         except Exception as exc:
-            self._record(key, False, started, None, error=exc)
+            self.accounting.record(key, False, started, None, error=exc)
             if isinstance(exc, InferpoolError):
                 raise
             reply = Reply.from_error(exc, name)
@@ -247,7 +247,7 @@ class InProcessClient(EngineClient):
         # One execution of the request's rows: as many as each output has.
         outputs = response.outputs
         rows = outputs[0].shape[0] if outputs and outputs[0].shape else 1
-        self._record(key, True, started, None, rows, rows)
+        self.accounting.record(key, True, started, None, rows, rows)
         return response
 
 

@@ -20,7 +20,8 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
-from inferpool.engine.ipc.messages import INPUT_WINDOW, MORE, Reply
+from inferpool.engine.ipc.messages import Reply
+from inferpool.engine.ipc.stream_ops import INPUT_WINDOW, MORE
 from inferpool.errors import ClientGone, InferpoolError
 
 if TYPE_CHECKING:  # (the frontend of a worker pool does not load the worker's modules)

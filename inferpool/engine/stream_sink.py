@@ -4,13 +4,13 @@ A ``StreamSink`` sits in its worker's in-flight map where a request's future wou
 (``WorkerHandle.drain_replies`` hands it each reply with ``set_result``, as a future's),
 and puts itself back there while replies marked ``MORE`` come, so that ordinary requests
 pay nothing for streams. Its consumer takes the replies with ``next``; every half window
-it has taken, it returns that credit to the worker (``messages.Credit``), which sends no
-more than ``messages.STREAM_WINDOW`` chunks ahead. ``close`` before the last reply cancels the
+it has taken, it returns that credit to the worker (``stream_ops.Credit``), which sends no
+more than ``stream_ops.STREAM_WINDOW`` chunks ahead. ``close`` before the last reply cancels the
 stream in the worker (its generator is closed). A worker that dies ends it: its handle
 answers every in-flight entry with a 503, which is a last reply.
 
 A stream that takes its client's whole stream (``Kind.GRPC_STREAM_IN``) is fed further
-requests with ``feed`` (at most ``messages.INPUT_WINDOW`` ahead of its runtime: the
+requests with ``feed`` (at most ``stream_ops.INPUT_WINDOW`` ahead of its runtime: the
 worker's ``TOOK`` replies make room) and ``end_input``; ``fail`` ends it with an error of
 its input (a request that names another model, say).
 """
@@ -22,8 +22,9 @@ import collections
 import contextlib
 from typing import TYPE_CHECKING
 
-from inferpool.engine.ipc import messages
-from inferpool.engine.ipc.messages import INPUT_WINDOW, MORE, STREAM_WINDOW, TOOK, Reply
+from inferpool.engine.ipc import messages, stream_ops
+from inferpool.engine.ipc.messages import Reply
+from inferpool.engine.ipc.stream_ops import INPUT_WINDOW, MORE, STREAM_WINDOW, TOOK
 
 if TYPE_CHECKING:
     from inferpool.engine.pool.handles import WorkerHandle
@@ -77,7 +78,7 @@ class StreamSink:
         if reply.flags & MORE:
             self.taken += 1
             if self.taken >= STREAM_WINDOW // 2:
-                self._send(messages.Credit(request_id=self.request_id, chunks=self.taken))
+                self._send(stream_ops.Credit(request_id=self.request_id, chunks=self.taken))
                 self.taken = 0
         return reply
 
@@ -87,12 +88,12 @@ class StreamSink:
             self.room = asyncio.Semaphore(INPUT_WINDOW)
         await self.room.acquire()
         if not (self.ended or self.closed):
-            self._send(messages.Feed(request_id=self.request_id, body=body))
+            self._send(stream_ops.Feed(request_id=self.request_id, body=body))
 
     def end_input(self) -> None:
         """The client sends no more requests."""
         if not (self.ended or self.closed):
-            self._send(messages.EndInput(request_id=self.request_id))
+            self._send(stream_ops.EndInput(request_id=self.request_id))
 
     def fail(self, error: Reply) -> None:
         """End the stream with ``error`` (its last reply): its input went wrong."""

@@ -254,7 +254,7 @@ class RepositoryWatcher:
             how = "changed" if todo == "reload" else "appeared"
             logger.info("model folder '%s' %s: loading %s", folder, how, _names(current))
             self.models[folder] = current
-        statuses = [await self.client._load_discovered(discovered) for discovered in found]
+        statuses = [await self.client.lifecycle.load_discovered(discovered) for discovered in found]
         failed = [status.reason for status in statuses if status.state is not ModelState.READY]
         for key, name in previous.items():
             if key in current:
@@ -292,13 +292,13 @@ class RepositoryWatcher:
             if discovered.key not in self.models.setdefault(holder, {}):
                 logger.info("%s: served by its version policy", describe_key(discovered.key))
                 self.models[holder][discovered.key] = discovered.name
-                await self.client._load_discovered(discovered)
+                await self.client.lifecycle.load_discovered(discovered)
 
     async def _unload(self, name: str, key: ModelKey) -> None:
         if any(key in keys for keys in self.models.values()):
             return  # another folder holds that model version now
         with contextlib.suppress(ModelNotFound):
-            await self.client._unload_named(name, key)
+            await self.client.lifecycle.unload_named(name, key)
 
     def _folder_of(self, discovered: Discovered) -> str | None:
         """The top-level folder a discovered model was read from (None: the root)."""

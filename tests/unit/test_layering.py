@@ -49,10 +49,6 @@ LAYER_EXCEPTIONS: dict[tuple[str, str], str] = {
 
 # "path" (module), "path:Class" or "path:function" (qualified for methods): why it is larger.
 SIZE_EXCEPTIONS: dict[str, str] = {
-    "inferpool/engine/ipc/messages.py": (
-        "the wire vocabulary between processes, one module by design (DESIGN.md §6): every "
-        "op and struct in one place, numbered apart"
-    ),
     "inferpool/frontends/rest/http1.py:GuardedHttpTools": (
         "one subclass of Uvicorn's httptools protocol: its parser callbacks, timers and "
         "limits share the connection's state; splitting it needs Uvicorn's internals too"

@@ -8,6 +8,9 @@
 - ``Reply``: what the frontend writes out, built from a reply header or from an error.
 - The control messages: typed structs (msgspec, MessagePack on the wire), one per
   opcode, and ``Dispatch``, the table that routes received messages to their handlers.
+  Their base and opcodes are in ``ops.py``; a stream's flow control (its flags, windows
+  and input messages) in ``stream_ops.py``; a worker's custom-metrics report in
+  ``metrics_report.py``. ``encode`` and ``decode`` here know them all.
 
 Nothing here imports the rest of the engine: every process loads it cheaply.
 """
@@ -20,10 +23,17 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
+from inferpool.engine.ipc.metrics_report import Metrics
+
+# The opcodes and the message base live apart so that the stream and metrics messages can
+# build on them; both are part of this vocabulary, re-exported here.
+from inferpool.engine.ipc.ops import Control as Control
+from inferpool.engine.ipc.ops import Op as Op
+from inferpool.engine.ipc.stream_ops import Credit, EndInput, Feed
 from inferpool.errors import InferpoolError
 
 logger = logging.getLogger(__name__)
@@ -55,48 +65,6 @@ class Kind(IntEnum):
 STREAM_KINDS = frozenset(
     {Kind.REST_STREAM, Kind.GRPC_STREAM, Kind.GENERATE_STREAM, Kind.GRPC_STREAM_IN}
 )
-# Reply header flag: more replies to the same request follow this one (a stream's chunk).
-MORE = 1
-# Reply header flag: no chunk, the stream's runtime took one more fed request (with
-# ``MORE``): the frontend may feed one more (``INPUT_WINDOW``).
-TOOK = 2
-# Chunks a stream may send ahead of its consumer (``Credit`` returns them).
-STREAM_WINDOW = 16
-# Requests fed into a running stream that its runtime has not taken yet, at most: a fast
-# client waits (HTTP/2 flow control) instead of queueing without bound.
-INPUT_WINDOW = 4
-
-
-class Op(IntEnum):
-    """Control-channel opcodes (one byte on the wire)."""
-
-    HELLO = 1  # worker → frontend: it is up
-    LOAD = 2  # frontend → worker: load a model under an index
-    LOADED = 3  # worker → frontend: how that load went
-    UNLOAD = 4  # frontend → worker: drop the model under an index
-    REQUEST = 5  # frontend → worker: header + body too big for a ring slot
-    REPLY = 6  # worker → frontend: header + body too big for a ring slot
-    STOP = 7  # frontend → worker: finish what is queued, then exit
-    SPAWN = 8  # frontend → template: fork a worker with the fds that come along
-    PRELOAD = 9  # frontend → template: models to load before forking
-    PING = 10  # frontend → worker: answer PONG (heartbeat)
-    PONG = 11  # worker → frontend
-    CANCEL = 12  # frontend → worker: drop that request if it has not started
-    EXITED = 13  # template → frontend: the wait status of a worker it reaped
-    METRICS = 14  # worker → frontend: its runtimes' custom metrics (worker/metrics_reporter.py)
-    LOG = 15  # worker/template → frontend: a log record for the server's handlers
-    PRELOADED = 16  # template → frontend: how a PRELOAD went, per model, and its epoch
-    UNPRELOAD = 17  # frontend → template: drop its copy of a model version
-    CREDIT = 18  # frontend → worker: a stream's consumer took chunks, send that many more
-    # worker → frontend: replace me (drain first); numbered apart from the sequence above
-    # so that opcodes added beside it elsewhere do not collide.
-    RECYCLE = 40
-    # frontend → worker: one more request of a stream's client (``Kind.GRPC_STREAM_IN``),
-    # then the end of its input; numbered apart too.
-    FEED = 50
-    END_INPUT = 51
-    # (30: apart from the ops other changes add after 18, so that merges do not collide)
-    LOADING = 30  # template/worker → frontend: about to load a model (and open which file)
 
 
 # -- the slot header -----------------------------------------------------------------------
@@ -303,12 +271,6 @@ def explain_memory_error(exc: MemoryError, model: str) -> Exception:
 
 
 # -- control messages ----------------------------------------------------------------------
-class Control(msgspec.Struct, frozen=True):
-    """A control message; ``op`` is its opcode on the wire."""
-
-    op: ClassVar[Op]
-
-
 class Hello(Control, frozen=True):
     op = Op.HELLO
     pid: int
@@ -401,31 +363,6 @@ class Cancel(Control, frozen=True):
     request_id: int
 
 
-class Credit(Control, frozen=True):
-    """A stream's consumer took ``chunks`` of its replies: the worker may send as many
-    more (``engine/streams.py``: the window that bounds what a slow consumer buffers)."""
-
-    op = Op.CREDIT
-    request_id: int
-    chunks: int
-
-
-class Feed(Control, frozen=True):
-    """One more request (``body``, in its stream's wire format) for the running stream
-    ``request_id`` (``engine/worker/stream_input.py``)."""
-
-    op = Op.FEED
-    request_id: int
-    body: bytes
-
-
-class EndInput(Control, frozen=True):
-    """The client of stream ``request_id`` sends no more requests."""
-
-    op = Op.END_INPUT
-    request_id: int
-
-
 class Recycle(Control, frozen=True):
     """A worker asks to be drained and replaced (``engine/pool/recycling.py``): ``reason`` is
     the metric's label (``memory_limit``), ``detail`` the sentence the log shows."""
@@ -452,45 +389,6 @@ class Log(Control, frozen=True):
     exc: str = ""  # the traceback, as text
     requests: list[int] = []  # the ids of the requests being predicted (request headers')
     extra: dict[str, str | int | float | bool | None] = {}  # the record's ``extra=`` fields
-
-
-class MetricSeries(msgspec.Struct, frozen=True, array_like=True):
-    """One series of a custom metric: its label values and cumulative values."""
-
-    labels: list[str]
-    value: float  # a counter's or gauge's value; a histogram's sum
-    counts: list[int] = []  # a histogram's observations per bucket (+Inf last)
-    at: int = 0  # a gauge with aggregate="last": when it was set (monotonic ns)
-
-
-class MetricFamily(msgspec.Struct, frozen=True, array_like=True):
-    """A custom metric of one model, as its runtime defined it, with its series."""
-
-    name: str
-    kind: str  # counter | gauge | histogram
-    description: str
-    labels: list[str]
-    series: list[MetricSeries]
-    aggregate: str = "sum"  # a gauge across workers: sum | max | last
-    bounds: list[float] = []  # a histogram's bucket bounds (+Inf implied)
-
-
-class ModelMetricsState(msgspec.Struct, frozen=True, array_like=True):
-    """The custom metrics of one loaded model in one process (``instance``: its key there)."""
-
-    instance: int
-    model: str
-    version: str
-    families: list[MetricFamily]
-
-
-class Metrics(Control, frozen=True):
-    """A worker's custom metrics: every model it holds, and the last values of those it
-    unloaded since its previous report."""
-
-    op = Op.METRICS
-    models: list[ModelMetricsState]
-    ended: list[ModelMetricsState] = []
 
 
 class Loading(Control, frozen=True):

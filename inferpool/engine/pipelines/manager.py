@@ -124,7 +124,7 @@ class Pipelines:
         # Not loaded: the repository's (a pipeline loaded by the API whose cycle runs
         # through pipelines not loaded yet).
         try:
-            held = self.client._held(name)
+            held = self.client.lifecycle.held(name)
         except InferpoolError:  # not a model name at all
             return None
         for found in held:

@@ -25,7 +25,8 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 
 from inferpool.engine.ipc import messages
-from inferpool.engine.ipc.messages import MORE, Op, Reply
+from inferpool.engine.ipc.messages import Op, Reply
+from inferpool.engine.ipc.stream_ops import MORE
 from inferpool.engine.pool.handles import WorkerHandle
 from inferpool.engine.states import (
     ModelKey,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferpool import logs
 from inferpool.engine import custom_metrics_sum
-from inferpool.engine.ipc import messages
+from inferpool.engine.ipc import messages, metrics_report
 from inferpool.engine.ipc.channel import Channel, Outgoing, socket_pair
 from inferpool.engine.ipc.messages import Op, Reply, ReplyHeader
 from inferpool.engine.ipc.ring import Ring, create_ring_fd
@@ -190,7 +190,7 @@ class WorkerHandle:
         if not self.hello.done():
             self.hello.set_result(None)
 
-    def _on_metrics(self, message: messages.Metrics) -> None:
+    def _on_metrics(self, message: metrics_report.Metrics) -> None:
         custom_metrics_sum.FRONTEND.update(self.pid, message)
 
     def _on_recycle(self, message: messages.Recycle) -> None:

@@ -13,7 +13,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from inferpool.engine.ipc.messages import MetricFamily, Metrics, MetricSeries, ModelMetricsState
+from inferpool.engine.ipc.metrics_report import (
+    MetricFamily,
+    Metrics,
+    MetricSeries,
+    ModelMetricsState,
+)
 from inferpool.runtimes.metrics import LOCAL, Metric, ModelMetrics
 
 REPORT_INTERVAL_NS = 1_000_000_000  # a worker reports at most once a second

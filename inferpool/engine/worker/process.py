@@ -22,7 +22,7 @@ import socket
 import time
 
 from inferpool import logs
-from inferpool.engine.ipc import messages
+from inferpool.engine.ipc import messages, stream_ops
 from inferpool.engine.ipc.channel import Channel
 from inferpool.engine.ipc.messages import Kind, Op, Reply, RequestHeader
 from inferpool.engine.ipc.ring import Ring
@@ -235,15 +235,15 @@ class Worker:
         else:
             self.streams.cancel(message.request_id)
 
-    def _on_credit(self, message: messages.Credit) -> None:
+    def _on_credit(self, message: stream_ops.Credit) -> None:
         self.streams.credit(message.request_id, message.chunks)
 
-    def _on_feed(self, message: messages.Feed) -> None:
+    def _on_feed(self, message: stream_ops.Feed) -> None:
         # Its stream's first request may still be in the ring: started before it is fed.
         self._take_requests()
         self.streams.feed(message.request_id, message.body)
 
-    def _on_end_input(self, message: messages.EndInput) -> None:
+    def _on_end_input(self, message: stream_ops.EndInput) -> None:
         self._take_requests()
         self.streams.feed(message.request_id, None)
 

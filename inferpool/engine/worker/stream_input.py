@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
-from inferpool.engine.ipc.messages import INPUT_WINDOW
+from inferpool.engine.ipc.stream_ops import INPUT_WINDOW
 
 _END = None  # the queue's marker for the end of input
 

@@ -14,7 +14,7 @@ thread started at the first stream, so that a generator awaiting (a token at a t
 never holds the worker's poll loop, nor the other models it serves. The worker's loop
 stays the only producer of its response ring: chunks come to it through a queue and an
 eventfd it polls (``bell``), and it writes them out (``take``). A stream sends at most
-``STREAM_WINDOW`` chunks its frontend has not taken yet (``messages.Credit`` returns them),
+``STREAM_WINDOW`` chunks its frontend has not taken yet (``stream_ops.Credit`` returns them),
 so a slow consumer bounds what a worker and the frontend hold for it. A stream that takes
 its client's whole stream (``Kind.GRPC_STREAM_IN``) gets the requests fed after its first
 (``feed``, ``end_input``) through a ``stream_input.StreamInput``, and tells its frontend
@@ -32,7 +32,8 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
-from inferpool.engine.ipc.messages import MORE, STREAM_WINDOW, TOOK, Kind, Reply, StageTimes
+from inferpool.engine.ipc.messages import Kind, Reply, StageTimes
+from inferpool.engine.ipc.stream_ops import MORE, STREAM_WINDOW, TOOK
 from inferpool.engine.worker import inference
 from inferpool.engine.worker.model import LoadedModel
 from inferpool.engine.worker.path import Job

@@ -19,7 +19,7 @@ import grpc
 from inferpool.engine.client import EngineClient
 from inferpool.errors import InferpoolError
 from inferpool.frontends.dataplane import DataPlane
-from inferpool.frontends.grpc.aio_gzip import AioGzip, aio_gzip, gzip_options
+from inferpool.frontends.grpc.aio_gzip import OFF, AioGzip, aio_gzip, gzip_options
 from inferpool.frontends.grpc.custom import ExtensionServices, extension_methods
 from inferpool.frontends.grpc.health import HEALTH_SERVICE, HealthService
 from inferpool.frontends.grpc.observer import CallObserver
@@ -47,9 +47,7 @@ MAX_MESSAGE_BYTES = 2**31 - 1
 TRIM_PERIOD = 10.0  # seconds between two malloc_trim(0) calls (reclaim.PeriodicTrim)
 
 
-def guarded(
-    method: str, handler: Handler, observer: CallObserver, gzip: AioGzip | None = None
-) -> Handler:
+def guarded(method: str, handler: Handler, observer: CallObserver, gzip: AioGzip = OFF) -> Handler:
     """``handler`` with errors turned into gRPC statuses, reported to ``observer``.
 
     ModelInfer's handler returns the engine's ``Reply``: its bytes are the response, its
@@ -69,14 +67,12 @@ def guarded(
         try:
             if not infer:
                 response = await handler(request, context)
-                if gzip is not None:
-                    gzip.small_message(context, response)
+                gzip.small_message(context, response)
                 return response
             reply = await handler(request, context)
             body = ok_body(reply)
             context.set_trailing_metadata(((HEADER, infer_request_id()), *response_metadata.get()))
-            if gzip is not None:
-                gzip.small(context, len(body))
+            gzip.small(context, len(body))
             return body
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED  # the client went away or its deadline passed
@@ -113,10 +109,10 @@ def _call_of(context: grpc.aio.ServicerContext) -> tuple[str | None, Any]:
 
 
 def build_handler(
-    client: EngineClient, observer: CallObserver, gzip: AioGzip | None = None
+    client: EngineClient, observer: CallObserver, gzip: AioGzip = OFF
 ) -> grpc.GenericRpcHandler:
     """The generic handler serving GRPCInferenceService for one engine client; ``gzip``:
-    the server's response compression (None: off)."""
+    the server's response compression (``aio_gzip.OFF``: off)."""
     service = InferenceService(DataPlane(client))
     methods = {
         name: grpc.unary_unary_rpc_method_handler(
@@ -137,7 +133,7 @@ def build_handler(
 
 
 def build_extension_handlers(
-    client: EngineClient, observer: CallObserver, gzip: AioGzip | None = None
+    client: EngineClient, observer: CallObserver, gzip: AioGzip = OFF
 ) -> list[grpc.GenericRpcHandler]:
     """The generic handlers serving inferpool's own services (``grpc/custom.py``)."""
     services = ExtensionServices(DataPlane(client))
@@ -158,7 +154,7 @@ def build_extension_handlers(
 
 
 def stream_infer(
-    service: InferenceService, observer: CallObserver, gzip: AioGzip | None = None
+    service: InferenceService, observer: CallObserver, gzip: AioGzip = OFF
 ) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], AsyncIterator[bytes]]:
     """ModelStreamInfer on grpc.aio: ``InferenceService.stream_infer`` over the call's
     request iterator, each message written as it comes (grpc.aio waits for the client's
@@ -174,8 +170,7 @@ def stream_infer(
         code = grpc.StatusCode.OK
         try:
             async for message in service.stream_infer(requests, deadline):
-                if gzip is not None:
-                    gzip.small(context, len(message))
+                gzip.small(context, len(message))
                 yield message
         except (asyncio.CancelledError, GeneratorExit):
             code = grpc.StatusCode.CANCELLED  # the client went away or its deadline passed
@@ -192,7 +187,7 @@ def stream_infer(
 
 
 def build_health_handler(
-    health: HealthService, observer: CallObserver, gzip: AioGzip | None = None
+    health: HealthService, observer: CallObserver, gzip: AioGzip = OFF
 ) -> grpc.GenericRpcHandler:
     """The generic handler serving grpc.health.v1.Health (Check, Watch)."""
     check = grpc.unary_unary_rpc_method_handler(
@@ -208,7 +203,7 @@ def build_health_handler(
 
 
 def health_watch(
-    health: HealthService, observer: CallObserver, gzip: AioGzip | None = None
+    health: HealthService, observer: CallObserver, gzip: AioGzip = OFF
 ) -> Callable[[HealthCheckRequest, grpc.aio.ServicerContext], AsyncIterator[bytes]]:
     """Watch on grpc.aio: a generator that writes one message at a time, and is offered
     the newest status only once its last one is written (``HealthService``)."""
@@ -246,8 +241,7 @@ def health_watch(
                         return  # the server stops: the call ends with OK
                     data = waiting.result()
                     waiting = loop.create_future()
-                    if gzip is not None:
-                        gzip.small(context, len(data))
+                    gzip.small(context, len(data))
                     yield data
             finally:
                 health.unwatch(watcher)

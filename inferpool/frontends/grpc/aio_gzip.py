@@ -28,14 +28,18 @@ _LEVEL_LOW = 1
 
 
 class AioGzip:
-    """The grpc.aio server's response compression; ``None`` stands for the setting off."""
+    """The grpc.aio server's response compression: which messages go out uncompressed.
+    With the setting off (``OFF``: no threshold) it leaves every message alone, so that
+    the handlers call it without asking first."""
 
-    def __init__(self, settings: ServerSettings) -> None:
-        self.min_bytes = settings.gzip_min_bytes
+    def __init__(self, min_bytes: int = 0) -> None:
+        self.min_bytes = min_bytes
 
     def small_message(self, context: grpc.aio.ServicerContext, message: Any) -> None:
         """``small`` for a response message: protobuf's or one of inferpool's own codecs
         (health), which only serialises."""
+        if not self.min_bytes:
+            return  # nothing is under no threshold: not even its size is needed
         size = getattr(message, "ByteSize", None)
         self.small(context, size() if size is not None else len(message.SerializeToString()))
 
@@ -46,8 +50,11 @@ class AioGzip:
             context.disable_next_message_compression()
 
 
-def aio_gzip(settings: ServerSettings) -> AioGzip | None:
-    return AioGzip(settings) if settings.gzip_enabled else None
+OFF = AioGzip()
+
+
+def aio_gzip(settings: ServerSettings) -> AioGzip:
+    return AioGzip(settings.gzip_min_bytes) if settings.gzip_enabled else OFF
 
 
 def gzip_options(settings: ServerSettings) -> list[tuple[str, int]]:

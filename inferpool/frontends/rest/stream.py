@@ -31,7 +31,8 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from inferpool.engine.client import EngineClient
-from inferpool.engine.ipc.messages import MORE, Kind, Reply
+from inferpool.engine.ipc.messages import Kind, Reply
+from inferpool.engine.ipc.stream_ops import MORE
 from inferpool.errors import BadRequest, InferpoolError
 from inferpool.frontends.access_log import REQUEST_ID
 from inferpool.frontends.request_context import HEADER_BYTES

@@ -12,7 +12,8 @@ import pytest
 
 from inferpool.engine.accounting import Accounting
 from inferpool.engine.inference import Inference
-from inferpool.engine.ipc.messages import MORE, Kind, Reply
+from inferpool.engine.ipc.messages import Kind, Reply
+from inferpool.engine.ipc.stream_ops import MORE
 from inferpool.engine.pipelines.manager import Pipelines
 from inferpool.engine.states import ModelState, ModelStatus, ModelTable
 from inferpool.engine.stats import REST

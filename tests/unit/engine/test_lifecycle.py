@@ -29,6 +29,7 @@ class FakeHost:
         self.fail: dict[str, str] = {}
         self.seen: dict[str, list[ModelState]] = {}  # the table's state during each load
         self.unload_error: Exception | None = None
+        self.lifecycle: Lifecycle | None = None  # the one under test (the pipelines ask it)
 
     async def _start_workers(self) -> None:
         self.calls.append("start")
@@ -47,9 +48,6 @@ class FakeHost:
         if self.unload_error is not None:
             raise self.unload_error
 
-    def _held(self, name: str) -> list[Discovered]:
-        return []
-
 
 def lifecycle(**settings: Any) -> tuple[Lifecycle, FakeHost]:
     server = ServerSettings(**settings)
@@ -58,7 +56,8 @@ def lifecycle(**settings: Any) -> tuple[Lifecycle, FakeHost]:
     pipelines = Pipelines(host)  # type: ignore[arg-type]
     accounting = Accounting(server, table)
     admin = AdminPolicy.from_settings(server)
-    return Lifecycle(server, table, accounting, pipelines, admin, host), host  # type: ignore[arg-type]
+    host.lifecycle = Lifecycle(server, table, accounting, pipelines, admin, host)  # type: ignore[arg-type]
+    return host.lifecycle, host
 
 
 def found(name: str, version: str | None = None) -> Discovered:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from inferpool.engine.ipc import messages
+from inferpool.engine.ipc import messages, metrics_report, stream_ops
 from inferpool.engine.ipc.messages import Kind, Op, Reply, ReplyHeader, RequestHeader, StageTimes
 from inferpool.errors import (
     BadRequest,
@@ -20,8 +20,10 @@ from inferpool.errors import (
     from_status,
 )
 
-SERIES = messages.MetricSeries(["a"], 2.5, [1, 0, 1], 7)
-HISTOGRAM = messages.MetricFamily("hits", "histogram", "Hits", ["kind"], [SERIES], "max", [0.5, 1])
+SERIES = metrics_report.MetricSeries(["a"], 2.5, [1, 0, 1], 7)
+HISTOGRAM = metrics_report.MetricFamily(
+    "hits", "histogram", "Hits", ["kind"], [SERIES], "max", [0.5, 1]
+)
 # One example of every control struct, with a value in each field.
 EXAMPLES: list[messages.Control] = [
     messages.Hello(pid=4242, epoch=5),
@@ -43,9 +45,9 @@ EXAMPLES: list[messages.Control] = [
     messages.Pong(),
     messages.Cancel(request_id=2**63),
     messages.Exited(pid=99, status=9),
-    messages.Metrics(
-        models=[messages.ModelMetricsState(3, "iris", "2", [HISTOGRAM])],
-        ended=[messages.ModelMetricsState(2, "iris", "", [])],
+    metrics_report.Metrics(
+        models=[metrics_report.ModelMetricsState(3, "iris", "2", [HISTOGRAM])],
+        ended=[metrics_report.ModelMetricsState(2, "iris", "", [])],
     ),
     messages.Log(level=30, logger="m", message="odd", created=1.5, exc="T", requests=[7]),
     messages.Preloaded(
@@ -59,11 +61,11 @@ EXAMPLES: list[messages.Control] = [
         ],
     ),
     messages.Unpreload(name="iris", version="2"),
-    messages.Credit(request_id=2**63, chunks=8),
+    stream_ops.Credit(request_id=2**63, chunks=8),
     messages.Recycle(reason="memory_limit", detail="model 'hog' hit the worker's memory limit"),
     messages.Loading(name="lgb", version=None, file="/m/lgb/model.txt", library="LightGBM"),
-    messages.Feed(request_id=7, body=b"\x0a\x01m" + bytes(range(256))),
-    messages.EndInput(request_id=7),
+    stream_ops.Feed(request_id=7, body=b"\x0a\x01m" + bytes(range(256))),
+    stream_ops.EndInput(request_id=7),
 ]
 
 
@@ -132,11 +134,11 @@ def test_reply_header_carries_status_json_length_and_stage_times() -> None:
 
 
 def test_a_stream_chunk_carries_the_more_flag_both_ways() -> None:
-    chunk = Reply(200, b"part", times=StageTimes(), flags=messages.MORE)
+    chunk = Reply(200, b"part", times=StageTimes(), flags=stream_ops.MORE)
     raw = messages.reply_header(9, chunk)
-    assert ReplyHeader.unpack_from(raw).flags == messages.MORE
+    assert ReplyHeader.unpack_from(raw).flags == stream_ops.MORE
     assert Reply.from_fields(messages.HEADER.unpack(raw), b"part") == chunk
-    assert Reply.from_header(ReplyHeader.unpack_from(raw), b"part").flags == messages.MORE
+    assert Reply.from_header(ReplyHeader.unpack_from(raw), b"part").flags == stream_ops.MORE
 
 
 @pytest.mark.parametrize(

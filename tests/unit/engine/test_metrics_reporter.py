@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from inferpool.engine.custom_metrics_sum import FRONTEND, CustomMetricsCollector
-from inferpool.engine.ipc.messages import Metrics
+from inferpool.engine.ipc.metrics_report import Metrics
 from inferpool.engine.worker.metrics_reporter import Reporter, take
 from inferpool.runtimes.metrics import LOCAL, ModelMetrics
 

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferpool.engine.ipc.messages import INPUT_WINDOW, MORE, TOOK, Kind, RequestHeader
+from inferpool.engine.ipc.messages import Kind, RequestHeader
+from inferpool.engine.ipc.stream_ops import INPUT_WINDOW, MORE, TOOK
 from inferpool.engine.stream_feed import LocalFeed, feeding, local_replies
 from inferpool.engine.worker.path import Job
 from inferpool.engine.worker.stream_input import StreamInput

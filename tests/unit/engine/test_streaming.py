@@ -11,8 +11,9 @@ import numpy as np
 import orjson
 import pytest
 
-from inferpool.engine.ipc import messages
-from inferpool.engine.ipc.messages import MORE, STREAM_WINDOW, Kind, RequestHeader
+from inferpool.engine.ipc import messages, stream_ops
+from inferpool.engine.ipc.messages import Kind, RequestHeader
+from inferpool.engine.ipc.stream_ops import MORE, STREAM_WINDOW
 from inferpool.engine.worker.path import Job
 from inferpool.engine.worker.streaming import WorkerStreams, streams
 from inferpool.errors import BadRequest
@@ -113,7 +114,7 @@ def test_credit_and_cancel_for_a_stream_no_longer_running_are_ignored() -> None:
     assert last[1].status == 500
     runner.credit(2, 1)
     runner.cancel(2)
-    assert messages.Credit(request_id=2, chunks=1).op == messages.Op.CREDIT
+    assert stream_ops.Credit(request_id=2, chunks=1).op == messages.Op.CREDIT
 
 
 # -- the generate extension's wire format --------------------------------------------------
