@@ -260,7 +260,9 @@ def test_mlserver_register_and_log_are_histograms_of_the_model(server: Server) -
 
 def test_the_documented_example_gives_the_documented_metrics(server: Server) -> None:
     text = DOC.read_text()
-    files = dict(re.findall(r"^`models/([^`]+)`:\n\n```\w*\n(.*?)^```", text, re.M | re.S))
+    files = dict(
+        re.findall(r"^`models/([^`]+)`:\n\n(?:<!--.*?-->\n)?```\w*\n(.*?)^```", text, re.M | re.S)
+    )
     assert set(files) == {"scorer/scorer.py", "scorer/model-settings.json"}
     for path, body in files.items():
         (server.repository / path).parent.mkdir(exist_ok=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 from tests.support import Server
@@ -42,7 +43,7 @@ def test_curl_and_tritonclient_examples(tmp_path):
         assert '"predict_proba"' in out
         python = code_blocks("python")[0].replace("8080", port)
         printed = subprocess.run(
-            ["python", "-c", python], capture_output=True, text=True, check=True
+            [sys.executable, "-c", python], capture_output=True, text=True, check=True
         ).stdout
         assert printed.strip() == "[0 2]"
         # the explanations guide's example (docs/explain.md, "Example")

@@ -43,12 +43,17 @@ def test_the_engine_and_logs_load_no_frontend() -> None:
 
 
 def test_the_runtimes_and_mlserver_load_no_engine() -> None:
-    # Every module of both packages, as a custom runtime or the template may import them.
+    # Every module of both packages, as a custom runtime or the template may import them;
+    # the runtime of a library this environment lacks (catboost, onnxruntime) aside.
     modules = loaded_after(
         "import importlib, pkgutil, inferpool.runtimes, inferpool.mlserver\n"
         "for package in (inferpool.runtimes, inferpool.mlserver):\n"
         "    for found in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
-        "        importlib.import_module(found.name)"
+        "        try:\n"
+        "            importlib.import_module(found.name)\n"
+        "        except ModuleNotFoundError as missing:\n"
+        "            if missing.name.startswith('inferpool'):\n"
+        "                raise"
     )
     assert "inferpool.runtimes.metrics" in modules and "inferpool.mlserver.metrics" in modules
     assert under(modules, "inferpool.engine") == []
