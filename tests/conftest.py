@@ -31,6 +31,12 @@ SLOW_FILES = frozenset(
         "tests/e2e/test_load_containment.py",
         "tests/e2e/test_grpc_service.py",
         "tests/e2e/test_repository_api_security.py",
+        # Waiting by design: the watcher's quiet periods, drain delays, crash loops, a
+        # client that never reads.
+        "tests/e2e/test_repository_poll.py",
+        "tests/e2e/test_pool_quarantine.py",
+        "tests/e2e/test_drain_probes.py",
+        "tests/compat/test_health_grpc_hostile.py",
     }
 )
 
