@@ -14,14 +14,12 @@ import sys
 
 import coverage
 
-# Percent (lines and branches together), from a whole tox -e lowest run here (2026-12-06:
-# engine 83.0, protocol 74.8, codecs 80.8, frontends 74.2, runtimes 81.6), a point below
-# where a figure varies with timing (which branches of a race a run takes). Engine: +2.3
-# points since, from the unit tests of stalls, handles, the load probe, the stream sink,
-# the pipeline runner, the worker's endpoints and the interpreters (measured as the same
-# run's data joined with theirs, 84.1 -> 86.4); 83.0 + 2.3, less a point, rounded down.
+# Percent (lines and branches together), from a whole tox -e lowest run here (2026-12-06,
+# 13:27: engine 87.2, protocol 75.5, codecs 80.8, frontends 74.4, runtimes 81.8 with the
+# CatBoost and ONNX runtimes left out: [tool.coverage.run] omit), about a point below,
+# where a figure varies with timing (which branches of a race a run takes).
 FLOORS = {
-    "engine": 84.0,
+    "engine": 86.0,
     "protocol": 74.0,
     "codecs": 80.0,
     "frontends": 73.0,
