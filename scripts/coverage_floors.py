@@ -15,12 +15,12 @@ import sys
 import coverage
 
 # Percent (lines and branches together), from a whole tox -e lowest run here (2026-12-06,
-# 13:27: engine 87.2, protocol 75.5, codecs 80.8, frontends 74.4, runtimes 81.8 with the
-# CatBoost and ONNX runtimes left out: [tool.coverage.run] omit), about a point below,
+# 13:42: engine 87.2, protocol 93.4, codecs 80.8, frontends 74.3, runtimes 81.8, generated
+# code and the CatBoost and ONNX runtimes left out: [tool.coverage.report]), about a point below,
 # where a figure varies with timing (which branches of a race a run takes).
 FLOORS = {
     "engine": 86.0,
-    "protocol": 74.0,
+    "protocol": 92.0,
     "codecs": 80.0,
     "frontends": 73.0,
     "runtimes": 81.0,
