@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -54,7 +55,14 @@ def test_ctrl_c_right_away_exits_130(iris_repo: Path) -> None:
         with Server(iris_repo, "--workers", "1", new_session=True) as server:
             time.sleep(delay)
             ctrl_c(server)
-            assert server.wait_exit(60) == 130, server.output()[-4000:]
+            try:
+                code = server.wait_exit(60)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"no exit 60 s after Ctrl-C at {delay} s:\n{server.output()[-4000:]}")
+            # Before inferpool's own handler is installed (a loaded machine: Python is still
+            # importing), Python's KeyboardInterrupt ends the interpreter by SIGINT itself:
+            # a shell shows that as 130 too.
+            assert code in (130, -signal.SIGINT), server.output()[-4000:]
             assert_quiet(server)
 
 
