@@ -102,14 +102,16 @@ RUNTIMES: dict[str, RuntimeEntry] = {
             fork_safe=True,
         ),
         # CatBoost reads its model file on the loading thread and starts its thread pool
-        # only when it predicts (measured: tests/runtimes/test_catboost_runtime.py).
+        # only when it predicts (measured: tests/runtimes/test_catboost_runtime.py). No
+        # module preload: importing catboost takes 1.2 s, which every start-up would pay
+        # wherever it is installed; a CatBoost model, fork-safe, is loaded in the template
+        # (importing it there) before the workers fork all the same.
         RuntimeEntry(
             "catboost",
             "inferpool.runtimes.catboost.CatBoostRuntime",
             extra="catboost",
             mlserver="mlserver_catboost.CatboostModel",
             artefacts=("model.cbm", "model.bin"),
-            preload=("inferpool.runtimes.catboost",),
             fork_safe=True,
         ),
         # An ONNX Runtime session starts thread pools: each worker creates its own after the
