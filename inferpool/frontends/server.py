@@ -30,6 +30,7 @@ from starlette.types import ASGIApp
 
 from inferpool.engine.admin import SettingsError
 from inferpool.engine.client import EngineClient, StartupFailed, make_client
+from inferpool.errors import NotReady
 from inferpool.frontends.allocator import keep_bodies_on_the_heap
 from inferpool.frontends.connections import Connections, raise_fd_limit
 from inferpool.frontends.grpc.aio import GrpcServer
@@ -274,6 +275,9 @@ async def _start_then_wait(client: EngineClient, signals: _Signals) -> int:
         except StartupFailed as exc:
             for reason in exc.reasons:
                 logger.critical("%s", reason)
+            return 1
+        except NotReady as exc:  # the workers never came up (an overloaded host): no traceback
+            logger.critical("the server could not start: %s", exc)
             return 1
         not_ready = client.not_ready_reason()
         logger.info("started with %d model(s); %s", len(statuses), not_ready or "ready")

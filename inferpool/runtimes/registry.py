@@ -42,8 +42,9 @@ class RuntimeEntry:
     mlserver: str = ""
     #: artefact file names that choose this runtime for a model without settings
     artefacts: tuple[str, ...] = ()
-    #: modules the template imports before forking, so that workers share them (a missing
-    #: one is skipped): the runtime's module and the library modules its models use
+    #: modules the template imports when it first loads one of its models, so that the
+    #: workers forked afterwards share them (a missing one is skipped): the runtime's module
+    #: and the library modules its models use; a server without such a model imports none
     preload: tuple[str, ...] = ()
     #: its load starts no OpenMP or BLAS thread pool, so the template may load its models
     #: before forking (a parent that has run OpenMP code must not fork; DESIGN §3)
@@ -132,9 +133,11 @@ RUNTIMES: dict[str, RuntimeEntry] = {
 }
 
 
-def preload_modules() -> list[str]:
-    """The modules the template imports before forking, every runtime's, in table order."""
-    return [module for entry in RUNTIMES.values() for module in entry.preload]
+def preload_modules(settings: ModelSettings) -> tuple[str, ...]:
+    """The modules the template imports before it loads a model of these settings (its
+    runtime's entry's ``preload``; none for a custom runtime)."""
+    entry = RUNTIMES.get(runtime_name_for(settings))
+    return () if entry is None else entry.preload
 
 
 def is_fork_safe(settings: ModelSettings) -> bool:

@@ -197,7 +197,9 @@ class TemplateKeeper:
                 self._started_at, template.loading_since
             )  # fmt: skip
             if not self._up.is_set() and time.monotonic() - progress > START_TIMEOUT:
-                raise NotReady("the worker template process is not running")
+                raise NotReady(
+                    f"the worker template process did not come up within {START_TIMEOUT:g}s"
+                )
         assert self.template is not None
         return self.template
 

@@ -23,11 +23,12 @@ from typing import Any, NamedTuple
 
 from inferpool.engine.ipc.fingerprint import fingerprint
 from inferpool.engine.ipc.messages import Loading, PreloadResult
+from inferpool.engine.worker import template
 from inferpool.engine.worker.announce import announcing
 from inferpool.engine.worker.heap import release_freed_memory
 from inferpool.engine.worker.model import LoadedModel, failure_reason, load_model
 from inferpool.runtimes.footprint import model_footprint
-from inferpool.runtimes.registry import is_fork_safe
+from inferpool.runtimes.registry import is_fork_safe, preload_modules
 from inferpool.settings import ModelSettings
 
 logger = logging.getLogger(__name__)
@@ -106,6 +107,9 @@ def _preload_one(
     entry = _PRELOADED.get(key)
     if entry is not None and entry.fingerprint == stamp:
         return PreloadResult(name, version, True, size=entry.size, epoch=entry.epoch)
+    # Its runtime's modules, here before its first model, so that every worker forked
+    # from now on shares them (a missing library is skipped: the load says why).
+    template.preload(preload_modules(settings))
     threads = thread_count()
     try:
         if send is None:

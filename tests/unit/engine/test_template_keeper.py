@@ -227,7 +227,7 @@ def test_a_template_that_never_comes_up_is_not_ready(monkeypatch) -> None:
         keeper = make()
         keeper.start([doc("slow")])
         FakeTemplate.started[0].loading_since = 0.0  # no progress since long ago
-        with pytest.raises(NotReady, match="template process is not running"):
+        with pytest.raises(NotReady, match=r"template process did not come up within 0\.05s"):
             await keeper.running()
 
     asyncio.run(scenario())
