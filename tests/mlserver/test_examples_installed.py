@@ -12,7 +12,7 @@ xgboost models again, under the same names and versions, laid out as those examp
 them out), streaming (REST ``generate_stream`` and gRPC stream in, stream out with
 MLServer's own client), mlflow (when ``mlserver-mlflow`` and the full ``mlflow`` package
 are installed, as tox's ``mlserver`` environment does) and custom (numpyro: when numpyro
-and jax are installed, which tox's ``mlserver`` environment leaves out, for time).
+and jax are installed, as tox's ``mlserver`` environment does).
 
 Not here: huggingface and cassava (hub downloads), kafka (a Kafka broker), alibi-detect
 and alibi-explain (alibi is not installed), mllib (a Spark cluster), conda and tempo

@@ -12,8 +12,8 @@ both, the answers compared.
 - mlflow (when ``mlserver-mlflow`` and the full ``mlflow`` package are installed, as tox's
   ``mlserver`` environment does): the README's V2 request (REST and gRPC), MLflow's
   ``/invocations`` with ``dataframe_split``, and the model's metadata.
-- custom (when numpyro and jax are installed; tox's ``mlserver`` environment leaves them
-  out, for time): the README's request (REST and gRPC).
+- custom (when numpyro and jax are installed, as tox's ``mlserver`` environment does): the
+  README's request (REST and gRPC).
 """
 
 from __future__ import annotations
