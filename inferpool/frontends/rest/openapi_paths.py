@@ -65,6 +65,14 @@ _INDEX = Op(
 )
 _DOCUMENT = Op("This OpenAPI document", "docs", "OpenAPIDocument", errors=(404,))
 _SWAGGER = Op("Swagger UI over this document", "docs", None, media=HTML, errors=(404, 501))
+# At the root for a server of one model, and under every model.
+_INVOCATIONS = Op(
+    "MLflow's scoring request (JSON or CSV): inference",
+    "mlflow",
+    None,
+    body="",
+    errors=(400, 404, 415, 500, 503),
+)
 _MLFLOW_PING = Op("MLflow scoring server: liveness", "mlflow", None, media=TEXT, errors=())
 
 OPERATIONS: dict[str, dict[str, Op]] = {
@@ -151,15 +159,7 @@ OPERATIONS: dict[str, dict[str, Op]] = {
     "/ping": {"get": _MLFLOW_PING},
     "/health": {"get": _MLFLOW_PING},
     "/version": {"get": Op("MLflow scoring server: the version", "mlflow", None, errors=(404,))},
-    "/invocations": {
-        "post": Op(
-            "MLflow scoring server: inference, for a server of one model",
-            "mlflow",
-            None,
-            body="",
-            errors=(400, 404, 415, 500, 503),
-        )
-    },
+    "/invocations": {"post": _INVOCATIONS},
     "/metrics": {"get": Op("Prometheus metrics", "metrics", None, media=TEXT, errors=())},
 }
 
@@ -172,13 +172,7 @@ EVERY_MODEL: dict[str, Op] = {
         body="InferenceRequest",
         errors=_INFER,
     ),
-    "invocations": Op(
-        "MLflow's scoring request, for this model",
-        "mlflow",
-        None,
-        body="",
-        errors=(400, 404, 415, 500, 503),
-    ),
+    "invocations": _INVOCATIONS,
 }
 # A runtime's own endpoint, described in the model's document by its path and methods.
 CUSTOM = Op("A custom endpoint of the model's runtime", "custom", None, body="", media="*/*")

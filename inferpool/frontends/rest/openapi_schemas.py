@@ -48,6 +48,17 @@ _SCALAR_BY_DATATYPE: dict[str, Schema] = {
     **{dt: {"type": "number"} for dt in DATATYPES if dt.startswith("FP")},
 }
 
+_TENSOR = _object(
+    ["name", "shape", "datatype", "data"],
+    {
+        "name": _STRING,
+        "shape": _SHAPE,
+        "datatype": {"type": "string", "enum": list(DATATYPES)},
+        "parameters": _ref("Parameters"),
+        "data": _ref("TensorData"),
+    },
+)
+
 COMPONENTS: dict[str, Schema] = {
     "Error": _object(
         ["error"],
@@ -88,16 +99,8 @@ COMPONENTS: dict[str, Schema] = {
             "reason": _STRING,
         },
     ),
-    "RequestInput": _object(
-        ["name", "shape", "datatype", "data"],
-        {
-            "name": _STRING,
-            "shape": _SHAPE,
-            "datatype": {"type": "string", "enum": list(DATATYPES)},
-            "parameters": _ref("Parameters"),
-            "data": _ref("TensorData"),
-        },
-    ),
+    # A request's input and a response's output are the same tensor object.
+    "RequestInput": _TENSOR,
     "RequestOutput": _object(["name"], {"name": _STRING, "parameters": _ref("Parameters")}),
     "InferenceRequest": _object(
         ["inputs"],
@@ -108,16 +111,7 @@ COMPONENTS: dict[str, Schema] = {
             "outputs": {"type": "array", "items": _ref("RequestOutput")},
         },
     ),
-    "ResponseOutput": _object(
-        ["name", "shape", "datatype", "data"],
-        {
-            "name": _STRING,
-            "shape": _SHAPE,
-            "datatype": {"type": "string", "enum": list(DATATYPES)},
-            "parameters": _ref("Parameters"),
-            "data": _ref("TensorData"),
-        },
-    ),
+    "ResponseOutput": _TENSOR,
     "InferenceResponse": _object(
         ["model_name", "outputs"],
         {
