@@ -175,7 +175,7 @@ def tensor_schema(tensor: dict[str, Any], output: bool = False) -> Schema:
     an array of exactly its rank (OpenAPI 3.0 has no per-position items: the fixed sizes are
     in the description and the example), the data typed by the datatype."""
     name, datatype = str(tensor.get("name", "")), str(tensor.get("datatype", ""))
-    shape = [int(d) for d in tensor.get("shape") or []]
+    shape = declared_shape(tensor)
     scalar = _SCALAR_BY_DATATYPE.get(datatype, _ANY)
     shape_schema: Schema = {
         "type": "array",
@@ -196,6 +196,15 @@ def tensor_schema(tensor: dict[str, Any], output: bool = False) -> Schema:
     return _object(required, properties, title=f"{'output' if output else 'input'} {name}")
 
 
+def declared_shape(tensor: dict[str, Any]) -> list[int]:
+    """The metadata's shape, read leniently: a runtime's own ``metadata()`` may say
+    anything, and a document must still come out (what is not a size counts as -1)."""
+    shape = tensor.get("shape")
+    if not isinstance(shape, list | tuple):
+        return []
+    return [d if isinstance(d, int) and not isinstance(d, bool) else -1 for d in shape]
+
+
 def example_shape(shape: list[int]) -> list[int]:
     """A shape a request may declare for a metadata shape: one row where any size goes."""
     return [1 if d < 0 else d for d in shape] or [1]
@@ -205,12 +214,12 @@ def example_tensor(tensor: dict[str, Any]) -> dict[str, Any] | None:
     """An input tensor matching the metadata's, zero-filled (what Swagger UI's "Try it out"
     starts from); None for one too large to show."""
     datatype = str(tensor.get("datatype", "FP64"))
-    shape = example_shape([int(d) for d in tensor.get("shape") or []])
+    shape = example_shape(declared_shape(tensor))
     count = 1
     for size in shape:
         count *= size
     if count > EXAMPLE_ELEMENTS:
         return None
     zero: Any = {"BOOL": False, "BYTES": ""}.get(datatype, 0)
-    return {"name": tensor.get("name", ""), "shape": shape, "datatype": datatype,
+    return {"name": str(tensor.get("name", "")), "shape": shape, "datatype": datatype,
             "data": [zero] * count}  # fmt: skip

@@ -183,6 +183,24 @@ def test_a_model_without_metadata_gets_the_protocol_schemas(tmp_path):
     assert "ModelInferenceRequest" not in document["components"]["schemas"]
 
 
+def test_odd_metadata_from_a_runtime_still_gives_a_valid_document(tmp_path):
+    metadata = {
+        "inputs": [
+            {"name": "a", "datatype": "FOO", "shape": ["x", None, 3, True]},
+            {"name": 7, "shape": "wide"},
+            "not a tensor",
+        ],
+        "outputs": "none",
+    }
+    document = model_document(route_entries(app_routes(tmp_path)), "m", None, metadata, Announced())
+    validate(document)
+    shape = document["components"]["schemas"]["Input0"]["properties"]["shape"]
+    assert shape["maxItems"] == 4 and shape["example"] == [1, 1, 3, 1]
+    assert document["components"]["schemas"]["Input1"]["properties"]["name"]["enum"] == ["7"]
+    request = schema_validator(document, "ModelInferenceRequest")
+    request.validate(document["components"]["schemas"]["ModelInferenceRequest"]["example"])
+
+
 def test_a_huge_input_gets_no_example(tmp_path):
     metadata = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [EXAMPLE_ELEMENTS + 1]}]}
     document = model_document(route_entries(app_routes(tmp_path)), "m", None, metadata, Announced())
