@@ -37,6 +37,7 @@ from inferpool.frontends.rest.openapi import (
     VERSIONED,
     RouteEntry,
     model_document,
+    model_path,
     server_document,
 )
 from inferpool.protocol.endpoints import Announced
@@ -132,7 +133,7 @@ def route_entries(routes: list[BaseRoute]) -> list[RouteEntry]:
 
 
 def docs_routes(client: EngineClient, routes: Callable[[], list[RouteEntry]]) -> list[BaseRoute]:
-    """The documents' and pages' routes, and the assets' mount when the extra is there;
+    """The documents' and pages' routes, and the assets' mount (501 without the extra);
     they must come before the custom endpoints' catch-all routes."""
     documents = Documents(client, routes)
     assets = swagger_assets()
@@ -160,9 +161,8 @@ def docs_routes(client: EngineClient, routes: Callable[[], list[RouteEntry]]) ->
         params = request.path_params
         name, version = params["name"], params.get("version")
         status = client.table.find(name, version)  # 404 for an unknown model
-        path = request.url.path.removeprefix(request.scope.get("root_path", ""))
         label = f"model '{status.name}'" + (f" version '{version}'" if version else "")
-        return page(request, f"inferpool: {label}", path + DOCUMENT.removeprefix("/docs"))
+        return page(request, f"inferpool: {label}", model_path(name, version) + DOCUMENT)
 
     found: list[BaseRoute] = [
         Route("/v2/docs", server_page),

@@ -165,6 +165,12 @@ def server_document(routes: Iterable[RouteEntry]) -> dict[str, Any]:
     }
 
 
+def model_path(name: str, version: str | None) -> str:
+    """``/v2/models/{name}[/versions/{version}]`` filled in, each part quoted for a URL."""
+    path = f"/v2/models/{quote(name, safe='')}"
+    return path if version is None else f"{path}/versions/{quote(version, safe='')}"
+
+
 def _custom(methods: Iterable[str]) -> list[str]:
     return sorted({m for m in methods if m not in ("HEAD", "OPTIONS")})
 
@@ -179,9 +185,7 @@ def model_document(
     """The document of model ``name`` (its ``version`` when the URL names one): its routes
     with the name filled in, schemas from its V2 ``metadata``, and its custom endpoints."""
     prefix = MODEL if version is None else VERSIONED
-    filled = f"/v2/models/{quote(name, safe='')}"
-    if version is not None:
-        filled += f"/versions/{quote(version, safe='')}"
+    filled = model_path(name, version)
     schemas = _model_schemas(metadata)
     request = schemas.get("ModelInferenceRequest") and _ref("ModelInferenceRequest")
     response = schemas.get("ModelInferenceResponse") and _ref("ModelInferenceResponse")
