@@ -274,6 +274,12 @@ REST_ROUTES = {
     "{model}/generate_stream": "the generate extension, streamed: Server-Sent Events",
     "{model}/generate": "the generate extension",
     "{model}/feedback": "feedback (a reward and the truth) for the model's runtime",
+    "/v2/docs": "Swagger UI over the server's OpenAPI document (the `swagger` extra)",
+    "/v2/docs/dataplane.json": "the server's OpenAPI 3.0 document: every route here",
+    "/v2/docs/assets": "Swagger UI's files, served from the package (no CDN)",
+    "{model}/docs": "Swagger UI over the model's OpenAPI document",
+    "{model}/docs/dataplane.json": "the model's OpenAPI 3.0 document: its inputs and outputs "
+    "from its metadata, its custom endpoints",
     "{model}/{path:path}": "the runtime's custom endpoints",
     "/ping": "MLflow scoring server: liveness",
     "/health": "MLflow scoring server: liveness",
@@ -325,7 +331,8 @@ def rest_routes() -> list[tuple[str, str]]:
         routes = [*build_app(client).app.routes, *build_metrics_app(client).routes]  # type: ignore[attr-defined]
     listed = []
     for route in routes:
-        methods = sorted(set(route.methods or ()) - {"HEAD"})
+        # a mount (Swagger UI's files) has no methods of its own: its files answer GET
+        methods = sorted(set(getattr(route, "methods", None) or {"GET"}) - {"HEAD"})
         listed.append((route.path, ", ".join(methods)))
     return listed
 

@@ -3,8 +3,8 @@
 # buildah (builds the Dockerfile), mmdebstrap (makes a Debian bookworm base image from
 # Debian's packages) and runc (the OCI runtime `buildah run --isolation oci` runs the image
 # with: a PID namespace of its own, where tini is PID 1; crun refuses this machine's hybrid
-# cgroups). Idempotent: installs only what is missing, and refreshes apt's package lists
-# only when a package cannot be found in them. Run as root (CI is); tox -e image runs it.
+# cgroups). Idempotent: installs only what is missing (scripts/apt_install.sh). Run as
+# root (CI is); tox -e image runs it.
 set -eu
 
 missing=""
@@ -12,17 +12,5 @@ command -v buildah >/dev/null 2>&1 || missing="$missing buildah"
 command -v mmdebstrap >/dev/null 2>&1 || missing="$missing mmdebstrap"
 [ -x /usr/bin/runc ] || missing="$missing runc"
 [ -z "$missing" ] && exit 0
-
-if [ "$(id -u)" != 0 ]; then
-    echo "the image tests need:$missing; run 'apt-get install$missing' as root" >&2
-    exit 1
-fi
-export DEBIAN_FRONTEND=noninteractive
-# Another apt run (a peer's install script) may hold the lock: wait for it, bounded.
-apt_get() { apt-get -o DPkg::Lock::Timeout=300 "$@"; }
 # shellcheck disable=SC2086
-if ! apt_get install -y --no-install-recommends $missing; then
-    apt_get update -qq
-    # shellcheck disable=SC2086
-    apt_get install -y --no-install-recommends $missing
-fi
+exec sh "$(dirname "$0")/apt_install.sh" "the image tests" $missing

@@ -22,7 +22,7 @@ from inferpool.errors import BadRequest, InferpoolError
 # the streaming extension's): a runtime's endpoint may not take them.
 RESERVED = frozenset(
     {"infer", "ready", "stats", "config", "versions", "feedback", "infer_stream", "generate",
-     "generate_stream"}
+     "generate_stream", "docs"}
 )  # fmt: skip
 # One path segment: RFC 3986's unreserved characters, no "." or ".." alone.
 _SEGMENT = re.compile(r"[A-Za-z0-9_~-][A-Za-z0-9._~-]*")

@@ -1,7 +1,8 @@
 """The endpoints docs/migrating-from-mlserver.md says are refused or served differently
-from MLServer 1.7.1, on a running server: no OpenAPI pages (``/v2/docs``, a model's
-``/docs``), MLServer's second repository service unimplemented over gRPC, the repository
-index over GET as well as POST, the server metadata naming inferpool."""
+from MLServer 1.7.1, on a running server: the OpenAPI pages (``/v2/docs``, a model's
+``/docs``) where MLServer serves them, MLServer's second repository service unimplemented
+over gRPC, the repository index over GET as well as POST, the server metadata naming
+inferpool."""
 
 from __future__ import annotations
 
@@ -23,16 +24,25 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield running
 
 
-@pytest.mark.parametrize("path", ["/v2/docs", "/v2/docs/dataplane.json"])
-def test_no_openapi_pages_are_served(server: Server, path: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "media"), [("/v2/docs", "text/html"), ("/v2/docs/dataplane.json", "application/json")]
+)
+def test_the_openapi_pages_are_served_where_mlserver_serves_them(
+    server: Server, path: str, media: str
+) -> None:
     response = httpx.get(server.url + path, timeout=30)
-    assert response.status_code == 404
-    assert "error" in response.json()
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith(media)
+    if media == "application/json":
+        assert response.json()["openapi"].startswith("3.0")
 
 
 @pytest.mark.parametrize("path", ["/docs", "/docs/dataplane.json"])
-def test_no_model_openapi_pages_are_served(server: Server, path: str) -> None:
-    for prefix in ("/v2/models/iris-logreg", "/v2/models/iris-logreg/versions/1"):
+def test_a_models_openapi_pages_are_served_and_an_unknown_ones_are_404(
+    server: Server, path: str
+) -> None:
+    assert httpx.get(server.url + "/v2/models/iris-logreg" + path, timeout=30).status_code == 200
+    for prefix in ("/v2/models/nope", "/v2/models/iris-logreg/versions/1"):
         response = httpx.get(server.url + prefix + path, timeout=30)
         assert response.status_code == 404, (prefix, response.text)
         assert "error" in response.json()

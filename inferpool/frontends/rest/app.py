@@ -34,6 +34,7 @@ from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.model_config import model_config
 from inferpool.frontends.rest.answer import answer_response, header_pairs, refusal_lines
 from inferpool.frontends.rest.body import read_body, scan_headers
+from inferpool.frontends.rest.docs import docs_routes, route_entries
 from inferpool.frontends.rest.endpoints import endpoint_routes
 from inferpool.frontends.rest.gzip import GzipRoutes
 from inferpool.frontends.rest.infer import InferRoutes
@@ -145,6 +146,8 @@ def build_app(
         ]
     # Streaming (SSE) and the generate extension, before the custom endpoints.
     routes += stream_routes(client, answer_response)
+    # The OpenAPI documents and Swagger UI, over the final list of routes.
+    routes += docs_routes(client, lambda: route_entries(routes))
     # MLflow's scoring server at the root, for a server of one model.
     routes += scoring_routes(plane)
     # Runtime-registered endpoints last, so they never shadow a protocol route; a bare

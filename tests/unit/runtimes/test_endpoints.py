@@ -52,6 +52,7 @@ def test_paths_are_normalized(path: str, normalized: str) -> None:
         ("/infer", "'/infer' is the protocol's own route"),
         ("/feedback/x", "'/feedback' is the protocol's own route"),
         ("/versions/1/x", "'/versions' is the protocol's own route"),
+        ("/docs", "'/docs' is the protocol's own route"),  # the model's OpenAPI pages
     ],
 )
 def test_unusable_paths_are_refused_when_the_class_is_defined(path: str, message: str) -> None:
