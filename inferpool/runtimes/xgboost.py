@@ -96,6 +96,7 @@ class XGBoostRuntime(BoostedTreesRuntime):
                 self.predict_params["iteration_range"] = (0, int(best) + 1)
         elif isinstance(model, xgboost.Booster):
             self.booster = model
+            self.bare_booster = True
         else:
             raise TypeError(f"{type(model).__name__} is not an XGBoost model")
         learner = json.loads(self.booster.save_config())["learner"]
