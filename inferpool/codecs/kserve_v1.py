@@ -89,22 +89,31 @@ def _per_row(values: Any, positive: bool = False) -> list[Any]:
 
 # -- rows of numbers ------------------------------------------------------------------------
 def _row_tensors(rows: list[Any], inputs: list[Spec]) -> list[Tensor]:
-    try:
-        array = np.asarray(rows)
-    except ValueError:
-        raise BadRequest("instances: every instance must have the same length") from None
-    if array.dtype.kind not in "biuf":
-        raise BadRequest("instances: rows must hold numbers only (or be objects or strings)")
     if len(inputs) == 1:
+        try:
+            array = np.asarray(rows)
+        except ValueError:
+            raise BadRequest("instances: every instance must have the same length") from None
+        if array.dtype.kind not in "biuf":
+            raise BadRequest("instances: rows must hold numbers only (or be objects or strings)")
         return [_tensor(inputs[0], array, _width(inputs[0]))]
-    if array.ndim != 2 or array.shape[1] != len(inputs):
-        width = array.shape[1] if array.ndim == 2 else 1
-        raise BadRequest(
-            f"instances: the model has {len(inputs)} inputs "
-            f"({', '.join(spec['name'] for spec in inputs)}): each instance must hold "
-            f"{len(inputs)} values, not {width}"
-        )
-    return [_column(spec, array[:, j]) for j, spec in enumerate(inputs)]
+    # An input per column: each column read alone, so that it keeps its own type.
+    for row in rows:
+        if not isinstance(row, list) or len(row) != len(inputs):
+            raise BadRequest(
+                f"instances: the model has {len(inputs)} inputs ({_described(inputs)}): each "
+                f"instance must hold {len(inputs)} values, not "
+                f"{len(row) if isinstance(row, list) else 1}"
+            )
+    return [_column(spec, _values([row[j] for row in rows])) for j, spec in enumerate(inputs)]
+
+
+def _values(column: list[Any]) -> np.ndarray:
+    """A column's values; with any text among them as objects (numpy would turn numbers
+    beside text into text)."""
+    if any(isinstance(value, str) for value in column):
+        return np.array(column, dtype=object)
+    return np.asarray(column)
 
 
 def _width(spec: Spec) -> int | None:

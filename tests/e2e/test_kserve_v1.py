@@ -1,10 +1,12 @@
 """KServe's V1 protocol against a real server with two workers, as KServe's sklearnserver,
 xgbserver and lgbserver answer it: ``:predict`` equals the model's own ``predict`` on the
 same rows (lists of numbers, objects by feature name, strings), ``:explain`` the model's
-attributions, readiness and the model list, and the errors (400, 404) as ``{"error"}``."""
+attributions, readiness and the model list, and the errors (400, 404, 503) as
+``{"error"}``."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,9 +74,23 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
 @pytest.fixture(scope="module")
 def server(models: tuple[Path, dict]) -> Iterator[Server]:
-    with Server(models[0], "--workers", "2") as running:
-        running.wait_ready()
+    """The models, and ``broken`` FAILED (kept serving: --no-exit-on-error)."""
+    broken = models[0] / "broken"
+    broken.mkdir()
+    (broken / "model.joblib").write_bytes(b"not a model")
+    with Server(models[0], "--workers", "2", "--no-exit-on-error") as running:
+        running.wait_live()
+        expected = {**dict.fromkeys(models[1], "READY"), "broken": "FAILED"}
+        deadline = time.monotonic() + 90
+        while (states := model_states(running)) != expected and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert states == expected, running.output()
         yield running
+
+
+def model_states(server: Server) -> dict[str, str]:
+    index = httpx.post(f"{server.url}/v2/repository/index", timeout=10).json()
+    return {entry["name"]: entry["state"] for entry in index}
 
 
 def predict(server: Server, model: str, body: object) -> httpx.Response:
@@ -184,6 +200,19 @@ def test_explain(server: Server, models) -> None:
     np.testing.assert_allclose(np.ravel(v2.json()["outputs"][0]["data"]), contributions.ravel())
 
 
+def test_a_model_not_ready_is_503(server: Server) -> None:
+    """KServe's sentence, with inferpool's reason; the SDK's ``is_model_ready`` reads a 503
+    as not ready."""
+    for reply in (
+        httpx.get(f"{server.url}/v1/models/broken", timeout=10),
+        predict(server, "broken", {"instances": [[1.0]]}),
+    ):
+        assert reply.status_code == 503
+        error = reply.json()["error"]
+        assert error.startswith("Model with name broken is not ready. "), error
+        assert "model.joblib" in error
+
+
 def test_readiness_and_list(server: Server, models) -> None:
     reply = httpx.get(f"{server.url}/v1/models/xgb", timeout=10)
     assert (reply.status_code, reply.json()) == (200, {"name": "xgb", "ready": True})
@@ -192,7 +221,7 @@ def test_readiness_and_list(server: Server, models) -> None:
     assert reply.json() == {"error": "Model with name nope does not exist."}
     reply = httpx.get(f"{server.url}/v1/models", timeout=10)
     assert reply.status_code == 200
-    assert reply.json() == {"models": sorted(models[1])}
+    assert reply.json() == {"models": sorted([*models[1], "broken"])}
     assert httpx.get(f"{server.url}/", timeout=10).json() == {"status": "alive"}
 
 
