@@ -152,6 +152,8 @@ class MLServerXGBoostRuntime(XGBoostRuntime):
             with reading(path, LIBRARY):
                 model = _sklearn_interface(bytearray(path.read_bytes()))
             self.adopt(model)
+        # A Booster's file all the same: KServe's xgbserver answers its Booster's predict.
+        self.bare_booster = True
 
     def adopt(self, model: Any) -> None:
         super().adopt(model)

@@ -195,3 +195,21 @@ def test_a_bare_booster_answers_its_own_predict(tmp_path: Path) -> None:
     expected = classifier.get_booster().predict(xgboost.DMatrix(X[:5]))
     np.testing.assert_allclose(call(booster, X[:5]), expected, rtol=1e-6)
     assert call(wrapped, X[:5]) == classifier.predict(X[:5]).tolist()
+
+
+def test_mlservers_xgboost_flavour_answers_as_xgbserver(tmp_path: Path) -> None:
+    """KServe's runtime passes ``mlserver_xgboost.XGBoostModel``: a file an XGBClassifier
+    saved still answers its Booster's ``predict`` over V1, as KServe's xgbserver reads it."""
+    import json
+
+    import xgboost
+
+    X, y = classification_data(3)
+    classifier = xgboost.XGBClassifier(n_estimators=5, max_depth=3, n_jobs=1).fit(X, y)
+    folder = tmp_path / "flavoured"
+    folder.mkdir()
+    classifier.save_model(str(folder / "model.json"))
+    settings = {"implementation": "mlserver_xgboost.XGBoostModel"}
+    (folder / "model-settings.json").write_text(json.dumps(settings))
+    expected = classifier.get_booster().predict(xgboost.DMatrix(X[:4]))  # [n, 3]
+    np.testing.assert_allclose(call(load(folder), X[:4]), expected, rtol=1e-6)
