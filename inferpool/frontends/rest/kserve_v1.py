@@ -59,7 +59,6 @@ class _V1:
     def ready_model(self, name: str) -> ModelStatus:
         """The model if READY; KServe's 404 when unknown, its 503 (with inferpool's
         reason) when not ready."""
-        self.client.pipelines.sync()  # a pipeline is ready when its children are
         try:
             status = self.client.table.find(name)
         except ModelNotFound:
@@ -77,6 +76,7 @@ class _V1:
 
     async def model_ready(self, request: Request) -> Response:
         name = request.path_params["name"]
+        self.client.pipelines.sync()  # a pipeline is ready when its children are
         try:
             self.ready_model(name)
         except InferpoolError as exc:
