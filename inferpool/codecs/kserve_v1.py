@@ -124,7 +124,9 @@ def _width(spec: Spec) -> int | None:
 def _tensor(spec: Spec, array: np.ndarray, width: int | None) -> Tensor:
     name, datatype = spec["name"], spec["datatype"]
     if width is not None and (array.ndim != 2 or array.shape[1] != width):
-        found = array.shape[1] if array.ndim == 2 else "a single value"
+        found: object = array.shape[1] if array.ndim == 2 else "a single value"
+        if array.ndim > 2:
+            found = f"instances of {array.ndim - 1} dimensions"
         raise BadRequest(
             f"instances: the model expects {width} values per instance (input '{name}'), "
             f"got {found}"

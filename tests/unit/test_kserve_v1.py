@@ -83,6 +83,7 @@ def test_requested_outputs() -> None:
     [
         ([[1, 2]], [ROWS], "expects 3 values per instance (input 'input-0'), got 2"),
         ([1, 2], [ROWS], "got a single value"),
+        ([[[1, 2, 3]]], [ROWS], "got instances of 2 dimensions"),
         ([[1, 2, 3], [1, 2]], [ROWS], "the same length"),
         ([[1, "x", 3]], [ROWS], "numbers only"),
         ([[1, 2, 1e39]], [ROWS], "out of range"),

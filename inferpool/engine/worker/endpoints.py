@@ -1,6 +1,6 @@
 """A ``Kind.CUSTOM`` job in the worker: a runtime's custom endpoint, MLflow's scoring
-endpoints and ``explain``, which every model answers, or a feedback for the runtime's
-``feedback`` hook.
+endpoints, ``explain`` and KServe V1's ``:predict``/``:explain``, which every model answers,
+or a feedback for the runtime's ``feedback`` hook.
 
 The call's head (``protocol.endpoints.Call``) names the path; the handler's answer (a
 body, or an ``EndpointResponse``) becomes a reply that carries its status, content type
