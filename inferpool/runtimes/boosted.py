@@ -44,6 +44,9 @@ class BoostedTreesRuntime(Runtime):
     classes: np.ndarray | None = None
     #: whether the library gives class probabilities (a classifier may give labels only)
     has_probabilities: bool = False
+    #: whether the model is a bare Booster, whose own ``predict`` gives the scores (class
+    #: probabilities), not the labels a scikit-learn wrapper's gives (KServe V1 answers it)
+    bare_booster: bool = False
     #: columns of ``predict`` for a regressor with several targets (1: one value per row)
     n_targets: int = 1
     #: the tree kernel's compiled model (``values`` and ``margin``), or None: the library

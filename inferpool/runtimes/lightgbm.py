@@ -75,6 +75,7 @@ class LightGBMRuntime(BoostedTreesRuntime):
             self.classes = np.asarray(classes) if classes is not None else None
         elif isinstance(model, lightgbm.Booster):
             self.booster = model
+            self.bare_booster = True
             self.classes = _booster_classes(model)
         else:
             raise TypeError(f"{type(model).__name__} is not a LightGBM model")

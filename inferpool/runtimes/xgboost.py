@@ -96,6 +96,7 @@ class XGBoostRuntime(BoostedTreesRuntime):
                 self.predict_params["iteration_range"] = (0, int(best) + 1)
         elif isinstance(model, xgboost.Booster):
             self.booster = model
+            self.bare_booster = True
         else:
             raise TypeError(f"{type(model).__name__} is not an XGBoost model")
         learner = json.loads(self.booster.save_config())["learner"]
@@ -151,6 +152,8 @@ class MLServerXGBoostRuntime(XGBoostRuntime):
             with reading(path, LIBRARY):
                 model = _sklearn_interface(bytearray(path.read_bytes()))
             self.adopt(model)
+        # A Booster's file all the same: KServe's xgbserver answers its Booster's predict.
+        self.bare_booster = True
 
     def adopt(self, model: Any) -> None:
         super().adopt(model)

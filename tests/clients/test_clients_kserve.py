@@ -1,4 +1,4 @@
-"""kserve's own clients (InferenceRESTClient with the v2 protocol, InferenceGRPCClient),
+"""kserve's own clients (InferenceRESTClient with the v2 and v1 protocols, InferenceGRPCClient),
 installed beside inferpool by tox's ``clients`` environment, against live servers."""
 
 from __future__ import annotations
@@ -90,3 +90,66 @@ def test_grpc_health(clients_server: Server) -> None:
             )
 
     assert asyncio.run(health()) == (True, True, True)
+
+
+# -- KServe's V1 protocol (REST only) --------------------------------------------------------
+def test_rest_v1_predict_and_explain(clients_server: Server, estimator, rows) -> None:
+    """InferenceRESTClient with ``protocol="v1"``: ``infer`` posts ``:predict`` and
+    ``explain`` ``:explain``, both answered as KServe's sklearnserver answers."""
+
+    async def calls():
+        client = InferenceRESTClient(RESTConfig(protocol="v1"))
+        try:
+            body = {"instances": rows.tolist()}
+            predicted = await client.infer(clients_server.url, body, MODEL)
+            explained = await client.explain(clients_server.url, MODEL, body)
+            return predicted, explained
+        finally:
+            await client.close()
+
+    predicted, explained = asyncio.run(calls())
+
+    assert predicted == {"predictions": estimator.predict(rows).tolist()}
+    contributions = np.asarray(explained["explanations"]["contributions"])
+    np.testing.assert_allclose(contributions.sum(axis=-1), estimator.predict_proba(rows), atol=1e-9)
+
+
+def test_rest_v1_health(clients_server: Server) -> None:
+    """``is_server_live`` reads ``GET /``, ``is_model_ready`` ``GET /v1/models/{name}``; an
+    unknown model is KServe's 404, which the client raises."""
+    import httpx
+
+    async def health():
+        client = InferenceRESTClient(RESTConfig(protocol="v1"))
+        try:
+            live = await client.is_server_live(clients_server.url)
+            ready = await client.is_model_ready(clients_server.url, MODEL)
+            with pytest.raises(httpx.HTTPStatusError) as unknown:
+                await client.is_model_ready(clients_server.url, "no-such-model")
+            return live, ready, unknown.value.response
+        finally:
+            await client.close()
+
+    live, ready, unknown = asyncio.run(health())
+
+    assert (live, ready) == (True, True)
+    assert unknown.status_code == 404
+    assert unknown.json() == {"error": "Model with name no-such-model does not exist."}
+
+
+def test_rest_v1_bad_instances(clients_server: Server) -> None:
+    import httpx
+
+    async def infer():
+        client = InferenceRESTClient(RESTConfig(protocol="v1"))
+        try:
+            with pytest.raises(httpx.HTTPStatusError) as refused:
+                await client.infer(clients_server.url, {"instances": [[1.0, 2.0]]}, MODEL)
+            return refused.value.response
+        finally:
+            await client.close()
+
+    refused = asyncio.run(infer())
+
+    assert refused.status_code == 400
+    assert "expects 4 values per instance" in refused.json()["error"]

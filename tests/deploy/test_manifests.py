@@ -20,6 +20,7 @@ def test_the_manifests_are_there() -> None:
     assert {
         "kserve/cluster-serving-runtime.yaml",
         "kserve/inferenceservice-sklearn.yaml",
+        "kserve/inferenceservice-sklearn-v1.yaml",
         "kserve/inferenceservice-xgboost.yaml",
         "kserve/inferenceservice-lightgbm.yaml",
         "kserve/inferenceservice-mlflow.yaml",

@@ -217,6 +217,11 @@ def test_kserve_pod_serves_the_inferenceservice(path: Path, tmp_path: Path) -> N
                 infer_request(name, **{"input-0": rows}), timeout=30
             )
         assert reply.model_name == name and reply.outputs
+        if service["spec"]["predictor"]["model"]["protocolVersion"] == "v1":
+            v1_url = pod.url("http1", f"/v1/models/{name}:predict")
+            response = httpx.post(v1_url, json={"instances": rows.tolist()}, timeout=30)
+            assert response.status_code == 200, response.text
+            assert len(response.json()["predictions"]) == len(rows)
         if path != SERVICES[0]:
             return  # the drain is the runtime's, the same for every InferenceService
 

@@ -1,6 +1,6 @@
 """A ``Kind.CUSTOM`` job in the worker: a runtime's custom endpoint, MLflow's scoring
-endpoints and ``explain``, which every model answers, or a feedback for the runtime's
-``feedback`` hook.
+endpoints, ``explain`` and KServe V1's ``:predict``/``:explain``, which every model answers,
+or a feedback for the runtime's ``feedback`` hook.
 
 The call's head (``protocol.endpoints.Call``) names the path; the handler's answer (a
 body, or an ``EndpointResponse``) becomes a reply that carries its status, content type
@@ -26,6 +26,7 @@ from inferpool.codecs.mlflow_scoring import scoring_endpoint
 from inferpool.engine.ipc.messages import Reply, StageTimes
 from inferpool.engine.worker import inference
 from inferpool.engine.worker.explain import explain_endpoint
+from inferpool.engine.worker.kserve_v1 import v1_endpoint
 from inferpool.engine.worker.model import LoadedModel
 from inferpool.errors import BadRequest, InferpoolError, ModelNotFound
 from inferpool.protocol import grpc_wire, rest_json
@@ -91,8 +92,9 @@ def call_custom(model: LoadedModel, body: bytes, enqueued_ns: int, started: int)
 
 
 def _handler(model: LoadedModel, call: Call) -> Callable[[EndpointRequest], Any]:
-    """The handler of the call's path: the runtime's, else MLflow's scoring endpoints or
-    ``explain`` (``explain.py``), which every model answers."""
+    """The handler of the call's path: the runtime's, else MLflow's scoring endpoints,
+    ``explain`` (``explain.py``) or KServe V1's (``kserve_v1.py``), which every model
+    answers."""
     endpoint = model.endpoints.get(call.path)
     if endpoint is not None:
         if call.method not in endpoint.methods:  # the frontend checks; a direct caller may not
@@ -102,9 +104,13 @@ def _handler(model: LoadedModel, call: Call) -> Callable[[EndpointRequest], Any]
                 endpoint.methods,
             )
         return endpoint.call
-    scoring = scoring_endpoint(
-        call.path, model.runtime.custom_endpoints(), functools.partial(inference.infer, model)
-    ) or explain_endpoint(call.path, model)
+    scoring = (
+        scoring_endpoint(
+            call.path, model.runtime.custom_endpoints(), functools.partial(inference.infer, model)
+        )
+        or explain_endpoint(call.path, model)
+        or v1_endpoint(call.path, model)
+    )
     if scoring is None:
         raise ModelNotFound(f"model '{model.name}' has no endpoint '/{call.path}'")
     return lambda request: EndpointResponse(scoring(request.body), content_type=JSON)

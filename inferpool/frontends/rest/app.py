@@ -7,9 +7,10 @@ passes the body on (inflated if it came compressed; with the request's headers i
 for a user's runtime, which reads them as ``parameters.headers``), and writes the engine's
 reply bytes out as they are, with the request id (``request_context``) in ``x-request-id``.
 The infer routes themselves are answered in front of Starlette, as raw ASGI
-(``infer.py``). CORS (``cors_settings``) and MLflow's root scoring routes
-(``mlflow_scoring``) sit beside the V2 routes; the access log and the tracer's spans
-(``access_log.RestObserver``) around them all when on.
+(``infer.py``). CORS (``cors_settings``), MLflow's root scoring routes
+(``mlflow_scoring``) and KServe's V1 routes (``kserve_v1``) sit beside the V2 routes;
+the access log and the tracer's spans (``access_log.RestObserver``) around them all when
+on.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from inferpool.frontends.rest.docs import docs_routes, route_entries
 from inferpool.frontends.rest.endpoints import endpoint_routes
 from inferpool.frontends.rest.gzip import GzipRoutes
 from inferpool.frontends.rest.infer import InferRoutes
+from inferpool.frontends.rest.kserve_v1 import v1_routes
 from inferpool.frontends.rest.mlflow_scoring import scoring_routes
 from inferpool.frontends.rest.stream import stream_routes
 from inferpool.protocol.rest_json import parse_json_object
@@ -150,6 +152,8 @@ def build_app(
     routes += docs_routes(client, lambda: route_entries(routes))
     # MLflow's scoring server at the root, for a server of one model.
     routes += scoring_routes(plane)
+    # KServe's V1 protocol (its sklearn, xgboost and lightgbm servers' default).
+    routes += v1_routes(plane)
     # Runtime-registered endpoints last, so they never shadow a protocol route; a bare
     # path after everything else.
     feedback, endpoints, bare = endpoint_routes(plane, model, versioned)
