@@ -55,6 +55,8 @@ ENVIRONMENT_FOLDERS = {
     "tests/ecosystem": "ecosystem",  # inferpool[all] beside kserve, MLServer, Ray... (plain pip)
     "tests/docs": "docs",  # mkdocs-material: the site built strict, the pages' code blocks run
     "tests/runtimes": "runtimes",  # CatBoost, ONNX Runtime: libraries not in [test]
+    "tests/native": "native",  # gcc and tl2cgen: C libraries on the native runtime
+    "tests/rlang": "rlang",  # R from apt and rpy2: R models on the R runtime
 }
 
 
