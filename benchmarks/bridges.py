@@ -87,7 +87,8 @@ def in_process(root: Path, X: np.ndarray, budget: float) -> dict[tuple[str, int]
         payload_of = (lambda rows: {"x": rows}) if name == "r-lm" else (lambda rows: rows)
         for batch in BATCHES:
             payload = payload_of(np.ascontiguousarray(X[:batch]))
-            seconds = best_time(lambda: runtime.predict(payload, ["predict"]), budget, 20, 2000)
+            call = runtime.predict
+            seconds = best_time(lambda c=call, p=payload: c(p, ["predict"]), budget, 20, 2000)
             times[(name, batch)] = seconds * 1e6
     return times
 

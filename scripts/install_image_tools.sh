@@ -13,16 +13,5 @@ command -v mmdebstrap >/dev/null 2>&1 || missing="$missing mmdebstrap"
 [ -x /usr/bin/runc ] || missing="$missing runc"
 [ -z "$missing" ] && exit 0
 
-if [ "$(id -u)" != 0 ]; then
-    echo "the image tests need:$missing; run 'apt-get install$missing' as root" >&2
-    exit 1
-fi
-export DEBIAN_FRONTEND=noninteractive
-# Another apt run (a peer's install script) may hold the lock: wait for it, bounded.
-apt_get() { apt-get -o DPkg::Lock::Timeout=300 "$@"; }
 # shellcheck disable=SC2086
-if ! apt_get install -y --no-install-recommends $missing; then
-    apt_get update -qq
-    # shellcheck disable=SC2086
-    apt_get install -y --no-install-recommends $missing
-fi
+sh "$(dirname "$0")/apt_install.sh" "the image tests" $missing

@@ -19,8 +19,8 @@ from inferpool.protocol.generated.grpc_predict_v2_pb2_grpc import GRPCInferenceS
 from tests.native.native_models import linear_model, source_model, tl2cgen_model
 from tests.native.probes import NO_PREDICT
 from tests.support import Server
-from tests.support.grpc import WORKER_COUNTS, infer_request
-from tests.support.pool import live_workers, template_pid
+from tests.support.grpc import WORKER_COUNTS, infer_request, stub_for, workers_server
+from tests.support.pool import assert_only_workers_map
 from tests.support.runtimes import output_array, rows_request
 
 
@@ -72,16 +72,14 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
 
 @pytest.fixture(scope="module", params=WORKER_COUNTS, ids=lambda w: f"w{w}")
 def server(request: pytest.FixtureRequest, repository) -> Iterator[Server]:
-    with Server(repository[0], "--workers", str(request.param)) as running:
-        running.wait_ready(timeout=120)
-        running.workers = request.param  # type: ignore[attr-defined]
+    with workers_server(repository[0], request.param) as running:
         yield running
 
 
 @pytest.fixture(scope="module")
 def stub(server: Server) -> Iterator[GRPCInferenceServiceStub]:
-    with grpc.insecure_channel(server.grpc_address) as channel:
-        yield GRPCInferenceServiceStub(channel)
+    with stub_for(server) as stub:
+        yield stub
 
 
 NAMES = ["linear", "lgb-binary", "xgb-multiclass"]
@@ -140,17 +138,8 @@ def test_the_librarys_refusal_is_invalid_argument_and_it_keeps_serving(stub, rep
     assert len(response.outputs) == 1
 
 
-def maps_library(pid: int, root: Path) -> bool:
-    return str(root / "linear" / "model.so") in Path(f"/proc/{pid}/maps").read_text()
-
-
 def test_each_worker_opens_the_library_after_the_fork(server: Server, repository) -> None:
-    if server.workers == 0:  # type: ignore[attr-defined]
-        pytest.skip("with --workers 0 the server process holds the library")
-    workers = live_workers(server)
-    assert len(workers) == 2
-    assert all(maps_library(pid, repository[0]) for pid in workers)
-    assert not maps_library(template_pid(server.process.pid), repository[0])
+    assert_only_workers_map(server, str(repository[0] / "linear" / "model.so"))
 
 
 def test_a_library_missing_a_symbol_stops_the_start_with_one_sentence(tmp_path: Path) -> None:

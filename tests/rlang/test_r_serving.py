@@ -16,8 +16,8 @@ import pytest
 from inferpool.protocol.generated.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 from tests.rlang.r_models import RModel, build
 from tests.support import Server
-from tests.support.grpc import WORKER_COUNTS, infer_request
-from tests.support.pool import live_workers, template_pid
+from tests.support.grpc import WORKER_COUNTS, infer_request, stub_for, workers_server
+from tests.support.pool import assert_only_workers_map
 from tests.support.runtimes import output_array, rows_request
 
 
@@ -29,16 +29,14 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
 
 @pytest.fixture(scope="module", params=WORKER_COUNTS, ids=lambda w: f"w{w}")
 def server(request: pytest.FixtureRequest, repository) -> Iterator[Server]:
-    with Server(repository[0], "--workers", str(request.param)) as running:
-        running.wait_ready(timeout=180)
-        running.workers = request.param  # type: ignore[attr-defined]
+    with workers_server(repository[0], request.param, timeout=180) as running:
         yield running
 
 
 @pytest.fixture(scope="module")
 def stub(server: Server) -> Iterator[GRPCInferenceServiceStub]:
-    with grpc.insecure_channel(server.grpc_address) as channel:
-        yield GRPCInferenceServiceStub(channel)
+    with stub_for(server) as stub:
+        yield stub
 
 
 NAMES = ["r-lm", "r-glm", "r-rf", "r-rf-prob"]
@@ -116,15 +114,5 @@ def test_a_label_r_predicts_as_na_is_a_400(stub, repository) -> None:
     assert len(response.outputs[0].contents.bytes_contents) == len(model.rows)
 
 
-def maps_r(pid: int) -> bool:
-    return "libR.so" in Path(f"/proc/{pid}/maps").read_text()
-
-
 def test_r_starts_in_the_workers_never_in_the_template(server: Server) -> None:
-    if server.workers == 0:  # type: ignore[attr-defined]
-        pytest.skip("with --workers 0 the server process runs R")
-    workers = live_workers(server)
-    assert len(workers) == 2
-    assert all(maps_r(pid) for pid in workers)
-    assert not maps_r(template_pid(server.process.pid))
-    assert not maps_r(server.process.pid)
+    assert_only_workers_map(server, "libR.so")
