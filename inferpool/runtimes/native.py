@@ -147,6 +147,11 @@ class NativeRuntime(Runtime):
         calls = "reentrant" if self.thread_safe else "calls serialised"
         return f"native library {self.path.name} ({calls})"
 
+    def native_bytes(self) -> int:
+        # The library's code and data (a compiled tree model is mostly that); what its
+        # init allocates is not known here.
+        return self.path.stat().st_size
+
     def validate(self, payload: Any) -> None:
         if self.cols is not None:
             check_matrix(self.name, payload, self.cols)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -200,7 +201,12 @@ def _start_r() -> tuple[Any, Any]:
     try:
         import rpy2.rinterface as ri
 
-        ri.initr_simple()
+        with warnings.catch_warnings():
+            # Started off the main thread (``--workers 0`` loads in a thread), rpy2 warns
+            # that R's SIGINT handler cannot be undone: R installs none (rpy2 sets
+            # R_SignalHandlers = 0), and Python's own handler still runs (checked).
+            warnings.filterwarnings("ignore", "R is not initialized by the main thread")
+            ri.initr_simple()
     except Exception as exc:
         raise ModelLoadError(
             f"R cannot be started here ({type(exc).__name__}: {exc}): install R "

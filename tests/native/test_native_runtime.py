@@ -72,6 +72,8 @@ def test_the_metadata_comes_from_the_library(probe: NativeRuntime) -> None:
     assert document["platform"] == "native"
     assert document["inputs"] == [{"name": "x", "datatype": "FP64", "shape": [-1, 2]}]
     assert document["outputs"] == [{"name": "address", "datatype": "INT64", "shape": [-1, 2]}]
+    # The library's code and data count in the model's memory budget.
+    assert probe.native_bytes() == probe.path.stat().st_size > 0
 
 
 def most_at_once(tmp_path: Path, thread_safe: str) -> int:

@@ -114,5 +114,11 @@ def test_a_label_r_predicts_as_na_is_a_400(stub, repository) -> None:
     assert len(response.outputs[0].contents.bytes_contents) == len(model.rows)
 
 
+def test_no_warning_when_r_starts_off_the_main_thread(server: Server) -> None:
+    # --workers 0 loads in a thread: rpy2's warning about SIGINT does not apply (R installs
+    # no signal handler under rpy2), and the server's Ctrl-C still stops it.
+    assert "R is not initialized by the main thread" not in server.output()
+
+
 def test_r_starts_in_the_workers_never_in_the_template(server: Server) -> None:
     assert_only_workers_map(server, "libR.so")
