@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 
 from inferpool.errors import ModelError, ModelLoadError
-from inferpool.runtimes.r import RRuntime
 from inferpool.settings import ModelSettings
 from tests.rlang.r_models import run_r
+
+# Collected by every environment: the runtime is imported by the tests that run (tox -e r).
+pytest.importorskip("rpy2")
 
 LINEAR = """
 d <- data.frame(a = c(1, 2, 3, 4), b = c(1, 0, 1, 0))
@@ -24,7 +26,9 @@ saveRDS(lm(y ~ a + b, data = d), file.path(root, "m", "model.rds"))
 """
 
 
-def runtime(folder: Path, **extra: object) -> RRuntime:
+def runtime(folder: Path, **extra: object):
+    from inferpool.runtimes.r import RRuntime
+
     return RRuntime(ModelSettings(name="m", folder=folder, parameters={"extra": extra}))
 
 
