@@ -5,6 +5,7 @@ tensor or one tensor each; bad input is a 400 and R never runs in the template."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -122,3 +123,16 @@ def test_no_warning_when_r_starts_off_the_main_thread(server: Server) -> None:
 
 def test_r_starts_in_the_workers_never_in_the_template(server: Server) -> None:
     assert_only_workers_map(server, "libR.so")
+
+
+def test_an_r_package_missing_stops_the_start_with_one_sentence(tmp_path: Path, repository):
+    # No implementation named: model.rds chooses the R runtime; two workers load it.
+    folder = tmp_path / "needs-package"
+    folder.mkdir()
+    (folder / "model.rds").write_bytes((repository[0] / "r-lm" / "model.rds").read_bytes())
+    settings = {"name": "needs-package", "parameters": {"extra": {"r_packages": ["nopkgzz"]}}}
+    (folder / "model-settings.json").write_text(json.dumps(settings))
+    with Server(tmp_path, "--workers", "2") as running:
+        assert running.wait_exit(timeout=180) != 0
+        sentence = "model.rds needs the R package 'nopkgzz', which is not installed ("
+        assert sentence in running.output()
