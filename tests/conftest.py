@@ -56,6 +56,8 @@ ENVIRONMENT_FOLDERS = {
     "tests/docs": "docs",  # mkdocs-material: the site built strict, the pages' code blocks run
     "tests/runtimes": "runtimes",  # CatBoost, ONNX Runtime: libraries not in [test]
     "tests/browser": "browser",  # Chromium and chromedriver from apt, selenium: Swagger UI
+    "tests/native": "native",  # gcc and tl2cgen: C libraries on the native runtime
+    "tests/rlang": "rlang",  # R from apt and rpy2: R models on the R runtime
 }
 
 

@@ -123,6 +123,24 @@ RUNTIMES: dict[str, RuntimeEntry] = {
             extra="onnx",
             artefacts=("model.onnx",),
         ),
+        # Models from other languages (docs/languages.md). A native library's init may
+        # start threads: each worker dlopens it after the fork (its code pages, file-backed,
+        # are shared through the page cache all the same). Needs no Python library.
+        RuntimeEntry(
+            "native",
+            "inferpool.runtimes.native.NativeRuntime",
+            extra="",
+            artefacts=("model.so",),
+            preload=("inferpool.runtimes.native",),
+        ),
+        # Embedded R does not survive a fork and rpy2 starts R when rpy2.robjects is
+        # imported: neither is imported nor loaded before the workers fork.
+        RuntimeEntry(
+            "r",
+            "inferpool.runtimes.r.RRuntime",
+            extra="r",
+            artefacts=("model.rds",),
+        ),
         # Loads the model it explains (any runtime): in each worker, as that may need.
         RuntimeEntry(
             "explainer",

@@ -20,8 +20,8 @@ from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.generated.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 from tests.runtimes.onnx_models import Converted, assert_library_answers, repository
 from tests.support import Server
-from tests.support.grpc import WORKER_COUNTS, infer_request
-from tests.support.pool import live_workers, template_pid
+from tests.support.grpc import WORKER_COUNTS, infer_request, stub_for, workers_server
+from tests.support.pool import assert_only_workers_map
 from tests.support.runtimes import output_array, rows_request
 
 TYPED = {"INT64": "int64_contents", "FP32": "fp32_contents", "BYTES": "bytes_contents"}
@@ -43,17 +43,14 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
 
 @pytest.fixture(scope="module", params=WORKER_COUNTS, ids=lambda w: f"w{w}")
 def server(request: pytest.FixtureRequest, converted: tuple[Path, dict]) -> Iterator[Server]:
-    root, _ = converted
-    with Server(root, "--workers", str(request.param)) as running:
-        running.wait_ready(timeout=120)
-        running.workers = request.param  # type: ignore[attr-defined]
+    with workers_server(converted[0], request.param) as running:
         yield running
 
 
 @pytest.fixture(scope="module")
 def stub(server: Server) -> Iterator[GRPCInferenceServiceStub]:
-    with grpc.insecure_channel(server.grpc_address) as channel:
-        yield GRPCInferenceServiceStub(channel)
+    with stub_for(server) as stub:
+        yield stub
 
 
 def rest_answers(server: Server, model: str, rows: np.ndarray, **body: object) -> dict:
@@ -193,20 +190,10 @@ def test_no_warning_per_predict_on_the_log(server: Server, converted) -> None:
     assert "VerifyOutputSizes" not in server.output()
 
 
-def maps_onnxruntime(pid: int) -> bool:
-    return "onnxruntime_pybind11_state" in Path(f"/proc/{pid}/maps").read_text()
-
-
 def test_sessions_live_in_the_workers_never_in_the_template(server: Server) -> None:
-    if server.workers == 0:  # type: ignore[attr-defined]
-        pytest.skip("with --workers 0 the server process holds the sessions")
-    workers = live_workers(server)
-    assert len(workers) == 2
-    assert all(maps_onnxruntime(pid) for pid in workers)
     # The template forks the workers: it has not even imported ONNX Runtime (which starts
     # a thread when imported), nor has the server process.
-    assert not maps_onnxruntime(template_pid(server.process.pid))
-    assert not maps_onnxruntime(server.process.pid)
+    assert_only_workers_map(server, "onnxruntime_pybind11_state")
 
 
 def test_a_settings_file_naming_the_graph_by_uri(server: Server, converted) -> None:

@@ -97,6 +97,16 @@ def running_server(
 
 
 @contextmanager
+def workers_server(repository: Path, workers: int, timeout: float = 120) -> Iterator[Server]:
+    """A ready server of ``repository`` with ``workers`` workers (a ``WORKER_COUNTS``
+    entry, ``request.param`` of a module's fixture), which it carries as ``workers``."""
+    with Server(repository, "--workers", str(workers)) as server:
+        server.wait_ready(timeout=timeout)
+        server.workers = workers  # type: ignore[attr-defined]
+        yield server
+
+
+@contextmanager
 def setup_server(setup: tuple[int, str], root: Path) -> Iterator[Server]:
     """A server on a new test repository in ``root`` for one ``SETUPS`` entry; it carries
     ``repository`` and ``workers`` for the tests."""

@@ -8,6 +8,8 @@ import re
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.support import Server
 
 # A custom runtime written into a model folder: it sums each row, appends one line per
@@ -201,3 +203,20 @@ def logged_sizes(server: Server, name: str) -> list[float]:
     """The MiB per replica that placement logged for each load of model ``name``."""
     pattern = rf"model '{re.escape(name)}': .*, ([\d.]+) MiB each"
     return [float(size) for size in re.findall(pattern, server.output())]
+
+
+def assert_only_workers_map(server: Server, library: str) -> None:
+    """``library`` (a path or file name in /proc/PID/maps) is mapped by each of the
+    server's two workers, and neither by the template that forks them nor by the server's
+    own process: a runtime that must start after the fork. Skipped with ``--workers 0``."""
+    if server.workers == 0:  # type: ignore[attr-defined]
+        pytest.skip("with --workers 0 the server process runs the models")
+
+    def maps(pid: int) -> bool:
+        return library in Path(f"/proc/{pid}/maps").read_text()
+
+    workers = live_workers(server)
+    assert len(workers) == 2
+    assert all(maps(pid) for pid in workers)
+    assert not maps(template_pid(server.process.pid))
+    assert not maps(server.process.pid)

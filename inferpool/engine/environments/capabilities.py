@@ -38,6 +38,7 @@ RUNTIME_LIBRARIES = {
     "xgboost": "xgboost",
     "mlflow": "mlflow",
     "catboost": "catboost",
+    "r": "rpy2",
 }
 # Distributions that provide a module under another name, first found wins.
 MODULE_DISTRIBUTIONS = {
