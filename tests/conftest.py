@@ -55,6 +55,7 @@ ENVIRONMENT_FOLDERS = {
     "tests/ecosystem": "ecosystem",  # inferpool[all] beside kserve, MLServer, Ray... (plain pip)
     "tests/docs": "docs",  # mkdocs-material: the site built strict, the pages' code blocks run
     "tests/runtimes": "runtimes",  # CatBoost, ONNX Runtime: libraries not in [test]
+    "tests/java": "java",  # a JDK, JPype, JPMML-Evaluator and sklearn2pmml: the JVM runtimes
 }
 
 
