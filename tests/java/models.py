@@ -9,6 +9,7 @@ import json
 import subprocess
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -212,9 +213,10 @@ def export_pmml(pipeline, path: Path) -> Path:
     return path
 
 
-def pmml_repository(root: Path) -> dict[str, tuple[Path, np.ndarray]]:
+def pmml_repository(root: Path) -> dict[str, tuple[Path, Any]]:
     """iris-logreg, iris-tree (classifiers with probabilities) and linreg (a regressor),
-    each a folder with its model.pmml; returns each one's file and some rows."""
+    each a folder with its model.pmml; returns each one's file and some rows (a DataFrame
+    of the columns it was fitted on: a tree's document keeps only those it uses)."""
     import pandas as pd
     from sklearn.datasets import load_iris, make_regression
     from sklearn.linear_model import LinearRegression, LogisticRegression
@@ -235,5 +237,5 @@ def pmml_repository(root: Path) -> dict[str, tuple[Path, np.ndarray]]:
         pipeline = PMMLPipeline([("model", estimator)]).fit(data, labels)
         (root / name).mkdir(parents=True, exist_ok=True)
         path = export_pmml(pipeline, root / name / "model.pmml")
-        made[name] = (path, data.to_numpy()[::7])
+        made[name] = (path, data.iloc[::7])
     return made
