@@ -12,8 +12,10 @@ loader each (``class_loader``): a model loaded after the JVM started (JPype's
 ``addClassPath`` works only before) loads as the first did, and two models may hold
 classes of the same name.
 
-The JVM is started with ``-Xrs`` (the process's signal handlers stay Python's: SIGTERM
-drains the worker as for any model) and the serial collector (one GC thread: the workers
+Under ``--worker-memory-limit`` (an address-space cap) it starts with smaller reservations
+(``CAPPED_OPTIONS``) or refuses in one sentence. The JVM is started with ``-Xrs`` (the
+process's signal handlers stay Python's: SIGTERM drains the worker as for any model) and
+the serial collector (one GC thread: the workers
 are the unit of parallelism, DESIGN §3). Its heap is the ``jvm_heap`` of the first model
 to load (``parameters.extra``); a later model asking for another size is served in the
 running JVM with a warning.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import re
+import resource
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,16 @@ INTERFACE = "io.inferpool.Model"
 _HEAP = re.compile(r"\d+[kKmMgG]?")
 # The options every JVM of inferpool starts with (the module's docstring says why).
 OPTIONS = ("-Xrs", "-XX:+UseSerialGC")
+
+# Under an address-space cap (``--worker-memory-limit``: RLIMIT_AS), JDK 17 reserves 1 GiB
+# of class space and 240 MiB of code cache at start, and exits the process when it cannot:
+# smaller reservations, a heap of its own by default, and a refusal in one sentence when
+# what is left cannot hold them (measured with heap 128m: the JVM starts with 1100 MiB
+# left, and exits its process with 950 MiB).
+CAPPED_OPTIONS = ("-XX:CompressedClassSpaceSize=128m", "-XX:ReservedCodeCacheSize=64m")
+CAPPED_HEAP = "256m"
+CAPPED_RESERVE = 1024 * 2**20  # bytes beyond the heap a capped JVM needs to start
+_UNITS = {"k": 2**10, "m": 2**20, "g": 2**30}
 
 _started_heap: str | None = None
 
@@ -63,7 +76,20 @@ def ensure_started(heap: str | None = None) -> None:
             "no Java runtime found (none under JAVA_HOME or the usual places): install one "
             "(apt-get install default-jre-headless) or set JAVA_HOME"
         ) from None
-    options = [*OPTIONS, f"-Xmx{heap}"] if heap else list(OPTIONS)
+    options = list(OPTIONS)
+    left = _address_space_left()
+    if left is not None:
+        heap = heap or CAPPED_HEAP
+        needed = _bytes(heap) + CAPPED_RESERVE
+        if left < needed:
+            raise ModelLoadError(
+                f"the worker's memory limit leaves {left >> 20} MiB of address space, and a "
+                f"JVM with heap {heap} needs {needed >> 20} MiB: raise --worker-memory-limit "
+                "or lower jvm_heap"
+            )
+        options += CAPPED_OPTIONS
+    if heap:
+        options.append(f"-Xmx{heap}")
     classpath = [str(INTERFACE_JAR), *pmml_jars()]
     try:
         jpype.startJVM(path, *options, classpath=classpath, convertStrings=False, interrupt=False)
@@ -71,6 +97,23 @@ def ensure_started(heap: str | None = None) -> None:
         raise ModelLoadError(f"the Java runtime at {path} did not start: {exc}") from None
     _started_heap = heap
     logger.info("JVM started (%s, heap %s)", path, heap or "the JVM's default")
+
+
+def _address_space_left() -> int | None:
+    """Bytes this process may still map under its RLIMIT_AS (None: no cap)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    with open("/proc/self/status") as status:
+        match = re.search(r"VmSize:\s+(\d+) kB", status.read())
+    mapped = int(match.group(1)) * 1024 if match else 0
+    return max(0, soft - mapped)
+
+
+def _bytes(size: str) -> int:
+    """``512m`` as bytes."""
+    unit = size[-1].lower()
+    return int(size[:-1]) * _UNITS[unit] if unit in _UNITS else int(size)
 
 
 def pmml_jars() -> list[str]:

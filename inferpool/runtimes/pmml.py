@@ -156,7 +156,8 @@ def _values(column: np.ndarray) -> list[Any]:
     """A column as Python values for the evaluator (text for bytes)."""
     if column.dtype.kind in "OS":
         return [v.decode() if isinstance(v, bytes) else v for v in column.tolist()]
-    return column.tolist()
+    values: list[Any] = column.tolist()
+    return values
 
 
 def _array(values: list[Any], datatype: str) -> np.ndarray:

@@ -153,3 +153,37 @@ def test_pmml_models_load_here_in_the_running_jvm(tmp_path: Path) -> None:
         used = [spec.name for spec in model.runtime.inputs()]
         answers = infer(model, rows[used].to_numpy())
         assert set(answers) == {spec.name for spec in model.runtime.outputs()}, name
+
+
+CAPPED = """
+import re, resource, sys
+import jpype
+from inferpool.runtimes import jvm
+status = open("/proc/self/status").read()
+mapped = int(re.search(r"VmSize:\\s+(\\d+)", status).group(1)) * 1024
+left = int(sys.argv[1]) * 2**20
+resource.setrlimit(resource.RLIMIT_AS, (mapped + left, resource.RLIM_INFINITY))
+try:
+    jvm.ensure_started("128m")
+    print("started", jpype.JClass("java.lang.Math").max(2, 3))
+except Exception as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def capped(left_mib: int) -> str:
+    """What starting a JVM (heap 128m) prints in a process that may map ``left_mib`` more."""
+    done = subprocess.run(
+        [sys.executable, "-c", CAPPED, str(left_mib)], capture_output=True, text=True
+    )
+    return done.stdout.strip() or done.stderr[-500:]
+
+
+def test_under_an_address_space_cap_a_jvm_starts_smaller_or_refuses() -> None:
+    # --worker-memory-limit is RLIMIT_AS: JDK 17's default reservations (1.2 GiB beyond
+    # the heap) would make the JVM exit the worker; 1400 MiB is enough for the smaller ones.
+    assert capped(1400) == "started 3"
+    assert capped(600) == (
+        "ModelLoadError the worker's memory limit leaves 600 MiB of address space, and a JVM "
+        "with heap 128m needs 1152 MiB: raise --worker-memory-limit or lower jvm_heap"
+    )
