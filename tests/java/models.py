@@ -13,7 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from inferpool.runtimes.jvm import INTERFACE_JAR
+import inferpool.runtimes
+
+# runtimes/jvm.py's INTERFACE_JAR, found without importing JPype (collected everywhere)
+INTERFACE_JAR = Path(inferpool.runtimes.__file__).parent / "java_interface" / "inferpool-model.jar"
 
 WEIGHTS = (1.5, -2.0, 0.25)
 # A linear model of 3 features with metadata; a wrong width is an IllegalArgumentException

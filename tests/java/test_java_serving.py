@@ -18,9 +18,11 @@ from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.generated.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 from tests.java.models import IRIS_COLUMNS, java_answers, java_repository, pmml_repository
 from tests.support import Server
-from tests.support.grpc import WORKER_COUNTS, infer_request
+from tests.support.grpc import WORKER_COUNTS, infer_request, stub_for
 from tests.support.pool import live_workers, template_pid
 from tests.support.runtimes import output_array, rows_request
+
+pytest.importorskip("jpype")  # the java environment's (tox -e java)
 
 ROWS = np.array([[0.5, 1.0, -2.0], [3.0, 0.25, 8.0], [-1.5, 2.0, 0.0]])
 
@@ -43,8 +45,8 @@ def server(request: pytest.FixtureRequest, root: Path) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def stub(server: Server) -> Iterator[GRPCInferenceServiceStub]:
-    with grpc.insecure_channel(server.grpc_address) as channel:
-        yield GRPCInferenceServiceStub(channel)
+    with stub_for(server) as connected:
+        yield connected
 
 
 def post(server: Server, model: str, body: dict) -> httpx.Response:

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from inferpool.errors import ModelLoadError
-from inferpool.runtimes.jvm import INTERFACE_JAR
 from inferpool.runtimes.registry import RUNTIMES, is_fork_safe, runtime_name_for
 from inferpool.settings import ModelSettings, read_model_settings
 from tests.java.models import (
+    INTERFACE_JAR,
     LINEAR,
     NOT_A_MODEL,
     compile_jar,
@@ -26,6 +26,8 @@ from tests.java.models import (
     write_java_model,
 )
 from tests.support.runtimes import infer, load
+
+pytest.importorskip("jpype")  # the java environment's (tox -e java)
 
 
 @pytest.fixture(scope="module")
