@@ -189,3 +189,15 @@ def test_under_an_address_space_cap_a_jvm_starts_smaller_or_refuses() -> None:
         "ModelLoadError the worker's memory limit leaves 600 MiB of address space, and a JVM "
         "with heap 128m needs 1152 MiB: raise --worker-memory-limit or lower jvm_heap"
     )
+
+
+def test_the_heap_is_the_models_jvm_heap() -> None:
+    script = (
+        "import jpype\n"
+        "from inferpool.runtimes import jvm\n"
+        "jvm.ensure_started('96m')\n"
+        "print(jpype.JClass('java.lang.Runtime').getRuntime().maxMemory() >> 20)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    # the serial collector reports -Xmx less one survivor space
+    assert 80 <= int(done.stdout) <= 96, done.stderr
