@@ -216,7 +216,7 @@ def export_pmml(pipeline, path: Path) -> Path:
     return path
 
 
-def pmml_repository(root: Path) -> dict[str, tuple[Path, Any]]:
+def pmml_repository(root: Path, names: list[str] | None = None) -> dict[str, tuple[Path, Any]]:
     """iris-logreg, iris-tree (classifiers with probabilities) and linreg (a regressor),
     each a folder with its model.pmml; returns each one's file and some rows (a DataFrame
     of the columns it was fitted on: a tree's document keeps only those it uses)."""
@@ -237,8 +237,17 @@ def pmml_repository(root: Path) -> dict[str, tuple[Path, Any]]:
         ("iris-tree", DecisionTreeClassifier(max_depth=3, random_state=0), iris, target),
         ("linreg", LinearRegression(), regression, pd.Series(yr, name="y")),
     ):
+        if names is not None and name not in names:
+            continue
         pipeline = PMMLPipeline([("model", estimator)]).fit(data, labels)
         (root / name).mkdir(parents=True, exist_ok=True)
         path = export_pmml(pipeline, root / name / "model.pmml")
         made[name] = (path, data.iloc[::7])
     return made
+
+
+def post(server: Any, model: str, body: dict) -> Any:
+    """``body`` posted to ``model``'s V2 REST infer route of a live ``Server``."""
+    import httpx
+
+    return httpx.post(f"{server.url}/v2/models/{model}/infer", json=body, timeout=60)

@@ -22,7 +22,6 @@ from tests.java.models import (
     LINEAR,
     NOT_A_MODEL,
     compile_jar,
-    pmml_repository,
     write_java_model,
 )
 from tests.support.runtimes import infer, load
@@ -146,15 +145,6 @@ def test_a_big_batch_crosses_as_arrays(tmp_path: Path, jar: Path) -> None:
     (answer,) = infer(model, rows).values()
     expected = 0.5 + rows @ np.array([1.5, -2.0, 0.25])
     np.testing.assert_allclose(answer[:, 0], expected, rtol=1e-12)
-
-
-def test_pmml_models_load_here_in_the_running_jvm(tmp_path: Path) -> None:
-    made = pmml_repository(tmp_path)
-    for name, (path, rows) in made.items():
-        model = load(path.parent)
-        used = [spec.name for spec in model.runtime.inputs()]
-        answers = infer(model, rows[used].to_numpy())
-        assert set(answers) == {spec.name for spec in model.runtime.outputs()}, name
 
 
 CAPPED = """
