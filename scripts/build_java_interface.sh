@@ -3,7 +3,7 @@
 # (io/inferpool/Model.java, the interface a model of the `java` runtime implements, and
 # Rows.java, the server's helper), for
 # Java 11 and newer. The jar is committed: the runtime needs only a JRE, no compiler.
-# tests/java/test_java_interface.py checks that the jar matches the source.
+# tests/java/test_jvm_runtimes.py checks that the jar matches the source.
 set -eu
 here=$(cd "$(dirname "$0")/../inferpool/runtimes/java_interface" && pwd)
 classes=$(mktemp -d)
