@@ -285,7 +285,7 @@ REST_ROUTES = {
     "/health": "MLflow scoring server: liveness",
     "/version": "MLflow scoring server: the version",
     "/invocations": "MLflow scoring server: inference, for a server of one model",
-    "/": "KServe V1: liveness (`{\"status\": \"alive\"}`)",
+    "/": 'KServe V1: liveness (`{"status": "alive"}`)',
     "/v1/models": "KServe V1: the names of the models",
     "/v1/models/{name}:predict": "KServe V1: inference, `instances` to `predictions`",
     "/v1/models/{name}:explain": "KServe V1: the model's attributions, as `explanations`",

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Install what the native runtime's tests need (tox -e native): a C compiler and the C
+# Install what the native runtime's tests need (tox -e languages): a C compiler and the C
 # library's headers (gcc, libc6-dev), from Debian's packages; the tests build shared
 # libraries with them. Idempotent: installs only what is missing, and refreshes apt's
 # package lists only when a package cannot be found in them. Run as root (CI is).

@@ -1,8 +1,8 @@
 #!/bin/sh
-# Install what the R runtime's tests need (tox -e r): R (r-base-core: libR, Rscript and the
+# Install what the R runtime's tests need (tox -e languages): R (r-base-core: libR, Rscript and the
 # headers rpy2 builds against) and the randomForest package, from Debian's packages.
 # Idempotent: installs only what is missing (scripts/apt_install.sh). Run as root (CI
-# is): .ci/run calls it before tox, since rpy2 is built against R when tox fills tox -e r.
+# is): .ci/run calls it before tox, since rpy2 is built against R when tox fills tox -e languages.
 set -eu
 
 missing=""

@@ -58,10 +58,17 @@ ENVIRONMENT_FOLDERS = {
     "tests/browser": "browser",  # Chromium and chromedriver from apt, selenium: Swagger UI
     "tests/native": "native",  # gcc and tl2cgen: C libraries on the native runtime
     "tests/rlang": "rlang",  # R from apt and rpy2: R models on the R runtime
+    "tests/java": "java",  # a JDK, JPype, JPMML-Evaluator and sklearn2pmml: the JVM runtimes
 }
 
 
+ENVIRONMENT_MARKERS = frozenset(ENVIRONMENT_FOLDERS.values())
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the slow files, and each environment folder's tests with its environment; a
+    test of any environment (by folder or by its own marker) is also ``elsewhere``, which
+    the default and lowest environments deselect whatever environments are added."""
     root = Path(config.rootpath)
     for item in items:
         path = item.path.relative_to(root).as_posix()
@@ -70,6 +77,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for folder, marker in ENVIRONMENT_FOLDERS.items():
             if path.startswith(folder + "/"):
                 item.add_marker(getattr(pytest.mark, marker))
+        if any(mark.name in ENVIRONMENT_MARKERS for mark in item.iter_markers()):
+            item.add_marker(pytest.mark.elsewhere)
 
 
 # How much of each running server's log a failing test's report shows.

@@ -141,6 +141,21 @@ RUNTIMES: dict[str, RuntimeEntry] = {
             extra="r",
             artefacts=("model.rds",),
         ),
+        # Java and PMML run in a JVM, which does not survive a fork (its threads stay
+        # behind): never preloaded nor loaded by the template; each worker starts its one
+        # JVM when its first such model loads (runtimes/jvm.py), the server itself with
+        # --workers 0. A Java model is named in settings ("implementation": "java").
+        RuntimeEntry(
+            "java",
+            "inferpool.runtimes.java.JavaRuntime",
+            extra="java",
+        ),
+        RuntimeEntry(
+            "pmml",
+            "inferpool.runtimes.pmml.PMMLRuntime",
+            extra="pmml",
+            artefacts=("model.pmml",),
+        ),
         # Loads the model it explains (any runtime): in each worker, as that may need.
         RuntimeEntry(
             "explainer",

@@ -1,1 +1,1 @@
-"""The native runtime (C ABI shared libraries, tl2cgen's compiled trees): tox -e native."""
+"""The native runtime (C ABI shared libraries, tl2cgen's compiled trees): tox -e languages."""

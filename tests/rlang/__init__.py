@@ -1,1 +1,1 @@
-"""The R runtime (rpy2, R from apt): tox -e r."""
+"""The R runtime (rpy2, R from apt): tox -e languages."""

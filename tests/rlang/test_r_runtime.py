@@ -15,7 +15,7 @@ from inferpool.errors import ModelError, ModelLoadError
 from inferpool.settings import ModelSettings
 from tests.rlang.r_models import run_r
 
-# Collected by every environment: the runtime is imported by the tests that run (tox -e r).
+# Collected by every environment: the runtime is imported by the tests that run (tox -e languages).
 pytest.importorskip("rpy2")
 
 LINEAR = """
