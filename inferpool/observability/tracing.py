@@ -50,6 +50,7 @@ import grpc
 
 from inferpool import __version__
 from inferpool.errors import grpc_code_for
+from inferpool.observability.trace_control import CONTROL
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -98,6 +99,7 @@ def configure(settings: ServerSettings) -> RequestTracer | None:
     provider = TracerProvider(resource=_resource())
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
+    CONTROL.start()  # Triton's trace settings may now switch spans off and on again
     return RequestTracer(provider)
 
 
@@ -206,7 +208,10 @@ class RequestTracer:
         ``ipv4:host:port``). ``reply``: the worker's, if reached (its stage times make the
         child spans); ``error``: a failure's message. A 5xx sets the span's status to
         ERROR; a 4xx only ``error.type``. An invalid ``traceparent`` starts a new trace.
+        No span at all when the trace settings (``trace_control``) leave the request out.
         """
+        if not CONTROL.admit(model):
+            return
         parent = self._parent(traceparent, tracestate)
         name, attributes, failed, error_type = _describe(protocol, method, version, code)
         attributes["inferpool.model.name"] = model
