@@ -49,6 +49,7 @@ FIELD_GROUPS: dict[str, str] = {
     "http_port": "network",
     "grpc_port": "network",
     "grpc_implementation": "network",
+    "grpc_reflection": "network",
     "grpc_stream_response": "compatibility",
     "metrics_port": "network",
     "http2": "network",

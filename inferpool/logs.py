@@ -189,6 +189,29 @@ def _set_root_handler(handler: logging.Handler) -> list[logging.LogRecord]:
     return held
 
 
+# -- changed at run time (Triton's logging extension: frontends/runtime_settings.py) -------
+def set_levels(levels: Mapping[str, int]) -> None:
+    """Set loggers' levels (the root's under ""): in the server, and in the template and
+    each worker when the server sends them ``Op.LOG_LEVELS``."""
+    for name, level in levels.items():
+        logging.getLogger(name or None).setLevel(level)
+
+
+def log_format() -> str:
+    """The server handler's format now: ``text`` or ``json``."""
+    return _format
+
+
+def set_format(log_format: str) -> None:
+    """Format the server's handler's next lines as ``text`` or ``json`` (the workers
+    format nothing: their records are written by this handler)."""
+    global _format
+    _format = log_format
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler.formatter, TextFormatter | JsonFormatter):
+            handler.setFormatter(formatter(log_format))
+
+
 # -- the template and the workers ----------------------------------------------------------
 def child_config() -> dict[str, Any]:
     """What the template (and the workers it forks) need to log as this process does: the

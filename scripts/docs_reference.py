@@ -265,6 +265,11 @@ REST_ROUTES = {
     "/v2/repository/index": "the models of the repository and their state",
     "/v2/repository/models/{name}/load": "load or reload a model",
     "/v2/repository/models/{name}/unload": "unload a model",
+    "/v2/trace/setting": "the server's trace settings: GET reads, POST updates (Triton's trace "
+    "extension; admin token)",
+    "{model}/trace/setting": "the model's trace settings: GET reads, POST updates (admin token)",
+    "/v2/logging": "the log settings: GET reads, POST updates in every process (Triton's "
+    "logging extension; admin token)",
     "{model}": "model metadata: inputs, outputs, versions",
     "{model}/ready": "model readiness",
     "{model}/infer": "inference (V2 JSON, or Triton's binary tensor extension)",
@@ -315,6 +320,10 @@ GRPC_METHODS = {
     "RepositoryIndex": "the models of the repository",
     "RepositoryModelLoad": "load or reload a model",
     "RepositoryModelUnload": "unload a model",
+    "TraceSetting": "read or update the server's or a model's trace settings",
+    "LogSettings": "read or update the log settings",
+    "ServerReflectionInfo": "gRPC server reflection: services and their .proto files "
+    "(bidirectional stream; --no-grpc-reflection turns it off)",
     "Call": "a runtime's custom endpoint",
     "ModelFeedback": "feedback for a model",
     "Check": "gRPC health checking",
@@ -357,6 +366,11 @@ def grpc_methods() -> list[tuple[str, str, str]]:
         if line.strip().startswith("rpc "):
             name, _, rest = line.strip()[4:].partition("(")
             found.append(("grpc.health.v1.Health", name, rest.partition(")")[0]))
+    from inferpool.frontends.grpc.reflection import V1, V1ALPHA, reflection_pool
+
+    for name in (V1, V1ALPHA):
+        for method in reflection_pool().FindServiceByName(name).methods:
+            found.append((name, method.name, method.input_type.name + " (stream)"))
     return found
 
 

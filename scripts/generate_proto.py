@@ -1,5 +1,7 @@
 """Regenerate inferpool/protocol/generated/ from inferpool/protocol/grpc_predict_v2.proto and
-inferpool/protocol/inferpool_ext.proto (inferpool's own services, which use the V2 messages).
+inferpool/protocol/inferpool_ext.proto (inferpool's own services, which use the V2 messages),
+and health_pb2.py from inferpool/protocol/health.proto: only its descriptor is used, by gRPC
+reflection (the health messages themselves are coded by hand, protocol/health.py).
 
 Run from the repository root: ``python scripts/generate_proto.py``. Needs grpcio-tools
 (``pip install inferpool[proto]``). The generated modules are checked in. protoc makes them
@@ -23,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PROTOCOL = ROOT / "inferpool" / "protocol"
 PROTO = PROTOCOL / "grpc_predict_v2.proto"
 EXT_PROTO = PROTOCOL / "inferpool_ext.proto"
+HEALTH_PROTO = PROTOCOL / "health.proto"
 OUT = PROTOCOL / "generated"
 HEADER = (
     '"""Generated from grpc_predict_v2.proto and inferpool_ext.proto by '
@@ -79,6 +82,21 @@ def generate() -> None:
     )
     if status != 0:
         sys.exit(f"protoc failed with status {status}")
+    # health.proto: messages only (no stubs, no stub file), for the descriptor.
+    status = protoc.main(
+        ["grpc_tools.protoc", f"-I{PROTOCOL}", f"--python_out={OUT}", str(HEALTH_PROTO)]
+    )
+    if status != 0:
+        sys.exit(f"protoc failed with status {status}")
+    _edit(
+        OUT / "health_pb2.py",
+        ("_descriptor_pool.Default().AddSerializedFile(", "POOL.AddSerializedFile("),
+        (
+            "# @@protoc_insertion_point(imports)",
+            "from .grpc_predict_v2_pb2 import POOL\n# @@protoc_insertion_point(imports)",
+        ),
+    )
+    _strip(OUT / "health_pb2.py", *PROTOBUF_CHECK)
     _edit(
         OUT / "grpc_predict_v2_pb2.py",
         # Our own descriptor pool: tritonclient (and MLServer) register the same

@@ -51,6 +51,12 @@ class AdminPolicy:
         The token is checked first, so an unauthenticated peer learns nothing of the
         server's configuration.
         """
+        self.require_token(authorization)
+        self.require_enabled()
+
+    def require_token(self, authorization: str | None) -> None:
+        """Allow an admin action that is not the repository's (Triton's trace and log
+        settings updates): 401 without the right token, when one is set."""
         if self._token is not None:
             if authorization is None:
                 raise Unauthorized("this call needs the admin token: Authorization: Bearer TOKEN")
@@ -60,7 +66,6 @@ class AdminPolicy:
             # Constant time: the comparison must not reveal how much of a guess was right.
             if not hmac.compare_digest(given[len(_SCHEME) :].strip().encode(), self._token):
                 raise Unauthorized("wrong admin token")
-        self.require_enabled()
 
     def require_enabled(self) -> None:
         """403 in ``none`` mode only: in ``poll`` the API works beside the watcher

@@ -58,6 +58,13 @@ class EngineClient(ABC):
             settings, self.table, self.accounting, self.pipelines, self._infer, self._infer_stream
         )
 
+    def set_log_levels(self, levels: dict[str, int]) -> None:
+        """Loggers' new levels (the root's under ""), in every process that logs: this
+        one here; the pool's template and workers too (``PoolClient``)."""
+        from inferpool import logs
+
+        logs.set_levels(levels)
+
     # -- health ---------------------------------------------------------------------------
     @property
     def started(self) -> bool:

@@ -50,6 +50,7 @@ import grpc
 
 from inferpool import __version__
 from inferpool.errors import grpc_code_for
+from inferpool.observability.trace_control import CONTROL
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -173,6 +174,7 @@ class RequestTracer:
         self._propagator = TraceContextTextMapPropagator()
         self._root = Context()  # no parent: a request without traceparent starts a trace
         self._executions: dict[tuple[int, int, int], Link] = {}
+        CONTROL.start()  # spans can be made: Triton's trace settings may now turn them off
 
     def finish(
         self,
@@ -206,18 +208,13 @@ class RequestTracer:
         ``ipv4:host:port``). ``reply``: the worker's, if reached (its stage times make the
         child spans); ``error``: a failure's message. A 5xx sets the span's status to
         ERROR; a 4xx only ``error.type``. An invalid ``traceparent`` starts a new trace.
+        No span at all when the trace settings (``trace_control``) leave the request out.
         """
+        if not CONTROL.admit(model):
+            return
         parent = self._parent(traceparent, tracestate)
         name, attributes, failed, error_type = _describe(protocol, method, version, code)
-        attributes["inferpool.model.name"] = model
-        attributes["inferpool.model.version"] = version or ""
-        attributes["inferpool.protocol"] = protocol
-        if request_id is not None:
-            attributes["inferpool.request.id"] = request_id
-        if peer:
-            attributes.update(_peer(peer))
-        if reply is not None and reply.rows:
-            attributes["inferpool.rows"] = reply.rows
+        _add_request(attributes, protocol, model, version, request_id, peer, reply)
         span = self._tracer.start_span(
             name, parent, self._trace.SpanKind.SERVER, attributes, start_time=start_ns
         )
@@ -348,6 +345,27 @@ def _describe(
         "http.response.status_code": code,
     }
     return f"{verb} {route}", attributes, code >= 500, str(code) if code >= 400 else None
+
+
+def _add_request(
+    attributes: dict[str, AttributeValue],
+    protocol: str,
+    model: str,
+    version: str | None,
+    request_id: str | None,
+    peer: str | None,
+    reply: Reply | None,
+) -> None:
+    """The request span's attributes that name the model, the request and the client."""
+    attributes["inferpool.model.name"] = model
+    attributes["inferpool.model.version"] = version or ""
+    attributes["inferpool.protocol"] = protocol
+    if request_id is not None:
+        attributes["inferpool.request.id"] = request_id
+    if peer:
+        attributes.update(_peer(peer))
+    if reply is not None and reply.rows:
+        attributes["inferpool.rows"] = reply.rows
 
 
 def _peer(peer: str) -> dict[str, AttributeValue]:

@@ -52,6 +52,12 @@ class NetworkFields(BaseSettings):
         "builtin",
         description="gRPC server: builtin (inferpool's HTTP/2, fastest) or grpcio (grpc.aio)",
     )
+    grpc_reflection: bool = Field(
+        True,
+        description="serve gRPC server reflection (grpc.reflection.v1 and v1alpha) on the "
+        "gRPC port, so that grpcurl and Postman list and call the services without the "
+        ".proto files",
+    )
     grpc_stream_response: Literal["auto", "triton", "mlserver"] = Field(
         "auto",
         description="ModelStreamInfer's response message: triton (ModelStreamInferResponse), "

@@ -354,6 +354,13 @@ class Ping(Control, frozen=True):
     op = Op.PING
 
 
+class LogLevels(Control, frozen=True):
+    """Loggers' new levels, by name (the root's under ""), as ``logging`` numbers them."""
+
+    op = Op.LOG_LEVELS
+    levels: dict[str, int]
+
+
 class Pong(Control, frozen=True):
     op = Op.PONG
 
@@ -405,7 +412,7 @@ class Loading(Control, frozen=True):
 
 _CONTROLS: tuple[type[Control], ...] = (
     Hello, Load, Loaded, Unload, Stop, Spawn, Preload, Ping, Pong, Cancel, Exited, Log,
-    Metrics, Preloaded, Unpreload, Credit, Recycle, Loading, Feed, EndInput,
+    Metrics, Preloaded, Unpreload, Credit, Recycle, Loading, Feed, EndInput, LogLevels,
 )  # fmt: skip
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS: dict[int, msgspec.msgpack.Decoder[Any]] = {

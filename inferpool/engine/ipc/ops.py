@@ -43,6 +43,9 @@ class Op(IntEnum):
     END_INPUT = 51
     # (30: apart from the ops other changes add after 18, so that merges do not collide)
     LOADING = 30  # template/worker → frontend: about to load a model (and open which file)
+    # frontend → template/worker: set these loggers' levels (Triton's logging extension);
+    # numbered apart too.
+    LOG_LEVELS = 60
 
 
 class Control(msgspec.Struct, frozen=True):

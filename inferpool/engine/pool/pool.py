@@ -21,12 +21,14 @@ replica is being replaced stays READY for ``REPLICA_WAIT``, then turns LOADING).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from inferpool.engine.client import EngineClient
+from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.messages import Reply
 from inferpool.engine.pool.dispatch import Dispatcher, Route
 from inferpool.engine.pool.generations import Generations
@@ -92,6 +94,21 @@ class PoolClient(EngineClient):
         if self._closed:
             return "the worker pool is closed"
         return self.supervisor.wedged
+
+    def set_log_levels(self, levels: dict[str, int]) -> None:
+        """Here, then in every template (workers forked later inherit its levels) and in
+        every live worker, as a control message each."""
+        super().set_log_levels(levels)
+        message = messages.LogLevels(levels=levels)
+        roster = self.supervisor.roster
+        keepers = {id(g.keeper): g.keeper for g in (*roster.groups, *roster.environments.values())}
+        for keeper in keepers.values():
+            template = keeper.template
+            if template is not None:
+                with contextlib.suppress(OSError):  # it died: a restart reads the new levels
+                    template.channel.send_control(message)
+        for worker in self.supervisor.supervised():
+            worker.post_control(message)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def _start_workers(self) -> None:

@@ -93,6 +93,7 @@ class Worker:
                 Op.END_INPUT: self._on_end_input,
                 Op.PING: self._on_ping,
                 Op.STOP: self._on_stop,
+                Op.LOG_LEVELS: lambda message: logs.set_levels(message.levels),
             }
         )
 

@@ -68,7 +68,13 @@ class Template:
         self._fds: list[int] = []  # those that came with the message being handled
         self.epoch = 0  # grows whenever the set of preloaded models changes
         self.dispatch = messages.Dispatch(
-            {Op.PRELOAD: self._preload, Op.UNPRELOAD: self._unpreload, Op.SPAWN: self._spawn}
+            {
+                Op.PRELOAD: self._preload,
+                Op.UNPRELOAD: self._unpreload,
+                Op.SPAWN: self._spawn,
+                # Workers forked from now on log at these levels too.
+                Op.LOG_LEVELS: lambda message: logs.set_levels(message.levels),
+            }
         )
 
     def serve(self) -> None:

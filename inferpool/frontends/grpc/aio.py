@@ -293,6 +293,10 @@ class GrpcServer:
                 *build_extension_handlers(client, observer, gzip),
             )
         )
+        if settings.grpc_reflection:  # grpcio-reflection's servicer: reflection.py
+            from inferpool.frontends.grpc.reflection import aio_handlers
+
+            self.server.add_generic_rpc_handlers(aio_handlers())
         host = f"[{settings.host}]" if ":" in settings.host else settings.host
         address = f"{host}:{settings.grpc_port}"
         try:

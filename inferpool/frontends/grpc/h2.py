@@ -11,7 +11,8 @@ ModelInfer's ``x-request-id``: see ``request_context``). A client that resets it
 or goes away cancels its call, and a call past its deadline is cancelled and answered
 DEADLINE_EXCEEDED. grpc.health.v1.Health (``health.py``) is served beside it: Check as
 one more typed RPC, Watch as the one server-streaming call (``_watch``: HEADERS,
-a DATA frame per message, then the trailers).
+a DATA frame per message, then the trailers); and server reflection (``reflection.py``),
+bidirectional as ModelStreamInfer (``h2_stream.py``).
 """
 
 from __future__ import annotations
@@ -108,6 +109,13 @@ class GrpcH2Server:
         # grpc.health.v1.Health: Check is one more typed RPC, Watch streams (_watch).
         self.health = HealthService(self.service.plane)
         self.methods[CHECK_PATH] = ("Check", self.health.check, HealthCheckRequest)
+        # Server reflection (bidirectional, as ModelStreamInfer): reflection.py.
+        self.reflection: Any = None
+        if settings.grpc_reflection:
+            from inferpool.frontends.grpc.reflection import PATHS, ReflectionStream
+
+            self.reflection = ReflectionStream()
+            self.reflection_paths = PATHS
         self.open: set[Http2Connection] = set()
         self.calls: set[asyncio.Task[None]] = set()
         self._server: asyncio.AbstractServer | None = None
@@ -172,8 +180,12 @@ class GrpcH2Server:
         headers = dict(stream.headers)
         if not is_grpc(headers):
             return
+        service: Any = self.service
+        method = "ModelStreamInfer"
+        if self.reflection is not None and path in self.reflection_paths:
+            service, method = self.reflection, "ServerReflectionInfo"
         try:
-            if path != self.stream_path:
+            if path != self.stream_path and service is self.service:
                 raise CallError("UNIMPLEMENTED", f"unknown method {path.decode(errors='replace')}")
             timeout = headers.get(b"grpc-timeout")
             expires = time.monotonic() + parse_timeout(timeout) if timeout is not None else None
@@ -187,7 +199,7 @@ class GrpcH2Server:
         stream.on_data = reader.feed
         peer = _peer(connection) if self.observer.log else None
         serving = serve_stream(
-            self.service, connection, stream, reader, expires, self.observer, peer, self.gzip
+            service, connection, stream, reader, expires, self.observer, peer, self.gzip, method
         )
         self._start_call(stream, serving)
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+from collections.abc import AsyncIterator
+from typing import Protocol
 
 from inferpool.frontends.grpc.compression import (
     GZIP_HEADERS,
@@ -35,12 +37,20 @@ from inferpool.frontends.grpc.h2_call import (
     too_large,
 )
 from inferpool.frontends.grpc.observer import CallObserver
-from inferpool.frontends.grpc.service import InferenceService
 from inferpool.transport.http2 import Http2Connection
 from inferpool.transport.http2_streams import Stream
 
 # How often a call whose last answer waits for the peer's window looks again (seconds).
 WINDOW_POLL = 0.002
+
+
+class StreamService(Protocol):
+    """What answers a bidirectional call: ``InferenceService`` (ModelStreamInfer) or
+    ``reflection.ReflectionStream`` (ServerReflectionInfo)."""
+
+    def stream_infer(
+        self, requests: AsyncIterator[bytes], deadline: float | None
+    ) -> AsyncIterator[bytes]: ...
 
 
 class MessageReader:
@@ -114,7 +124,7 @@ class MessageReader:
 
 
 async def serve_stream(
-    service: InferenceService,
+    service: StreamService,
     connection: Http2Connection,
     stream: Stream,
     reader: MessageReader,
@@ -122,9 +132,11 @@ async def serve_stream(
     observer: CallObserver,
     peer: str | None,
     gzip: ResponseGzip | None = None,
+    method: str = "ModelStreamInfer",
 ) -> None:
-    """One ModelStreamInfer call, to its trailers (the module's text); ``gzip``: the
-    server's response compression (None: off), for a client that accepts gzip."""
+    """One ModelStreamInfer (or other bidirectional ``method``) call, to its trailers (the
+    module's text); ``gzip``: the server's response compression (None: off), for a client
+    that accepts gzip."""
     started = time.perf_counter()
     code, text, pushback = "OK", "", False
     opened = False
@@ -143,12 +155,12 @@ async def serve_stream(
                 data = gzip.framed(stream.headers, message) if gzip is not None else None
                 connection.send_data(stream, framed(message) if data is None else data)
     except (Exception, asyncio.CancelledError) as exc:
-        code, text, pushback = stream_status(exc, stream, "ModelStreamInfer")
+        code, text, pushback = stream_status(exc, stream, method)
         if code == "CANCELLED":
             raise
     finally:
         if observer.log:
-            observer.stream_finished("ModelStreamInfer", stream.headers, peer, code, started)
+            observer.stream_finished(method, stream.headers, peer, code, started)
     trailers = OK_TRAILERS if code == "OK" else status_trailers(code, text, pushback)
     if opened:
         connection.end_stream(stream, trailers)

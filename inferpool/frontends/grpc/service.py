@@ -30,6 +30,7 @@ from inferpool.errors import (
     grpc_code_for,
 )
 from inferpool.frontends.dataplane import DataPlane
+from inferpool.frontends.grpc.settings_rpc import SettingsRpc
 from inferpool.frontends.grpc.stream_input import stream_messages
 from inferpool.frontends.grpc.stream_message import (
     speaks_mlserver,
@@ -108,6 +109,7 @@ class InferenceService:
 
     def __init__(self, plane: DataPlane) -> None:
         self.plane = plane
+        self.settings = SettingsRpc(plane)
 
     async def model_infer(self, body: bytes, context: Any) -> Reply:
         """ModelInfer under grpc.aio: the deadline and the metadata from the context."""
@@ -326,6 +328,9 @@ def typed_methods(service: InferenceService) -> dict[str, tuple[Handler, Any]]:
             service.repository_model_unload,
             pb.RepositoryModelUnloadRequest,
         ),
+        # Triton's trace and logging extensions (settings_rpc.py).
+        "TraceSetting": (service.settings.trace_setting, pb.TraceSettingRequest),
+        "LogSettings": (service.settings.log_settings, pb.LogSettingsRequest),
     }
 
 

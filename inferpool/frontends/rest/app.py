@@ -41,6 +41,7 @@ from inferpool.frontends.rest.gzip import GzipRoutes
 from inferpool.frontends.rest.infer import InferRoutes
 from inferpool.frontends.rest.kserve_v1 import v1_routes
 from inferpool.frontends.rest.mlflow_scoring import scoring_routes
+from inferpool.frontends.rest.settings_routes import settings_routes
 from inferpool.frontends.rest.stream import stream_routes
 from inferpool.protocol.rest_json import parse_json_object
 from inferpool.settings import ServerSettings
@@ -137,6 +138,7 @@ def build_app(
         Route("/v2/repository/index", repository_index, methods=["POST", "GET"]),
         Route("/v2/repository/models/{name}/load", repository_load, methods=["POST"]),
         Route("/v2/repository/models/{name}/unload", repository_unload, methods=["POST"]),
+        *settings_routes(plane),  # Triton's trace and logging extensions
     ]
     for prefix in (model, versioned):
         routes += [

@@ -66,6 +66,7 @@ EXAMPLES: list[messages.Control] = [
     messages.Loading(name="lgb", version=None, file="/m/lgb/model.txt", library="LightGBM"),
     stream_ops.Feed(request_id=7, body=b"\x0a\x01m" + bytes(range(256))),
     stream_ops.EndInput(request_id=7),
+    messages.LogLevels(levels={"": 10, "talker": 40}),
 ]
 
 
@@ -80,6 +81,7 @@ def test_kinds_and_opcodes_keep_their_wire_values() -> None:
         "RECYCLE": 40,
         "LOADING": 30,
         "FEED": 50, "END_INPUT": 51,
+        "LOG_LEVELS": 60,
     }  # fmt: skip
 
 
