@@ -134,7 +134,7 @@ async def serve_stream(
     try:
         remaining = None if expires is None else max(0.0, expires - time.monotonic())
         async with asyncio.timeout(remaining):
-            async for message in service.stream_infer(reader, expires):
+            async for message in service.stream_infer(reader, expires, stream.headers):
                 while stream.pending is not None and not stream.closed:
                     await asyncio.sleep(WINDOW_POLL)  # the last answer waits for window
                 if not opened:
