@@ -38,13 +38,17 @@ class KeyGuard:
                 try:
                     scope[SCOPE_KEY] = self.keys.check(scope["headers"], model, admin)
                 except InferpoolError as exc:
-                    await _refuse(send, exc)
+                    await _refuse(send, exc, scope.get("http_version", "1.1"))
                     return
         await self.app(scope, receive, send)
 
 
-async def _refuse(send: Any, exc: InferpoolError) -> None:
+async def _refuse(send: Any, exc: InferpoolError, http_version: str) -> None:
     headers = [(b"content-type", b"application/json")]
+    if http_version != "2":
+        # The request's body is left unread: over HTTP/1.1 the connection then cannot carry
+        # another request (Hypercorn drops it), so the client is told not to reuse it.
+        headers.append((b"connection", b"close"))
     if isinstance(exc, Unauthorized):
         # RFC 6750: a request that sent no key gets the scheme, a wrong key its error.
         challenge = REALM if exc.message == NO_KEY else REALM + ', error="invalid_token"'
