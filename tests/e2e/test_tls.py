@@ -30,8 +30,6 @@ from tests.support.tls import (
     wait_ready_https,
 )
 
-pytest.importorskip("cryptography")
-
 ROW = [[5.1, 3.5, 1.4, 0.2]]
 BODY = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64", "data": ROW[0]}]}
 # (REST server flags, gRPC implementation): every frontend is covered once.

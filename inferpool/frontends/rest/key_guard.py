@@ -5,7 +5,7 @@ answered without a key and a refusal is logged): it reads the path (``api_keys.r
 and the ``Authorization``/``X-API-Key`` header, and answers 401 (no key, a wrong one) with
 ``WWW-Authenticate`` or 403 (a key limited to other models) with ``{"error": ...}``
 before the request reaches a route. The key's label goes into the scope for the access log
-(``SCOPE_KEY``); the key itself goes nowhere.
+(``access_log.API_KEY``); the key itself goes nowhere.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from typing import Any
 import orjson
 
 from inferpool.errors import InferpoolError, Unauthorized
+from inferpool.frontends.access_log import API_KEY
 from inferpool.frontends.api_keys import NO_KEY, REALM, ApiKeys, rest_scope
-
-SCOPE_KEY = "inferpool.api_key"
 
 
 class KeyGuard:
@@ -36,7 +35,7 @@ class KeyGuard:
             needed, model, admin = rest_scope(path)
             if needed and not (admin and self.keys.admin_token):
                 try:
-                    scope[SCOPE_KEY] = self.keys.check(scope["headers"], model, admin)
+                    scope[API_KEY] = self.keys.check(scope["headers"], model, admin)
                 except InferpoolError as exc:
                     await _refuse(send, exc, scope.get("http_version", "1.1"))
                     return

@@ -13,6 +13,7 @@ from inferpool.errors import Forbidden, Unauthorized
 from inferpool.frontends.api_keys import ApiKeys, presented, rest_scope
 from inferpool.frontends.file_poll import FilePoll, poll_forever
 from inferpool.frontends.rest.key_guard import KeyGuard
+from tests.support.code_blocks import ROOT, blocks
 
 FILE = """\
 # every model
@@ -31,6 +32,19 @@ def keys(tmp_path: Path) -> ApiKeys:
 
 def bearer(key: str) -> list[tuple[bytes, bytes]]:
     return [(b"host", b"x"), (b"authorization", f"Bearer {key}".encode())]
+
+
+def test_the_documented_file_means_what_the_page_says(tmp_path: Path) -> None:
+    page = "docs/operate/security.md"
+    (block,) = [b for b in blocks((ROOT / page).read_text(), page) if "label=ops" in b.code]
+    path = tmp_path / "keys"
+    path.write_text(block.code)
+    keys = ApiKeys(path)
+    ops, fraud = "3f9c1e0d8b7a4c2e9d1f0a6b5c4d3e2f", "a81b72c63d54e45f36a27b18c09d0e1f"
+    assert keys.check(bearer(ops), "iris") == "ops"
+    assert keys.check([(b"x-api-key", fraud.encode())], "fraud-rules") == "fraud"
+    with pytest.raises(Forbidden):
+        keys.check(bearer(fraud), "iris")
 
 
 def test_keys_labels_and_scopes(keys: ApiKeys) -> None:
