@@ -43,6 +43,8 @@ WRONG_KEY = "invalid API key"
 OPEN_METHODS = frozenset({"ServerLive", "ServerReady", "ModelReady", "Check", "Watch"})
 ADMIN_METHODS = frozenset({"RepositoryModelLoad", "RepositoryModelUnload"})
 _BEARER = b"bearer "
+_AUTHORIZATION = frozenset((b"authorization", "authorization"))
+_API_KEY = frozenset((b"x-api-key", "x-api-key"))
 
 
 class KeyScope:
@@ -142,17 +144,17 @@ def _parsed(fields: list[str], number: int) -> tuple[str, str, frozenset[str] | 
 
 
 def presented(pairs: Iterable[tuple[Any, Any]]) -> bytes | None:
-    """The key a call carries: ``authorization: Bearer KEY`` first, else ``x-api-key``."""
+    """The key a call carries: ``authorization: Bearer KEY`` first, else ``x-api-key``.
+    Names are bytes (ASGI, the HTTP/2 layer) or str (grpc.aio): one set lookup each."""
     api_key = None
     for name, value in pairs:
-        if isinstance(name, str):
-            name = name.encode("latin-1")
-            value = value.encode("latin-1") if isinstance(value, str) else value
-        if name == b"authorization":
+        if name in _AUTHORIZATION:
+            if isinstance(value, str):
+                value = value.encode("latin-1")
             if value[:7].lower() == _BEARER:
                 return bytes(value[7:].strip())
-        elif name == b"x-api-key":
-            api_key = bytes(value.strip())
+        elif name in _API_KEY:
+            api_key = bytes(value.encode("latin-1") if isinstance(value, str) else value).strip()
     return api_key
 
 

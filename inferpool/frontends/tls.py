@@ -106,6 +106,10 @@ class ServerTls:
         )
         try:
             _load(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), files)
+        except _BadClientCa as exc:
+            raise SettingsError(
+                f"the TLS client CA {self.client_ca} is not a PEM certificate ({exc})"
+            ) from None
         except ssl.SSLError as exc:
             raise SettingsError(self._refusal(exc)) from None
         return files
@@ -114,8 +118,6 @@ class ServerTls:
         reason = exc.reason or exc.strerror or str(exc)
         if reason == "KEY_VALUES_MISMATCH":
             return f"the TLS key {self.key} does not match the certificate {self.certificate}"
-        if getattr(exc, "ca", False):
-            return f"the TLS client CA {self.client_ca} is not a PEM certificate ({reason})"
         return (
             f"the TLS certificate {self.certificate} and key {self.key} are not a PEM "
             f"certificate chain and its unencrypted private key ({reason})"
@@ -151,6 +153,10 @@ class ServerTls:
         return self._grpc_configuration()
 
 
+class _BadClientCa(Exception):
+    """The client CA bundle holds no usable certificate (the message says why)."""
+
+
 def _read(path: Path, what: str) -> bytes:
     try:
         return path.read_bytes()
@@ -166,9 +172,9 @@ def _load(context: ssl.SSLContext, files: TlsFiles) -> None:
     if files.client_ca is not None:
         try:
             context.load_verify_locations(cadata=files.client_ca.decode("ascii", "replace"))
-        except ssl.SSLError as exc:
-            exc.ca = True  # type: ignore[attr-defined]  # for _refusal's wording
-            raise
+        except (ssl.SSLError, ValueError) as exc:  # ValueError: an empty file
+            reason = getattr(exc, "reason", None) or str(exc)
+            raise _BadClientCa(reason) from None
 
 
 @contextlib.contextmanager

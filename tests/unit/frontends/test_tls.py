@@ -42,6 +42,15 @@ def test_settings_name_both_files_or_none(ca) -> None:
         ServerTls.from_settings(ServerSettings(tls_client_ca=ca.path))
 
 
+@pytest.mark.parametrize("content", [b"", b"garbage\n"])
+def test_an_unusable_client_ca_is_one_sentence(ca, tmp_path, content) -> None:
+    issued = ca.issue("server")
+    bundle = tmp_path / "ca.pem"
+    bundle.write_bytes(content)
+    with pytest.raises(SettingsError, match=r"client CA .* is not a PEM certificate"):
+        ServerTls(issued.cert, issued.key, bundle)
+
+
 def test_a_mismatched_rotation_keeps_the_old_pair_until_it_matches(ca) -> None:
     first, second = ca.issue("first"), ca.issue("second")
     tls = ServerTls(first.cert, first.key, None)
