@@ -101,6 +101,7 @@ class GrpcH2Server:
         self.limits = Limits.from_settings(settings.model_copy(update=body_limit))
         # Responses gzipped for clients that accept it (compression.py), or None.
         self.gzip = response_gzip(settings)
+        self.keys = keys
         self.service = InferenceService(DataPlane(client), keys)
         prefix = f"/{SERVICE}/".encode()
         self.methods: dict[bytes, tuple[str, Any, Any]] = {
@@ -256,7 +257,7 @@ class GrpcH2Server:
         request_id = b""  # ModelInfer's, once it ends
         expiry = None if expires is None else Expiry(expires)
         try:
-            keys = self.service.keys
+            keys = self.keys
             if handler is None:
                 if keys is not None:
                     check_key(keys, name, message, stream.headers)
