@@ -131,6 +131,14 @@ class ApiKeys:
                 raise Forbidden(f"this API key is not valid for model '{model}'")
         return scope.label
 
+    def label(self, pairs: Iterable[tuple[Any, Any]]) -> str | None:
+        """The label of the valid key among ``pairs``, else None (for the access log)."""
+        key = presented(pairs)
+        if key is None or len(key) > MAX_KEY_BYTES:
+            return None
+        scope = self._keys.get(self._digest(key))
+        return scope.label if scope is not None else None
+
 
 def _parsed(fields: list[str], number: int) -> tuple[str, str, frozenset[str] | None]:
     """A line's key, label and models (None: every model)."""

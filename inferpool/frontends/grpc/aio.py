@@ -300,7 +300,7 @@ class GrpcServer:
         self.trim = PeriodicTrim(TRIM_PERIOD)
         self.health = HealthService(DataPlane(client))
         # Each call's access log line and ModelInfer's span (observer.py).
-        observer = CallObserver(settings.access_log, tracer)
+        observer = CallObserver(settings.access_log, tracer, keys)
         # Compressing answers: each message under the threshold is sent uncompressed.
         gzip = aio_gzip(settings)
         self.server.add_generic_rpc_handlers(

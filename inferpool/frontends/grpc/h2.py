@@ -93,7 +93,7 @@ class GrpcH2Server:
         self.tls = tls
         self._protocol = Http2Connection if tls is None else _TlsConnection
         # Each call's access log line and ModelInfer's span (observer.py).
-        self.observer = CallObserver(settings.access_log, tracer)
+        self.observer = CallObserver(settings.access_log, tracer, keys)
         self.registry = connections
         self.max_message = settings.max_body_bytes
         # The HTTP/2 body of a unary call is the message and its 5-byte prefix.

@@ -57,6 +57,8 @@ def test_keys_labels_and_scopes(keys: ApiKeys) -> None:
     with pytest.raises(Forbidden):
         keys.check(bearer("beta-key-0002"), None, admin=True)
     assert keys.check(bearer("alpha-key-0001"), None, admin=True) == "ops"
+    assert keys.label(bearer("alpha-key-0001")) == "ops"
+    assert keys.label(bearer("nope")) is None and keys.label([]) is None
 
 
 @pytest.mark.parametrize(
