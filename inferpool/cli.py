@@ -252,7 +252,11 @@ def serve_command(args: argparse.Namespace) -> int:
         configure_logging(None)
         return _refuse(f"setting refused: {exc}")
     # Refused before any port is bound or any worker started.
-    refused = _repository_refusal(settings, repository) or _unusable_admin_token(settings)
+    refused = (
+        _repository_refusal(settings, repository)
+        or _unusable_admin_token(settings)
+        or _unusable_security(settings)
+    )
     if refused:
         configure_logging(None)
         return _refuse(refused)
@@ -273,6 +277,21 @@ def _unusable_admin_token(settings: Any) -> str | None:
 
     try:
         AdminPolicy.from_settings(settings)
+    except SettingsError as exc:
+        return f"invalid settings: {exc}."
+    return None
+
+
+def _unusable_security(settings: Any) -> str | None:
+    """Why the TLS files or the API key file cannot be used, in one sentence; None if
+    they can (or are not set)."""
+    from inferpool.engine.admin import SettingsError
+    from inferpool.frontends.api_keys import ApiKeys
+    from inferpool.frontends.tls import ServerTls
+
+    try:
+        ServerTls.from_settings(settings)
+        ApiKeys.from_settings(settings)
     except SettingsError as exc:
         return f"invalid settings: {exc}."
     return None

@@ -29,6 +29,8 @@ GROUPS: dict[str, str] = {
     "allocated, and a request over one is refused (HTTP 4xx, gRPC status)",
     "lifecycle": "start-up, readiness and shutdown",
     "observability": "logs, metrics and traces",
+    "security": "TLS on the REST and gRPC ports, and the API keys inference calls must carry\n"
+    "(docs/operate/security.md)",
     "compatibility": "MLServer's settings: settings.json and the MLSERVER_* variables are read\n"
     "as MLServer reads them (docs/migrating-from-mlserver.md)",
 }
@@ -44,6 +46,11 @@ FIELD_GROUPS: dict[str, str] = {
     "load_models_at_startup": "repository",
     "admin_token": "repository",
     "admin_token_file": "repository",
+    # security
+    "tls_certificate": "security",
+    "tls_key": "security",
+    "tls_client_ca": "security",
+    "api_keys_file": "security",
     # network
     "host": "network",
     "http_port": "network",

@@ -37,6 +37,8 @@ logger = logging.getLogger("inferpool.access")
 # Scope keys an inference route sets (rest/): its resolved request id, and the reply.
 REQUEST_ID = "inferpool.request_id"
 REPLY = "inferpool.reply"
+# The label of the API key a request carried (rest/key_guard.py), if any.
+API_KEY = "inferpool.api_key"
 
 # /v2/models/{name}/..., /v2/repository/models/{name}/...; /v2/models/stats names no model.
 _MODEL_IN_PATH = re.compile(r"^/v2/(?:repository/)?models/(?!stats(?:/|$))([^/]+)")
@@ -52,8 +54,10 @@ def log_request(
     rows: int,
     started: float,
     request_id: str | None,
+    key: str | None = None,
 ) -> None:
-    """Log one finished request; ``started`` is its ``time.perf_counter()`` at arrival."""
+    """Log one finished request; ``started`` is its ``time.perf_counter()`` at arrival;
+    ``key``: the label of the API key it carried (``api_keys.py``; never the key)."""
     elapsed_ms = round((time.perf_counter() - started) * 1000, 3)
     fields = {
         "protocol": protocol,
@@ -66,11 +70,11 @@ def log_request(
         "duration_ms": elapsed_ms,
         "request_id": request_id or "-",
     }
-    logger.info(
-        "%s %s peer=%s model=%s version=%s status=%s rows=%d time=%.2fms request_id=%s",
-        *fields.values(),
-        extra=fields,
-    )
+    line = "%s %s peer=%s model=%s version=%s status=%s rows=%d time=%.2fms request_id=%s"
+    if key is not None:
+        fields["api_key"] = key
+        line += " api_key=%s"
+    logger.info(line, *fields.values(), extra=fields)
 
 
 def model_in_path(path: str) -> str:
@@ -149,6 +153,7 @@ class RestObserver:
                 reply.rows if reply is not None else 0,
                 started,
                 request_id if REQUEST_ID in scope else given_id(scope["headers"]),
+                scope.get(API_KEY),
             )
         if self.tracer is not None and REQUEST_ID in scope:
             traceparent, tracestate = trace_headers(scope["headers"])

@@ -22,6 +22,7 @@ import contextlib
 import gc
 import logging
 import signal
+import ssl
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,7 +33,9 @@ from inferpool.engine.admin import SettingsError
 from inferpool.engine.client import EngineClient, StartupFailed, make_client
 from inferpool.errors import NotReady
 from inferpool.frontends.allocator import keep_bodies_on_the_heap
+from inferpool.frontends.api_keys import ApiKeys
 from inferpool.frontends.connections import Connections, raise_fd_limit
+from inferpool.frontends.file_poll import FilePoll, start_polling, stop_polling
 from inferpool.frontends.grpc.aio import GrpcServer
 from inferpool.frontends.grpc.h2 import GrpcH2Server
 from inferpool.frontends.hypercorn_drain import DrainBodyFirst
@@ -41,6 +44,7 @@ from inferpool.frontends.metrics import build_metrics_app
 from inferpool.frontends.reclaim import trim_soon
 from inferpool.frontends.rest.app import build_app
 from inferpool.frontends.rest.http1 import protocol_class
+from inferpool.frontends.tls import ALPN_GRPC, ALPN_HTTP1, ALPN_HTTP2, ServerTls
 from inferpool.settings import ServerSettings
 from inferpool.transport.unsent import ANSWERS
 
@@ -92,9 +96,12 @@ class RestServer:
         http2: bool = False,
         connections: Connections | None = None,
         frontend: str = "rest",
+        tls: ssl.SSLContext | None = None,
     ) -> None:
-        """``frontend``: what its connections are called in the metrics (rest, metrics)."""
+        """``frontend``: what its connections are called in the metrics (rest, metrics);
+        ``tls``: the context of HTTPS on this port, or None (plain HTTP)."""
         self.frontend = frontend
+        self.tls = tls
         self.settings = settings
         self.app = app
         self.http2 = http2
@@ -124,6 +131,9 @@ class RestServer:
             # Annotated int, but only handed to asyncio.wait_for: a float is exact.
             timeout_graceful_shutdown=self.settings.shutdown_timeout,  # type: ignore[arg-type]
         )
+        if self.tls is not None:
+            config.load()
+            config.ssl = self.tls  # ours, not one of its own: reloads reach it (tls.py)
         self._uvicorn = _Uvicorn(config)
         self._task = asyncio.create_task(self._uvicorn.serve(sockets=[self.socket]))
         while not self._uvicorn.started and not self._task.done():
@@ -139,6 +149,12 @@ class RestServer:
         config.accesslog = None
         # Hypercorn binds by name; it re-creates the socket from the fd we already hold.
         config.bind = [f"fd://{self.socket.fileno()}"]
+        if self.tls is not None:
+            tls = self.tls
+            # Its ssl_enabled is "both files named"; the context served is ours (tls.py).
+            config.certfile = config.keyfile = "inferpool"
+            config.create_ssl_context = lambda: tls
+            config.ssl_handshake_timeout = self.settings.handshake_timeout or None
         app = DrainBodyFirst(self.app, self.settings.max_body_bytes)
         # Hypercorn's annotation wants its own scope TypedDicts; any ASGI app serves.
         await serve(app, config, shutdown_trigger=self._hypercorn_stop.wait)  # type: ignore[arg-type]
@@ -195,41 +211,68 @@ async def serve(settings: ServerSettings) -> int:
         from inferpool.observability.tracing import configure as configure_tracing
 
         tracer = configure_tracing(settings)
-        # No port of its own: /metrics on the REST port, where KServe scrapes by default.
-        metrics_here = build_metrics_app(client).routes if settings.metrics_port == 0 else []
-        rest_app = build_app(client, tracer, metrics_here)
-        servers: list[RestServer | GrpcServer | GrpcH2Server] = [
-            RestServer(rest_app, settings, settings.http_port, settings.http2, connections)
-        ]
-        if settings.grpc_port > 0:
-            if settings.grpc_implementation == "builtin":
-                servers.append(GrpcH2Server(client, settings, connections, tracer))
-            else:
-                servers.append(GrpcServer(client, settings, tracer=tracer))
-        if settings.metrics_port > 0:
-            metrics_app = build_metrics_app(client)
-            servers.append(
-                RestServer(
-                    metrics_app, settings, settings.metrics_port, False, connections, "metrics"
-                )
-            )
+        keys = ApiKeys.from_settings(settings)
+        tls = ServerTls.from_settings(settings)
+        servers = _servers(client, connections, tracer, tls, keys)
     except (OSError, SettingsError) as exc:  # SettingsError: e.g. an unreadable token file
         logger.critical("%s", exc)  # a log line, so that --log-format json says it as JSON
         return 1
     signals = _Signals()
     for server in servers:
         await server.start()
-    logger.info("REST on http://%s:%d", settings.host, settings.http_port)
+    scheme = "https" if tls else "http"
+    logger.info("REST on %s://%s:%d", scheme, settings.host, settings.http_port)
     if settings.grpc_port > 0:
-        logger.info("gRPC on %s:%d", settings.host, settings.grpc_port)
+        over = " (TLS)" if tls else ""
+        logger.info("gRPC%s on %s:%d", over, settings.host, settings.grpc_port)
+    reloading = [
+        start_polling(FilePoll(tls.paths), tls.reload, "the TLS certificate") if tls else None,
+        start_polling(FilePoll([keys.path]), keys.reload, "the API key file") if keys else None,
+    ]
     if settings.metrics_port > 0:
         logger.info("metrics on http://%s:%d/metrics", settings.host, settings.metrics_port)
     try:
         return await _start_then_wait(client, signals)
     finally:
+        for task in reloading:
+            await stop_polling(task)
         await _drain(client, servers, signals)
         if tracer is not None:
             tracer.shutdown()  # the spans still buffered are exported
+
+
+def _servers(
+    client: EngineClient,
+    connections: Connections,
+    tracer: Any,
+    tls: ServerTls | None,
+    keys: ApiKeys | None,
+) -> list[RestServer | GrpcServer | GrpcH2Server]:
+    """Every listener, bound: REST, gRPC and metrics, as the settings ask."""
+    settings = client.settings
+    # No port of its own: /metrics on the REST port, where KServe scrapes by default.
+    metrics_here = build_metrics_app(client).routes if settings.metrics_port == 0 else []
+    rest_app = build_app(client, tracer, metrics_here, keys)
+    http_alpn = ALPN_HTTP2 if settings.http2 else ALPN_HTTP1
+    servers: list[RestServer | GrpcServer | GrpcH2Server] = [
+        RestServer(
+            rest_app, settings, settings.http_port, settings.http2, connections,
+            tls=tls.context(http_alpn) if tls else None,
+        )
+    ]  # fmt: skip
+    if settings.grpc_port > 0:
+        if settings.grpc_implementation == "builtin":
+            grpc_tls = tls.context(ALPN_GRPC) if tls else None
+            servers.append(GrpcH2Server(client, settings, connections, tracer, grpc_tls, keys))
+        else:
+            servers.append(GrpcServer(client, settings, tracer=tracer, tls=tls, keys=keys))
+    if settings.metrics_port > 0:
+        # Plain HTTP: an internal port for the scraper (docs/operate/security.md).
+        metrics_app = build_metrics_app(client)
+        servers.append(
+            RestServer(metrics_app, settings, settings.metrics_port, False, connections, "metrics")
+        )
+    return servers
 
 
 async def _drain(

@@ -51,6 +51,27 @@ class ServerSettings(TimeoutFields):
     admin_token_file: Path | None = Field(
         None, description="file holding the admin token (read at start-up)"
     )
+    # -- transport security and inference keys (docs/operate/security.md)
+    tls_certificate: Path | None = Field(
+        None,
+        description="PEM certificate chain served over TLS on the REST and gRPC ports (the "
+        "metrics port stays plain); needs --tls-key; re-read when the file changes",
+    )
+    tls_key: Path | None = Field(
+        None, description="PEM private key of --tls-certificate; re-read when it changes"
+    )
+    tls_client_ca: Path | None = Field(
+        None,
+        description="PEM CA bundle: with it, clients must present a certificate it signed "
+        "(mutual TLS) on the REST and gRPC ports",
+    )
+    api_keys_file: Path | None = Field(
+        None,
+        description="file of API keys that inference calls must carry (Authorization: Bearer "
+        "KEY or X-API-Key: KEY; gRPC metadata alike): one key per line, optionally followed "
+        "by the model names it is limited to; # starts a comment; re-read when it changes. "
+        "Health probes stay open",
+    )
 
     @field_validator("worker_tags", mode="before")
     @classmethod

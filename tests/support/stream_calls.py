@@ -39,10 +39,18 @@ class Conversation:
     the wire, ``receive`` waits for the next response; the client's stream ends at
     ``close``."""
 
-    def __init__(self, address: str, message: Any = pb.ModelInferResponse) -> None:
+    def __init__(
+        self,
+        address: str,
+        message: Any = pb.ModelInferResponse,
+        channel: grpc.Channel | None = None,
+        metadata: Any = None,
+    ) -> None:
+        """``channel``: one of the caller's (TLS), else an insecure one to ``address``."""
         self._outgoing: queue.Queue = queue.Queue()
-        self.channel = grpc.insecure_channel(address)
-        self.call = stream_method(self.channel, message)(self._requests(), timeout=60)
+        self.channel = channel or grpc.insecure_channel(address)
+        method = stream_method(self.channel, message)
+        self.call = method(self._requests(), timeout=60, metadata=metadata)
         self.sent = 0
 
     def _requests(self) -> Iterator[pb.ModelInferRequest]:

@@ -29,6 +29,7 @@ from inferpool.frontends.grpc.service import (
     Handler,
     InferenceService,
     call_status,
+    check_key,
     infer_request_id,
     ok_body,
     response_metadata,
@@ -40,6 +41,8 @@ from inferpool.protocol.health import HealthCheckRequest
 from inferpool.settings import ServerSettings
 
 if TYPE_CHECKING:
+    from inferpool.frontends.api_keys import ApiKeys
+    from inferpool.frontends.tls import ServerTls
     from inferpool.observability.tracing import RequestTracer
 
 # Triton's default: messages as large as gRPC allows, so big raw batches fit.
@@ -47,8 +50,15 @@ MAX_MESSAGE_BYTES = 2**31 - 1
 TRIM_PERIOD = 10.0  # seconds between two malloc_trim(0) calls (reclaim.PeriodicTrim)
 
 
-def guarded(method: str, handler: Handler, observer: CallObserver, gzip: AioGzip = OFF) -> Handler:
-    """``handler`` with errors turned into gRPC statuses, reported to ``observer``.
+def guarded(
+    method: str,
+    handler: Handler,
+    observer: CallObserver,
+    gzip: AioGzip = OFF,
+    keys: ApiKeys | None = None,
+) -> Handler:
+    """``handler`` with errors turned into gRPC statuses, reported to ``observer``, behind
+    the API ``keys`` when given (``service.check_key``).
 
     ModelInfer's handler returns the engine's ``Reply``: its bytes are the response, its
     request id goes into the trailing metadata, and the call is traced."""
@@ -65,6 +75,8 @@ def guarded(method: str, handler: Handler, observer: CallObserver, gzip: AioGzip
         text = ""
         reply = None
         try:
+            if keys is not None:
+                check_key(keys, method, request, context.invocation_metadata() or ())
             if not infer:
                 response = await handler(request, context)
                 gzip.small_message(context, response)
@@ -109,14 +121,15 @@ def _call_of(context: grpc.aio.ServicerContext) -> tuple[str | None, Any]:
 
 
 def build_handler(
-    client: EngineClient, observer: CallObserver, gzip: AioGzip = OFF
+    client: EngineClient, observer: CallObserver, gzip: AioGzip = OFF, keys: ApiKeys | None = None
 ) -> grpc.GenericRpcHandler:
     """The generic handler serving GRPCInferenceService for one engine client; ``gzip``:
-    the server's response compression (``aio_gzip.OFF``: off)."""
-    service = InferenceService(DataPlane(client))
+    the server's response compression (``aio_gzip.OFF``: off); ``keys``: the API keys
+    calls must carry, or None."""
+    service = InferenceService(DataPlane(client), keys)
     methods = {
         name: grpc.unary_unary_rpc_method_handler(
-            guarded(name, handler, observer, gzip),
+            guarded(name, handler, observer, gzip, keys),
             request_deserializer=message.FromString,
             response_serializer=_serialize,
         )
@@ -124,7 +137,7 @@ def build_handler(
     }
     # No (de)serializers: the request and the reply stay bytes.
     methods["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
-        guarded("ModelInfer", service.model_infer, observer, gzip)
+        guarded("ModelInfer", service.model_infer, observer, gzip, keys)
     )
     methods["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
         stream_infer(service, observer, gzip)
@@ -133,7 +146,7 @@ def build_handler(
 
 
 def build_extension_handlers(
-    client: EngineClient, observer: CallObserver, gzip: AioGzip = OFF
+    client: EngineClient, observer: CallObserver, gzip: AioGzip = OFF, keys: ApiKeys | None = None
 ) -> list[grpc.GenericRpcHandler]:
     """The generic handlers serving inferpool's own services (``grpc/custom.py``)."""
     services = ExtensionServices(DataPlane(client))
@@ -142,7 +155,7 @@ def build_extension_handlers(
             service,
             {
                 name: grpc.unary_unary_rpc_method_handler(
-                    guarded(name, handler, observer, gzip),
+                    guarded(name, handler, observer, gzip, keys),
                     request_deserializer=message.FromString,
                     response_serializer=_serialize,
                 )
@@ -169,7 +182,8 @@ def stream_infer(
         deadline = time.monotonic() + remaining if remaining is not None else None
         code = grpc.StatusCode.OK
         try:
-            async for message in service.stream_infer(requests, deadline):
+            metadata_pairs = context.invocation_metadata() or ()
+            async for message in service.stream_infer(requests, deadline, metadata_pairs):
                 gzip.small(context, len(message))
                 yield message
         except (asyncio.CancelledError, GeneratorExit):
@@ -272,10 +286,13 @@ class GrpcServer:
         settings: ServerSettings,
         connections: Any = None,
         tracer: RequestTracer | None = None,
+        tls: ServerTls | None = None,
+        keys: ApiKeys | None = None,
     ) -> None:
         # ``connections`` (the shared registry) cannot see grpc.aio's connections: C-core
         # accepts them itself. Its own options bound them instead (grpc_options).
         # ``tracer``: the server's ``tracing.RequestTracer``, or None (tracing off).
+        # ``tls``: the server's TLS files (C-core fetches each reload's), or None.
         self.settings = settings
         self.server = grpc.aio.server(options=grpc_options(settings) + gzip_options(settings))
         # The answers C-core held for slow readers are freed in its threads' arenas; the
@@ -283,14 +300,14 @@ class GrpcServer:
         self.trim = PeriodicTrim(TRIM_PERIOD)
         self.health = HealthService(DataPlane(client))
         # Each call's access log line and ModelInfer's span (observer.py).
-        observer = CallObserver(settings.access_log, tracer)
+        observer = CallObserver(settings.access_log, tracer, keys)
         # Compressing answers: each message under the threshold is sent uncompressed.
         gzip = aio_gzip(settings)
         self.server.add_generic_rpc_handlers(
             (
-                build_handler(client, observer, gzip),
+                build_handler(client, observer, gzip, keys),
                 build_health_handler(self.health, observer, gzip),
-                *build_extension_handlers(client, observer, gzip),
+                *build_extension_handlers(client, observer, gzip, keys),
             )
         )
         if settings.grpc_reflection:  # grpcio-reflection's servicer: reflection.py
@@ -300,7 +317,10 @@ class GrpcServer:
         host = f"[{settings.host}]" if ":" in settings.host else settings.host
         address = f"{host}:{settings.grpc_port}"
         try:
-            bound = self.server.add_insecure_port(address)
+            if tls is None:
+                bound = self.server.add_insecure_port(address)
+            else:
+                bound = self.server.add_secure_port(address, tls.grpc_credentials())
         except RuntimeError:
             bound = 0
         if bound == 0:

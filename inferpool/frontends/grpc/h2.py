@@ -18,6 +18,7 @@ bidirectional as ModelStreamInfer (``h2_stream.py``).
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
@@ -54,12 +55,14 @@ from inferpool.frontends.grpc.observer import CallObserver
 from inferpool.frontends.grpc.service import (
     SERVICE,
     InferenceService,
+    check_key,
     infer_request_id,
     ok_body,
     response_metadata,
     typed_methods,
 )
 from inferpool.frontends.listen import bind_socket
+from inferpool.frontends.tls import alpn_of
 from inferpool.protocol.health import HealthCheckRequest, MalformedMessage
 from inferpool.settings import ServerSettings
 from inferpool.transport.http2 import Http2Connection
@@ -67,6 +70,7 @@ from inferpool.transport.http2_streams import Stream
 from inferpool.transport.http2_wire import Limits, literal
 
 if TYPE_CHECKING:
+    from inferpool.frontends.api_keys import ApiKeys
     from inferpool.observability.tracing import RequestTracer
 
 
@@ -79,12 +83,18 @@ class GrpcH2Server:
         settings: ServerSettings,
         connections: Any = None,
         tracer: RequestTracer | None = None,
+        tls: ssl.SSLContext | None = None,
+        keys: ApiKeys | None = None,
     ) -> None:
         """``connections``: the server's ``frontends.connections.Connections`` (or None);
-        ``tracer``: its ``tracing.RequestTracer``, or None (tracing off)."""
+        ``tracer``: its ``tracing.RequestTracer``, or None (tracing off); ``tls``: the
+        context of gRPC over TLS (ALPN h2 required), or None (h2c); ``keys``: the API
+        keys calls must carry, or None."""
         self.settings = settings
+        self.tls = tls
+        self._protocol = Http2Connection if tls is None else _TlsConnection
         # Each call's access log line and ModelInfer's span (observer.py).
-        self.observer = CallObserver(settings.access_log, tracer)
+        self.observer = CallObserver(settings.access_log, tracer, keys)
         self.registry = connections
         self.max_message = settings.max_body_bytes
         # The HTTP/2 body of a unary call is the message and its 5-byte prefix.
@@ -92,7 +102,8 @@ class GrpcH2Server:
         self.limits = Limits.from_settings(settings.model_copy(update=body_limit))
         # Responses gzipped for clients that accept it (compression.py), or None.
         self.gzip = response_gzip(settings)
-        self.service = InferenceService(DataPlane(client))
+        self.keys = keys
+        self.service = InferenceService(DataPlane(client), keys)
         prefix = f"/{SERVICE}/".encode()
         self.methods: dict[bytes, tuple[str, Any, Any]] = {
             prefix + name.encode(): (name, handler, message)
@@ -126,10 +137,13 @@ class GrpcH2Server:
 
     async def start(self) -> None:
         loop = self._loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._connection, sock=self.socket)
+        handshake = (self.settings.handshake_timeout or None) if self.tls is not None else None
+        self._server = await loop.create_server(
+            self._connection, sock=self.socket, ssl=self.tls, ssl_handshake_timeout=handshake
+        )
 
     def _connection(self) -> Http2Connection:
-        connection = Http2Connection(
+        connection = self._protocol(
             self._on_request,
             self.open.discard,
             limits=self.limits,
@@ -255,12 +269,17 @@ class GrpcH2Server:
         request_id = b""  # ModelInfer's, once it ends
         expiry = None if expires is None else Expiry(expires)
         try:
+            keys = self.keys
             if handler is None:
+                if keys is not None:
+                    check_key(keys, name, message, stream.headers)
                 text_id = None if given is None else given.decode("latin-1")
                 reply = await self.service.infer(message, expires, stream.headers, text_id)
                 body = ok_body(reply)
             else:
                 request = parsed(name, request_type, message)
+                if keys is not None:
+                    check_key(keys, name, request, stream.headers)
                 context = HeadersContext(stream.headers, expires)
                 body = (await handler(request, context)).SerializeToString()
             if expires is not None and time.monotonic() >= expires:
@@ -359,6 +378,17 @@ class GrpcH2Server:
             connection.end_stream(stream, trailers)
         else:
             connection.respond(stream, RESPONSE_HEADERS + trailers, b"", b"")
+
+
+class _TlsConnection(Http2Connection):
+    """gRPC over TLS: a client must have agreed on ``h2`` by ALPN (the gRPC protocol asks
+    for it); one that did not (an HTTPS client, a TLS probe) is closed at once."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if alpn_of(transport) != "h2":
+            transport.abort()  # type: ignore[attr-defined]  # a stream server's transport
+            return
+        super().connection_made(transport)
 
 
 def _path_of(headers: list[tuple[bytes, bytes]]) -> bytes:

@@ -18,7 +18,7 @@ import asyncio
 import collections
 import time
 from collections.abc import AsyncIterator
-from typing import Protocol
+from typing import Any, Protocol
 
 from inferpool.frontends.grpc.compression import (
     GZIP_HEADERS,
@@ -49,7 +49,7 @@ class StreamService(Protocol):
     ``reflection.ReflectionStream`` (ServerReflectionInfo)."""
 
     def stream_infer(
-        self, requests: AsyncIterator[bytes], deadline: float | None
+        self, requests: AsyncIterator[bytes], deadline: float | None, metadata: Any = ()
     ) -> AsyncIterator[bytes]: ...
 
 
@@ -146,7 +146,7 @@ async def serve_stream(
     try:
         remaining = None if expires is None else max(0.0, expires - time.monotonic())
         async with asyncio.timeout(remaining):
-            async for message in service.stream_infer(reader, expires):
+            async for message in service.stream_infer(reader, expires, stream.headers):
                 while stream.pending is not None and not stream.closed:
                     await asyncio.sleep(WINDOW_POLL)  # the last answer waits for window
                 if not opened:

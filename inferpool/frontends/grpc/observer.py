@@ -19,6 +19,7 @@ from inferpool.frontends.grpc.custom import log_method
 from inferpool.frontends.grpc.service import SERVICE, route_of
 
 if TYPE_CHECKING:
+    from inferpool.frontends.api_keys import ApiKeys
     from inferpool.observability.tracing import RequestTracer
 
 
@@ -26,11 +27,14 @@ class CallObserver:
     """The access log (``log``) and the tracer's spans (``tracer``, or None) of a server's
     calls."""
 
-    __slots__ = ("log", "on", "tracer")
+    __slots__ = ("keys", "log", "on", "tracer")
 
-    def __init__(self, log: bool, tracer: RequestTracer | None = None) -> None:
+    def __init__(
+        self, log: bool, tracer: RequestTracer | None = None, keys: ApiKeys | None = None
+    ) -> None:
         self.log = log
         self.tracer = tracer
+        self.keys = keys  # the API keys: a line names the label of the call's key
         # Whether a call must note its peer and metadata at all.
         self.on = log or tracer is not None
 
@@ -59,7 +63,8 @@ class CallObserver:
             rows = reply.rows if reply is not None else 0
             known = request_id if request_id is not None else given_id(headers)
             shown = log_method(method, request)
-            log_request("gRPC", shown, peer, model, version, code, rows, started, known)
+            key = self.keys.label(headers) if self.keys is not None else None
+            log_request("gRPC", shown, peer, model, version, code, rows, started, known, key)
         if self.tracer is not None and request_id is not None:
             model, version = route_of(request)
             traceparent, tracestate = trace_headers(headers)

@@ -136,7 +136,9 @@ class ReflectionStream:
         return data_out
 
     async def stream_infer(
-        self, requests: AsyncIterator[bytes], deadline: float | None
+        self, requests: AsyncIterator[bytes], deadline: float | None, metadata: Any = ()
     ) -> AsyncIterator[bytes]:
+        # No API key asked (``metadata`` unread): the descriptors are the public protocol's,
+        # and name no model.
         async for data in requests:
             yield self.answer(data)

@@ -29,6 +29,7 @@ from inferpool.errors import (
     from_status,
     grpc_code_for,
 )
+from inferpool.frontends.api_keys import ADMIN_METHODS, OPEN_METHODS, ApiKeys
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.grpc.settings_rpc import SettingsRpc
 from inferpool.frontends.grpc.stream_input import stream_messages
@@ -107,9 +108,10 @@ class InferenceService:
     ServicerContext or anything with its ``invocation_metadata()`` (the admin RPCs read
     the ``authorization`` metadata there)."""
 
-    def __init__(self, plane: DataPlane) -> None:
+    def __init__(self, plane: DataPlane, keys: ApiKeys | None = None) -> None:
         self.plane = plane
         self.settings = SettingsRpc(plane)
+        self.keys = keys  # the API keys calls must carry (api_keys.py), or None
 
     async def model_infer(self, body: bytes, context: Any) -> Reply:
         """ModelInfer under grpc.aio: the deadline and the metadata from the context."""
@@ -151,7 +153,7 @@ class InferenceService:
         return reply
 
     async def stream_infer(
-        self, requests: AsyncIterator[bytes], deadline: float | None
+        self, requests: AsyncIterator[bytes], deadline: float | None, metadata: Any = ()
     ) -> AsyncIterator[bytes]:
         """ModelStreamInfer on raw bytes, both servers: each ModelInferRequest in turn,
         answered by serialized messages, one per chunk of a model that streams
@@ -161,10 +163,13 @@ class InferenceService:
         and the stream goes on with the next request; with MLServer's it ends the call.
         A first request to a model whose runtime takes the whole stream (MLServer's
         ``predict_stream``) streams the call to it instead (``stream_input.py``).
-        ``deadline`` (a ``time.monotonic()`` instant, or None) is the whole call's."""
+        ``deadline`` (a ``time.monotonic()`` instant, or None) is the whole call's;
+        ``metadata`` its metadata pairs (for the API key, each request's model checked)."""
         client = self.plane.client
         mlserver: bool | None = None  # the call's message (stream_message.py), at its first
         async for body in requests:
+            if self.keys is not None:
+                check_key(self.keys, "ModelStreamInfer", body, metadata)
             rest = None  # the call's later requests, when they go to the same predict_stream
             if mlserver is None:
                 setting = client.settings.grpc_stream_response
@@ -332,6 +337,20 @@ def typed_methods(service: InferenceService) -> dict[str, tuple[Handler, Any]]:
         "TraceSetting": (service.settings.trace_setting, pb.TraceSettingRequest),
         "LogSettings": (service.settings.log_settings, pb.LogSettingsRequest),
     }
+
+
+def check_key(keys: ApiKeys, method: str, request: Any, metadata: Iterable[Any]) -> None:
+    """Refuse a call without a key that may make it (Unauthorized: UNAUTHENTICATED,
+    Forbidden: PERMISSION_DENIED); the health probes are open, load and unload answer to
+    the admin token when one is set (``api_keys.py``). ``request``: the message or
+    ModelInfer's bytes, for the model it names."""
+    if method in OPEN_METHODS:
+        return
+    admin = method in ADMIN_METHODS
+    if admin and keys.admin_token:
+        return
+    name = route_of(request)[0]
+    keys.check(metadata, None if name == "-" else name, admin)
 
 
 # -- what both servers report ------------------------------------------------------------

@@ -39,6 +39,7 @@ from inferpool.frontends.rest.docs import docs_routes, route_entries
 from inferpool.frontends.rest.endpoints import endpoint_routes
 from inferpool.frontends.rest.gzip import GzipRoutes
 from inferpool.frontends.rest.infer import InferRoutes
+from inferpool.frontends.rest.key_guard import KeyGuard
 from inferpool.frontends.rest.kserve_v1 import v1_routes
 from inferpool.frontends.rest.mlflow_scoring import scoring_routes
 from inferpool.frontends.rest.settings_routes import settings_routes
@@ -47,6 +48,7 @@ from inferpool.protocol.rest_json import parse_json_object
 from inferpool.settings import ServerSettings
 
 if TYPE_CHECKING:
+    from inferpool.frontends.api_keys import ApiKeys
     from inferpool.observability.tracing import RequestTracer
 
 JSON = "application/json"
@@ -77,13 +79,15 @@ def build_app(
     client: EngineClient,
     tracer: RequestTracer | None = None,
     extra_routes: Sequence[BaseRoute] = (),
+    keys: ApiKeys | None = None,
 ) -> ASGIApp:
     """The ASGI app for one engine client: the data plane's answers as JSON.
 
     The infer routes are answered in front of Starlette (``infer.InferRoutes``); the
     middlewares (``middleware``), when any is on, wrap both. ``tracer``: the server's
     ``tracing.RequestTracer``, or None (tracing off). ``extra_routes``: appended to the
-    V2 routes (``/metrics`` when it has no port of its own)."""
+    V2 routes (``/metrics`` when it has no port of its own). ``keys``: the API keys
+    every call but the probes must carry (``key_guard.py``), or None."""
     plane = DataPlane(client)
     stack = middleware(client.settings, tracer)
     gzip = client.settings.gzip_enabled
@@ -167,7 +171,7 @@ def build_app(
     # MLServer's gzip_enabled for the routes Starlette answers (the infer routes in front
     # compress their own answers: gzip.py).
     routes_in_front.app = GzipRoutes(starlette, client.settings) if gzip else starlette
-    app: ASGIApp = routes_in_front
+    app: ASGIApp = routes_in_front if keys is None else KeyGuard(routes_in_front, keys)
     for cls, args, kwargs in reversed(stack):
         app = cls(app, *args, **kwargs)
     return app
