@@ -11,6 +11,7 @@ it would not be in the image.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -72,6 +73,9 @@ def read_folder(folder: Path) -> ModelFolder:
         # env pack's way out of a conda package (conda-pack) is not one for an image.
         raise BuildRefused(str(exc).split(", or pack the environment")[0]) from None
     arguments = tuple(arg for line in needs.requirements for arg in _arguments(line, source))
+    for option, path in itertools.pairwise(arguments):
+        if option in _FILE_OPTIONS:
+            _check_inside(source / path, source, set())
     origin = needs.origin.relative_to(source).as_posix()
     return ModelFolder(source, single, origin, arguments, needs.python)
 
@@ -82,6 +86,24 @@ def _model_settings_below(source: Path) -> list[Path]:
 
 def _ignored(relative: Path) -> bool:
     return any(part.startswith(".") for part in relative.parts[:-1])
+
+
+def _check_inside(path: Path, source: Path, seen: set[Path]) -> None:
+    """The files a requirements file names (``-r``, ``-c``, at any depth) are inside the
+    folder (pip reads them relative to the file naming them)."""
+    if path in seen or not path.is_file():
+        return  # a missing file: pip says so in the build
+    seen.add(path)
+    for raw in path.read_text(errors="replace").splitlines():
+        option, _, value = raw.strip().partition(" ")
+        if option in _FILE_OPTIONS and value.strip():
+            named = (path.parent / value.strip()).resolve()
+            if not named.is_relative_to(source):
+                raise BuildRefused(
+                    f"{path.relative_to(source)} names {value.strip()}, outside {source}, which "
+                    "the image would not hold: move it into the folder"
+                )
+            _check_inside(named, source, seen)
 
 
 def _arguments(line: str, source: Path) -> list[str]:
