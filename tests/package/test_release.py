@@ -15,7 +15,13 @@ import zipfile
 from email.parser import Parser
 from pathlib import Path
 
+import pytest
+
 from inferpool import __version__
+
+# The first test to use the virtualenv waits for its install (numpy, pandas, scikit-learn):
+# minutes on a loaded 2-core machine.
+pytestmark = pytest.mark.timeout(900)
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = Path(__file__).with_name("wheel_smoke.py")

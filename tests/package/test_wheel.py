@@ -16,6 +16,10 @@ import pytest
 from inferpool import __version__
 from tests.support import free_port, wait_for_200
 
+# The first test to use the distribution or the virtualenv waits for their build and
+# install: minutes on a loaded 2-core machine.
+pytestmark = pytest.mark.timeout(900)
+
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = __version__
 EXTENSIONS = (
