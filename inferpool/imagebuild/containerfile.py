@@ -49,12 +49,8 @@ def render(folder: ModelFolder, base: str = DEFAULT_BASE) -> str:
     if folder.pip_arguments:
         install = ["python", "-m", "inferpool.imagebuild.install", "--folder", str(folder.target)]
         if folder.python is not None:
-            install += [
-                "--python",
-                folder.python,
-                "--python-origin",
-                folder.requirements_file or "",
-            ]
+            origin = folder.python_origin or ""
+            install += ["--python", folder.python, "--python-origin", origin]
         lines += [
             f"# {folder.requirements_file}: pip, with the image's packages pinned as installed",
             f"RUN {_json([*install, '--', *folder.pip_arguments])}",

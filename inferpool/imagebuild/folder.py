@@ -46,6 +46,7 @@ class ModelFolder:
     requirements_file: str | None  # the file its requirements come from, relative to it
     pip_arguments: tuple[str, ...]  # for ``pip install`` run in the folder's copy
     python: str | None  # the Python version asked for, as check_python reads it
+    python_origin: str | None  # the file asking for it, relative to the folder
 
     @property
     def target(self) -> PurePosixPath:
@@ -66,7 +67,7 @@ def read_folder(folder: Path) -> ModelFolder:
         )
     present = [name for name in (REQUIREMENTS, PYTHON_ENV, CONDA) if (source / name).is_file()]
     if not present:
-        return ModelFolder(source, single, None, (), None)
+        return ModelFolder(source, single, None, (), None, None)
     try:
         needs = read_needs(source)
     except SourceRefused as exc:
@@ -77,7 +78,8 @@ def read_folder(folder: Path) -> ModelFolder:
         if option in _FILE_OPTIONS:
             _check_inside(source / path, source, set())
     origin = needs.origin.relative_to(source).as_posix()
-    return ModelFolder(source, single, origin, arguments, needs.python)
+    asks = needs.python_origin.relative_to(source).as_posix() if needs.python_origin else None
+    return ModelFolder(source, single, origin, arguments, needs.python, asks)
 
 
 def _model_settings_below(source: Path) -> list[Path]:

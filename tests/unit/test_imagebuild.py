@@ -95,7 +95,12 @@ def test_a_python_env_yaml_is_read_as_mlflow_writes_it(tmp_path: Path):
     )
     install = runs(render(read_folder(folder)))[-1]
     assert install[install.index("--") + 1 :] == ["scikit-learn==1.7.1"]
-    assert "3.11.7" in install
+    assert install[install.index("--python") + 1] == "3.11.7"
+    # MLflow writes a requirements.txt too: installed, the yaml's pin still checked
+    (folder / "requirements.txt").write_text("scikit-learn==1.7.1\n")
+    install = runs(render(read_folder(folder)))[-1]
+    assert install[install.index("--") + 1 :] == ["-r", "requirements.txt"]
+    assert install[install.index("--python-origin") + 1] == "python_env.yaml"
 
 
 @pytest.mark.parametrize(
