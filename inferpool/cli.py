@@ -1,5 +1,6 @@
-"""The ``inferpool`` command: ``serve`` (flags -> ServerSettings -> the server) and
-``env pack`` (a model's requirements -> an environment tarball).
+"""The ``inferpool`` command: ``serve`` (flags -> ServerSettings -> the server),
+``env pack`` (a model's requirements -> an environment tarball), and ``build`` /
+``dockerfile`` (a model folder -> a container image, inferpool.cli_build).
 
 Every server setting is a flag, generated from ServerSettings so the two never drift
 (inferpool.cli_flags); only flags given on the command line override ``settings.json`` and
@@ -32,6 +33,7 @@ examples:
   inferpool serve ./models               serve a folder of model folders (REST 8080, gRPC 8081)
   inferpool serve --help                 every setting, grouped, with its environment variable
   inferpool env pack model/ -o env.tar.gz  pack a model's requirements into an environment
+  inferpool build model/ -t my-model:1   an image serving a model folder (docker, podman, buildah)
 """
 SERVE_EXAMPLES = """\
 examples:
@@ -132,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_setting_flags(groups)
     _add_env_commands(commands)
+    from inferpool.cli_build import add_build_commands
+
+    add_build_commands(commands, RawDescriptionRichHelpFormatter)
     return parser
 
 
@@ -300,11 +305,17 @@ def _unusable_security(settings: Any) -> str | None:
 def _run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.command is None:
-        return _refuse("name a command: serve or env (see inferpool --help; --version).")
+        return _refuse(
+            "name a command: serve, env, build or dockerfile (see inferpool --help; --version)."
+        )
     if args.command == "serve":
         return serve_command(args)
     if args.command == "env" and args.env_command == "pack":
         return env_pack_command(args)
+    if args.command in ("build", "dockerfile"):
+        from inferpool.cli_build import build_command, dockerfile_command
+
+        return (build_command if args.command == "build" else dockerfile_command)(args)
     return EXIT_USAGE
 
 

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,14 +26,12 @@ from typing import Any
 import httpx
 import yaml
 
+from inferpool import __version__
 from tests.support import free_port, wait_for_200
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 # The image the manifests run: inferpool's, tagged with the project's version.
-IMAGE = (
-    "inferpool:"
-    + tomllib.loads((DEPLOY.parent / "pyproject.toml").read_text())["project"]["version"]
-)
+IMAGE = f"inferpool:{__version__}"
 
 
 def image_instructions() -> dict[str, str]:

@@ -5,9 +5,7 @@ into a brand-new virtualenv, answering V2 requests from there."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import tarfile
-import tomllib
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,37 +13,27 @@ from pathlib import Path
 import httpx
 import pytest
 
+from inferpool import __version__
 from tests.support import free_port, wait_for_200
 
+# The first test to use the distribution or the virtualenv waits for their build and
+# install: minutes on a loaded 2-core machine.
+pytestmark = pytest.mark.timeout(900)
+
 ROOT = Path(__file__).resolve().parents[2]
-VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-EXTENSIONS = ("inferpool/runtimes/trees/_kernel.", "inferpool/engine/ipc/_atomics.")
+VERSION = __version__
+EXTENSIONS = (
+    "inferpool/runtimes/trees/_kernel.",
+    "inferpool/engine/ipc/_atomics.",
+    "inferpool/protocol/_jsonscan.",
+)
+# What building the extensions from the sdist needs beside their .c files (setup.py).
+HEADERS = (
+    "inferpool/protocol/_pow5.h",
+    *(f"inferpool/protocol/jsonscan/{name}.h" for name in ("common", "numbers", "dispatch",
+      "tier_ssse3", "tier_avx2", "tier_avx512", "scan_generic")),
+)  # fmt: skip
 PROTOS = ("inferpool/protocol/grpc_predict_v2.proto", "inferpool/protocol/health.proto")
-
-
-@pytest.fixture(scope="module")
-def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``python -m build``: the sdist, then the wheel built from the unpacked sdist."""
-    out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
-        check=True, capture_output=True, timeout=600,
-    )  # fmt: skip
-    return out
-
-
-@pytest.fixture(scope="module")
-def venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A new virtualenv (no system site packages) with the wheel and its ``sklearn`` extra."""
-    folder = tmp_path_factory.mktemp("venv")
-    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, timeout=120)
-    (wheel,) = dist.glob("inferpool-*.whl")
-    subprocess.run(
-        [folder / "bin" / "python", "-m", "pip", "install", "--quiet",
-         "--disable-pip-version-check", f"{wheel}[sklearn]"],
-        check=True, timeout=600,
-    )  # fmt: skip
-    return folder
 
 
 def test_the_sdist_holds_the_c_sources_and_the_protos(dist: Path):
@@ -54,8 +42,8 @@ def test_the_sdist_holds_the_c_sources_and_the_protos(dist: Path):
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     for extension in EXTENSIONS:
         assert extension + "c" in names
-    for proto in PROTOS:
-        assert proto in names
+    for path in (*PROTOS, *HEADERS, "setup.py", "pyproject.toml", "README.md"):
+        assert path in names, path
 
 
 def test_the_wheel_holds_the_compiled_extensions_and_the_protos(dist: Path):

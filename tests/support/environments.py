@@ -13,12 +13,16 @@ import zipfile
 from pathlib import Path
 
 
-def build_wheel(folder: Path, name: str, version: str) -> Path:
-    """A pure-Python wheel of the package ``name`` whose ``__version__`` is ``version``."""
+def build_wheel(
+    folder: Path, name: str, version: str, code: str = "", requires: tuple[str, ...] = ()
+) -> Path:
+    """A pure-Python wheel of the package ``name`` whose ``__version__`` is ``version``,
+    followed by ``code`` in its ``__init__.py``; ``requires``: its Requires-Dist lines."""
     info = f"{name}-{version}.dist-info"
+    depends = "".join(f"Requires-Dist: {line}\n" for line in requires)
     files = {
-        f"{name}/__init__.py": f"__version__ = {version!r}\n",
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{name}/__init__.py": f"__version__ = {version!r}\n{code}",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{depends}",
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
         "Tag: py3-none-any\n",
     }
