@@ -19,15 +19,16 @@ import coverage
 # code and the CatBoost and ONNX runtimes left out: [tool.coverage.report]), about a point below,
 # where a figure varies with timing (which branches of a race a run takes). Raised at 16:10
 # for the unit tests of the MLflow scoring codec, payload decoding, Triton's model config,
-# compressed REST bodies, the access log and stream event headers, not from a whole run (a
-# loaded machine): a lowest run's data file combined with theirs gave engine 87.2, protocol
-# 94.4, codecs 90.9, frontends 78.4 (86.6, 93.2, 80.8, 72.4 without them). Runtimes rises
-# too: the MLModel adapter (24% here) moved to mlserver/adapter/.
+# compressed REST bodies, the access log, Hypercorn's drain, the gRPC stream message and
+# stream event headers, not from a whole run (a loaded machine): a lowest run's data file
+# combined with theirs gave engine 87.2, protocol 94.4, codecs 90.9, frontends 79.7 (86.6,
+# 93.2, 80.8, 72.4 without them). Runtimes rises too: the MLModel adapter (24% here) moved
+# to mlserver/adapter/.
 FLOORS = {
     "engine": 86.0,
     "protocol": 93.0,
     "codecs": 89.0,
-    "frontends": 77.0,
+    "frontends": 78.0,
     "runtimes": 81.0,
 }
 
