@@ -231,8 +231,8 @@ def serve_command(args: argparse.Namespace) -> int:
 
     from inferpool.cli_errors import sentences
     from inferpool.logs import configure_logging, hold_early_records
+    from inferpool.mlserver.contract.server_settings import SettingsRefused
     from inferpool.settings import load_server_settings
-    from inferpool.settings.mlserver_server import SettingsRefused
 
     overrides: dict[str, Any] = {
         k: v for k, v in vars(args).items() if k not in ("command", "model_repository", "demo")

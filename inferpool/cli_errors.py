@@ -22,8 +22,8 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from inferpool.cli_flags import flag, mlserver_names
+from inferpool.mlserver.contract.server_settings import SERVER_PREFIX
 from inferpool.settings import SETTINGS_FILE, ServerSettings
-from inferpool.settings.mlserver_server import SERVER_PREFIX
 
 _ENV_PREFIX = "INFERPOOL_"
 

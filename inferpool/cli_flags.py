@@ -17,8 +17,8 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from inferpool.mlserver.contract.server_settings import SERVER_PREFIX, SERVER_RULES
 from inferpool.settings import ServerSettings
-from inferpool.settings.mlserver_server import SERVER_PREFIX, SERVER_RULES
 
 # The help's sections, in their order: (title, what they hold).
 GROUPS: dict[str, str] = {

@@ -15,15 +15,20 @@ import sys
 import coverage
 
 # Percent (lines and branches together), from a whole tox -e lowest run here (2026-12-06,
-# 13:42: engine 87.2, protocol 93.4, codecs 80.8, frontends 74.3, runtimes 81.8, generated
+# 16:25: engine 87.2, protocol 94.4, codecs 90.9, frontends 79.7, runtimes 86.1, generated
 # code and the CatBoost and ONNX runtimes left out: [tool.coverage.report]), about a point below,
-# where a figure varies with timing (which branches of a race a run takes).
+# where a figure varies with timing (which branches of a race a run takes). At 13:42 they were
+# 87.2, 93.4, 80.8, 74.3 and 81.8: unit tests of the MLflow scoring codec, payload decoding,
+# Triton's model config, compressed REST bodies, the access log, Hypercorn's drain, the gRPC
+# stream message and stream event headers came since, and the MLModel adapter (24% here)
+# moved from runtimes/ to mlserver/ (48.9% here: its API is tested by the mlserver and default
+# environments' servers, which this run does not start; no floor).
 FLOORS = {
     "engine": 86.0,
-    "protocol": 92.0,
-    "codecs": 80.0,
-    "frontends": 73.0,
-    "runtimes": 81.0,
+    "protocol": 93.0,
+    "codecs": 90.0,
+    "frontends": 78.0,
+    "runtimes": 85.0,
 }
 
 

@@ -54,8 +54,8 @@ def _serve_rows(parser: argparse.ArgumentParser) -> dict[str, list[tuple[str, ..
     """The serve command's settings by help section: flag, variable(s), settings key,
     default, what it does."""
     from inferpool.cli_flags import FIELD_GROUPS, default_text, mlserver_names
+    from inferpool.mlserver.contract.server_settings import SERVER_PREFIX
     from inferpool.settings import ServerSettings
-    from inferpool.settings.mlserver_server import SERVER_PREFIX
 
     mlserver = mlserver_names()
     flags = {a.dest: a for a in parser._actions if a.option_strings}

@@ -52,7 +52,7 @@ from inferpool.settings import (
     VersionPolicy,
     read_model_settings,
 )
-from inferpool.settings.mlserver_model import single_model
+from inferpool.settings.loading import single_model
 
 logger = logging.getLogger(__name__)
 

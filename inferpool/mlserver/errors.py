@@ -1,7 +1,7 @@
 """MLServer's errors (``mlserver.errors``): each carries the HTTP status it is answered with.
 
 A custom runtime raises them from ``predict`` (``InferenceError`` for a bad request); the
-adapter (``inferpool.runtimes.mlmodel``) answers them with that status and the message.
+adapter (``inferpool.mlserver.adapter.runtime``) answers them with that status and the message.
 """
 
 from __future__ import annotations

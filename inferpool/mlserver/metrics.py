@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from inferpool.mlserver.errors import MLServerError
 from inferpool.runtimes.metrics import Histogram, ModelMetrics
 
-# The metrics of the model whose coroutine runs (set by inferpool.runtimes.mlmodel).
+# The metrics of the model whose coroutine runs (set by inferpool.mlserver.adapter.runtime).
 current_model: ContextVar[ModelMetrics] = ContextVar("inferpool_mlserver_model")
 
 _DEFAULT_DESCRIPTION = "logged with mlserver.log()"

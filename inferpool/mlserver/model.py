@@ -3,7 +3,7 @@
 Subclass it, implement ``async load() -> bool`` and ``async predict(request) -> response``;
 the helpers ``decode``/``decode_request``/``encode``/``encode_response`` pick codecs from
 content types, the model's metadata and the payload's type as MLServer's do. inferpool serves
-a subclass through ``inferpool.runtimes.mlmodel``.
+a subclass through ``inferpool.mlserver.adapter.runtime``.
 """
 
 from __future__ import annotations

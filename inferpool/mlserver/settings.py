@@ -1,7 +1,7 @@
 """MLServer's model settings (``mlserver.settings``) as a custom runtime reads them.
 
 ``self.settings`` of an ``inferpool.mlserver.MLModel`` is this ``ModelSettings``, built by the
-adapter from the model's ``model-settings.json`` (``inferpool.runtimes.mlmodel``), with the
+adapter from the model's ``model-settings.json`` (``inferpool.mlserver.adapter.runtime``), with the
 fields and defaults of MLServer 1.7.1. The server-wide ``Settings`` are inferpool's own
 (``inferpool.settings``); a custom runtime has no use for them.
 """

@@ -355,7 +355,7 @@ def _custom_class(implementation: str, settings: ModelSettings) -> type[Runtime]
         return cls
     if isinstance(cls, type):
         # An MLServer custom runtime (mlserver.MLModel or inferpool.mlserver.MLModel).
-        from inferpool.runtimes.mlmodel import adapter_for, flavour_of
+        from inferpool.mlserver.adapter.runtime import adapter_for, flavour_of
 
         flavour = flavour_of(cls)
         if flavour is not None:

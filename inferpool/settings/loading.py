@@ -3,24 +3,30 @@ environment, under its flags) and a model's (``model-settings.json`` in its fold
 MLServer's key checks and the model variables).
 
 The top of the package: it puts the models (``server``, ``model``) and MLServer's
-contract (``mlserver_model``) together, so that neither imports the other.
+contract (``inferpool.mlserver.contract.model_settings``) together, so that neither
+imports the other; single-model mode's one model (``MLSERVER_MODEL_*`` and no
+model-settings.json) is built here for that reason.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from inferpool.settings.mlserver_model import (
+from inferpool.mlserver.contract.common import warn_once
+from inferpool.mlserver.contract.model_settings import (
+    ENVIRONMENT_MODEL,
     check_model_keys,
+    model_environment,
     single_model_repository,
     with_model_environment,
 )
-from inferpool.settings.model import MODEL_SETTINGS_FILE, ModelSettings
+from inferpool.settings.model import MODEL_SETTINGS_FILE, ModelParameters, ModelSettings
 from inferpool.settings.server import ServerSettings
 from inferpool.settings.sources import reading_settings_file
 
@@ -60,3 +66,45 @@ def read_model_settings(folder: Path, default_name: str) -> ModelSettings:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise ValueError(f"{path}: {where}: {first['msg']}") from None
+
+
+def single_model(
+    repository: Path,
+) -> tuple[str, ModelSettings | None, str, Path] | None:
+    """Single-model mode's one model: (name, settings or None, error, folder); else None.
+
+    Active when model variables are set and the repository holds no model-settings.json
+    (MLServer reads the environment's model only then). The artefact is at the URI (a file,
+    or a folder), or else at the repository's root.
+    """
+    raw = model_environment(os.environ)
+    if not raw or not repository.is_dir() or _has_settings_file(repository):
+        return None
+    where = ENVIRONMENT_MODEL
+    parameters = dict(raw.pop("parameters", {}))
+    folder = repository
+    uri = parameters.pop("uri", None)
+    if uri:
+        path = Path(uri)
+        if path.is_dir():
+            folder = path
+        else:
+            folder, parameters["uri"] = path.parent, str(path)
+    name = raw.pop("name", None) or folder.name
+    try:
+        check_model_keys({**raw, "parameters": parameters}, where)
+        settings = ModelSettings(
+            name=name, parameters=ModelParameters(**parameters), folder=folder, **raw
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(map(str, first["loc"]))
+        return name, None, f"{where}: {loc}: {first['msg']}", folder
+    except ValueError as exc:
+        return name, None, str(exc), folder
+    warn_once(f"single-model mode: model '{name}' from {folder}", logging.INFO)
+    return name, settings, "", folder
+
+
+def _has_settings_file(repository: Path) -> bool:
+    return any(True for _ in repository.glob(f"**/{MODEL_SETTINGS_FILE}"))

@@ -17,7 +17,10 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from inferpool.settings.mlserver_server import cors_with_environment, warn_idle_cors_variables
+from inferpool.mlserver.contract.server_settings import (
+    cors_with_environment,
+    warn_idle_cors_variables,
+)
 from inferpool.settings.server_fields import TimeoutFields, WorkerGroupSettings
 from inferpool.settings.sources import mlserver_sources
 from inferpool.settings.validators import histogram_bounds, parse_level, parse_levels, parse_tags

@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, NoDecode
 
-from inferpool.settings.cors import CORSSettings
+from inferpool.mlserver.contract.cors import CORSSettings
 
 MIB = 1024 * 1024
 MAX_PORT = 65535

@@ -1,6 +1,6 @@
 """The MLServer sources of ``ServerSettings`` (pydantic-settings sources): a repository's
 ``settings.json`` and the ``MLSERVER_*`` variables, their keys mapped to inferpool's (or
-refused) by ``inferpool.settings.mlserver_server``.
+refused) by ``inferpool.mlserver.contract.server_settings``.
 
 Which ``settings.json`` is read is set for the time one ``ServerSettings`` is built
 (``reading_settings_file``), as pydantic-settings builds its sources per instance.
@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic_settings import BaseSettings, JsonConfigSettingsSource, PydanticBaseSettingsSource
 
-from inferpool.settings.mlserver_server import environment_values, server_values
+from inferpool.mlserver.contract.server_settings import environment_values, server_values
 
 _settings_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
     "inferpool_settings_file", default=None

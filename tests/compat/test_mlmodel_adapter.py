@@ -1,4 +1,4 @@
-"""The adapter (inferpool.runtimes.mlmodel) and the compatibility package in one process:
+"""The adapter (inferpool.mlserver.adapter.runtime) and the compatibility package in one process:
 how a custom runtime's answers, errors and settings cross over, without a server."""
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from inferpool.cli import main
-from inferpool.settings import load_server_settings, mlserver_common
+from inferpool.mlserver.contract import common as mlserver_common
+from inferpool.settings import load_server_settings
 from tests.support import Server, free_port
 
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from inferpool.settings.mlserver_model import (
+from inferpool.mlserver.contract.model_settings import (
     MODEL_REFUSED,
     MODEL_SUPPORTED,
     PARAMETERS_REFUSED,
     PARAMETERS_SUPPORTED,
 )
-from inferpool.settings.mlserver_server import SERVER_RULES
+from inferpool.mlserver.contract.server_settings import SERVER_RULES
 
 DOC = Path(__file__).parents[2] / "docs" / "migrating-from-mlserver.md"
 

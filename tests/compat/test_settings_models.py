@@ -15,7 +15,8 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 
 from inferpool.engine.repository import discover
-from inferpool.settings import mlserver_common, read_model_settings
+from inferpool.mlserver.contract import common as mlserver_common
+from inferpool.settings import read_model_settings
 from tests.support import Server, iris_data, write_sklearn_model
 
 BODY = {

@@ -92,7 +92,7 @@ def _wait_ready(url: str, process: subprocess.Popen, log) -> str:
 def test_the_runtimes_subclass_mlservers_own_mlmodel(repository: Path) -> None:
     import mlserver
 
-    from inferpool.runtimes.mlmodel import MLModelRuntime
+    from inferpool.mlserver.adapter.runtime import MLModelRuntime
     from inferpool.runtimes.registry import runtime_class
     from inferpool.settings import read_model_settings
 

@@ -37,9 +37,9 @@ LAYER_EXCEPTIONS: dict[tuple[str, str], str] = {
         "inside its load and predict, in the worker: an explainer loads the model it explains "
         "with the worker's own loader and asks the worker's attribution path"
     ),
-    ("runtimes/mlmodel.py", "inferpool.mlserver"): (
-        "the runtime that serves MLServer's MLModel API reads that API's current-model "
-        "context and its class; the API (mlserver/) builds on runtimes/, not the reverse"
+    ("runtimes/registry.py", "inferpool.mlserver.adapter"): (
+        "inside _custom_class, when a custom implementation is no Runtime: the adapter that "
+        "serves an MLServer MLModel subclass builds on runtimes/ (Runtime), not the reverse"
     ),
     ("settings/model.py", "inferpool.engine.environments.capabilities"): (
         "inside a validator: requirements are parsed by the module that later matches them, "

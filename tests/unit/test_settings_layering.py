@@ -24,6 +24,11 @@ PACKAGE = "inferpool.settings"
 OUTSIDE = {
     "inferpool.protocol.types": "ModelSettings gives its inputs and outputs as TensorSpec",
     "inferpool.protocol.datatypes": "warm-up samples check their datatypes and shapes",
+    # MLServer's settings contract, below this package (it imports nothing of inferpool).
+    "inferpool.mlserver.contract.common": "the once-per-process messages, variables' text",
+    "inferpool.mlserver.contract.cors": "ServerSettings' cors_settings field is MLServer's",
+    "inferpool.mlserver.contract.model_settings": "model-settings.json's keys, MLSERVER_MODEL_*",
+    "inferpool.mlserver.contract.server_settings": "settings.json's keys and MLSERVER_*",
 }
 # Imported inside a function (at validation time), never when the package loads.
 LAZY_OUTSIDE = {
@@ -118,7 +123,7 @@ def test_no_module_imports_the_package_itself() -> None:
 
 def test_the_settings_modules_import_each_other_without_a_cycle() -> None:
     graph = settings_graph()
-    assert set(graph) >= {"server", "model", "pipeline", "mlserver_server", "mlserver_model"}
+    assert set(graph) >= {"server", "model", "pipeline", "sources", "loading"}
     assert find_cycle(graph) == []
 
 
@@ -133,7 +138,7 @@ def test_the_settings_import_nothing_of_the_layers_above() -> None:
                 wrong.append(f"{name}: {imported}{' (lazy)' if lazy else ''}")
     assert wrong == []
     init = [imported for imported, _ in imports(SETTINGS / "__init__.py")]
-    assert all(imported.startswith(PACKAGE + ".") for imported in init)
+    assert all(imported.startswith(PACKAGE + ".") or imported in OUTSIDE for imported in init)
 
 
 def test_loading_the_settings_loads_no_upper_layer() -> None:
@@ -148,6 +153,36 @@ def test_loading_the_settings_loads_no_upper_layer() -> None:
         capture_output=True, text=True, check=True, cwd=ROOT, timeout=120,
     )  # fmt: skip
     assert result.stdout.strip() == "[]"
+
+
+def test_the_mlserver_contract_imports_nothing_of_inferpool() -> None:
+    # The settings import it: anything it imported of inferpool would be a cycle.
+    contract = ROOT / "inferpool" / "mlserver" / "contract"
+    outside = [
+        f"{path.name}: {imported}"
+        for path in sorted(contract.glob("*.py"))
+        for imported, _ in imports(path)
+        if not imported.startswith("inferpool.mlserver.contract")
+    ]
+    assert outside == []
+
+
+def test_loading_the_settings_loads_no_mlserver_api() -> None:
+    # The contract lives in inferpool.mlserver, whose __init__ loads the API (MLModel, its
+    # pydantic types, the pandas codecs) only when one of its names is asked for.
+    code = (
+        "import sys\n"
+        "import inferpool.settings, inferpool.mlserver\n"
+        "print(sorted(m for m in sys.modules if m.startswith('inferpool.mlserver')\n"
+        "             and not m.startswith('inferpool.mlserver.contract')))\n"
+        "from inferpool.mlserver import MLModel\n"
+        "print(MLModel.__module__)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code],
+        capture_output=True, text=True, check=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert result.stdout.split("\n")[:2] == ["['inferpool.mlserver']", "inferpool.mlserver.model"]
 
 
 def test_every_name_imported_from_the_package_is_exported() -> None:

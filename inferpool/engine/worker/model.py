@@ -48,7 +48,7 @@ class LoadedModel:
     def announced(self) -> dict[str, Any]:
         """The metadata a load answers with: the model's, and its endpoints for routing."""
         paths = {path: list(endpoint.methods) for path, endpoint in self.endpoints.items()}
-        mlserver = self.runtime.platform == "mlserver"  # an MLModel (runtimes/mlmodel.py)
+        mlserver = self.runtime.platform == "mlserver"  # an MLModel (mlserver/adapter/runtime.py)
         # Its predict_stream takes a client's whole stream (MLServer's), not one request.
         whole = bool(getattr(self.runtime, "stream_input", False))
         announced = Announced(paths, self.runtime.bare_endpoints, mlserver, whole)

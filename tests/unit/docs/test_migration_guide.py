@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 
 from inferpool.cli import main
-from inferpool.settings import load_server_settings
-from inferpool.settings.mlserver_model import (
+from inferpool.mlserver.contract.model_settings import (
     MODEL_REFUSED,
     MODEL_SUPPORTED,
     PARAMETERS_REFUSED,
     PARAMETERS_SUPPORTED,
 )
-from inferpool.settings.mlserver_server import SERVER_RULES
+from inferpool.mlserver.contract.server_settings import SERVER_RULES
+from inferpool.settings import load_server_settings
 
 ROOT = Path(__file__).parents[3]
 GUIDE = ROOT / "docs" / "migrating-from-mlserver.md"

@@ -1,4 +1,4 @@
-"""How an MLServer custom runtime's batch is joined and split (``runtimes/mlmodel_batch.py``),
+"""How an MLServer custom runtime's batch is joined and split (``mlserver/adapter/batch.py``),
 fact for fact as MLServer 1.7.1's ``mlserver/batching/requests.py`` does: inputs along
 the first axis, parameters merged, outputs split by each request's rows."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from inferpool.mlserver.adapter.batch import merge_requests, split_answer
 from inferpool.protocol.types import InferenceRequest, RequestedOutput, Tensor
 from inferpool.runtimes.base import Answer
-from inferpool.runtimes.mlmodel_batch import merge_requests, split_answer
 
 
 def _request(request_id: str, rows: list[list[float]], tag: str, scale: int) -> InferenceRequest:

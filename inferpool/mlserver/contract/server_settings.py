@@ -5,7 +5,7 @@ Owns the table of MLServer 1.7.1's server settings (``settings.json`` keys and t
 refused with a stated reason. A refused setting whose value changes nothing served is a
 warning naming it; one that would make inferpool serve differently from MLServer stops the
 start (SettingsRefused). Unknown keys and variables are warnings. The model settings'
-side is ``inferpool.settings.mlserver_model``.
+side is ``model_settings``, beside it.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from inferpool.settings.cors import CORSSettings
-from inferpool.settings.mlserver_common import parse_env, warn_once
-from inferpool.settings.mlserver_model import is_model_variable
+from inferpool.mlserver.contract.common import parse_env, warn_once
+from inferpool.mlserver.contract.cors import CORSSettings
+from inferpool.mlserver.contract.model_settings import is_model_variable
 
 SERVER_PREFIX = "MLSERVER_"
 MODELS_DIR = "MLSERVER_MODELS_DIR"  # the folder MLServer's image serves (its CMD argument)

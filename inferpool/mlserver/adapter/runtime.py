@@ -33,12 +33,12 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 
 from inferpool.errors import BadRequest, ModelError, ModelLoadError, from_status
+from inferpool.mlserver.adapter.batch import merge_requests, split_answer
 from inferpool.mlserver.metrics import current_model
 from inferpool.protocol.datatypes import NUMPY_BY_DATATYPE
 from inferpool.protocol.types import InferenceRequest, Tensor, TensorSpec
 from inferpool.runtimes.base import Answer, Runtime
 from inferpool.runtimes.metrics import ModelMetrics
-from inferpool.runtimes.mlmodel_batch import merge_requests, split_answer
 from inferpool.settings import MODEL_SETTINGS_FILE, ModelSettings
 
 T = TypeVar("T")
@@ -247,7 +247,7 @@ class MLModelRuntime(Runtime):
 
     def predict_requests(self, payloads: list[Any], outputs: Sequence[str]) -> list[dict[str, Any]]:
         """One ``predict`` for several requests, joined and split as MLServer's adaptive
-        batching does (``mlmodel_batch``)."""
+        batching does (``batch``, beside it)."""
         merged, sizes = merge_requests(payloads)
         return split_answer(self.predict(merged, outputs), sizes)
 

@@ -1,7 +1,7 @@
 """MLServer's ``cors_settings`` block: its keys and defaults, read as MLServer reads them.
 
 Its own module because both ``ServerSettings`` (a field of it) and the MLServer server
-contract (``mlserver_server``: the CORS keys of ``MLSERVER_*``) need it.
+contract (``server_settings``: the CORS keys of ``MLSERVER_*``) need it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 class CORSSettings(BaseModel):
     """MLServer's ``cors_settings``: the same keys and defaults (Starlette's CORSMiddleware)."""
 
-    # Unknown keys are ignored as MLServer does, after a warning (see mlserver_server).
+    # Unknown keys are ignored as MLServer does, after a warning (see server_settings).
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     allow_origins: list[str] = Field(

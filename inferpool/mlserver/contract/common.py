@@ -1,4 +1,4 @@
-"""What the two MLServer contract modules (``mlserver_server``, ``mlserver_model``) share:
+"""What the two MLServer contract modules (``server_settings``, ``model_settings``) share:
 the settings logger with its once-per-process messages, and the reading of an
 ``MLSERVER_*`` variable's text as pydantic-settings reads it."""
 

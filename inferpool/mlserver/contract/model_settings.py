@@ -8,22 +8,21 @@ else that model fails with the reason. Unknown keys are warnings naming the key 
 The model variables (``MLSERVER_MODEL_*``, and ``INFERPOOL_MODEL_*`` which win) fill the
 keys a ``model-settings.json`` leaves out, as MLServer reads its files; in a repository
 with no such file they describe its one model (single-model mode, as KServe's MLServer
-runtime uses it), its artefact at the URI or at the repository's root.
+runtime uses it), its artefact at the URI or at the repository's root
+(``inferpool.settings.loading.single_model`` builds that model's settings).
+
+It imports nothing of ``inferpool.settings``: the settings package reads MLServer's keys
+through it, so this side stays below it.
 """
 
 from __future__ import annotations
 
-import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from inferpool.settings.mlserver_common import parse_env, warn_once
-from inferpool.settings.model import MODEL_SETTINGS_FILE, ModelParameters, ModelSettings
+from inferpool.mlserver.contract.common import parse_env, warn_once
 
 MODEL_PREFIX = "MLSERVER_MODEL_"
 OUR_MODEL_PREFIX = "INFERPOOL_MODEL_"
@@ -206,45 +205,3 @@ def single_model_repository(environ: Mapping[str, str]) -> Path | None:
         return None
     path = Path(uri).absolute()
     return path if path.is_dir() else path.parent
-
-
-def single_model(
-    repository: Path,
-) -> tuple[str, ModelSettings | None, str, Path] | None:
-    """Single-model mode's one model: (name, settings or None, error, folder); else None.
-
-    Active when model variables are set and the repository holds no model-settings.json
-    (MLServer reads the environment's model only then). The artefact is at the URI (a file,
-    or a folder), or else at the repository's root.
-    """
-    raw = model_environment(os.environ)
-    if not raw or not repository.is_dir() or _has_settings_file(repository):
-        return None
-    where = ENVIRONMENT_MODEL
-    parameters = dict(raw.pop("parameters", {}))
-    folder = repository
-    uri = parameters.pop("uri", None)
-    if uri:
-        path = Path(uri)
-        if path.is_dir():
-            folder = path
-        else:
-            folder, parameters["uri"] = path.parent, str(path)
-    name = raw.pop("name", None) or folder.name
-    try:
-        check_model_keys({**raw, "parameters": parameters}, where)
-        settings = ModelSettings(
-            name=name, parameters=ModelParameters(**parameters), folder=folder, **raw
-        )
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(map(str, first["loc"]))
-        return name, None, f"{where}: {loc}: {first['msg']}", folder
-    except ValueError as exc:
-        return name, None, str(exc), folder
-    warn_once(f"single-model mode: model '{name}' from {folder}", logging.INFO)
-    return name, settings, "", folder
-
-
-def _has_settings_file(repository: Path) -> bool:
-    return any(True for _ in repository.glob(f"**/{MODEL_SETTINGS_FILE}"))
