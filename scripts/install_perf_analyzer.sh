@@ -21,12 +21,8 @@ DEST=${1:-build/perf_analyzer}
 PYTHON=${PYTHON:-python3}
 
 if ! ldconfig -p | grep -q 'libb64\.so\.0d'; then
-    if [ "$(id -u)" = 0 ]; then
-        apt-get install -y --no-install-recommends libb64-0d
-    else
-        echo "perf_analyzer needs libb64-0d: run 'apt-get install libb64-0d' as root" >&2
-        exit 1
-    fi
+    # apt_install.sh waits for another apt run (.ci/run's background installs) to end.
+    sh "$(dirname "$0")/apt_install.sh" perf_analyzer libb64-0d
 fi
 
 mkdir -p "$DEST/bin" "$DEST/lib"

@@ -25,7 +25,7 @@ import numpy as np
 import orjson
 
 from inferpool.codecs.base import bytes_tensor
-from inferpool.codecs.mlflow_scoring import _jsonable
+from inferpool.codecs.mlflow_scoring import jsonable
 from inferpool.codecs.pandas import is_pandas
 from inferpool.codecs.registry import decode_response
 from inferpool.errors import BadRequest
@@ -65,7 +65,7 @@ def predictions(response: InferenceResponse, positive: bool = False) -> bytes:
         columns = {name: _per_row(values) for name, values in result.items()}
         count = min(len(values) for values in columns.values())
         value = [{name: values[i] for name, values in columns.items()} for i in range(count)]
-    return orjson.dumps({"predictions": value}, default=_jsonable)
+    return orjson.dumps({"predictions": value}, default=jsonable)
 
 
 def explanations(response: InferenceResponse) -> bytes:
@@ -73,7 +73,7 @@ def explanations(response: InferenceResponse) -> bytes:
     and what they explain (``runtimes/explain.py``: score, feature and class names)."""
     (tensor,) = response.outputs
     document = {tensor.name: np.asarray(tensor.data).tolist(), **tensor.parameters}
-    return orjson.dumps({"explanations": document}, default=_jsonable)
+    return orjson.dumps({"explanations": document}, default=jsonable)
 
 
 def _per_row(values: Any, positive: bool = False) -> list[Any]:
@@ -83,7 +83,7 @@ def _per_row(values: Any, positive: bool = False) -> list[Any]:
     if array.ndim == 2 and array.shape[1] == 1:  # booster.predict's one score per row
         array = array[:, 0]
     if array.dtype.kind in "OS":
-        return [_jsonable(v) if isinstance(v, bytes) else v for v in array.tolist()]
+        return [jsonable(v) if isinstance(v, bytes) else v for v in array.tolist()]
     return array.tolist()  # type: ignore[no-any-return]
 
 

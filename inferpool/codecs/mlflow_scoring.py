@@ -76,7 +76,7 @@ def csv_as_json(body: bytes) -> bytes:
     """A CSV body as MLflow's JSON ``dataframe_split`` of the same table."""
     split = read_csv(body).to_dict(orient="split")
     del split["index"]
-    return orjson.dumps({"dataframe_split": split}, default=_jsonable)
+    return orjson.dumps({"dataframe_split": split}, default=jsonable)
 
 
 def predictions(response: InferenceResponse) -> bytes:
@@ -89,10 +89,12 @@ def predictions(response: InferenceResponse) -> bytes:
         value = next(iter(result.values()))
     else:
         value = result
-    return orjson.dumps({"predictions": value}, default=_jsonable)
+    return orjson.dumps({"predictions": value}, default=jsonable)
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """orjson's fallback for what it cannot write: arrays as lists, bytes as text, numpy
+    scalars as Python's."""
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, bytes):

@@ -74,6 +74,25 @@ if TYPE_CHECKING:
     from inferpool.observability.tracing import RequestTracer
 
 
+def unary_methods(
+    service: InferenceService, health: HealthService
+) -> dict[bytes, tuple[str, Any, Any]]:
+    """Each unary method's path: its name, its handler and its request message (None for
+    ModelInfer, read from its bytes); the V2 service's, inferpool's own services' (custom
+    endpoints, feedback) and health's Check."""
+    prefix = f"/{SERVICE}/".encode()
+    methods: dict[bytes, tuple[str, Any, Any]] = {
+        prefix + name.encode(): (name, handler, message)
+        for name, (handler, message) in typed_methods(service).items()
+    }
+    methods[prefix + b"ModelInfer"] = ("ModelInfer", None, None)
+    for extension, calls in extension_methods(ExtensionServices(service.plane)).items():
+        for name, (handler, message) in calls.items():
+            methods[f"/{extension}/{name}".encode()] = (name, handler, message)
+    methods[CHECK_PATH] = ("Check", health.check, HealthCheckRequest)
+    return methods
+
+
 class GrpcH2Server:
     """GRPCInferenceService on inferpool's HTTP/2 server, on the running loop."""
 
@@ -104,22 +123,11 @@ class GrpcH2Server:
         self.gzip = response_gzip(settings)
         self.keys = keys
         self.service = InferenceService(DataPlane(client), keys)
-        prefix = f"/{SERVICE}/".encode()
-        self.methods: dict[bytes, tuple[str, Any, Any]] = {
-            prefix + name.encode(): (name, handler, message)
-            for name, (handler, message) in typed_methods(self.service).items()
-        }
-        self.methods[prefix + b"ModelInfer"] = ("ModelInfer", None, None)
-        # inferpool's own services: custom endpoints and feedback.
-        extension = extension_methods(ExtensionServices(self.service.plane))
-        for service, methods in extension.items():
-            for name, (handler, message) in methods.items():
-                self.methods[f"/{service}/{name}".encode()] = (name, handler, message)
-        # ModelStreamInfer (bidirectional) starts at its headers: h2_stream.py.
-        self.stream_path = prefix + b"ModelStreamInfer"
         # grpc.health.v1.Health: Check is one more typed RPC, Watch streams (_watch).
         self.health = HealthService(self.service.plane)
-        self.methods[CHECK_PATH] = ("Check", self.health.check, HealthCheckRequest)
+        self.methods = unary_methods(self.service, self.health)
+        # ModelStreamInfer (bidirectional) starts at its headers: h2_stream.py.
+        self.stream_path = f"/{SERVICE}/ModelStreamInfer".encode()
         # Server reflection (bidirectional, as ModelStreamInfer): reflection.py.
         self.reflection: Any = None
         if settings.grpc_reflection:

@@ -10,7 +10,7 @@ document cannot leave an endpoint out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 JSON = "application/json"
 EVENTS = "text/event-stream"
@@ -74,6 +74,12 @@ _INVOCATIONS = Op(
     errors=(400, 404, 415, 500, 503),
 )
 _MLFLOW_PING = Op("MLflow scoring server: liveness", "mlflow", None, media=TEXT, errors=())
+# Triton's trace and logging extensions: read by GET, changed by POST (the admin token).
+_SETTINGS_ERRORS = (400, 401, 404)
+_TRACE = Op("Trace settings (Triton's trace extension)", "settings", "TraceSettings",
+            body="TraceSettings", errors=_SETTINGS_ERRORS)  # fmt: skip
+_LOGGING = Op("Log settings (Triton's logging extension)", "settings", "LogSettings",
+              body="LogSettings", errors=_SETTINGS_ERRORS)  # fmt: skip
 
 OPERATIONS: dict[str, dict[str, Op]] = {
     "/v2/health/live": {
@@ -153,6 +159,33 @@ OPERATIONS: dict[str, dict[str, Op]] = {
             "custom",
             "Parameters",
             body="FeedbackRequest",
+            errors=_INFER,
+        )
+    },
+    "/v2/trace/setting": {"get": replace(_TRACE, body=None), "post": _TRACE},
+    "{model}/trace/setting": {"get": replace(_TRACE, body=None), "post": _TRACE},
+    "/v2/logging": {"get": replace(_LOGGING, body=None), "post": _LOGGING},
+    # KServe's V1 protocol (frontends/rest/kserve_v1.py).
+    "/": {"get": Op("KServe V1: server liveness", "v1", "V1Alive", errors=())},
+    "/v1/models": {"get": Op("KServe V1: the models", "v1", "V1Models", errors=())},
+    "/v1/models/{name}": {
+        "get": Op("KServe V1: model readiness", "v1", "V1ModelReady", errors=(404, 503))
+    },
+    "/v1/models/{name}:predict": {
+        "post": Op(
+            "KServe V1: predictions for instances",
+            "v1",
+            "V1Predictions",
+            body="V1Request",
+            errors=_INFER,
+        )
+    },
+    "/v1/models/{name}:explain": {
+        "post": Op(
+            "KServe V1: explanations for instances",
+            "v1",
+            "V1Explanations",
+            body="V1Request",
             errors=_INFER,
         )
     },

@@ -157,6 +157,32 @@ COMPONENTS: dict[str, Schema] = {
         {"text_output": _STRING, "model_name": _STRING, "model_version": _STRING},
         additionalProperties=True,
     ),
+    "TraceSettings": {
+        "type": "object",
+        "additionalProperties": True,
+        "description": "Triton's trace settings: trace_level, trace_rate, trace_count, "
+        "log_frequency (each a string or a list of strings; null goes back to the default)",
+    },
+    "LogSettings": {
+        "type": "object",
+        "additionalProperties": True,
+        "description": "Triton's log settings: log_info, log_warning, log_error, "
+        "log_verbose_level, log_format",
+    },
+    "V1Request": {
+        "type": "object",
+        "properties": {
+            "instances": {"type": "array", "items": _ANY},
+            "inputs": {"type": "array", "items": _ANY},
+        },
+        "description": "rows (lists), objects by feature name, or strings, under "
+        "instances or inputs",
+    },
+    "V1Predictions": _object(["predictions"], {"predictions": {"type": "array", "items": _ANY}}),
+    "V1Explanations": _object(["explanations"], {"explanations": {"type": "object"}}),
+    "V1Alive": _object(["status"], {"status": _STRING}),
+    "V1Models": _object(["models"], {"models": {"type": "array", "items": _STRING}}),
+    "V1ModelReady": _object(["name", "ready"], {"name": _STRING, "ready": _BOOL}),
     "FeedbackRequest": _object(
         ["request", "response", "reward"],
         {

@@ -17,12 +17,15 @@ import inferpool.codecs
 
 PACKAGE = "inferpool.codecs"
 FOLDER = Path(inferpool.codecs.__file__).parent
-# The modules that sit above the codecs: they may import the registry, nothing imports them.
+# The modules that sit above the codecs: they may import the registry, no codec imports
+# them (the request-level codecs of MLflow's scoring protocol and KServe's V1, the second
+# sharing the first's JSON fallback).
 ABOVE_THE_CODECS = {
     "inferpool.codecs",
     "inferpool.codecs.registry",
     "inferpool.codecs.payload",
     "inferpool.codecs.mlflow_scoring",
+    "inferpool.codecs.kserve_v1",
 }
 MODULES = sorted(
     PACKAGE if path.stem == "__init__" else f"{PACKAGE}.{path.stem}" for path in FOLDER.glob("*.py")
