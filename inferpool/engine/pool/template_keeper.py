@@ -34,7 +34,10 @@ from inferpool.errors import ModelLoadError, NotReady, WorkerLost
 
 logger = logging.getLogger(__name__)
 
-START_TIMEOUT = 60.0  # how long a fork waits for the template to be up and preloaded
+# How long a fork waits for the template to be up and preloaded (or for the next model it
+# begins to load): its start is imports, which a starved host (CI's installs beside it,
+# measured) stretched past 60 s; a hung load is load_timeout's business.
+START_TIMEOUT = 180.0
 WATCH_INTERVAL = 0.5  # how often a load under way is checked against ``load_timeout``
 # How many times one model's preload is asked again after the template died while loading
 # another model (each death takes its own culprit out: this bounds a run of bad luck).

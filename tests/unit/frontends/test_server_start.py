@@ -17,7 +17,7 @@ class _Client:
     """An engine client whose start fails as the template keeper's does on a stalled host."""
 
     async def start(self) -> list[object]:
-        raise NotReady("the worker template process did not come up within 60s")
+        raise NotReady("the worker template process did not come up within 180s")
 
 
 def test_workers_that_never_come_up_end_the_start_with_one_line(
@@ -36,6 +36,6 @@ def test_workers_that_never_come_up_end_the_start_with_one_line(
         assert asyncio.run(scenario()) == 1
     [record] = [r for r in caplog.records if r.levelno == logging.CRITICAL]
     assert record.getMessage() == (
-        "the server could not start: the worker template process did not come up within 60s"
+        "the server could not start: the worker template process did not come up within 180s"
     )
     assert record.exc_info is None
