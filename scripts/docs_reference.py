@@ -281,7 +281,7 @@ REST_ROUTES = {
     "{model}/feedback": "feedback (a reward and the truth) for the model's runtime",
     "/v2/docs": "Swagger UI over the server's OpenAPI document (the `swagger` extra)",
     "/v2/docs/dataplane.json": "the server's OpenAPI 3.0 document: every route here",
-    "/v2/docs/assets": "Swagger UI's files, served from the package (no CDN)",
+    "/v2/docs/assets/{path}": "Swagger UI's files, served from the package (no CDN)",
     "{model}/docs": "Swagger UI over the model's OpenAPI document",
     "{model}/docs/dataplane.json": "the model's OpenAPI 3.0 document: its inputs and outputs "
     "from its metadata, its custom endpoints",
@@ -345,9 +345,11 @@ def rest_routes() -> list[tuple[str, str]]:
         routes = [*build_app(client).app.routes, *build_metrics_app(client).routes]  # type: ignore[attr-defined]
     listed = []
     for route in routes:
-        # a mount (Swagger UI's files) has no methods of its own: its files answer GET
+        # a mount (Swagger UI's files) has no methods of its own: its files answer GET,
+        # each under its own path
         methods = sorted(set(getattr(route, "methods", None) or {"GET"}) - {"HEAD"})
-        listed.append((route.path, ", ".join(methods)))
+        path = route.path if hasattr(route, "methods") else route.path + "/{path}"
+        listed.append((path, ", ".join(methods)))
     return listed
 
 

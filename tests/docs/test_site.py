@@ -35,7 +35,9 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("checkout")
     for name in ("docs", "scripts", "inferpool", "benchmarks", "deploy"):
         shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "mkdocs.yml", root / "mkdocs.yml")
+    # The pages link these files of the repository's root (the hook publishes them).
+    for name in ("mkdocs.yml", "README.md", "CHANGELOG.md"):
+        shutil.copy(ROOT / name, root / name)
     return root
 
 
@@ -70,7 +72,6 @@ def test_a_broken_link_or_anchor_fails_the_build(copy: Path, tmp_path: Path) -> 
     # beside them, links to the repository's files, which the hook publishes: not refused
     fine = "[readme](../README.md#set-up), [hpa](../deploy/kserve/hpa.yaml)"
     page.write_text(original + f"\nSee {broken}; {fine}.\n")
-    shutil.copy(ROOT / "README.md", copy / "README.md")
     try:
         done = build(copy, tmp_path / "site")
     finally:
