@@ -11,15 +11,5 @@ set -eu
 if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
     exit 0
 fi
-if [ "$(id -u)" != 0 ]; then
-    echo "the Prometheus tests need prometheus and promtool; run 'apt-get install prometheus' as root" >&2
-    exit 1
-fi
-export DEBIAN_FRONTEND=noninteractive
-# Another apt run (a peer's install script) may hold the lock: wait for it, bounded.
-apt_get() { apt-get -o DPkg::Lock::Timeout=300 "$@"; }
-if ! apt_get install -y --no-install-recommends prometheus; then
-    apt_get update -qq
-    apt_get install -y --no-install-recommends prometheus
-fi
+sh "$(dirname "$0")/apt_install.sh" "the Prometheus tests" prometheus
 prometheus --version >/dev/null 2>&1 && promtool --version >/dev/null 2>&1
