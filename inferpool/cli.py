@@ -12,6 +12,8 @@ settings.json key (inferpool.cli_errors), exit 2. Ctrl-C before the server is re
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -319,13 +321,35 @@ def _run(argv: list[str] | None) -> int:
     return EXIT_USAGE
 
 
+class _EarlyInterrupt:
+    """SIGINT before the server's loop owns it (imports, settings, the demo's training,
+    binding), remembered as well as raised: a KeyboardInterrupt raised inside an
+    extension can come back wrapped in that extension's own error (pydantic-core turns one
+    into a SchemaError while it builds a model class), which ``except KeyboardInterrupt``
+    would miss. The server's loop replaces this handler when it installs its own."""
+
+    def __init__(self) -> None:
+        self.received = False
+        # Not in the main thread (main() called from an embedding app): the app's SIGINT.
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.received = True
+        raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    early = _EarlyInterrupt()
     try:
-        return _run(argv)
-    except KeyboardInterrupt:
-        # Ctrl-C before the server's loop owns SIGINT (imports, settings, the demo's
-        # training, binding): nothing was served, nothing to say.
+        code = _run(argv)
+    except BaseException:
+        if not early.received:
+            raise
+        # Nothing was served, nothing to say: whatever the interrupted import turned the
+        # KeyboardInterrupt into.
         return EXIT_INTERRUPTED
+    return EXIT_INTERRUPTED if early.received and code != 0 else code
 
 
 if __name__ == "__main__":
