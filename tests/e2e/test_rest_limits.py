@@ -203,7 +203,18 @@ def test_content_length_over_the_limit_is_413_before_the_body_is_sent(server):
     assert elapsed < 5  # answered at once, closed after a short linger
 
 
-@pytest.mark.parametrize("route", ["/v2/models/iris-logreg/infer", "/v2/models/hooks/echo"])
+@pytest.mark.parametrize(
+    "route",
+    [
+        "/v2/models/iris-logreg/infer",
+        "/v2/models/hooks/echo",
+        # Every other route that reads a body: KServe V1, Triton's trace and log settings.
+        "/v1/models/iris-logreg:predict",
+        "/v2/trace/setting",
+        "/v2/models/iris-logreg/trace/setting",
+        "/v2/logging",
+    ],
+)
 def test_chunked_body_over_the_limit_is_413_and_memory_stays_flat(server, route):
     chunk = b" " * 65536
     sent = 0
