@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -227,25 +228,45 @@ def _repository_refusal(settings: Any, repository: Path | None) -> str | None:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    import logging
+    with _interrupts_deferred():
+        from inferpool.logs import hold_early_records
 
+        # The settings' own warnings (unknown keys...) are held until their format is known.
+        hold_early_records()
+    repository = args.model_repository
+    if args.demo:  # seconds of training, interruptible as they go
+        from inferpool.demo import build_demo_repository
+
+        repository = build_demo_repository()
+    with _interrupts_deferred():
+        settings = _settings_or_refusal(args, repository)
+        if isinstance(settings, int):
+            return settings
+        if args.demo:
+            import logging
+
+            logging.getLogger("inferpool").info("demo models in %s", repository)
+        import uvloop
+
+        from inferpool.frontends.server import serve
+
+    return uvloop.run(serve(settings))
+
+
+def _settings_or_refusal(args: argparse.Namespace, repository: Path | None) -> Any:
+    """The server's settings from the flags, the environment and settings.json, logging
+    configured by them; or the exit code of a refusal, its sentences printed."""
     from pydantic import ValidationError
 
     from inferpool.cli_errors import sentences
-    from inferpool.logs import configure_logging, hold_early_records
+    from inferpool.logs import configure_logging
     from inferpool.mlserver.contract.server_settings import SettingsRefused
     from inferpool.settings import load_server_settings
 
     overrides: dict[str, Any] = {
         k: v for k, v in vars(args).items() if k not in ("command", "model_repository", "demo")
     }
-    # The settings' own warnings (unknown keys...) are held until their format is known.
-    hold_early_records()
-    repository = args.model_repository
     if args.demo:
-        from inferpool.demo import build_demo_repository
-
-        repository = build_demo_repository()
         overrides.setdefault("host", "127.0.0.1")
     try:
         settings = load_server_settings(repository, overrides)
@@ -268,13 +289,7 @@ def serve_command(args: argparse.Namespace) -> int:
         configure_logging(None)
         return _refuse(refused)
     configure_logging(settings)
-    if args.demo:
-        logging.getLogger("inferpool").info("demo models in %s", repository)
-    import uvloop
-
-    from inferpool.frontends.server import serve
-
-    return uvloop.run(serve(settings))
+    return settings
 
 
 def _unusable_admin_token(settings: Any) -> str | None:
@@ -305,7 +320,8 @@ def _unusable_security(settings: Any) -> str | None:
 
 
 def _run(argv: list[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    with _interrupts_deferred():
+        args = build_parser().parse_args(argv)
     if args.command is None:
         return _refuse(
             "name a command: serve, env, build or dockerfile (see inferpool --help; --version)."
@@ -323,32 +339,61 @@ def _run(argv: list[str] | None) -> int:
 
 class _EarlyInterrupt:
     """SIGINT before the server's loop owns it (imports, settings, the demo's training,
-    binding), remembered as well as raised: a KeyboardInterrupt raised inside an
-    extension can come back wrapped in that extension's own error (pydantic-core turns one
-    into a SchemaError while it builds a model class), which ``except KeyboardInterrupt``
-    would miss. The server's loop replaces this handler when it installs its own."""
+    binding). While inferpool imports its dependencies and reads its settings, a Ctrl-C is
+    only remembered, and raised as KeyboardInterrupt when that step ends: raised inside an
+    extension's import, it comes back as that extension's own error (pydantic-core wraps it
+    in a SchemaError) or as a Rust panic printed on stderr (pyo3 importing the datetime C
+    API). Elsewhere it is raised at once. The server's loop replaces this handler when it
+    installs its own."""
 
     def __init__(self) -> None:
         self.received = False
+        self.deferring = 0
         # Not in the main thread (main() called from an embedding app): the app's SIGINT.
         with contextlib.suppress(ValueError):
             signal.signal(signal.SIGINT, self._handle)
 
     def _handle(self, signum: int, frame: object) -> None:
+        insisted = self.received  # a second Ctrl-C does not wait (a hung import)
         self.received = True
-        raise KeyboardInterrupt
+        if insisted or not self.deferring:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        self.deferring += 1
+        try:
+            yield
+        finally:
+            self.deferring -= 1
+        if self.received and not self.deferring:
+            raise KeyboardInterrupt
+
+
+_EARLY_INTERRUPT: _EarlyInterrupt | None = None
+
+
+def _interrupts_deferred() -> contextlib.AbstractContextManager[None]:
+    """Ctrl-C held until the block ends (main()'s handler; nothing when main() did not
+    install one)."""
+    if _EARLY_INTERRUPT is None:
+        return contextlib.nullcontext()
+    return _EARLY_INTERRUPT.deferred()
 
 
 def main(argv: list[str] | None = None) -> int:
-    early = _EarlyInterrupt()
+    global _EARLY_INTERRUPT
+    early = _EARLY_INTERRUPT = _EarlyInterrupt()
     try:
         code = _run(argv)
     except BaseException:
         if not early.received:
             raise
-        # Nothing was served, nothing to say: whatever the interrupted import turned the
+        # Nothing was served, nothing to say: whatever the interrupted step turned the
         # KeyboardInterrupt into.
         return EXIT_INTERRUPTED
+    finally:
+        _EARLY_INTERRUPT = None
     return EXIT_INTERRUPTED if early.received and code != 0 else code
 
 

@@ -21,8 +21,7 @@ def _restore_sigint() -> Iterator[None]:
 
 def _interrupted_inside_an_extension(argv: object) -> int:
     try:
-        os.kill(os.getpid(), signal.SIGINT)
-        signal.sigtimedwait([], 0)  # nothing: the handler has run by the next bytecode
+        _ctrl_c()
     except KeyboardInterrupt:
         raise RuntimeError("Error building `literal` serializer: KeyboardInterrupt") from None
     raise AssertionError("SIGINT did not interrupt")
@@ -54,3 +53,47 @@ def test_errors_without_an_interrupt_are_raised(monkeypatch: pytest.MonkeyPatch)
         cli.main([])
     monkeypatch.setattr(cli, "_run", lambda argv: 3)
     assert cli.main([]) == 3
+
+
+def _ctrl_c() -> None:
+    os.kill(os.getpid(), signal.SIGINT)
+    signal.sigtimedwait([], 0)  # the handler has run by the next bytecode
+
+
+def test_while_imports_run_a_ctrl_c_waits_for_their_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not raised inside an extension's import (pyo3 prints a panic for one); raised as
+    the deferred step ends, so that nothing after it runs."""
+    steps: list[str] = []
+
+    def importing(argv: object) -> int:
+        with cli._interrupts_deferred():
+            _ctrl_c()
+            steps.append("the import finished")
+        steps.append("served")
+        return 0
+
+    monkeypatch.setattr(cli, "_run", importing)
+    assert cli.main([]) == cli.EXIT_INTERRUPTED
+    assert steps == ["the import finished"]
+
+
+def test_a_second_ctrl_c_does_not_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    steps: list[str] = []
+
+    def hung_import(argv: object) -> int:
+        with cli._interrupts_deferred():
+            _ctrl_c()
+            steps.append("first")
+            _ctrl_c()
+            steps.append("second")
+        return 0
+
+    monkeypatch.setattr(cli, "_run", hung_import)
+    assert cli.main([]) == cli.EXIT_INTERRUPTED
+    assert steps == ["first"]
+
+
+def test_without_main_nothing_is_deferred() -> None:
+    with cli._interrupts_deferred():
+        pass  # a no-op context: build_parser() called by tests or an embedding app
+    assert cli._EARLY_INTERRUPT is None
