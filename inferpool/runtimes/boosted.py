@@ -12,14 +12,18 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
 from inferpool.protocol.datatypes import datatype_of
 from inferpool.protocol.types import TensorSpec
+from inferpool.runtimes.artefacts import PICKLE_SUFFIXES, find_artefact, unpickle
 from inferpool.runtimes.base import Runtime
 from inferpool.runtimes.explain import Attributions
+from inferpool.runtimes.load_errors import check_type, reading
+from inferpool.runtimes.mlserver_outputs import mlserver_flavour
 from inferpool.runtimes.tabular import (
     features_matrix,
     labels_from_probabilities,
@@ -56,6 +60,30 @@ class BoostedTreesRuntime(Runtime):
     # The libraries' input checks raise these for input they refuse (a client's fault).
     input_errors = (ValueError, TypeError)
     rows_independent = True  # trees score each row alone: requests may be joined
+
+    def load_shared_forms(
+        self,
+        flavour: str,
+        successor: Callable[[Any], Runtime],
+        artefact_names: Sequence[str],
+        library: str,
+        model_types: tuple[type, ...],
+    ) -> Path | None:
+        """Load the forms both libraries share: a folder of MLServer's runtime (served by
+        ``successor``, MLServer's answers) or a pickled Booster or estimator (adopted).
+        Otherwise the path of the library's own model file, for the subclass to read."""
+        if mlserver_flavour(self.settings, flavour):
+            self.successor = successor(self.settings)
+            self.successor.load()
+            return None
+        path = find_artefact(self, artefact_names)
+        if path.suffix not in PICKLE_SUFFIXES:
+            return path
+        with reading(path, library):
+            model = unpickle(path)
+            check_type(model, model_types, library)
+        self.adopt(model)
+        return None
 
     @abstractmethod
     def adopt(self, model: Any) -> None:

@@ -20,18 +20,14 @@ import numpy as np
 
 from inferpool.protocol.types import TensorSpec
 from inferpool.runtimes.artefacts import (
-    PICKLE_SUFFIXES,
-    find_artefact,
     single_threaded,
-    unpickle,
 )
 from inferpool.runtimes.base import Runtime
 from inferpool.runtimes.boosted import BoostedTreesRuntime
-from inferpool.runtimes.load_errors import check_type, reading
+from inferpool.runtimes.load_errors import reading
 from inferpool.runtimes.mlserver_outputs import (
     as_output,
     find_mlserver_artefact,
-    mlserver_flavour,
     refuse_pickle,
 )
 from inferpool.runtimes.tabular import features_matrix
@@ -50,16 +46,14 @@ class LightGBMRuntime(BoostedTreesRuntime):
     float_datatype = "FP64"
 
     def load(self) -> None:
-        if mlserver_flavour(self.settings, "lightgbm"):
-            self.successor = MLServerLightGBMRuntime(self.settings)
-            self.successor.load()
-            return
-        path = find_artefact(self, ARTEFACT_NAMES)
-        if path.suffix in PICKLE_SUFFIXES:
-            with reading(path, LIBRARY):
-                model = unpickle(path)
-                check_type(model, (lightgbm.LGBMModel, lightgbm.Booster), LIBRARY)
-            self.adopt(model)
+        path = self.load_shared_forms(
+            "lightgbm",
+            MLServerLightGBMRuntime,
+            ARTEFACT_NAMES,
+            LIBRARY,
+            (lightgbm.LGBMModel, lightgbm.Booster),
+        )
+        if path is None:
             return
         with single_threaded():  # the tree kernel's check predicts with LightGBM too
             with reading(path, LIBRARY):

@@ -25,18 +25,14 @@ import xgboost
 
 from inferpool.protocol.types import TensorSpec
 from inferpool.runtimes.artefacts import (
-    PICKLE_SUFFIXES,
-    find_artefact,
     single_threaded,
-    unpickle,
 )
 from inferpool.runtimes.base import Runtime
 from inferpool.runtimes.boosted import BoostedTreesRuntime
-from inferpool.runtimes.load_errors import check_type, reading
+from inferpool.runtimes.load_errors import reading
 from inferpool.runtimes.mlserver_outputs import (
     as_output,
     find_mlserver_artefact,
-    mlserver_flavour,
     refuse_pickle,
 )
 from inferpool.runtimes.tabular import features_matrix, two_class_probabilities
@@ -65,16 +61,14 @@ class XGBoostRuntime(BoostedTreesRuntime):
     float_datatype = "FP32"
 
     def load(self) -> None:
-        if mlserver_flavour(self.settings, "xgboost"):
-            self.successor = MLServerXGBoostRuntime(self.settings)
-            self.successor.load()
-            return
-        path = find_artefact(self, ARTEFACT_NAMES)
-        if path.suffix in PICKLE_SUFFIXES:
-            with reading(path, LIBRARY):
-                model = unpickle(path)
-                check_type(model, (xgboost.XGBModel, xgboost.Booster), LIBRARY)
-            self.adopt(model)
+        path = self.load_shared_forms(
+            "xgboost",
+            MLServerXGBoostRuntime,
+            ARTEFACT_NAMES,
+            LIBRARY,
+            (xgboost.XGBModel, xgboost.Booster),
+        )
+        if path is None:
             return
         booster = xgboost.Booster()
         with single_threaded():
