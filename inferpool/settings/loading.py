@@ -29,6 +29,7 @@ from inferpool.mlserver.contract.model_settings import (
 from inferpool.settings.model import MODEL_SETTINGS_FILE, ModelParameters, ModelSettings
 from inferpool.settings.server import ServerSettings
 from inferpool.settings.sources import reading_settings_file
+from inferpool.settings.trained_model import trained_model_settings
 
 SETTINGS_FILE = "settings.json"
 
@@ -58,6 +59,8 @@ def read_model_settings(folder: Path, default_name: str) -> ModelSettings:
             raise ValueError(f"{path}: must hold a JSON object")
         check_model_keys(raw, str(path))
         raw = with_model_environment(raw, os.environ)
+    else:  # KServe's model agent writes the TrainedModel's spec beside its files
+        raw = trained_model_settings(folder)
     raw.setdefault("name", default_name)
     raw["folder"] = folder
     try:
