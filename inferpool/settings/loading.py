@@ -76,12 +76,16 @@ def single_model(
 ) -> tuple[str, ModelSettings | None, str, Path] | None:
     """Single-model mode's one model: (name, settings or None, error, folder); else None.
 
-    Active when model variables are set and the repository holds no model-settings.json
-    (MLServer reads the environment's model only then). The artefact is at the URI (a file,
-    or a folder), or else at the repository's root.
+    Active when model variables name the model or its URI and the repository holds no
+    model-settings.json (MLServer reads the environment's model only then). The artefact is
+    at the URI (a file, or a folder), or else at the repository's root. Variables naming
+    neither (KServe's multi-model InferenceService: no storageUri, so only the runtime's
+    MLSERVER_MODEL_IMPLEMENTATION) describe no model: the repository's folders are the
+    models, e.g. the TrainedModels its model agent pulls (``trained_model``).
     """
     raw = model_environment(os.environ)
-    if not raw or not repository.is_dir() or _has_settings_file(repository):
+    named = raw.get("name") or raw.get("parameters", {}).get("uri")
+    if not named or not repository.is_dir() or _has_settings_file(repository):
         return None
     where = ENVIRONMENT_MODEL
     parameters = dict(raw.pop("parameters", {}))

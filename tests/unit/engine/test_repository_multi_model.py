@@ -104,3 +104,14 @@ def test_model_settings_json_wins_over_the_spec(tmp_path) -> None:
 
 def test_every_framework_names_a_builtin_runtime() -> None:
     assert set(FRAMEWORKS.values()) <= set(RUNTIMES)
+
+
+def test_an_implementation_variable_alone_is_no_single_model(tmp_path, monkeypatch) -> None:
+    """KServe's multi-model InferenceService (no storageUri) sets no MLSERVER_MODEL_NAME nor
+    URI, only the runtime's MLSERVER_MODEL_IMPLEMENTATION: its TrainedModels' folders are
+    the models, not the whole repository."""
+    monkeypatch.setenv("MLSERVER_MODEL_IMPLEMENTATION", "mlserver_sklearn.SKLearnModel")
+    write_trained_model(tmp_path / "iris", {"framework": "sklearn"})
+    assert [entry.name for entry in discover(tmp_path)] == ["iris"]
+    monkeypatch.setenv("MLSERVER_MODEL_NAME", "my-isvc")  # single-model mode: one model
+    assert [entry.name for entry in discover(tmp_path)] == ["my-isvc"]
