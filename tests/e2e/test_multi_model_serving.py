@@ -201,6 +201,8 @@ def test_kserve_agent_sequence(server, estimator) -> None:
     refused = httpx.post(f"{server.url}/v2/repository/models/tf-tm/load", content=b"{}")
     assert refused.status_code == 400
     assert "framework 'tensorflow' is not served by inferpool" in refused.json()["error"]
+    # A TrainedModel that failed its load costs only itself: the server stays ready.
+    assert httpx.get(f"{server.url}/v2/health/ready", timeout=TIMEOUT).status_code == 200
     # Remove: the agent deletes the folder first, then unloads.
     shutil.rmtree(root / "iris-tm")
     unload = httpx.post(
