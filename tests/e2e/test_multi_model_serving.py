@@ -1,5 +1,5 @@
-"""Multi-model serving as KServe's and ModelMesh's machinery drives it, against real servers
-(both gRPC implementations), with grpcio and httpx clients:
+"""Multi-model serving as KServe's and ModelMesh's machinery drives it, against a real
+server, with grpcio and httpx clients:
 
 - MLServer's ``inference.model_repository.ModelRepositoryService`` (index, load, unload,
   NOT_FOUND for a model the repository does not hold);
@@ -35,10 +35,6 @@ from tests.support.grpc import infer_request
 
 TIMEOUT = 60.0
 ROWS = np.array([[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3], [5.9, 3.0, 4.2, 1.5]])
-# (gRPC implementation, workers): a worker each (a load forks a new generation of workers
-# from the template, which has sklearn imported: in-process, each load probes the artefact
-# in a child first, seconds more per load).
-SETUPS = [("builtin", 1), ("grpcio", 1)]
 
 
 @pytest.fixture(scope="module")
@@ -47,14 +43,16 @@ def estimator() -> DecisionTreeClassifier:
     return DecisionTreeClassifier(random_state=0).fit(X, y)
 
 
-@pytest.fixture(scope="module", params=SETUPS, ids=[s[0] for s in SETUPS])
-def server(request, tmp_path_factory) -> Iterator[Server]:
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[Server]:
+    """One server (CI time): the default gRPC server, one worker (a load forks a new
+    generation from the template, which has sklearn imported; in-process, each load would
+    probe the artefact in a child first). grpc.aio serves the same handlers under the same
+    names: tests/e2e/test_api_keys.py calls this service on both servers."""
     root = tmp_path_factory.mktemp("models")
     X, y = iris_data()
     write_sklearn_model(root / "base", LogisticRegression(max_iter=1000).fit(X, y))
-    implementation, workers = request.param
-    args = ("--workers", str(workers), "--grpc-implementation", implementation)
-    with Server(root, *args) as running:
+    with Server(root, "--workers", "1") as running:
         running.wait_ready()
         running.root = root  # type: ignore[attr-defined]
         yield running
