@@ -115,3 +115,30 @@ def test_an_implementation_variable_alone_is_no_single_model(tmp_path, monkeypat
     assert [entry.name for entry in discover(tmp_path)] == ["iris"]
     monkeypatch.setenv("MLSERVER_MODEL_NAME", "my-isvc")  # single-model mode: one model
     assert [entry.name for entry in discover(tmp_path)] == ["my-isvc"]
+
+
+def test_modelmeshs_mlserver_runtime_variables_start_a_server(tmp_path, monkeypatch) -> None:
+    """The variables of ModelMesh's mlserver-1.x runtime, as they are: the repository is
+    ``_mlserver_models``, gRPC's unlimited message length (-1) is gRPC's largest, and the
+    dummy model name names no model once the adapter has written a folder."""
+    from inferpool.mlserver.contract.server_settings import UNLIMITED_MESSAGE
+    from inferpool.settings.loading import load_server_settings
+
+    models = tmp_path / "_mlserver_models"
+    models.mkdir()
+    for name, value in {
+        "MLSERVER_MODELS_DIR": f"{models}/",
+        "MLSERVER_GRPC_PORT": "8001",
+        "MLSERVER_HTTP_PORT": "8002",
+        "MLSERVER_LOAD_MODELS_AT_STARTUP": "false",
+        "MLSERVER_MODEL_NAME": "dummy-model-fixme",
+        "MLSERVER_HOST": "127.0.0.1",
+        "MLSERVER_GRPC_MAX_MESSAGE_LENGTH": "-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    settings = load_server_settings(None, {})
+    assert settings.max_body_bytes == UNLIMITED_MESSAGE == 2**31 - 1
+    assert settings.model_repository == models and not settings.load_models_at_startup
+    assert (settings.grpc_port, settings.http_port) == (8001, 8002)
+    adapted = adapter_layout(tmp_path)
+    assert [(entry.name, entry.folder) for entry in discover(models)] == [(MODEL_ID, adapted)]
