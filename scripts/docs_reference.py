@@ -355,10 +355,14 @@ def rest_routes() -> list[tuple[str, str]]:
 
 def grpc_methods() -> list[tuple[str, str, str]]:
     """(service, method, request message) of every gRPC method the servers answer."""
-    from inferpool.protocol.generated import grpc_predict_v2_pb2, inferpool_ext_pb2
+    from inferpool.protocol.generated import (
+        grpc_predict_v2_pb2,
+        inferpool_ext_pb2,
+        model_repository_pb2,
+    )
 
     found = []
-    for module in (grpc_predict_v2_pb2, inferpool_ext_pb2):
+    for module in (grpc_predict_v2_pb2, inferpool_ext_pb2, model_repository_pb2):
         for service in module.DESCRIPTOR.services_by_name.values():
             for method in service.methods:
                 streaming = " (stream)" if method.client_streaming else ""

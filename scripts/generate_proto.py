@@ -1,7 +1,9 @@
 """Regenerate inferpool/protocol/generated/ from inferpool/protocol/grpc_predict_v2.proto and
 inferpool/protocol/inferpool_ext.proto (inferpool's own services, which use the V2 messages),
-and health_pb2.py from inferpool/protocol/health.proto: only its descriptor is used, by gRPC
-reflection (the health messages themselves are coded by hand, protocol/health.py).
+model_repository_pb2.py from inferpool/protocol/model_repository.proto (MLServer's
+``inference.model_repository`` service), and health_pb2.py from
+inferpool/protocol/health.proto: only its descriptor is used, by gRPC reflection (the health
+messages themselves are coded by hand, protocol/health.py).
 
 Run from the repository root: ``python scripts/generate_proto.py``. Needs grpcio-tools
 (``pip install inferpool[proto]``). The generated modules are checked in. protoc makes them
@@ -25,11 +27,12 @@ ROOT = Path(__file__).resolve().parent.parent
 PROTOCOL = ROOT / "inferpool" / "protocol"
 PROTO = PROTOCOL / "grpc_predict_v2.proto"
 EXT_PROTO = PROTOCOL / "inferpool_ext.proto"
+REPOSITORY_PROTO = PROTOCOL / "model_repository.proto"
 HEALTH_PROTO = PROTOCOL / "health.proto"
 OUT = PROTOCOL / "generated"
 HEADER = (
-    '"""Generated from grpc_predict_v2.proto and inferpool_ext.proto by '
-    'scripts/generate_proto.py; do not edit."""\n'
+    '"""Generated from grpc_predict_v2.proto, inferpool_ext.proto and model_repository.proto\n'
+    'by scripts/generate_proto.py; do not edit."""\n'
 )
 
 
@@ -78,6 +81,7 @@ def generate() -> None:
             f"--grpc_python_out={OUT}",
             str(PROTO),
             str(EXT_PROTO),
+            str(REPOSITORY_PROTO),
         ]
     )
     if status != 0:
@@ -134,6 +138,21 @@ def generate() -> None:
         ("\nimport inferpool_ext_pb2 as", "\nfrom . import inferpool_ext_pb2 as"),
     )
     _strip(OUT / "inferpool_ext_pb2_grpc.py", *GRPC_CHECK)
+    # MLServer's repository service: in the same pool (its package is its own).
+    _edit(
+        OUT / "model_repository_pb2.py",
+        ("_descriptor_pool.Default().AddSerializedFile(", "POOL.AddSerializedFile("),
+        (
+            "# @@protoc_insertion_point(imports)",
+            "from .grpc_predict_v2_pb2 import POOL\n# @@protoc_insertion_point(imports)",
+        ),
+    )
+    _strip(OUT / "model_repository_pb2.py", *PROTOBUF_CHECK)
+    _edit(
+        OUT / "model_repository_pb2_grpc.py",
+        ("\nimport model_repository_pb2 as", "\nfrom . import model_repository_pb2 as"),
+    )
+    _strip(OUT / "model_repository_pb2_grpc.py", *GRPC_CHECK)
     (OUT / "__init__.py").write_text(HEADER)
 
 

@@ -26,7 +26,11 @@ watcher treat it as a version the repository does not hold.
 
 A folder that cannot be read never hides the others: it is listed failed with its reason,
 under its folder's path in the repository (its settings' name is unknown or taken).
-Hidden folders and folders starting with ``_`` are never models.
+Hidden folders and folders starting with ``_`` are never models, but for ModelMesh's:
+its MLServer adapter lays each model out in ``_mlserver_models/<model id>/`` (a
+``model-settings.json`` named after the id, its ``uri`` at the files the puller wrote in
+``<model id>/`` at the root), so each such folder with settings is a model, and a root
+folder named after one of them is the puller's copy of its files, not a model.
 
 A model's name is one path segment that stays inside the repository: no ``/``, ``\\``,
 ``..`` or control characters. The repository API finds a model by name with
@@ -57,6 +61,8 @@ from inferpool.settings.loading import single_model
 logger = logging.getLogger(__name__)
 
 MAX_NAME_BYTES = 255  # a folder name's limit on common file systems
+# Where ModelMesh's MLServer adapter writes its models' folders (see the module docstring).
+ADAPTED_FOLDER = "_mlserver_models"
 # Messages about version policies already logged: discovery runs again and again (each
 # repository API call, each change the poll watcher sees), the log says each thing once.
 _logged: set[str] = set()
@@ -148,7 +154,14 @@ def _model_folders(repository: Path) -> list[Path]:
     folders = [repository] if _has_settings(repository) else []
     seen = {root}
     bare: list[Path] = []  # direct subfolders without settings, nor settings below
+    adapted = _adapted_folders(repository, root)
+    pulled = {folder.name for folder in adapted}
     for child in _subfolders(repository):
+        if child.name in pulled:
+            _log_once(
+                logging.DEBUG, f"{child}: files of {repository / ADAPTED_FOLDER / child.name}"
+            )
+            continue
         below: list[Path] = []
         real = child.resolve()
         if real.is_relative_to(root) and real not in seen:
@@ -159,6 +172,7 @@ def _model_folders(repository: Path) -> list[Path]:
             if not _has_settings(child):
                 bare.append(child)
         folders.extend(below)
+    folders.extend(adapted)
     skipped = _not_models(repository, bare, has_settings=len(folders) > len(bare))
     return [folder for folder in folders if folder not in skipped]
 
@@ -190,6 +204,19 @@ def _not_models(repository: Path, bare: list[Path], has_settings: bool) -> set[P
             f"{MODEL_SETTINGS_FILE}), not a model",
         )
     return skipped
+
+
+def _adapted_folders(repository: Path, root: Path) -> list[Path]:
+    """ModelMesh's MLServer adapter's model folders: ``_mlserver_models/<id>/`` holding a
+    ``model-settings.json``, inside the repository."""
+    base = repository / ADAPTED_FOLDER
+    if not base.is_dir() or not base.resolve().is_relative_to(root):
+        return []
+    return [
+        folder
+        for folder in _subfolders(base)
+        if _has_settings(folder) and folder.resolve().is_relative_to(root)
+    ]
 
 
 def _holds_artefact(folder: Path) -> bool:

@@ -29,6 +29,7 @@ from inferpool.mlserver.contract.model_settings import (
 from inferpool.settings.model import MODEL_SETTINGS_FILE, ModelParameters, ModelSettings
 from inferpool.settings.server import ServerSettings
 from inferpool.settings.sources import reading_settings_file
+from inferpool.settings.trained_model import trained_model_settings
 
 SETTINGS_FILE = "settings.json"
 
@@ -58,6 +59,8 @@ def read_model_settings(folder: Path, default_name: str) -> ModelSettings:
             raise ValueError(f"{path}: must hold a JSON object")
         check_model_keys(raw, str(path))
         raw = with_model_environment(raw, os.environ)
+    else:  # KServe's model agent writes the TrainedModel's spec beside its files
+        raw = trained_model_settings(folder)
     raw.setdefault("name", default_name)
     raw["folder"] = folder
     try:
@@ -73,12 +76,16 @@ def single_model(
 ) -> tuple[str, ModelSettings | None, str, Path] | None:
     """Single-model mode's one model: (name, settings or None, error, folder); else None.
 
-    Active when model variables are set and the repository holds no model-settings.json
-    (MLServer reads the environment's model only then). The artefact is at the URI (a file,
-    or a folder), or else at the repository's root.
+    Active when model variables name the model or its URI and the repository holds no
+    model-settings.json (MLServer reads the environment's model only then). The artefact is
+    at the URI (a file, or a folder), or else at the repository's root. Variables naming
+    neither (KServe's multi-model InferenceService: no storageUri, so only the runtime's
+    MLSERVER_MODEL_IMPLEMENTATION) describe no model: the repository's folders are the
+    models, e.g. the TrainedModels its model agent pulls (``trained_model``).
     """
     raw = model_environment(os.environ)
-    if not raw or not repository.is_dir() or _has_settings_file(repository):
+    named = raw.get("name") or raw.get("parameters", {}).get("uri")
+    if not named or not repository.is_dir() or _has_settings_file(repository):
         return None
     where = ENVIRONMENT_MODEL
     parameters = dict(raw.pop("parameters", {}))

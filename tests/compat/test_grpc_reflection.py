@@ -64,6 +64,7 @@ def test_list_services_on_both_versions(channel, path) -> None:
         "grpc.reflection.v1.ServerReflection",
         "grpc.reflection.v1alpha.ServerReflection",
         "inferpool.CustomService",
+        "inference.model_repository.ModelRepositoryService",
     } <= names
     assert response.original_request.HasField("list_services")
 
@@ -78,6 +79,9 @@ def test_every_listed_service_is_described(channel) -> None:
     methods = {method.name: method for method in service.methods}
     assert {"ServerLive", "ModelInfer", "ModelStreamInfer", "TraceSetting"} <= set(methods)
     assert methods["ModelInfer"].input_type.full_name == "inference.ModelInferRequest"
+    repository = pool.FindServiceByName("inference.model_repository.ModelRepositoryService")
+    load = repository.methods_by_name["RepositoryModelLoad"]
+    assert load.input_type.full_name == "inference.model_repository.RepositoryModelLoadRequest"
     v1 = pool.FindServiceByName("grpc.reflection.v1.ServerReflection")
     method = v1.methods_by_name["ServerReflectionInfo"]
     assert method.input_type.full_name == "grpc.reflection.v1.ServerReflectionRequest"

@@ -92,10 +92,13 @@ KSERVE_KINDS = {
     "serving.kserve.io/v1alpha1": {
         "ClusterServingRuntime": "V1alpha1ClusterServingRuntime",
         "ServingRuntime": "V1alpha1ServingRuntime",
+        "TrainedModel": "V1alpha1TrainedModel",
     },
     "serving.kserve.io/v1beta1": {"InferenceService": "V1beta1InferenceService"},
 }
 _LIST = re.compile(r"(?:list|List)\[(.+)\]")
+# A Kubernetes quantity (``256Mi``, ``1.5``, ``500m``), which the SDK types as a bare name.
+_QUANTITY = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+|[KMGTPE]i|[mkMGTPE])?")
 _DICT = re.compile(r"(?:dict\(str, (.+)\)|Dict\[str, (.+)\])")
 _PRIMITIVES: dict[str, tuple[type, ...]] = {
     "str": (str,),
@@ -129,6 +132,10 @@ def _build(value: Any, kind: str, where: str) -> Any:
             raise ManifestError(f"{where}: expected a mapping")
         item_kind = match[1] or match[2]
         return {key: _build(item, item_kind, f"{where}.{key}") for key, item in value.items()}
+    if kind == "ResourceQuantity":
+        if isinstance(value, bool) or not _QUANTITY.fullmatch(str(value)):
+            raise ManifestError(f"{where}: {value!r} is not a Kubernetes quantity")
+        return value
     model = getattr(kserve_models, kind, None) or getattr(core_models, kind, None)
     if model is None:
         raise ManifestError(f"{where}: the SDK has no type {kind}")

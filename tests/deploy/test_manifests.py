@@ -24,6 +24,7 @@ def test_the_manifests_are_there() -> None:
         "kserve/inferenceservice-xgboost.yaml",
         "kserve/inferenceservice-lightgbm.yaml",
         "kserve/inferenceservice-mlflow.yaml",
+        "kserve/multi-model.yaml",
         "seldon/serverconfig.yaml",
         "seldon/server.yaml",
     } <= names

@@ -170,6 +170,27 @@ def test_admin_token_stays_separate(server):
     assert index.status_code == 200
 
 
+def test_model_repository_service_keeps_the_same_rules(server):
+    """MLServer's inference.model_repository service: load and unload answer to the admin
+    token alone, as GRPCInferenceService's; the index to an API key."""
+    from inferpool.protocol.generated import model_repository_pb2 as mr
+    from inferpool.protocol.generated.model_repository_pb2_grpc import (
+        ModelRepositoryServiceStub,
+    )
+
+    load = mr.RepositoryModelLoadRequest(model_name="iris-rf")
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        stub = ModelRepositoryServiceStub(channel)
+        assert _grpc_code(stub.RepositoryModelLoad, load) == grpc.StatusCode.UNAUTHENTICATED
+        code = _grpc_code(stub.RepositoryModelLoad, load, ("authorization", f"Bearer {OPS}"))
+        assert code == grpc.StatusCode.UNAUTHENTICATED
+        code = _grpc_code(stub.RepositoryModelLoad, load, ("authorization", f"Bearer {ADMIN}"))
+        assert code == grpc.StatusCode.OK
+        index = mr.RepositoryIndexRequest()
+        assert _grpc_code(stub.RepositoryIndex, index) == grpc.StatusCode.UNAUTHENTICATED
+        assert _grpc_code(stub.RepositoryIndex, index, ("x-api-key", OPS)) == grpc.StatusCode.OK
+
+
 def test_rotated_key_file_takes_effect(server):
     new = "rotated-4b6d8f0a2c4e6a8c"
     tmp = server.keys.with_suffix(".tmp")

@@ -48,15 +48,21 @@ def test_a_models_openapi_pages_are_served_and_an_unknown_ones_are_404(
         assert "error" in response.json()
 
 
-@pytest.mark.parametrize("method", ["RepositoryIndex", "RepositoryModelLoad"])
-def test_mlservers_model_repository_service_is_unimplemented(server: Server, method: str) -> None:
-    path = f"/inference.model_repository.ModelRepositoryService/{method}"
-    with (
-        grpc.insecure_channel(server.grpc_address) as channel,
-        pytest.raises(grpc.RpcError) as raised,
-    ):
-        channel.unary_unary(path)(b"", timeout=30)
-    assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED
+def test_mlservers_model_repository_service_answers_as_the_v2_one(server: Server) -> None:
+    """MLServer's older inference.model_repository service: the same messages (field for
+    field) and answers as GRPCInferenceService's repository RPCs."""
+    services = (
+        "inference.model_repository.ModelRepositoryService",
+        "inference.GRPCInferenceService",
+    )
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        index = [channel.unary_unary(f"/{s}/RepositoryIndex")(b"", timeout=30) for s in services]
+        assert index[0] == index[1] and b"iris-rf" in index[0]
+        unknown = b"\x12\x07nothing"  # RepositoryModelLoadRequest(model_name="nothing")
+        for service in services:
+            with pytest.raises(grpc.RpcError) as raised:
+                channel.unary_unary(f"/{service}/RepositoryModelLoad")(unknown, timeout=30)
+            assert raised.value.code() == grpc.StatusCode.NOT_FOUND
 
 
 def test_the_repository_index_answers_get_and_post_alike(server: Server) -> None:

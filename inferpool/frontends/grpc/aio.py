@@ -22,6 +22,7 @@ from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.grpc.aio_gzip import OFF, AioGzip, aio_gzip, gzip_options
 from inferpool.frontends.grpc.custom import ExtensionServices, extension_methods
 from inferpool.frontends.grpc.health import HEALTH_SERVICE, HealthService
+from inferpool.frontends.grpc.model_repository import REPOSITORY_SERVICE, repository_methods
 from inferpool.frontends.grpc.observer import CallObserver
 from inferpool.frontends.grpc.service import (
     RETRY_AFTER_MS,
@@ -148,8 +149,11 @@ def build_handler(
 def build_extension_handlers(
     client: EngineClient, observer: CallObserver, gzip: AioGzip = OFF, keys: ApiKeys | None = None
 ) -> list[grpc.GenericRpcHandler]:
-    """The generic handlers serving inferpool's own services (``grpc/custom.py``)."""
-    services = ExtensionServices(DataPlane(client))
+    """The generic handlers serving inferpool's own services (``grpc/custom.py``) and
+    MLServer's model-repository service (``grpc/model_repository.py``)."""
+    plane = DataPlane(client)
+    services = extension_methods(ExtensionServices(plane))
+    services[REPOSITORY_SERVICE] = repository_methods(InferenceService(plane, keys))
     return [
         grpc.method_handlers_generic_handler(
             service,
@@ -162,7 +166,7 @@ def build_extension_handlers(
                 for name, (handler, message) in methods.items()
             },
         )
-        for service, methods in extension_methods(services).items()
+        for service, methods in services.items()
     ]
 
 

@@ -51,6 +51,7 @@ from inferpool.frontends.grpc.h2_call import (
     unframe,
 )
 from inferpool.frontends.grpc.health import CHECK_PATH, WATCH_PATH, HealthService
+from inferpool.frontends.grpc.model_repository import REPOSITORY_SERVICE, repository_methods
 from inferpool.frontends.grpc.observer import CallObserver
 from inferpool.frontends.grpc.service import (
     SERVICE,
@@ -79,14 +80,16 @@ def unary_methods(
 ) -> dict[bytes, tuple[str, Any, Any]]:
     """Each unary method's path: its name, its handler and its request message (None for
     ModelInfer, read from its bytes); the V2 service's, inferpool's own services' (custom
-    endpoints, feedback) and health's Check."""
+    endpoints, feedback), MLServer's model-repository service's and health's Check."""
     prefix = f"/{SERVICE}/".encode()
     methods: dict[bytes, tuple[str, Any, Any]] = {
         prefix + name.encode(): (name, handler, message)
         for name, (handler, message) in typed_methods(service).items()
     }
     methods[prefix + b"ModelInfer"] = ("ModelInfer", None, None)
-    for extension, calls in extension_methods(ExtensionServices(service.plane)).items():
+    services = extension_methods(ExtensionServices(service.plane))
+    services[REPOSITORY_SERVICE] = repository_methods(service)  # MLServer's older names
+    for extension, calls in services.items():
         for name, (handler, message) in calls.items():
             methods[f"/{extension}/{name}".encode()] = (name, handler, message)
     methods[CHECK_PATH] = ("Check", health.check, HealthCheckRequest)

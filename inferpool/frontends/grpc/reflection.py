@@ -5,7 +5,8 @@ it has and for the ``.proto`` files (as serialized FileDescriptorProtos) that de
 then build every message from those descriptors alone. The answers come from the
 ``grpcio-reflection`` package's servicer, over a descriptor pool of the files the server
 serves (``reflection_pool``): the V2 service (``grpc_predict_v2.proto``), inferpool's own
-services (``inferpool_ext.proto``), ``grpc.health.v1`` and the reflection service itself;
+services (``inferpool_ext.proto``), MLServer's model-repository service
+(``model_repository.proto``), ``grpc.health.v1`` and the reflection service itself;
 each file is answered with the files it imports. A symbol or file the pool does not hold
 is an ``error_response`` NOT_FOUND, as are extensions (these protos declare none), and the
 stream goes on.
@@ -33,15 +34,29 @@ from grpc_reflection.v1alpha.reflection import aio as reflection_aio
 from inferpool.frontends.grpc.custom import CUSTOM_SERVICE, FEEDBACK_SERVICE
 from inferpool.frontends.grpc.h2_call import CallError
 from inferpool.frontends.grpc.health import HEALTH_SERVICE
+from inferpool.frontends.grpc.model_repository import REPOSITORY_SERVICE
 from inferpool.frontends.grpc.service import SERVICE
-from inferpool.protocol.generated import grpc_predict_v2_pb2, health_pb2, inferpool_ext_pb2
+from inferpool.protocol.generated import (
+    grpc_predict_v2_pb2,
+    health_pb2,
+    inferpool_ext_pb2,
+    model_repository_pb2,
+)
 
 V1ALPHA = "grpc.reflection.v1alpha.ServerReflection"
 V1 = "grpc.reflection.v1.ServerReflection"
 METHOD = "ServerReflectionInfo"
 PATHS = frozenset(f"/{service}/{METHOD}".encode() for service in (V1, V1ALPHA))
 _MALFORMED = "cannot parse the ServerReflectionRequest"
-SERVICES = (SERVICE, CUSTOM_SERVICE, FEEDBACK_SERVICE, HEALTH_SERVICE, V1, V1ALPHA)
+SERVICES = (
+    SERVICE,
+    CUSTOM_SERVICE,
+    FEEDBACK_SERVICE,
+    REPOSITORY_SERVICE,
+    HEALTH_SERVICE,
+    V1,
+    V1ALPHA,
+)
 
 
 def _file_proto(descriptor: Any) -> descriptor_pb2.FileDescriptorProto:
@@ -78,6 +93,7 @@ def reflection_pool() -> descriptor_pool.DescriptorPool:
     files = [
         _file_proto(grpc_predict_v2_pb2.DESCRIPTOR),
         _file_proto(inferpool_ext_pb2.DESCRIPTOR),
+        _file_proto(model_repository_pb2.DESCRIPTOR),
         _file_proto(health_pb2.DESCRIPTOR),
         v1alpha,
         _v1_file(v1alpha),

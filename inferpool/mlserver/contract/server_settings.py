@@ -53,6 +53,17 @@ def _unless_none(field: str) -> Callable[[Any], dict[str, Any]]:
     return lambda value: {} if value is None else {field: value}
 
 
+# gRPC's largest message: what a negative grpc_max_message_length (gRPC's "unlimited", which
+# ModelMesh's MLServer runtime sets) stands for.
+UNLIMITED_MESSAGE = 2**31 - 1
+
+
+def _message_length(value: int | None) -> dict[str, Any]:
+    if value is None:
+        return {}
+    return {"max_body_bytes": UNLIMITED_MESSAGE if value < 0 else value}
+
+
 def _debug(value: bool) -> dict[str, Any]:
     # MLServer's debug: DEBUG log level and uvicorn's access log.
     return {"log_level": "debug" if value else "info", "access_log": value}
@@ -106,7 +117,7 @@ SERVER_RULES: dict[str, Rule] = {
         fatal=lambda v: bool(v),
     ),
     "grpc_port": Rule(int, _to("grpc_port")),
-    "grpc_max_message_length": Rule(int | None, _unless_none("max_body_bytes")),
+    "grpc_max_message_length": Rule(int | None, _message_length),
     "cors_settings": Rule(dict | None, _to("cors_settings")),
     "metrics_endpoint": Rule(_OPT_STR, _metrics_endpoint),
     "metrics_port": Rule(int, _to("metrics_port")),

@@ -1,1 +1,2 @@
-"""Generated from grpc_predict_v2.proto and inferpool_ext.proto by scripts/generate_proto.py; do not edit."""
+"""Generated from grpc_predict_v2.proto, inferpool_ext.proto and model_repository.proto
+by scripts/generate_proto.py; do not edit."""
