@@ -93,6 +93,8 @@ FIELD_GROUPS: dict[str, str] = {
     "model_load_timeout": "limits",
     "max_unsent_bytes": "limits",
     "max_unsent_bytes_per_connection": "limits",
+    "rate_limit": "limits",
+    "rate_limit_burst": "limits",
     # lifecycle
     "exit_on_error": "lifecycle",
     "allow_empty": "lifecycle",

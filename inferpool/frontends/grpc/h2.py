@@ -272,7 +272,7 @@ class GrpcH2Server:
         observer = self.observer
         started = time.perf_counter()
         start_ns = time.time_ns() if observer.tracer is not None else 0
-        code, text, pushback, request = "OK", "", False, message
+        code, text, pushback, request = "OK", "", 0, message
         reply = None
         request_id = b""  # ModelInfer's, once it ends
         expiry = None if expires is None else Expiry(expires)
@@ -348,7 +348,7 @@ class GrpcH2Server:
         change (``HealthService``), until the client cancels, the deadline passes
         (DEADLINE_EXCEEDED) or the server stops (OK)."""
         started = time.perf_counter()
-        code, text, pushback = "OK", "", False
+        code, text, pushback = "OK", "", 0
         opened = False
 
         def send(data: bytes) -> bool:

@@ -26,10 +26,11 @@ from inferpool.errors import (
     BadRequest,
     InferpoolError,
     Overloaded,
+    RateLimited,
     from_status,
     grpc_code_for,
 )
-from inferpool.frontends.api_keys import ADMIN_METHODS, OPEN_METHODS, ApiKeys
+from inferpool.frontends.api_keys import ADMIN_METHODS, KEY_RATE_LIMIT, OPEN_METHODS, ApiKeys
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.grpc.settings_rpc import SettingsRpc
 from inferpool.frontends.grpc.stream_input import stream_messages
@@ -49,8 +50,6 @@ from inferpool.request_ids import current_request_id
 logger = logging.getLogger(__name__)
 
 SERVICE = "inference.GRPCInferenceService"
-# How long an overloaded server asks clients to wait, as REST's Retry-After: 1.
-RETRY_AFTER_MS = "1000"
 
 # A typed RPC: (request message, context) → response message.
 Handler = Callable[[Any, Any], Awaitable[Any]]
@@ -350,7 +349,11 @@ def check_key(keys: ApiKeys, method: str, request: Any, metadata: Iterable[Any])
     if admin and keys.admin_token:
         return
     name = route_of(request)[0]
-    keys.check(metadata, None if name == "-" else name, admin)
+    try:
+        keys.check(metadata, None if name == "-" else name, admin)
+    except RateLimited:
+        count_rejected("grpc", KEY_RATE_LIMIT)
+        raise
 
 
 # -- what both servers report ------------------------------------------------------------
@@ -374,15 +377,17 @@ def route_of(request: Any) -> tuple[str, str | None]:
     return "-", None
 
 
-def call_status(exc: Exception, method: str) -> tuple[str, str, bool]:
+def call_status(exc: Exception, method: str) -> tuple[str, str, int]:
     """The status a call that raised ``exc`` ends with: (code name, message, pushback).
 
-    ``pushback`` asks for gRPC's form of Retry-After (``grpc-retry-pushback-ms``), which
-    clients with a retry policy honour. Anything but an InferpoolError is logged: a bug.
+    ``pushback`` (milliseconds; 0: none) asks for gRPC's form of Retry-After
+    (``grpc-retry-pushback-ms``), which clients with a retry policy honour. Anything but
+    an InferpoolError is logged: a bug.
     """
     if isinstance(exc, InferpoolError):
         if isinstance(exc, Overloaded):
             count_rejected("grpc", OVERLOAD)
-        return grpc_code_for(exc.status), exc.message, exc.retry_after
+        pushback = exc.retry_seconds * 1000 if exc.retry_after else 0
+        return grpc_code_for(exc.status), exc.message, pushback
     logger.exception("gRPC %s failed", method)
-    return "INTERNAL", f"internal error: {type(exc).__name__}: {exc}", False
+    return "INTERNAL", f"internal error: {type(exc).__name__}: {exc}", 0
