@@ -33,6 +33,9 @@ class ModelParameters(BaseModel):
     # None: the server's --rate-limit (0 there: no limit).
     rate_limit: float | None = Field(None, gt=0, allow_inf_nan=False)
     rate_limit_burst: int | None = Field(None, ge=1)
+    # The priority level of its requests that ask for none (protocol/priority.py); None:
+    # below every level a request asks for.
+    default_priority_level: int | None = Field(None, ge=1, le=0xFFFF)
 
 
 class LatestVersions(BaseModel):

@@ -233,7 +233,9 @@ class RecordingConnection:
 
 
 class NeverAnswers:
-    async def infer(self, message: bytes, deadline: float | None, metadata=None, given=None):
+    async def infer(
+        self, message: bytes, deadline: float | None, metadata=None, given=None, priority=None
+    ):
         await asyncio.Event().wait()
 
 
