@@ -23,8 +23,10 @@ from tests.support import Server, write_custom_model
 
 pytestmark = pytest.mark.timeout(300)
 
-# Each call holds the worker 0.2 s: the requests sent meanwhile queue behind it.
+# Each call waits until the test opens the gate (a file), then takes 20 ms: the
+# requests sent meanwhile queue behind the first one, however loaded the machine.
 SLOW = """
+import os
 import time
 
 from inferpool import Runtime
@@ -32,10 +34,13 @@ from inferpool import Runtime
 
 class Slow(Runtime):
     def load(self):
-        pass
+        self.gate = self.settings.parameters.extra["gate"]
 
     def predict(self, payload, outputs):
-        time.sleep(0.2)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(self.gate) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.02)
         return {outputs[0]: payload.sum(axis=1)}
 """
 LOW, HIGH = 6, 2  # requests of each kind in a scenario
@@ -45,13 +50,16 @@ TENSOR = {"name": "x", "datatype": "FP64", "shape": [1, 3], "data": [1.0, 2.0, 3
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("priority") / "repo"
+    gate = root.parent / "gate"
+    gate.touch()  # open, but for the scenarios that close it
     write_custom_model(
-        root / "slow", SLOW, "Slow",
+        root / "slow", SLOW, "Slow", parameters={"extra": {"gate": str(gate)}},
         inputs=[{"name": "x", "datatype": "FP64", "shape": [-1, 3]}],
         outputs=[{"name": "sum", "datatype": "FP64", "shape": [-1]}],
     )  # fmt: skip
     with Server(root, "--workers", "1") as running:
         running.wait_ready()
+        running.gate = gate
         yield running
 
 
@@ -66,8 +74,9 @@ def _in_flight(server: Server) -> float:
 def _completion_order(
     server: Server, low: Callable[[int], None], highs: list[Callable[[], None]]
 ) -> list[str]:
-    """Send ``LOW`` low-priority requests, wait until the engine holds them all (one runs,
-    the others queue), then the high ones; the tags in the order the requests ended."""
+    """With the gate closed, send ``LOW`` low-priority requests and wait until the engine
+    holds them all (the first one runs, waiting for the gate; the others queue), then the
+    high ones, and open the gate: the tags in the order the requests ended."""
     done: list[str] = []
     lock = threading.Lock()
 
@@ -76,24 +85,34 @@ def _completion_order(
         with lock:
             done.append(tag)
 
-    with concurrent.futures.ThreadPoolExecutor(LOW + HIGH) as pool:
-        futures = [pool.submit(run, f"low{i}", lambda i=i: low(i)) for i in range(LOW)]
-        deadline = time.monotonic() + 30
-        while _in_flight(server) < LOW:
-            assert time.monotonic() < deadline, "the low requests never all arrived"
-            time.sleep(0.02)
-        futures += [pool.submit(run, f"high{i}", call) for i, call in enumerate(highs)]
-        for future in futures:
-            future.result()
+    server.gate.unlink()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(LOW + HIGH) as pool:
+            futures = [pool.submit(run, f"low{i}", lambda i=i: low(i)) for i in range(LOW)]
+            _wait_in_flight(server, LOW)
+            futures += [pool.submit(run, f"high{i}", call) for i, call in enumerate(highs)]
+            _wait_in_flight(server, LOW + HIGH)
+            server.gate.touch()
+            for future in futures:
+                future.result()
+    finally:
+        server.gate.touch()
     return done
+
+
+def _wait_in_flight(server: Server, count: int) -> None:
+    deadline = time.monotonic() + 30
+    while _in_flight(server) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} requests ever in flight"
+        time.sleep(0.02)
 
 
 def _assert_highs_ran_first(done: list[str]) -> None:
     last_high = max(done.index(f"high{i}") for i in range(HIGH))
     lows_before = [tag for tag in done[:last_high] if tag.startswith("low")]
-    # One low runs when the high ones arrive, and the worker may have started the next
-    # before it read them; without priorities all LOW would come first.
-    assert len(lows_before) <= 2, done
+    # The first low one was running when the high ones came; without priorities all LOW
+    # would come first.
+    assert len(lows_before) == 1, done
 
 
 def _rest(server: Server, priority: int | None = None, header: str | None = None) -> None:
