@@ -112,34 +112,12 @@ def _entry_level(entry: bytes) -> int | None:
 def _fields(data: bytes, wanted: int) -> list[bytes]:
     """Every length-delimited top-level field numbered ``wanted`` (only those are copied:
     the inputs and raw contents are skipped by their length)."""
-    found = []
-    pos, end = 0, len(data)
-    while pos < end:
-        key, pos = read_varint(data, pos)
-        wire_type = key & 7
-        if wire_type == 2:
-            length, pos = read_varint(data, pos)
-            if key >> 3 == wanted:
-                found.append(data[pos : pos + length])
-            pos += length
-        else:
-            pos = _skip(data, pos, wire_type)
-    if pos != end:
-        raise ValueError("truncated message")
-    return found
+    return [value for _, value in _all_fields(data, wanted) if isinstance(value, bytes)]
 
 
-def _skip(data: bytes, pos: int, wire_type: int) -> int:
-    """The position after a field's value that is not length-delimited."""
-    if wire_type == 0:
-        return read_varint(data, pos)[1]
-    if wire_type in (1, 5):
-        return pos + (8 if wire_type == 1 else 4)
-    raise ValueError(f"unsupported wire type {wire_type}")
-
-
-def _all_fields(data: bytes) -> list[tuple[int, bytes | int]]:
-    """Each top-level field: (number, bytes of a length-delimited one or a varint's value)."""
+def _all_fields(data: bytes, wanted: int | None = None) -> list[tuple[int, bytes | int]]:
+    """Each top-level field (those numbered ``wanted`` when given): (number, its bytes when
+    length-delimited, else a varint's value); other wire types are skipped."""
     fields: list[tuple[int, bytes | int]] = []
     pos, end = 0, len(data)
     while pos < end:
@@ -147,13 +125,17 @@ def _all_fields(data: bytes) -> list[tuple[int, bytes | int]]:
         number, wire_type = key >> 3, key & 7
         if wire_type == 0:
             value, pos = read_varint(data, pos)
-            fields.append((number, value))
+            if wanted is None or number == wanted:
+                fields.append((number, value))
         elif wire_type == 2:
             length, pos = read_varint(data, pos)
-            fields.append((number, data[pos : pos + length]))
+            if wanted is None or number == wanted:
+                fields.append((number, data[pos : pos + length]))
             pos += length
+        elif wire_type in (1, 5):
+            pos += 8 if wire_type == 1 else 4
         else:
-            pos = _skip(data, pos, wire_type)
+            raise ValueError(f"unsupported wire type {wire_type}")
     if pos != end:
         raise ValueError("truncated message")
     return fields

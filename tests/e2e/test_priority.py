@@ -115,12 +115,17 @@ def _assert_highs_ran_first(done: list[str]) -> None:
     assert len(lows_before) == 1, done
 
 
-def _rest(server: Server, priority: int | None = None, header: str | None = None) -> None:
+def _post(server: Server, priority: object = None, header: str | None = None) -> httpx.Response:
+    """An inference asking for ``priority`` in its parameters, ``header`` in its header."""
     body: dict = {"inputs": [TENSOR]}
     if priority is not None:
         body["parameters"] = {"priority": priority}
     headers = {} if header is None else {"inferpool-priority": header}
-    reply = httpx.post(f"{server.url}/v2/models/slow/infer", json=body, headers=headers, timeout=60)
+    return httpx.post(f"{server.url}/v2/models/slow/infer", json=body, headers=headers, timeout=60)
+
+
+def _rest(server: Server, priority: int | None = None, header: str | None = None) -> None:
+    reply = _post(server, priority, header)
     assert reply.status_code == 200, reply.text
 
 
@@ -165,11 +170,7 @@ def test_grpc_high_priority_requests_overtake_the_queued_low_ones(server: Server
     [(-1, None), (1.5, None), ("high", None), (True, None), (2**64, None), (None, "soon")],
 )
 def test_rest_a_bad_priority_is_a_400(server: Server, priority, header) -> None:
-    body: dict = {"inputs": [TENSOR]}
-    if priority is not None:
-        body["parameters"] = {"priority": priority}
-    headers = {} if header is None else {"inferpool-priority": header}
-    reply = httpx.post(f"{server.url}/v2/models/slow/infer", json=body, headers=headers, timeout=30)
+    reply = _post(server, priority, header)
     assert reply.status_code == 400, reply.text
     assert "priority must be a whole number from 0" in reply.json()["error"]
 
