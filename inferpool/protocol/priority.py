@@ -35,6 +35,8 @@ LEVEL: ContextVar[int] = ContextVar("inferpool_priority", default=0)
 
 _PARAMETERS = 4  # ModelInferRequest.parameters (map<string, InferParameter>)
 _INT64, _STRING, _UINT64 = 2, 3, 5  # InferParameter's fields that may carry it
+# Messages up to this size are searched for the word before their fields are walked.
+_SEARCHED = 16 * 1024
 
 
 def level_of(value: Any, where: str = "parameters.priority") -> int:
@@ -77,6 +79,8 @@ def body_level(kind_is_grpc: bool, body: bytes, json_length: int | None) -> int:
 def _grpc_level(body: bytes) -> int:
     """``parameters["priority"]`` of a serialized ModelInferRequest (0: none): its
     top-level fields walked, only the map's entries read."""
+    if len(body) <= _SEARCHED and b"priority" not in body:
+        return 0  # a small message: one search costs less than the walk
     level = 0
     try:
         for entry in _fields(body, _PARAMETERS):
