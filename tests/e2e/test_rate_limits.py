@@ -2,7 +2,8 @@
 and an API key's ``rate=``, over REST (429, Retry-After) and both gRPC servers
 (RESOURCE_EXHAUSTED, ``grpc-retry-pushback-ms``), under a burst from many clients; the
 requests at the rate all pass, other models and keys keep their latency, /metrics counts
-the refusals. One server per gRPC implementation, several assertions each."""
+the refusals; both gRPC servers read the priority metadata. One server per gRPC
+implementation, several assertions each."""
 
 from __future__ import annotations
 
@@ -180,3 +181,17 @@ def test_metrics_count_the_refusals(server):
             re.M,
         )
         assert keyed and float(keyed.group(1)) >= 1, frontend
+
+
+def test_both_grpc_servers_read_the_priority_metadata(server):
+    # Not a rate limit, but the one module serving both gRPC servers: each reads
+    # inferpool-priority from the call's metadata (tests/e2e/test_priority.py orders by it).
+    metadata = (("authorization", f"Bearer {FREE}"),)
+    request = infer_request("iris-rf", x=X)
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        stub = GRPCInferenceServiceStub(channel)
+        stub.ModelInfer(request, metadata=(*metadata, ("inferpool-priority", "2")), timeout=30)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ModelInfer(request, metadata=(*metadata, ("inferpool-priority", "x")), timeout=30)
+        assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "inferpool-priority must be a whole number" in refused.value.details()
