@@ -93,6 +93,8 @@ FIELD_GROUPS: dict[str, str] = {
     "model_load_timeout": "limits",
     "max_unsent_bytes": "limits",
     "max_unsent_bytes_per_connection": "limits",
+    "rate_limit": "limits",
+    "rate_limit_burst": "limits",
     # lifecycle
     "exit_on_error": "lifecycle",
     "allow_empty": "lifecycle",
@@ -231,7 +233,9 @@ def _metavar(field: FieldInfo) -> str:
     if annotation is int:
         return "N"
     if annotation is float:
-        return "SECONDS"  # every float setting is a duration
+        # Every float setting is a duration, but a rate ("requests per second").
+        rate = field.description is not None and "per second" in field.description
+        return "PER_SECOND" if rate else "SECONDS"
     if annotation in (Path, Path | None):
         return "PATH"
     if _is_structured(annotation):

@@ -31,6 +31,8 @@ class InferpoolError(Exception):
     #: the client should come back later: REST adds ``Retry-After``, gRPC
     #: ``grpc-retry-pushback-ms``
     retry_after: bool = False
+    #: how long, in whole seconds (at least 1), when ``retry_after`` is set
+    retry_seconds: int = 1
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -88,6 +90,17 @@ class Overloaded(InferpoolError):
 
     status = 503
     retry_after = True
+
+
+class RateLimited(InferpoolError):
+    """A request over a rate limit (a model's or an API key's): 429, and when to retry."""
+
+    status = 429
+    retry_after = True
+
+    def __init__(self, message: str, retry_seconds: int) -> None:
+        super().__init__(message)
+        self.retry_seconds = retry_seconds
 
 
 class WorkerLost(InferpoolError):

@@ -82,6 +82,8 @@ class Inference:
                 self.pipelines.sync()  # its readiness follows its children's
             if status.state is not ModelState.READY:
                 raise status.refusal() if plan is None else self.pipelines.refusal(plan, status)
+            if status.limiter is not None:  # before any work is queued (rate_limits.py)
+                status.limiter.check(describe_key(key))
             check_deadline(deadline)
             if plan is None:
                 reply = await self._run(key, kind, body, json_length, deadline)
@@ -126,10 +128,11 @@ class Inference:
         key = status.key
         stats = self.accounting.of(key)
         protocol = PROTOCOL_OF_KIND[kind]
-        if status.state is not ModelState.READY:
-            refusal = status.refusal()
+        try:
+            admit(status)
+        except InferpoolError as refusal:
             stats.refuse(protocol, refusal.status, error_reason(refusal))
-            raise refusal
+            raise
         check_deadline(deadline)
         timeout = self.chunk_timeout(status) if more is None else None
         started = time.perf_counter_ns()
@@ -170,6 +173,15 @@ class Inference:
         if timeout is None:
             timeout = self.settings.model_timeout
         return timeout if timeout > 0 else None
+
+
+def admit(status: ModelStatus) -> None:
+    """Refuse a request the version cannot take now: it is not READY, or the request is
+    over the version's rate limit (``rate_limits.py``: 429, before any work is queued)."""
+    if status.state is not ModelState.READY:
+        raise status.refusal()
+    if status.limiter is not None:
+        status.limiter.check(describe_key(status.key))
 
 
 def check_deadline(deadline: float | None) -> None:

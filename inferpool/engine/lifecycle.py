@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from inferpool.engine.accounting import Accounting
 from inferpool.engine.admin import AdminPolicy
 from inferpool.engine.pipelines.manager import Pipelines, is_pipeline, load_order
+from inferpool.engine.rate_limits import model_bucket
 from inferpool.engine.repository import Discovered, discover, find_models
 from inferpool.engine.states import (
     UNLOADED,
@@ -284,6 +285,7 @@ class Lifecycle:
         else:
             status.state, status.reason = ModelState.READY, ""
             status.custom = is_custom(settings)
+            status.limiter = model_bucket(settings, self.settings)
         finally:
             seconds = time.perf_counter() - loading
             self.accounting.loaded(status.key, seconds, status.state is ModelState.READY)

@@ -38,6 +38,7 @@ from inferpool.errors import InferpoolError, ModelLoading, ModelNotFound, NotRea
 from inferpool.protocol.endpoints import Announced
 
 if TYPE_CHECKING:
+    from inferpool.engine.rate_limits import TokenBucket
     from inferpool.settings import ModelSettings
 
 # The engine's key of one version of a model: the bare name when it has no version (the
@@ -91,6 +92,8 @@ class ModelStatus:
     # What it was loaded with (None: its settings could not be read); the model
     # configuration extension reads its batching here.
     settings: ModelSettings | None = None
+    # Its rate limit's token bucket (engine/rate_limits.py), made when it loads; None: none.
+    limiter: TokenBucket | None = None
     key: ModelKey = field(init=False)
 
     def __post_init__(self) -> None:

@@ -29,6 +29,7 @@ from inferpool.errors import (
     ModelError,
     ModelNotFound,
     Overloaded,
+    RateLimited,
     WorkerLost,
 )
 from inferpool.settings import BATCH_BUCKETS, LATENCY_BUCKETS
@@ -57,7 +58,7 @@ PROTOCOL_OF_KIND = tuple(_PROTOCOL_OF_KIND[kind] for kind in sorted(Kind))
 # Failure reason classes (docs/operate/metrics.md says what each one means).
 REASONS = (
     "invalid_input", "model_error", "timeout", "overloaded", "unavailable", "worker_lost",
-    "cancelled", "internal",
+    "cancelled", "internal", "rate_limited",
 )  # fmt: skip
 # ``Reply.from_error``'s message for an exception that is not an InferpoolError.
 _INTERNAL = b"internal error:"
@@ -262,6 +263,8 @@ def error_reason(exc: BaseException) -> str:
     """The failure class of an error the engine raised instead of replying."""
     if isinstance(exc, Overloaded):
         return "overloaded"
+    if isinstance(exc, RateLimited):
+        return "rate_limited"
     if isinstance(exc, WorkerLost):
         return "worker_lost"
     if isinstance(exc, ModelError):

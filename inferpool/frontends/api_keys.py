@@ -1,14 +1,15 @@
 """API keys that inference calls must carry (``--api-keys-file``), on REST and gRPC.
 
 The file: one key per line, optionally followed by the names of the models it is limited
-to, and by ``label=NAME`` (what the access log may say of the key; default ``line N``);
-``#`` starts a comment, blank lines are skipped. A key is printable ASCII without spaces
-or ``#``::
+to, by ``label=NAME`` (what the access log may say of the key; default ``line N``) and by
+``rate=R`` (requests per second its calls naming a model may make, ``burst=B`` at once:
+a token bucket, ``engine/rate_limits.py``; past it 429 with Retry-After); ``#`` starts a
+comment, blank lines are skipped. A key is printable ASCII without spaces or ``#``::
 
     # CI's key, any model
     3f9c1e0d8b7a4c2e9d1f0a6b5c4d3e2f  label=ci
-    # the fraud team's key: only these two models
-    a81b72c63d54e45f36a27b18c09d0e1f  fraud-xgb fraud-rules  label=fraud
+    # the fraud team's key: only these two models, 50 requests/s, 100 at once
+    a81b72c63d54e45f36a27b18c09d0e1f  fraud-xgb fraud-rules  label=fraud rate=50 burst=100
 
 A call presents its key as ``Authorization: Bearer KEY`` or ``X-API-Key: KEY`` (gRPC:
 the same metadata). Open to all: the health probes (REST ``/v2/health/*`` and model
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from inferpool.engine.admin import SettingsError
+from inferpool.engine.rate_limits import TokenBucket
 from inferpool.errors import Forbidden, Unauthorized
 from inferpool.settings import ServerSettings
 
@@ -46,19 +48,25 @@ OPEN_METHODS = frozenset({"ServerLive", "ServerReady", "ModelReady", "Check", "W
 ADMIN_METHODS = frozenset(
     {"RepositoryModelLoad", "RepositoryModelUnload", "TraceSetting", "LogSettings"}
 )
+# The refusals' reason in /metrics (``inferpool_rejected_requests``) for a key over its rate.
+KEY_RATE_LIMIT = "api_key_rate_limit"
 _BEARER = b"bearer "
 _AUTHORIZATION = frozenset((b"authorization", "authorization"))
 _API_KEY = frozenset((b"x-api-key", "x-api-key"))
 
 
 class KeyScope:
-    """What one key may call: every model (``models`` None) or those named."""
+    """What one key may call: every model (``models`` None) or those named; how often
+    (``bucket`` None: no rate limit)."""
 
-    __slots__ = ("label", "models")
+    __slots__ = ("bucket", "label", "models")
 
-    def __init__(self, label: str, models: frozenset[str] | None) -> None:
+    def __init__(
+        self, label: str, models: frozenset[str] | None, bucket: TokenBucket | None = None
+    ) -> None:
         self.label = label
         self.models = models
+        self.bucket = bucket
 
 
 class ApiKeys:
@@ -103,13 +111,13 @@ class ApiKeys:
             fields = line.split("#", 1)[0].split()
             if not fields:
                 continue
-            key, label, models = _parsed(fields, number)
+            key, label, models, bucket = self._parsed(fields, number)
             if len(key) > MAX_KEY_BYTES or not key.isprintable():
                 raise SettingsError(
                     f"line {number} of the API key file {self.path}: a key is at most "
                     f"{MAX_KEY_BYTES} printable ASCII characters"
                 )
-            keys[self._digest(key.encode())] = KeyScope(label, models)
+            keys[self._digest(key.encode())] = KeyScope(label, models, bucket)
         if not keys:
             raise SettingsError(f"the API key file {self.path} holds no key")
         return keys
@@ -133,6 +141,8 @@ class ApiKeys:
                 raise Forbidden("loading and unloading need an API key not limited to models")
             if model is not None and model not in scope.models:
                 raise Forbidden(f"this API key is not valid for model '{model}'")
+        if scope.bucket is not None and model is not None and not admin:
+            scope.bucket.check("this API key")  # RateLimited
         return scope.label
 
     def label(self, pairs: Iterable[tuple[Any, Any]]) -> str | None:
@@ -143,16 +153,42 @@ class ApiKeys:
         scope = self._keys.get(self._digest(key))
         return scope.label if scope is not None else None
 
+    def _parsed(
+        self, fields: list[str], number: int
+    ) -> tuple[str, str, frozenset[str] | None, TokenBucket | None]:
+        """A line's key, label, models (None: every model) and rate limit (None: none)."""
+        key, label, models = fields[0], f"line {number}", []
+        limit: dict[str, float] = {}
+        for field in fields[1:]:
+            name, equals, value = field.partition("=")
+            if name == "label" and equals:
+                label = value
+            elif name in ("rate", "burst") and equals:
+                limit[name] = self._number(value, name, number)
+            else:
+                models.append(field)
+        bucket = None
+        if "rate" in limit:
+            bucket = TokenBucket(limit["rate"], int(limit.get("burst", 0)))
+        elif "burst" in limit:
+            raise SettingsError(
+                f"line {number} of the API key file {self.path}: burst= needs rate="
+            )
+        return key, label, frozenset(models) if models else None, bucket
 
-def _parsed(fields: list[str], number: int) -> tuple[str, str, frozenset[str] | None]:
-    """A line's key, label and models (None: every model)."""
-    key, label, models = fields[0], f"line {number}", []
-    for field in fields[1:]:
-        if field.startswith("label="):
-            label = field[len("label=") :]
-        else:
-            models.append(field)
-    return key, label, frozenset(models) if models else None
+    def _number(self, value: str, name: str, number: int) -> float:
+        """A ``rate=`` (> 0) or ``burst=`` (a whole number >= 1) of line ``number``."""
+        try:
+            parsed = float(value) if name == "rate" else int(value)
+        except ValueError:
+            parsed = 0
+        if not 0 < parsed < float("inf"):
+            kind = "a whole number >= 1" if name == "burst" else "requests per second > 0"
+            raise SettingsError(
+                f"line {number} of the API key file {self.path}: {name}= takes {kind}, "
+                f"not {value!r}"
+            )
+        return parsed
 
 
 def presented(pairs: Iterable[tuple[Any, Any]]) -> bytes | None:

@@ -190,6 +190,13 @@ FAMILIES = (
         lambda _, model: [((r,), model.counted.failures.get(r, 0)) for r in REASONS],
     ),
     Family(
+        "inferpool_model_rate_limited_requests",
+        CounterMetricFamily,
+        "Inference requests refused (429) by the model's rate limit",
+        _KEY,
+        lambda _, model: [((), model.counted.failures.get("rate_limited", 0))],
+    ),
+    Family(
         "inferpool_model_request_duration_seconds",
         HistogramMetricFamily,
         "Time from the engine accepting a request to its reply, successful requests",

@@ -29,6 +29,13 @@ class ModelParameters(BaseModel):
     version: str | None = None
     content_type: str | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
+    # Requests per second the model takes (engine/rate_limits.py), and how many at once;
+    # None: the server's --rate-limit (0 there: no limit).
+    rate_limit: float | None = Field(None, gt=0, allow_inf_nan=False)
+    rate_limit_burst: int | None = Field(None, ge=1)
+    # The priority level of its requests that ask for none (protocol/priority.py); None:
+    # below every level a request asks for.
+    default_priority_level: int | None = Field(None, ge=1, le=0xFFFF)
 
 
 class LatestVersions(BaseModel):

@@ -258,6 +258,20 @@ class LimitFields(ServingFields):
         "it its large answers and its new HTTP/2 streams are refused (RESOURCE_EXHAUSTED); "
         "0: no bound",
     )
+    rate_limit: float = Field(
+        0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="requests per second each model takes, unless its model-settings.json "
+        "sets parameters.rate_limit; past it a request gets 429 with Retry-After (gRPC "
+        "RESOURCE_EXHAUSTED); 0: no limit",
+    )
+    rate_limit_burst: int = Field(
+        0,
+        ge=0,
+        description="requests a model takes at once under --rate-limit (its token bucket's "
+        "size), unless its settings set parameters.rate_limit_burst; 0: one second's worth",
+    )
     max_connections: int = Field(
         4096,
         ge=1,

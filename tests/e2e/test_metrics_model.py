@@ -209,7 +209,7 @@ def test_codes_and_failure_reasons(server: Server) -> None:
     reasons = {dict(labels)["reason"] for name, labels in after if name == failures}
     assert reasons == {
         "invalid_input", "model_error", "timeout", "overloaded", "unavailable",
-        "worker_lost", "cancelled", "internal",
+        "worker_lost", "cancelled", "internal", "rate_limited",
     }  # fmt: skip
     assert not any(dict(labels).get("model") == "no-such-model" for _, labels in after)
     assert value(after, failures, **echo, reason="internal") == 0

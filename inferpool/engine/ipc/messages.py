@@ -68,7 +68,8 @@ STREAM_KINDS = frozenset(
 
 
 # -- the slot header -----------------------------------------------------------------------
-# request id, model index, kind, flags (a reply's ``MORE``), status, json_length (-1: none),
+# request id, model index, kind, flags (a reply's ``MORE``), status (a request's: its
+# priority level, 0: none), json_length (-1: none),
 # deadline (monotonic ns, 0: none), enqueued at (monotonic ns), then the four stage
 # times (queue, compute_input, compute_infer, compute_output, in ns), then body length.
 # A reply has no model index, kind, deadline or enqueued time: its deadline field carries
@@ -148,8 +149,11 @@ def request_header(
     json_length: int | None,
     deadline: float | None,
     length: int,
+    priority: int = 0,
 ) -> bytes:
-    """The packed header of a request leaving the frontend now.
+    """The packed header of a request leaving the frontend now; ``priority``: the level
+    its header asked for (0: none; ``protocol/priority.py``), in the status field a request
+    does not otherwise use.
 
     Raises ValueError (or OverflowError) for a value the header cannot carry, before
     anything is registered for the request, so that the caller answers 400.
@@ -169,8 +173,8 @@ def request_header(
         if deadline_ns > _MAX_DEADLINE_NS:
             deadline_ns = 0
     return HEADER.pack(
-        request_id, model_index, kind, 0, 0, json_length, deadline_ns, time.monotonic_ns(),
-        0, 0, 0, 0, length,
+        request_id, model_index, kind, 0, priority, json_length, deadline_ns,
+        time.monotonic_ns(), 0, 0, 0, 0, length,
     )  # fmt: skip
 
 

@@ -39,6 +39,7 @@ from inferpool.engine.states import (
 from inferpool.engine.stream_feed import feeding
 from inferpool.engine.stream_sink import StreamSink
 from inferpool.errors import BadRequest, NotReady, Overloaded, WorkerLost
+from inferpool.protocol.priority import LEVEL
 from inferpool.request_ids import track
 from inferpool.settings import ModelSettings
 
@@ -287,7 +288,7 @@ class Dispatcher:
         # error (400) and leaves nothing behind.
         try:
             header = messages.request_header(
-                request_id, route.index, kind, json_length, deadline, len(body)
+                request_id, route.index, kind, json_length, deadline, len(body), LEVEL.get()
             )
         except (ValueError, OverflowError, TypeError, struct.error) as exc:
             raise BadRequest(str(exc)) from None

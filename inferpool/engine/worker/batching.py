@@ -11,6 +11,12 @@ request back: what is queued when the worker looks runs together, a request alon
 at once.
 
 ``Batcher`` holds a worker's queued requests per model and hands out those that are due.
+Each model's queue is kept in priority order (``Job.rank``: the level the request asked
+for, ``protocol/priority.py``, else its model's default), first come first served within a
+level: a request that asks for no priority is appended, as before, unless the queue's last
+one ranks below it. A model that never waits gets at most one execution's worth per call
+(its rows, one request when it does not join), so the worker takes what arrived meanwhile
+into the queue before the next execution, and a higher priority one runs next.
 Payloads that agree on every dimension but the first (same dtype, same outputs) share a
 ``join_key``: the worker path (``path.py``) concatenates them up to the policy's rows,
 predicts once and splits the result back. A runtime that ``joins_requests`` (an MLServer
@@ -40,6 +46,9 @@ if TYPE_CHECKING:
 # 256-row predict costs a linear model tens of microseconds and a 100-tree forest a few
 # milliseconds. A request of 256 rows or more runs alone.
 AUTO_BATCH_ROWS = 256
+# The rank of a request that asks for no priority, when its model sets no default level:
+# below every level a request may ask for (``priority.MAX_LEVEL``).
+DEFAULT_RANK = 0x10000
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,11 +90,20 @@ class Batcher:
         self._queues: dict[int, tuple[LoadedModel, list[Job]]] = {}
 
     def add(self, model: LoadedModel, job: Job) -> None:
+        """Queue ``job`` behind those of its rank or above (``job.rank`` is set)."""
         entry = self._queues.get(job.model_index)
         if entry is None:
             self._queues[job.model_index] = (model, [job])
-        else:
-            entry[1].append(job)
+            return
+        jobs = entry[1]
+        rank = job.rank
+        if jobs[-1].rank <= rank:  # the common case: no priorities, or the lowest
+            jobs.append(job)
+            return
+        position = len(jobs) - 1
+        while position > 0 and jobs[position - 1].rank > rank:
+            position -= 1
+        jobs.insert(position, job)
 
     def __len__(self) -> int:
         return sum(len(jobs) for _, jobs in self._queues.values())
@@ -104,18 +122,23 @@ class Batcher:
     def due(self, now_ns: int, flush: bool = False) -> list[tuple[LoadedModel, list[Job]]]:
         """Groups to run now; ``flush`` takes everything (shutdown).
 
-        Without a wait every queued job is due (the path joins them up to the policy's
-        rows). With one, a group is due when its oldest job has waited long enough, or
-        when it holds as many jobs as the policy's rows: each job holds a row at least,
-        so they fill a predict (the rows are known only once decoded, in the path).
+        Without a wait the first jobs up to the policy's rows are due (the path joins
+        them; one when the model does not join), the rest at the next call. With one, a
+        group is due when its oldest job has waited long enough, or when it holds as many
+        jobs as the policy's rows: each job holds a row at least, so they fill a predict
+        (the rows are known only once decoded, in the path).
         """
         groups = []
         for index in list(self._queues):
             model, jobs = self._queues[index]
             rows, wait_ns = model.batching.rows, model.batching.wait_ns
-            if wait_ns == 0 or rows <= 1 or flush:
+            if flush or ((wait_ns == 0 or rows <= 1) and len(jobs) <= rows):
                 groups.append((model, jobs))
                 del self._queues[index]
+                continue
+            if wait_ns == 0 or rows <= 1:  # one execution now; the ring is read before more
+                groups.append((model, jobs[:rows]))
+                del jobs[:rows]
                 continue
             while len(jobs) >= rows:
                 groups.append((model, jobs[:rows]))

@@ -9,7 +9,7 @@ from typing import Any
 from inferpool.codecs.image import declared_images
 from inferpool.codecs.image_spec import ImageSpec
 from inferpool.codecs.payload import check_model_content_type
-from inferpool.engine.worker.batching import BatchPolicy, policy
+from inferpool.engine.worker.batching import DEFAULT_RANK, BatchPolicy, policy
 from inferpool.errors import ModelLoadError
 from inferpool.protocol.endpoints import Announced, announce
 from inferpool.runtimes.base import Runtime
@@ -24,8 +24,8 @@ class LoadedModel:
     """A runtime that has loaded its artefact, with its metadata computed once."""
 
     __slots__ = (
-        "batching", "endpoints", "image_inputs", "image_outputs", "input_content_types",
-        "metadata", "output_names", "runtime", "settings",
+        "batching", "default_rank", "endpoints", "image_inputs", "image_outputs",
+        "input_content_types", "metadata", "output_names", "runtime", "settings",
     )  # fmt: skip
 
     def __init__(self, settings: ModelSettings, runtime: Runtime) -> None:
@@ -43,6 +43,8 @@ class LoadedModel:
         self.image_inputs: dict[str, ImageSpec] = declared_images(runtime.inputs(), "input")
         self.image_outputs: dict[str, ImageSpec] = declared_images(runtime.outputs(), "output")
         self.batching: BatchPolicy = policy(settings, runtime)
+        # Where its requests that ask for no priority queue (``batching.Batcher``).
+        self.default_rank = settings.parameters.default_priority_level or DEFAULT_RANK
         self.endpoints: dict[str, Endpoint] = endpoint_table(runtime)
 
     def announced(self) -> dict[str, Any]:

@@ -50,7 +50,8 @@ class Job:
     """One request for a model: what the path reads of its header, and its body."""
 
     __slots__ = (
-        "body", "deadline_ns", "enqueued_ns", "json_length", "kind", "model_index", "request_id",
+        "body", "deadline_ns", "enqueued_ns", "json_length", "kind", "model_index", "rank",
+        "request_id",
     )  # fmt: skip
 
     def __init__(self, header: RequestHeader, body: bytes) -> None:
@@ -60,6 +61,7 @@ class Job:
             self.deadline_ns, self.enqueued_ns, _,
         ) = header  # fmt: skip
         self.body = body
+        self.rank = 0  # its priority level in its model's queue (``batching.Batcher``)
 
 
 @dataclass(slots=True)

@@ -39,9 +39,10 @@ from inferpool.engine.worker.model import (
 )
 from inferpool.engine.worker.path import Job, run_executions
 from inferpool.engine.worker.preload import forget, preloaded
+from inferpool.engine.worker.priority import requested_level
 from inferpool.engine.worker.streaming import WorkerStreams, streams
 from inferpool.engine.worker.warmup import warm_up
-from inferpool.errors import ClientGone, NotReady
+from inferpool.errors import BadRequest, ClientGone, NotReady
 from inferpool.protocol import limits
 from inferpool.runtimes.base import THREAD_ENV
 from inferpool.runtimes.footprint import model_footprint
@@ -195,9 +196,10 @@ class Worker:
 
     def _take_requests(self) -> None:
         for fields, body in self.requests.pop_all():
-            self._enqueue(RequestHeader.of(fields), body)
+            self._enqueue(RequestHeader.of(fields), body, fields[4])
 
-    def _enqueue(self, header: RequestHeader, body: bytes) -> None:
+    def _enqueue(self, header: RequestHeader, body: bytes, level: int = 0) -> None:
+        """Queue a request; ``level``: the priority its header asked for (0: none)."""
         job = Job(header, body)
         model = self.models.get(header.model_index)
         if model is None:
@@ -207,6 +209,12 @@ class Worker:
         if header.kind >= Kind.REST_STREAM and streams(model.runtime):
             self.streams.start(model, job)  # the other kinds: one reply, as any request
             return
+        try:
+            job.rank = level or requested_level(header.kind, body, header.json_length)
+        except BadRequest as exc:
+            self._answer([job], [Reply.from_error(exc, model.name)])
+            return
+        job.rank = job.rank or model.default_rank
         self.batcher.add(model, job)
 
     def _take_control(self) -> bool:
@@ -214,7 +222,8 @@ class Worker:
         return self.channel.dispatch_pending(self.dispatch)
 
     def _on_request(self, payload: bytes) -> None:
-        self._enqueue(RequestHeader.unpack_from(payload), payload[messages.HEADER_SIZE :])
+        level = messages.HEADER.unpack_from(payload)[4]  # its priority (``_take_requests``)
+        self._enqueue(RequestHeader.unpack_from(payload), payload[messages.HEADER_SIZE :], level)
 
     def _on_unload(self, message: messages.Unload) -> None:
         # Requests pushed to the ring before the unload was sent are queued first (the

@@ -25,7 +25,6 @@ from inferpool.frontends.grpc.health import HEALTH_SERVICE, HealthService
 from inferpool.frontends.grpc.model_repository import REPOSITORY_SERVICE, repository_methods
 from inferpool.frontends.grpc.observer import CallObserver
 from inferpool.frontends.grpc.service import (
-    RETRY_AFTER_MS,
     SERVICE,
     Handler,
     InferenceService,
@@ -97,7 +96,7 @@ def guarded(
             code = grpc.StatusCode[name]
             trailing: tuple[tuple[str, str], ...] = ((HEADER, infer_request_id()),) if infer else ()
             if pushback:
-                trailing += (("grpc-retry-pushback-ms", RETRY_AFTER_MS),)
+                trailing += (("grpc-retry-pushback-ms", str(pushback)),)
             if trailing:
                 context.set_trailing_metadata(trailing)
             await context.abort(code, text)

@@ -65,10 +65,14 @@ from inferpool.frontends.grpc.service import (
 from inferpool.frontends.listen import bind_socket
 from inferpool.frontends.tls import alpn_of
 from inferpool.protocol.health import HealthCheckRequest, MalformedMessage
+from inferpool.protocol.priority import HEADER as PRIORITY_HEADER
 from inferpool.settings import ServerSettings
 from inferpool.transport.http2 import Http2Connection
 from inferpool.transport.http2_streams import Stream
 from inferpool.transport.http2_wire import Limits, literal
+
+# The header (metadata) that asks for a priority level (``protocol/priority.py``).
+PRIORITY = PRIORITY_HEADER.encode()
 
 if TYPE_CHECKING:
     from inferpool.frontends.api_keys import ApiKeys
@@ -259,7 +263,9 @@ class GrpcH2Server:
             self._start_call(stream, self._watch(connection, stream, message, expires))
         else:
             given = headers.get(REQUEST_ID)
-            self._start_call(stream, self._call(connection, stream, entry, message, expires, given))
+            priority = headers.get(PRIORITY)
+            call = self._call(connection, stream, entry, message, expires, given, priority)
+            self._start_call(stream, call)
 
     async def _call(
         self,
@@ -269,13 +275,15 @@ class GrpcH2Server:
         message: bytes,
         expires: float | None,
         given: bytes | None = None,
+        priority: bytes | None = None,
     ) -> None:
-        """One call; ``given``: its ``x-request-id`` header, if any."""
+        """One call; ``given``: its ``x-request-id`` header, if any; ``priority``: its
+        ``inferpool-priority`` header, if any."""
         name, handler, request_type = entry
         observer = self.observer
         started = time.perf_counter()
         start_ns = time.time_ns() if observer.tracer is not None else 0
-        code, text, pushback, request = "OK", "", False, message
+        code, text, pushback, request = "OK", "", 0, message
         reply = None
         request_id = b""  # ModelInfer's, once it ends
         expiry = None if expires is None else Expiry(expires)
@@ -285,7 +293,8 @@ class GrpcH2Server:
                 if keys is not None:
                     check_key(keys, name, message, stream.headers)
                 text_id = None if given is None else given.decode("latin-1")
-                reply = await self.service.infer(message, expires, stream.headers, text_id)
+                infer = self.service.infer
+                reply = await infer(message, expires, stream.headers, text_id, priority)
                 body = ok_body(reply)
             else:
                 request = parsed(name, request_type, message)
@@ -351,7 +360,7 @@ class GrpcH2Server:
         change (``HealthService``), until the client cancels, the deadline passes
         (DEADLINE_EXCEEDED) or the server stops (OK)."""
         started = time.perf_counter()
-        code, text, pushback = "OK", "", False
+        code, text, pushback = "OK", "", 0
         opened = False
 
         def send(data: bytes) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from inferpool.frontends.grpc.compression import BadMessage, inflate
-from inferpool.frontends.grpc.service import RETRY_AFTER_MS, call_status
+from inferpool.frontends.grpc.service import call_status
 from inferpool.frontends.request_context import HEADER
 from inferpool.transport.http2 import Http2Connection
 from inferpool.transport.http2_streams import REFUSED, Stream
@@ -58,14 +58,14 @@ class CallError(Exception):
         self.message = message
 
 
-def status_trailers(code: str, message: str = "", pushback: bool = False) -> bytes:
+def status_trailers(code: str, message: str = "", pushback: int = 0) -> bytes:
     """Trailers carrying a status; the message percent-encoded as gRPC requires."""
     block = literal(b"grpc-status", str(STATUS[code]).encode())
     if message:
         encoded = quote(message, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode()
         block += literal(b"grpc-message", encoded)
-    if pushback:
-        block += literal(b"grpc-retry-pushback-ms", RETRY_AFTER_MS.encode())
+    if pushback:  # milliseconds (``call_status``)
+        block += literal(b"grpc-retry-pushback-ms", str(pushback).encode())
     return block
 
 
@@ -196,25 +196,25 @@ def parsed(name: str, request_type: Any, message: bytes) -> Any:
 
 def call_end(
     exc: BaseException, stream: Stream, method: str, expiry: Expiry | None = None
-) -> tuple[str, str, bool]:
+) -> tuple[str, str, int]:
     """The status a call ends with when ``exc`` ended it: (code name, message, pushback).
     A cancellation is the client's (CANCELLED: the caller re-raises it), the deadline's
     (``expiry``) or the shutdown's, whose grace period ended before the call did."""
     if isinstance(exc, asyncio.CancelledError):
         if stream.closed:  # the client cancelled the call or went away
-            return "CANCELLED", "", False
+            return "CANCELLED", "", 0
         if expiry is not None and expiry.passed():
-            return "DEADLINE_EXCEEDED", "Deadline Exceeded", False
-        return "UNAVAILABLE", "the server is shutting down; retry the call", False
+            return "DEADLINE_EXCEEDED", "Deadline Exceeded", 0
+        return "UNAVAILABLE", "the server is shutting down; retry the call", 0
     if isinstance(exc, CallError):
-        return exc.code, exc.message, False
+        return exc.code, exc.message, 0
     assert isinstance(exc, Exception)
     return call_status(exc, method)
 
 
-def stream_status(exc: BaseException, stream: Stream, method: str) -> tuple[str, str, bool]:
+def stream_status(exc: BaseException, stream: Stream, method: str) -> tuple[str, str, int]:
     """The status a streaming call (Watch, ModelStreamInfer) ends with when ``exc`` ended
     it (``call_end``); its deadline is an ``asyncio.timeout``: DEADLINE_EXCEEDED."""
     if isinstance(exc, TimeoutError):
-        return "DEADLINE_EXCEEDED", "Deadline Exceeded", False
+        return "DEADLINE_EXCEEDED", "Deadline Exceeded", 0
     return call_end(exc, stream, method)

@@ -138,7 +138,7 @@ async def serve_stream(
     module's text); ``gzip``: the server's response compression (None: off), for a client
     that accepts gzip."""
     started = time.perf_counter()
-    code, text, pushback = "OK", "", False
+    code, text, pushback = "OK", "", 0
     opened = False
     if gzip is not None and not accepts_gzip(stream.headers):
         gzip = None

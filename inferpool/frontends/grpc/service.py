@@ -26,10 +26,11 @@ from inferpool.errors import (
     BadRequest,
     InferpoolError,
     Overloaded,
+    RateLimited,
     from_status,
     grpc_code_for,
 )
-from inferpool.frontends.api_keys import ADMIN_METHODS, OPEN_METHODS, ApiKeys
+from inferpool.frontends.api_keys import ADMIN_METHODS, KEY_RATE_LIMIT, OPEN_METHODS, ApiKeys
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.grpc.settings_rpc import SettingsRpc
 from inferpool.frontends.grpc.stream_input import stream_messages
@@ -42,6 +43,7 @@ from inferpool.frontends.request_context import checked, echoed_grpc_id, from_me
 from inferpool.protocol.endpoints import Announced
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.grpc_wire import set_parameters
+from inferpool.protocol.priority import HEADER, LEVEL, header_level
 from inferpool.protocol.protowire import scan_fields
 from inferpool.protocol.request_headers import grpc_metadata, unwrap, wrap
 from inferpool.request_ids import current_request_id
@@ -49,8 +51,6 @@ from inferpool.request_ids import current_request_id
 logger = logging.getLogger(__name__)
 
 SERVICE = "inference.GRPCInferenceService"
-# How long an overloaded server asks clients to wait, as REST's Retry-After: 1.
-RETRY_AFTER_MS = "1000"
 
 # A typed RPC: (request message, context) → response message.
 Handler = Callable[[Any, Any], Awaitable[Any]]
@@ -117,11 +117,18 @@ class InferenceService:
         """ModelInfer under grpc.aio: the deadline and the metadata from the context."""
         remaining = context.time_remaining()
         deadline = time.monotonic() + remaining if remaining is not None else None
-        given = from_metadata(context.invocation_metadata())
-        return await self.infer(body, deadline, context, given)
+        metadata = context.invocation_metadata()
+        given = from_metadata(metadata)
+        priority = next((value for name, value in metadata or () if name == HEADER), None)
+        return await self.infer(body, deadline, context, given, priority)
 
     async def infer(
-        self, body: bytes, deadline: float | None, metadata: Any = None, given: str | None = None
+        self,
+        body: bytes,
+        deadline: float | None,
+        metadata: Any = None,
+        given: str | None = None,
+        priority: bytes | str | None = None,
     ) -> Reply:
         """ModelInfer on raw bytes: the engine's reply, whatever its status (``ok_body``
         turns it into the response bytes or the call's error).
@@ -129,7 +136,9 @@ class InferenceService:
         ``deadline`` is a ``time.monotonic()`` instant, or None. ``metadata`` is the call's:
         grpc.aio's context or the HTTP/2 layer's header list; read only for a custom
         runtime, which gets it as ``parameters.headers``. ``given`` is its ``x-request-id``,
-        if any. The resolved request id is in ``current_request_id`` once known
+        if any; ``priority`` its ``inferpool-priority`` metadata value, if any (the
+        dispatcher reads its level: ``protocol/priority.py``). The resolved request id is
+        in ``current_request_id`` once known
         (``request_context``): at arrival from ``given`` or the request's ``id``, else from
         the reply's ``id``, else generated (``infer_request_id``).
         """
@@ -139,11 +148,19 @@ class InferenceService:
             request_id = checked(given)
         if request_id is not None:
             settle_id(request_id)
+        level = 0 if priority is None else header_level(priority)
         kind = Kind.GRPC
         if self.plane.client.table.find(name, version).custom:
             body = wrap(grpc_metadata(_call_metadata(metadata)), body)
             kind = Kind.GRPC_HEADERS
-        reply = await self.plane.infer(name, version, kind, body, None, deadline)
+        if level:  # for the dispatcher, in this call only
+            token = LEVEL.set(level)
+            try:
+                reply = await self.plane.infer(name, version, kind, body, None, deadline)
+            finally:
+                LEVEL.reset(token)
+        else:
+            reply = await self.plane.infer(name, version, kind, body, None, deadline)
         response_metadata.set(())
         if kind == Kind.GRPC_HEADERS and reply.status == 200:
             headers, reply.body = unwrap(reply.body)
@@ -350,7 +367,11 @@ def check_key(keys: ApiKeys, method: str, request: Any, metadata: Iterable[Any])
     if admin and keys.admin_token:
         return
     name = route_of(request)[0]
-    keys.check(metadata, None if name == "-" else name, admin)
+    try:
+        keys.check(metadata, None if name == "-" else name, admin)
+    except RateLimited:
+        count_rejected("grpc", KEY_RATE_LIMIT)
+        raise
 
 
 # -- what both servers report ------------------------------------------------------------
@@ -374,15 +395,17 @@ def route_of(request: Any) -> tuple[str, str | None]:
     return "-", None
 
 
-def call_status(exc: Exception, method: str) -> tuple[str, str, bool]:
+def call_status(exc: Exception, method: str) -> tuple[str, str, int]:
     """The status a call that raised ``exc`` ends with: (code name, message, pushback).
 
-    ``pushback`` asks for gRPC's form of Retry-After (``grpc-retry-pushback-ms``), which
-    clients with a retry policy honour. Anything but an InferpoolError is logged: a bug.
+    ``pushback`` (milliseconds; 0: none) asks for gRPC's form of Retry-After
+    (``grpc-retry-pushback-ms``), which clients with a retry policy honour. Anything but
+    an InferpoolError is logged: a bug.
     """
     if isinstance(exc, InferpoolError):
         if isinstance(exc, Overloaded):
             count_rejected("grpc", OVERLOAD)
-        return grpc_code_for(exc.status), exc.message, exc.retry_after
+        pushback = exc.retry_seconds * 1000 if exc.retry_after else 0
+        return grpc_code_for(exc.status), exc.message, pushback
     logger.exception("gRPC %s failed", method)
-    return "INTERNAL", f"internal error: {type(exc).__name__}: {exc}", False
+    return "INTERNAL", f"internal error: {type(exc).__name__}: {exc}", 0

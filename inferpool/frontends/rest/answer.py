@@ -114,10 +114,15 @@ def refusal_lines(exc: InferpoolError) -> bytes:
     if exc.retry_after:
         if isinstance(exc, Overloaded):
             count_rejected("rest", OVERLOAD)
-        return RETRY_LINE
+        return retry_line(exc.retry_seconds)
     if isinstance(exc, BodyTooLarge):
         count_rejected("rest", "max_body_bytes")
     return b""
+
+
+def retry_line(seconds: int) -> bytes:
+    """The Retry-After header line asking a client to come back in ``seconds``."""
+    return RETRY_LINE if seconds == 1 else b"retry-after: %d\r\n" % seconds
 
 
 def answer_response(answer: tuple[int, bytes, bytes]) -> Response:

@@ -195,7 +195,7 @@ async def index_ready_flag(request: Request) -> bool:
     ``{"ready": true}`` lists READY models only). A GET, or a POST with an empty body as
     tritonclient sends it, asks for every model; other members are ignored, as Triton does.
     """
-    content_length, _, _, encoding, _ = scan_headers(request.scope["headers"])
+    content_length, _, _, encoding, _, _ = scan_headers(request.scope["headers"])
     body = await read_body(request.receive, content_length, INDEX_BODY_LIMIT, encoding)
     if not body.strip():
         return False

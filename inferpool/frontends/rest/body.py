@@ -16,9 +16,14 @@ from starlette.types import Receive
 
 from inferpool.errors import BadRequest, ClientGone, InferpoolError, TooLarge
 from inferpool.frontends.rest.ids import take_header_id
+from inferpool.protocol.priority import HEADER, header_level
 
 logger = logging.getLogger("inferpool.http")
 
+# The scope key of the level a request's inferpool-priority header asks for (its absence:
+# none), and the header's name.
+PRIORITY = "inferpool.priority"
+_PRIORITY = HEADER.encode()
 # Request-Timeout values beyond this many seconds (about 3 years) mean no deadline; the
 # worker's slot header holds a deadline in int64 nanoseconds.
 MAX_TIMEOUT = 1e8
@@ -46,12 +51,12 @@ def too_large_message(size: int | str, limit: int) -> str:
 
 
 def scan_headers(headers: list[tuple[bytes, bytes]]) -> tuple[bytes | None, ...]:
-    """Content-Length, Inference-Header-Content-Length, Request-Timeout, Content-Encoding
-    and X-Request-Id, in one pass.
+    """Content-Length, Inference-Header-Content-Length, Request-Timeout, Content-Encoding,
+    X-Request-Id and inferpool-priority, in one pass.
 
     Both servers hand header names over lower-cased.
     """
-    content_length = binary = timeout = encoding = request_id = None
+    content_length = binary = timeout = encoding = request_id = priority = None
     for name, value in headers:
         if name == b"content-length":
             content_length = value
@@ -63,7 +68,9 @@ def scan_headers(headers: list[tuple[bytes, bytes]]) -> tuple[bytes | None, ...]
             encoding = value
         elif name == b"x-request-id":
             request_id = value
-    return content_length, binary, timeout, encoding, request_id
+        elif name == _PRIORITY:
+            priority = value
+    return content_length, binary, timeout, encoding, request_id, priority
 
 
 async def read_body(
@@ -227,10 +234,15 @@ async def read_request(
 ) -> tuple[bytes, bytes | None, float | None]:
     """A request's body (``read_body``: at most ``limit`` bytes), its
     Inference-Header-Content-Length and its timeout in seconds (None: no deadline), its
-    request id taken from its header first: what the infer and custom endpoint routes
+    request id taken from its header first, its ``inferpool-priority`` level into the
+    scope (``PRIORITY``; 400 for a bad one): what the infer and custom endpoint routes
     read before they call the engine."""
-    content_length, binary, timeout_header, encoding, given = scan_headers(scope["headers"])
+    content_length, binary, timeout_header, encoding, given, priority = scan_headers(
+        scope["headers"]
+    )
     take_header_id(scope, given)
     timeout = request_timeout(timeout_header, default_timeout)
+    if priority is not None:  # the infer route hands it to the dispatcher (``LEVEL``)
+        scope[PRIORITY] = header_level(priority)
     body = await read_body(receive, content_length, limit, encoding)
     return body, binary, timeout

@@ -24,10 +24,11 @@ from inferpool.errors import InferpoolError
 from inferpool.frontends.access_log import REQUEST_ID
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.rest.answer import answered, failed, header_lines, write
-from inferpool.frontends.rest.body import json_length, read_request
+from inferpool.frontends.rest.body import PRIORITY, json_length, read_request
 from inferpool.frontends.rest.cloudevents import CloudEvents, served_namespace
 from inferpool.frontends.rest.gzip import answer_gzip
 from inferpool.frontends.rest.reply import await_reply
+from inferpool.protocol.priority import LEVEL
 from inferpool.protocol.request_headers import http_headers, unwrap, wrap
 
 logger = logging.getLogger("inferpool.http")
@@ -125,7 +126,15 @@ class InferRoutes:
             kind = Kind.REST_HEADERS
         deadline = None if timeout is None else time.monotonic() + timeout
         call = self.infer(name, version, kind, body, header_length, deadline)
-        reply = await await_reply(scope, receive, call, timeout)
+        level = scope.get(PRIORITY)
+        if level is None:
+            reply = await await_reply(scope, receive, call, timeout)
+        else:  # set in this task only (a connection's next request may run in it)
+            token = LEVEL.set(level)
+            try:
+                reply = await await_reply(scope, receive, call, timeout)
+            finally:
+                LEVEL.reset(token)
         extra = b""
         if kind == Kind.REST_HEADERS and reply.status == 200:
             # The headers the runtime's response set (parameters.headers), as MLServer

@@ -3,9 +3,10 @@
 ``KeyGuard`` wraps the REST app (inside CORS and the access log, so that a preflight is
 answered without a key and a refusal is logged): it reads the path (``api_keys.rest_scope``)
 and the ``Authorization``/``X-API-Key`` header, and answers 401 (no key, a wrong one) with
-``WWW-Authenticate`` or 403 (a key limited to other models) with ``{"error": ...}``
-before the request reaches a route. The key's label goes into the scope for the access log
-(``access_log.API_KEY``); the key itself goes nowhere.
+``WWW-Authenticate``, 403 (a key limited to other models) or 429 (a key over its rate,
+with ``Retry-After``) with ``{"error": ...}`` before the request reaches a route. The
+key's label goes into the scope for the access log (``access_log.API_KEY``); the key
+itself goes nowhere.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import orjson
 
 from inferpool.errors import InferpoolError, Unauthorized
 from inferpool.frontends.access_log import API_KEY
-from inferpool.frontends.api_keys import NO_KEY, REALM, ApiKeys, rest_scope
+from inferpool.frontends.api_keys import KEY_RATE_LIMIT, NO_KEY, REALM, ApiKeys, rest_scope
+from inferpool.frontends.metrics_server import count_rejected
 
 
 class KeyGuard:
@@ -48,6 +50,9 @@ async def _refuse(send: Any, exc: InferpoolError, http_version: str) -> None:
         # The request's body is left unread: over HTTP/1.1 the connection then cannot carry
         # another request (Hypercorn drops it), so the client is told not to reuse it.
         headers.append((b"connection", b"close"))
+    if exc.retry_after:  # over the key's rate limit (api_keys.py)
+        count_rejected("rest", KEY_RATE_LIMIT)
+        headers.append((b"retry-after", str(exc.retry_seconds).encode()))
     if isinstance(exc, Unauthorized):
         # RFC 6750: a request that sent no key gets the scheme, a wrong key its error.
         challenge = REALM if exc.message == NO_KEY else REALM + ', error="invalid_token"'

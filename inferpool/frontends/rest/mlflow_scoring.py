@@ -109,7 +109,7 @@ def scoring_routes(plane: DataPlane) -> list[Route]:
         scope = request.scope
         try:
             name = the_model().name
-            content_length, _, timeout_header, encoding, _ = scan_headers(scope["headers"])
+            content_length, _, timeout_header, encoding, _, _ = scan_headers(scope["headers"])
             timeout = request_timeout(timeout_header, settings.request_timeout)
             body = await read_body(
                 request.receive, content_length, settings.max_body_bytes, encoding

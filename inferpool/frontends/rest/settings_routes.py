@@ -30,7 +30,7 @@ async def _changes(request: Request) -> dict[str, Any] | None:
     """A POST's settings to change (an empty body: none); None for a GET."""
     if request.method != "POST":
         return None
-    content_length, _, _, encoding, _ = scan_headers(request.scope["headers"])
+    content_length, _, _, encoding, _, _ = scan_headers(request.scope["headers"])
     body = await read_body(request.receive, content_length, BODY_LIMIT, encoding)
     if not body.strip():
         return {}

@@ -54,7 +54,7 @@ def stream_routes(
 
     async def read(request: Request) -> tuple[bytes, float | None]:
         scope = request.scope
-        content_length, binary, timeout_header, encoding, given = scan_headers(scope["headers"])
+        content_length, binary, timeout_header, encoding, given, _ = scan_headers(scope["headers"])
         take_header_id(scope, given)
         if binary is not None:
             raise BadRequest("binary tensors (Inference-Header-Content-Length) cannot stream")

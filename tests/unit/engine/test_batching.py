@@ -9,7 +9,7 @@ import orjson
 
 from inferpool import Runtime
 from inferpool.engine.ipc.messages import Kind, RequestHeader
-from inferpool.engine.worker.batching import Batcher
+from inferpool.engine.worker.batching import DEFAULT_RANK, Batcher
 from inferpool.engine.worker.model import LoadedModel
 from inferpool.engine.worker.path import Job, run_group
 from tests.support.runtimes import loaded_sums_model
@@ -64,16 +64,51 @@ def test_group_due_when_full_or_when_the_oldest_waited_long_enough() -> None:
     assert batcher.timeout(now) is None
 
 
-def test_without_batching_everything_is_due_at_once() -> None:
+def test_without_batching_one_job_is_due_at_a_time_in_order() -> None:
+    # One per call: the worker reads its ring before the next, so a request of a higher
+    # priority that arrived meanwhile runs before the rest (``Batcher.add``).
     model = make_model(max_batch_size=0)
     batcher = Batcher()
     for i in range(3):
         batcher.add(model, job(i, [[i, i]]))
-    [(_, jobs)] = batcher.due(time.monotonic_ns())
-    assert len(jobs) == 3
-    replies = run_group(model, jobs)
+    replies = []
+    for _ in range(3):
+        [(_, jobs)] = batcher.due(time.monotonic_ns())
+        assert len(jobs) == 1
+        replies += run_group(model, jobs)
+    assert not batcher.due(time.monotonic_ns()) and len(batcher) == 0
     assert [outputs(r) for r in replies] == [[0.0], [2.0], [4.0]]
     assert model.runtime.calls == [1, 1, 1]
+
+
+def test_the_queue_is_kept_in_priority_order_first_come_first_served_within_a_level() -> None:
+    model = make_model(max_batch_size=0)
+    batcher = Batcher()
+    ranks = [DEFAULT_RANK, 5, DEFAULT_RANK, 1, 5, 1, DEFAULT_RANK]
+    for i, rank in enumerate(ranks):
+        queued = job(i, [[i, i]])
+        queued.rank = rank
+        batcher.add(model, queued)
+    order = []
+    while len(batcher):
+        [(_, jobs)] = batcher.due(time.monotonic_ns())
+        order += [queued.request_id for queued in jobs]
+    assert order == [3, 5, 1, 4, 0, 2, 6]
+    assert batcher.due(time.monotonic_ns(), flush=True) == []
+
+
+def test_a_model_that_joins_gets_one_execution_of_rows_per_call() -> None:
+    model = make_model(max_batch_size=2, max_batch_time=0)
+    batcher = Batcher()
+    for i in range(5):
+        queued = job(i, [[i, i]])
+        queued.rank = DEFAULT_RANK if i < 4 else 1  # the last one asks for priority
+        batcher.add(model, queued)
+    groups = []
+    while len(batcher):
+        [(_, jobs)] = batcher.due(time.monotonic_ns())
+        groups.append([queued.request_id for queued in jobs])
+    assert groups == [[4, 0], [1, 2], [3]]
 
 
 def test_batch_predicts_once_and_each_caller_gets_its_rows() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from inferpool.engine.admin import SettingsError
-from inferpool.errors import Forbidden, Unauthorized
+from inferpool.errors import Forbidden, RateLimited, Unauthorized
 from inferpool.frontends.api_keys import ApiKeys, presented, rest_scope
 from inferpool.frontends.file_poll import FilePoll, poll_forever
 from inferpool.frontends.rest.key_guard import KeyGuard
@@ -185,3 +185,38 @@ def test_the_rest_guard_answers_401_with_a_challenge(keys: ApiKeys) -> None:
     asyncio.run(guard({**scope, "headers": bearer("beta-key-0002")}, None, send))
     asyncio.run(guard({**scope, "path": "/v2/health/ready"}, None, send))
     assert reached == ["/v2/models/iris/infer", "/v2/health/ready"]
+
+
+def test_a_key_with_a_rate_is_limited_on_calls_naming_a_model(tmp_path: Path) -> None:
+    path = tmp_path / "keys"
+    path.write_text("fast-key-01 label=fast\nslow-key-02 iris label=slow rate=1 burst=2\n")
+    keys = ApiKeys(path)
+    slow = bearer("slow-key-02")
+    assert keys.check(slow, "iris") == keys.check(slow, "iris") == "slow"  # its burst
+    with pytest.raises(RateLimited, match="API key is over its rate limit") as refused:
+        keys.check(slow, "iris")
+    assert refused.value.status == 429 and refused.value.retry_seconds == 1
+    assert "slow-key" not in refused.value.message
+    assert keys.check(slow, None) == "slow"  # a server-wide read takes no token
+    for _ in range(20):  # the other key has no limit
+        assert keys.check(bearer("fast-key-01"), "iris") == "fast"
+    with pytest.raises(Forbidden):  # its scope still comes first
+        keys.check(slow, "other")
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ("k-1 rate=0", "rate= takes requests per second > 0"),
+        ("k-1 rate=fast", "rate= takes requests per second > 0"),
+        ("k-1 rate=nan", "rate= takes requests per second > 0"),
+        ("k-1 rate=5 burst=0", "burst= takes a whole number >= 1"),
+        ("k-1 rate=5 burst=2.5", "burst= takes a whole number >= 1"),
+        ("k-1 burst=3", "burst= needs rate="),
+    ],
+)
+def test_bad_rates_are_refused_naming_the_line(tmp_path: Path, line: str, error: str) -> None:
+    path = tmp_path / "keys"
+    path.write_text(f"ok-key-0\n{line}\n")
+    with pytest.raises(SettingsError, match=f"line 2 of the API key file .*{error}"):
+        ApiKeys(path)

@@ -66,11 +66,14 @@ def test_status_trailers_leave_printable_ascii_other_than_percent_alone():
 
 
 def test_status_trailers_pushback_and_empty_message():
-    assert hpack_decode(status_trailers("UNAVAILABLE", "overloaded", pushback=True)) == [
+    assert hpack_decode(status_trailers("UNAVAILABLE", "overloaded", pushback=1000)) == [
         (b"grpc-status", b"14"),
         (b"grpc-message", b"overloaded"),
         (b"grpc-retry-pushback-ms", b"1000"),
     ]
+    # A rate limit's pushback is the bucket's wait, in milliseconds.
+    limited = hpack_decode(status_trailers("RESOURCE_EXHAUSTED", "slow down", pushback=3000))
+    assert limited[-1] == (b"grpc-retry-pushback-ms", b"3000")
     assert hpack_decode(status_trailers("CANCELLED", "")) == [(b"grpc-status", b"1")]
 
 
@@ -230,7 +233,9 @@ class RecordingConnection:
 
 
 class NeverAnswers:
-    async def infer(self, message: bytes, deadline: float | None, metadata=None, given=None):
+    async def infer(
+        self, message: bytes, deadline: float | None, metadata=None, given=None, priority=None
+    ):
         await asyncio.Event().wait()
 
 

@@ -28,7 +28,7 @@ def chunk(body: bytes, more: bool) -> dict:
     return {"type": "http.request", "body": body, "more_body": more}
 
 
-def test_scan_headers_finds_the_five_in_one_pass():
+def test_scan_headers_finds_the_six_in_one_pass():
     headers = [
         (b"host", b"x"),
         (b"content-length", b"12"),
@@ -36,9 +36,10 @@ def test_scan_headers_finds_the_five_in_one_pass():
         (b"request-timeout", b"1.5"),
         (b"content-encoding", b"gzip"),
         (b"x-request-id", b"req-42"),
+        (b"inferpool-priority", b"3"),
     ]
-    assert scan_headers(headers) == (b"12", b"7", b"1.5", b"gzip", b"req-42")
-    assert scan_headers([]) == (None, None, None, None, None)
+    assert scan_headers(headers) == (b"12", b"7", b"1.5", b"gzip", b"req-42", b"3")
+    assert scan_headers([]) == (None, None, None, None, None, None)
     assert scan_headers([(b"x-request-idx", b"no")])[4] is None
 
 
