@@ -22,16 +22,17 @@ from google.protobuf import json_format
 
 from inferpool.engine.admin import authorization_of
 from inferpool.engine.ipc.messages import Kind, Reply
+from inferpool.engine.shared_memory import MARKER
 from inferpool.errors import (
     BadRequest,
     InferpoolError,
     Overloaded,
     from_status,
-    grpc_code_for,
 )
 from inferpool.frontends.api_keys import ADMIN_METHODS, OPEN_METHODS, ApiKeys
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.grpc.settings_rpc import SettingsRpc
+from inferpool.frontends.grpc.shm_rpc import SharedMemoryRpc
 from inferpool.frontends.grpc.stream_input import stream_messages
 from inferpool.frontends.grpc.stream_message import (
     speaks_mlserver,
@@ -111,6 +112,7 @@ class InferenceService:
     def __init__(self, plane: DataPlane, keys: ApiKeys | None = None) -> None:
         self.plane = plane
         self.settings = SettingsRpc(plane)
+        self.shared_memory = SharedMemoryRpc(plane.client)
         self.keys = keys  # the API keys calls must carry (api_keys.py), or None
 
     async def model_infer(self, body: bytes, context: Any) -> Reply:
@@ -139,13 +141,17 @@ class InferenceService:
             request_id = checked(given)
         if request_id is not None:
             settle_id(request_id)
-        kind = Kind.GRPC
-        if self.plane.client.table.find(name, version).custom:
+        kind: int = Kind.GRPC
+        client = self.plane.client
+        custom = client.table.find(name, version).custom
+        if custom:
             body = wrap(grpc_metadata(_call_metadata(metadata)), body)
             kind = Kind.GRPC_HEADERS
+        if client.shared_memory.regions and MARKER in body:  # tensors in shared memory
+            kind, body = client.shared_memory.tagged(kind, body)
         reply = await self.plane.infer(name, version, kind, body, None, deadline)
         response_metadata.set(())
-        if kind == Kind.GRPC_HEADERS and reply.status == 200:
+        if custom and reply.status == 200:
             headers, reply.body = unwrap(reply.body)
             response_metadata.set(trailing_metadata(headers))
         if request_id is None:
@@ -336,6 +342,8 @@ def typed_methods(service: InferenceService) -> dict[str, tuple[Handler, Any]]:
         # Triton's trace and logging extensions (settings_rpc.py).
         "TraceSetting": (service.settings.trace_setting, pb.TraceSettingRequest),
         "LogSettings": (service.settings.log_settings, pb.LogSettingsRequest),
+        # Triton's system shared-memory extension (shm_rpc.py).
+        **service.shared_memory.methods(),
     }
 
 
@@ -383,6 +391,6 @@ def call_status(exc: Exception, method: str) -> tuple[str, str, bool]:
     if isinstance(exc, InferpoolError):
         if isinstance(exc, Overloaded):
             count_rejected("grpc", OVERLOAD)
-        return grpc_code_for(exc.status), exc.message, exc.retry_after
+        return exc.grpc_code, exc.message, exc.retry_after
     logger.exception("gRPC %s failed", method)
     return "INTERNAL", f"internal error: {type(exc).__name__}: {exc}", False
