@@ -18,13 +18,13 @@ class SharedMemoryRpc:
     """The calls over the process's registry."""
 
     def __init__(self, client: EngineClient) -> None:
-        self.registry = client.shared_memory
+        self.client = client
 
     async def status(
         self, request: pb.SystemSharedMemoryStatusRequest, context: Any
     ) -> pb.SystemSharedMemoryStatusResponse:
         response = pb.SystemSharedMemoryStatusResponse()
-        for region in self.registry.status(request.name or None):
+        for region in self.client.shared_memory.status(request.name or None):
             response.regions[region["name"]].CopyFrom(
                 pb.SystemSharedMemoryStatusResponse.RegionStatus(**region)
             )
@@ -33,13 +33,15 @@ class SharedMemoryRpc:
     async def register(
         self, request: pb.SystemSharedMemoryRegisterRequest, context: Any
     ) -> pb.SystemSharedMemoryRegisterResponse:
-        self.registry.register(request.name, request.key, request.offset, request.byte_size)
+        self.client.shared_memory.register(
+            request.name, request.key, request.offset, request.byte_size
+        )
         return pb.SystemSharedMemoryRegisterResponse()
 
     async def unregister(
         self, request: pb.SystemSharedMemoryUnregisterRequest, context: Any
     ) -> pb.SystemSharedMemoryUnregisterResponse:
-        self.registry.unregister(request.name or None)
+        self.client.shared_memory.unregister(request.name or None)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def cuda(self, request: Any, context: Any) -> Any:
