@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,6 +27,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 from tests.support import Server, build_iris_repository
+from tests.support.code_blocks import blocks, on_ports
 from tests.support.grpc import IMPLEMENTATIONS, needs_pool
 from tests.support.runtimes import write_echo_model
 
@@ -322,3 +325,18 @@ def test_a_truncated_region_is_refused_and_the_worker_survives(server, clients, 
         iris_infer(client, module, "in", "out")
     assert set(mapped_by_workers(server, in_key)) == workers
     assert_serving(clients)
+
+
+def test_the_documented_example_runs(server, tmp_path):
+    """docs/shared-memory.md's example, on this server's ports, prints what it says."""
+    if server.implementation != "builtin":
+        pytest.skip("the page's example runs once")
+    page = Path(__file__).resolve().parents[2] / "docs" / "shared-memory.md"
+    (block,) = [b for b in blocks(page.read_text(), "shared-memory.md") if b.language == "python"]
+    unique = f"/doc-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    code = on_ports(block.code, server).replace('"/my-', f'"{unique}-')
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[0", "2]"]
