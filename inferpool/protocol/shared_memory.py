@@ -5,8 +5,8 @@ placeholder an input gets until a worker fills it from the region.
 
 Only a request the frontend wrapped with its table of regions (``Kind.REST_SHM`` /
 ``Kind.GRPC_SHM``, engine/worker/shm_wire.py) may carry such an input: that decoder sets
-``resolving``; a plain decoder meeting one refuses it, so an input never reaches a model
-with its placeholder instead of its data.
+``resolving``; a plain decoder meeting one refuses it (no region is registered), so an
+input never reaches a model with its placeholder instead of its data.
 """
 
 from __future__ import annotations
@@ -51,12 +51,14 @@ def placeholder(
 ) -> Tensor:
     """The input ``name`` whose data is in a region: no data yet (its parameters are
     checked now, so that a bad one is a 400 before anything is mapped)."""
+    where = tensor_region(parameters, name, "input")
     if not _RESOLVING.get():
+        # The frontend sends the table of regions along only while some are registered
+        # (and only with a body that names one plainly, not through JSON escapes).
         raise BadRequest(
-            f"input '{name}' names a shared memory region, but the request was not "
-            f"resolved against the registered regions (write '{REGION}' as a plain key)"
+            f"input '{name}' names shared memory region '{where.region}', which is not "
+            "registered"
         )
-    tensor_region(parameters, name, "input")
     return Tensor(name, datatype, shape, np.empty(0), parameters)
 
 

@@ -264,7 +264,10 @@ def test_bounds_and_sizes_are_checked_before_any_access(clients, regions):
 
 def test_registrations_that_cannot_hold_are_refused(clients, regions):
     key, _ = regions.create(64)
-    for client, _module in clients:
+    for client, module in clients:
+        # None registered yet: the request goes without a table, and is refused as well.
+        message = refused(iris_infer, client, module, "ghost", "ghost")
+        assert "names shared memory region 'ghost', which is not registered" in message
         message = refused(client.register_system_shared_memory, name(), "/no-such-object-here", 8)
         assert "shared memory object '/no-such-object-here' does not exist" in message
         message = refused(client.register_system_shared_memory, name(), key, 2**62)
