@@ -89,6 +89,15 @@ def regions(clients) -> Iterator[Regions]:
     made.close()
 
 
+def iris_regions(clients, regions: Regions) -> tuple[tuple[str, object], tuple[str, object]]:
+    """Regions "in" (holding IRIS) and "out", 64 bytes each, registered: (key, handle) each."""
+    created = regions.create(64), regions.create(64)
+    shm.set_shared_memory_region(created[0][1], [IRIS])
+    for region, (key, _) in zip(("in", "out"), created, strict=True):
+        clients[0][0].register_system_shared_memory(region, key, 64)
+    return created
+
+
 def name() -> str:
     return f"r-{uuid.uuid4().hex[:8]}"
 
@@ -189,12 +198,8 @@ def test_cuda_shared_memory_is_refused_naming_system_memory(clients):
 
 # -- inference through regions -----------------------------------------------------------
 def test_inputs_and_outputs_in_regions(server, clients, regions):
-    in_key, in_handle = regions.create(64)
-    out_key, out_handle = regions.create(64)
-    shm.set_shared_memory_region(in_handle, [IRIS])
+    (in_key, _), (_, out_handle) = iris_regions(clients, regions)
     client0 = clients[0][0]
-    client0.register_system_shared_memory("in", in_key, 64)
-    client0.register_system_shared_memory("out", out_key, 64)
     for client, module in clients:
         expected = plain_proba(client, module)
         shm.set_shared_memory_region(out_handle, [np.zeros(8)])
@@ -278,12 +283,7 @@ def test_registrations_that_cannot_hold_are_refused(clients, regions):
 
 
 def test_an_unlinked_region_stays_valid_while_registered(clients, regions):
-    in_key, in_handle = regions.create(64)
-    out_key, _ = regions.create(64)
-    shm.set_shared_memory_region(in_handle, [IRIS])
-    client0 = clients[0][0]
-    client0.register_system_shared_memory("in", in_key, 64)
-    client0.register_system_shared_memory("out", out_key, 64)
+    (in_key, _), _ = iris_regions(clients, regions)
     for client, module in clients:
         iris_infer(client, module, "in", "out")  # mapped now
     os.unlink(f"/dev/shm{in_key}")
@@ -295,12 +295,8 @@ def test_an_unlinked_region_stays_valid_while_registered(clients, regions):
 
 
 def test_a_truncated_region_is_refused_and_the_worker_survives(server, clients, regions):
-    in_key, in_handle = regions.create(64)
-    out_key, _ = regions.create(64)
-    shm.set_shared_memory_region(in_handle, [IRIS])
+    (in_key, in_handle), (out_key, _) = iris_regions(clients, regions)
     client0 = clients[0][0]
-    client0.register_system_shared_memory("in", in_key, 64)
-    client0.register_system_shared_memory("out", out_key, 64)
     for client, module in clients:
         iris_infer(client, module, "in", "out")  # mapped now: a later read would SIGBUS
     workers = set(mapped_by_workers(server, in_key))
