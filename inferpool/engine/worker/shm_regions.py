@@ -31,6 +31,9 @@ class _Mapping:
 
 
 _MAPPINGS: dict[int, _Mapping] = {}  # by registration serial
+# Serials unregistered: a request queued before its region was unregistered must not map
+# it again (that mapping would never be dropped).
+_DROPPED: set[int] = set()
 
 
 def read(name: str, region: Region, offset: int, size: int) -> bytes:
@@ -52,6 +55,7 @@ def write(name: str, region: Region, offset: int, data: bytes | memoryview) -> N
 def drop(serials: list[int]) -> None:
     """Unmap these registrations (unregistered): their memory goes once the client's
     last reference does."""
+    _DROPPED.update(serials)
     for serial in serials:
         mapping = _MAPPINGS.pop(serial, None)
         if mapping is not None:
@@ -67,6 +71,8 @@ def mapped() -> list[int]:
 def _mapping(name: str, region: Region) -> _Mapping:
     mapping = _MAPPINGS.get(region.serial)
     if mapping is None:
+        if region.serial in _DROPPED:
+            raise BadRequest(f"shared memory region '{name}' was unregistered")
         mapping = _MAPPINGS[region.serial] = _map(name, region)
     return mapping
 

@@ -46,6 +46,9 @@ def test_a_region_is_mapped_once_read_written_and_dropped(key):
     assert shm_regions.mapped().count(1001) == 1
     shm_regions.drop([1001])
     assert 1001 not in shm_regions.mapped()
+    # A request that was queued before the unregistration does not map it again.
+    with pytest.raises(BadRequest, match="shared memory region 'r' was unregistered"):
+        shm_regions.read("r", region, 0, 4)
 
 
 def test_a_truncated_object_is_refused_before_any_access(key):

@@ -22,7 +22,6 @@ from inferpool.protocol import request_headers, rest_wire
 from inferpool.protocol.types import InferenceResponse, Tensor
 from inferpool.protocol.wire_format import WireFormat
 
-
 SHM_KINDS = {Kind.REST_SHM, Kind.GRPC_SHM}
 
 
