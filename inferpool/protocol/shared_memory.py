@@ -56,8 +56,7 @@ def placeholder(
         # The frontend sends the table of regions along only while some are registered
         # (and only with a body that names one plainly, not through JSON escapes).
         raise BadRequest(
-            f"input '{name}' names shared memory region '{where.region}', which is not "
-            "registered"
+            f"input '{name}' names shared memory region '{where.region}', which is not registered"
         )
     return Tensor(name, datatype, shape, np.empty(0), parameters)
 

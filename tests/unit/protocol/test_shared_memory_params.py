@@ -38,13 +38,16 @@ def test_grpc_raw_contents_must_match_the_inputs_outside_regions():
         grpc_wire.decode(_request(3))
 
 
+UNREGISTERED = "input 'a' names shared memory region 'r', which is not registered"
+
+
 def test_an_input_in_a_region_is_refused_unless_resolved():
-    with pytest.raises(BadRequest, match="input 'a' names shared memory region 'r', which is not registered"):
+    with pytest.raises(BadRequest, match=UNREGISTERED):
         grpc_wire.decode(_request(1))
     parameters = {"shared_memory_region": "r", "shared_memory_byte_size": 8}
     tensor = {"name": "a", "datatype": "FP32", "shape": [2], "parameters": parameters}
     body = orjson.dumps({"inputs": [tensor]})
-    with pytest.raises(BadRequest, match="input 'a' names shared memory region 'r', which is not registered"):
+    with pytest.raises(BadRequest, match=UNREGISTERED):
         rest_json.decode_request(body)
     with resolving():
         assert rest_json.decode_request(body).inputs[0].data.size == 0
