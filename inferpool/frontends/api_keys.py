@@ -46,6 +46,13 @@ OPEN_METHODS = frozenset({"ServerLive", "ServerReady", "ModelReady", "Check", "W
 ADMIN_METHODS = frozenset(
     {"RepositoryModelLoad", "RepositoryModelUnload", "TraceSetting", "LogSettings"}
 )
+# Calls whose ``name`` is a shared-memory region's, not a model's: server-wide calls.
+REGION_METHODS = frozenset(
+    {
+        "SystemSharedMemoryStatus", "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister",
+        "CudaSharedMemoryStatus", "CudaSharedMemoryRegister", "CudaSharedMemoryUnregister",
+    }
+)  # fmt: skip
 _BEARER = b"bearer "
 _AUTHORIZATION = frozenset((b"authorization", "authorization"))
 _API_KEY = frozenset((b"x-api-key", "x-api-key"))

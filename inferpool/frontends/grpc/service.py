@@ -29,7 +29,7 @@ from inferpool.errors import (
     Overloaded,
     from_status,
 )
-from inferpool.frontends.api_keys import ADMIN_METHODS, OPEN_METHODS, ApiKeys
+from inferpool.frontends.api_keys import ADMIN_METHODS, OPEN_METHODS, REGION_METHODS, ApiKeys
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.grpc.settings_rpc import SettingsRpc
 from inferpool.frontends.grpc.shm_rpc import SharedMemoryRpc
@@ -357,7 +357,7 @@ def check_key(keys: ApiKeys, method: str, request: Any, metadata: Iterable[Any])
     admin = method in ADMIN_METHODS
     if admin and keys.admin_token:
         return
-    name = route_of(request)[0]
+    name = "-" if method in REGION_METHODS else route_of(request)[0]
     keys.check(metadata, None if name == "-" else name, admin)
 
 
