@@ -16,6 +16,7 @@ from benchmarks.payloads import (
     predictions_match,
 )
 from benchmarks.servers import RunningServer
+from benchmarks.shm_payload import register
 
 
 class CheckFailed(Exception):
@@ -64,5 +65,8 @@ def compare(got: object, payload: Payload) -> None:
 def check(server: RunningServer, payload: Payload) -> int:
     """Check one payload against a server; return its response size on the wire."""
     if payload.transport == "grpc":
-        return check_grpc(f"{server.target.host}:{server.target.grpc_port}", payload)
+        address = f"{server.target.host}:{server.target.grpc_port}"
+        if payload.region is not None:  # grpc-shm: the region its message names
+            register(address, payload.region)
+        return check_grpc(address, payload)
     return check_rest(server.http_base, payload)

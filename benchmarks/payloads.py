@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from benchmarks import shm_payload
+from benchmarks.shm_payload import SharedRegion
+
 # rest-json17: the JSON Python clients write (tritonclient's HTTP client with binary_data
 # off, MLServer's codecs): each float32 through a Python float, 17 significant digits.
 PROTOCOLS = ("rest-json", "rest-json17", "rest-binary", "grpc-typed", "grpc-raw")
@@ -48,6 +51,8 @@ class Payload:
     headers: dict[str, str]
     body: bytes
     expected: np.ndarray = field(compare=False)
+    # grpc-shm: the region the body names, registered with each server before its check.
+    region: SharedRegion | None = field(default=None, compare=False)
 
     @property
     def transport(self) -> str:
@@ -120,6 +125,11 @@ def build_payload(
     elif protocol in ("grpc-typed", "grpc-raw"):
         body = grpc_frame(grpc_request(model, data, raw=protocol == "grpc-raw"))
         headers = {"content-type": "application/grpc", "te": "trailers"}
+    elif protocol == shm_payload.PROTOCOL:
+        message, region = shm_payload.grpc_shm_request(model, data, INPUT_NAME)
+        body, headers = grpc_frame(message), {"content-type": "application/grpc", "te": "trailers"}
+        path = GRPC_INFER_PATH
+        return Payload(model, batch, protocol, path, headers, body, expected, region)
     else:
         raise ValueError(f"unknown protocol {protocol!r}; expected one of {PROTOCOLS}")
     path = GRPC_INFER_PATH if protocol.startswith("grpc") else f"/v2/models/{model}/infer"

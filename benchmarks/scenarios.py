@@ -65,6 +65,15 @@ QUICK_SCENARIOS = (
     Scenario("lightgbm", 256, "grpc-raw", 8),
 )
 
+# A local client's large input through Triton's system shared memory, against the same
+# input in raw_input_contents, interleaved on one server (``benchmarks/shm_payload.py``).
+SHM_SCENARIOS = (
+    Scenario("lightgbm", 256, "grpc-raw", 8),
+    Scenario("lightgbm", 256, "grpc-shm", 8),
+    Scenario("lightgbm", 4096, "grpc-raw", 8),
+    Scenario("lightgbm", 4096, "grpc-shm", 8),
+)
+
 PROFILES: dict[str, Profile] = {
     "quick": Profile(
         name="quick",
@@ -79,6 +88,15 @@ PROFILES: dict[str, Profile] = {
         # Installing MLServer takes minutes: without it, inferpool's in-process predict
         # (--workers 0) is the baseline of its worker processes (--workers 2).
         peerless=("inferpool-w0", "inferpool-w2"),
+    ),
+    "shm": Profile(
+        name="shm",
+        scenarios=SHM_SCENARIOS,
+        servers=("inferpool-w2",),
+        baseline="inferpool-w2",
+        duration=3.0,
+        warmup=0.5,
+        repetitions=3,
     ),
     "full": Profile(
         name="full",

@@ -44,7 +44,7 @@ SERVER_NAME = re.compile(
 )
 # Protocols a server kind cannot speak: such scenarios are reported "n/a", not failed.
 # KServe 0.21 decodes Triton's binary tensors and gRPC raw contents: it speaks all four.
-UNSUPPORTED = {"mlserver": {"rest-binary"}}
+UNSUPPORTED = {"mlserver": {"rest-binary", "grpc-shm"}}
 PEER = Path(__file__).resolve().with_name("kserve_peer.py")
 # The module run as `python -m MODULE serve ...` for inferpool-wN (`--inferpool-module`).
 INFERPOOL_MODULE = "inferpool"

@@ -79,6 +79,7 @@ FIELD_GROUPS: dict[str, str] = {
     "max_tensor_elements": "limits",
     "max_request_tensor_bytes": "limits",
     "max_json_depth": "limits",
+    "max_shared_memory_regions": "limits",
     "max_header_bytes": "limits",
     "max_header_count": "limits",
     "max_concurrent_streams": "limits",

@@ -270,6 +270,18 @@ REST_ROUTES = {
     "{model}/trace/setting": "the model's trace settings: GET reads, POST updates (admin token)",
     "/v2/logging": "the log settings: GET reads, POST updates in every process (Triton's "
     "logging extension; admin token)",
+    "/v2/systemsharedmemory/status": "the registered system shared-memory regions (Triton's "
+    "system shared-memory extension)",
+    "/v2/systemsharedmemory/region/{name}/status": "one registered shared-memory region",
+    "/v2/systemsharedmemory/region/{name}/register": "register a region of a POSIX "
+    "shared-memory object (key, offset, byte_size)",
+    "/v2/systemsharedmemory/region/{name}/unregister": "unregister a region",
+    "/v2/systemsharedmemory/unregister": "unregister every region",
+    "/v2/cudasharedmemory/status": "CUDA shared memory: not supported (400)",
+    "/v2/cudasharedmemory/region/{name}/status": "CUDA shared memory: not supported (400)",
+    "/v2/cudasharedmemory/region/{name}/register": "CUDA shared memory: not supported (400)",
+    "/v2/cudasharedmemory/region/{name}/unregister": "CUDA shared memory: not supported (400)",
+    "/v2/cudasharedmemory/unregister": "CUDA shared memory: not supported (400)",
     "{model}": "model metadata: inputs, outputs, versions",
     "{model}/ready": "model readiness",
     "{model}/infer": "inference (V2 JSON, or Triton's binary tensor extension)",
@@ -322,6 +334,12 @@ GRPC_METHODS = {
     "RepositoryModelUnload": "unload a model",
     "TraceSetting": "read or update the server's or a model's trace settings",
     "LogSettings": "read or update the log settings",
+    "SystemSharedMemoryStatus": "the registered system shared-memory regions (all, or one)",
+    "SystemSharedMemoryRegister": "register a region of a POSIX shared-memory object",
+    "SystemSharedMemoryUnregister": "unregister a region (or every region)",
+    "CudaSharedMemoryStatus": "CUDA shared memory: not supported (UNIMPLEMENTED)",
+    "CudaSharedMemoryRegister": "CUDA shared memory: not supported (UNIMPLEMENTED)",
+    "CudaSharedMemoryUnregister": "CUDA shared memory: not supported (UNIMPLEMENTED)",
     "ServerReflectionInfo": "gRPC server reflection: services and their .proto files "
     "(bidirectional stream; --no-grpc-reflection turns it off)",
     "Call": "a runtime's custom endpoint",

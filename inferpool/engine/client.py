@@ -29,6 +29,7 @@ from inferpool.engine.inference import Inference
 from inferpool.engine.ipc.messages import Reply
 from inferpool.engine.lifecycle import Lifecycle, StartupFailed
 from inferpool.engine.pipelines.manager import Pipelines
+from inferpool.engine.shared_memory import SharedMemoryRegistry
 from inferpool.engine.states import ModelKey, ModelStatus, ModelTable
 from inferpool.protocol import limits
 from inferpool.settings import ModelSettings, ServerSettings
@@ -43,6 +44,10 @@ class EngineClient(ABC):
         # in-process path and what the frontends parse themselves both read them.
         limits.configure(limits.DecodeLimits.from_settings(settings))
         self.table = ModelTable()
+        # Triton's system shared-memory regions, registered over REST or gRPC.
+        self.shared_memory = SharedMemoryRegistry(
+            self.drop_shared_memory, settings.max_shared_memory_regions
+        )
         self.accounting = Accounting(settings, self.table)
         # The accounting's tables, under the names /metrics and the endpoints read.
         self.stats = self.accounting.stats
@@ -57,6 +62,13 @@ class EngineClient(ABC):
         self.inference = Inference(
             settings, self.table, self.accounting, self.pipelines, self._infer, self._infer_stream
         )
+
+    def drop_shared_memory(self, serials: list[int]) -> None:
+        """Unmap unregistered shared-memory regions wherever requests are decoded: this
+        process here (``workers=0``); every worker too (``PoolClient``)."""
+        from inferpool.engine.worker import shm_regions
+
+        shm_regions.drop(serials)
 
     def set_log_levels(self, levels: dict[str, int]) -> None:
         """Loggers' new levels (the root's under ""), in every process that logs: this

@@ -52,6 +52,8 @@ _PROTOCOL_OF_KIND = {
     Kind.GENERATE: REST,
     Kind.GENERATE_STREAM: REST,
     Kind.GRPC_STREAM_IN: GRPC,
+    Kind.REST_SHM: REST,
+    Kind.GRPC_SHM: GRPC,
 }
 PROTOCOL_OF_KIND = tuple(_PROTOCOL_OF_KIND[kind] for kind in sorted(Kind))
 

@@ -50,6 +50,13 @@ ADMIN_METHODS = frozenset(
 )
 # The refusals' reason in /metrics (``inferpool_rejected_requests``) for a key over its rate.
 KEY_RATE_LIMIT = "api_key_rate_limit"
+# Calls whose ``name`` is a shared-memory region's, not a model's: server-wide calls.
+REGION_METHODS = frozenset(
+    {
+        "SystemSharedMemoryStatus", "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister",
+        "CudaSharedMemoryStatus", "CudaSharedMemoryRegister", "CudaSharedMemoryUnregister",
+    }
+)  # fmt: skip
 _BEARER = b"bearer "
 _AUTHORIZATION = frozenset((b"authorization", "authorization"))
 _API_KEY = frozenset((b"x-api-key", "x-api-key"))

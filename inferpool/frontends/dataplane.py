@@ -26,7 +26,7 @@ SERVER_NAME = "inferpool"
 # "explain": per-feature attributions (/explain, and CustomService/Call to "explain").
 EXTENSIONS = [
     "model_repository", "statistics", "binary_tensor_data", "custom_endpoints", "feedback",
-    "explain", "trace", "logging",
+    "explain", "trace", "logging", "system_shared_memory",
 ]  # fmt: skip
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from inferpool.errors import BadRequest
 from inferpool.protocol.datatypes import NUMPY_BY_DATATYPE, element_count
+from inferpool.protocol.shared_memory import REGION
 from inferpool.protocol.types import InferenceRequest, Tensor
 
 _LENGTH = struct.Struct("<I")
@@ -124,7 +125,8 @@ def binary_outputs(request: InferenceRequest, outputs: list[Tensor]) -> list[boo
         for requested in request.outputs
         if "binary_data" in requested.parameters
     }
-    return [own.get(output.name, default) for output in outputs]
+    # An output written into a shared-memory region carries no data at all.
+    return [own.get(output.name, default) and REGION not in output.parameters for output in outputs]
 
 
 def _flag(value: Any, name: str) -> bool:

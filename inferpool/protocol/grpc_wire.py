@@ -31,6 +31,7 @@ from inferpool.protocol.datatypes import (
     numpy_dtype,
 )
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
+from inferpool.protocol.shared_memory import REGION, placeholder
 from inferpool.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 # The typed ``contents`` field of each datatype. FP16 has none in the specification;
@@ -81,12 +82,9 @@ def decode(body: bytes, json_length: int | None = None) -> GrpcInferenceRequest:
         raise BadRequest("request body is not a valid inference.ModelInferRequest") from None
     if not message.inputs:
         raise BadRequest("request must have at least one input")
-    raw = message.raw_input_contents
+    raw: Any = message.raw_input_contents
     if raw and len(raw) != len(message.inputs):
-        raise BadRequest(
-            f"raw_input_contents has {len(raw)} entries for {len(message.inputs)} inputs; "
-            "send every input raw, or none"
-        )
+        raw = _raw_beside_regions(message.inputs, raw)
     current = limits.current()
     spent = 0  # bytes the request's tensors decode to, checked before each one is built
     inputs = []
@@ -100,6 +98,19 @@ def decode(body: bytes, json_length: int | None = None) -> GrpcInferenceRequest:
         parameters=parameters_dict(message.parameters),
         raw_contents=bool(raw),
     )
+
+
+def _raw_beside_regions(inputs: Any, raw: Any) -> list[bytes | None]:
+    """Each input's raw contents when the inputs in shared-memory regions have none (as
+    tritonclient sends them: one entry per other input); else the count is a 400."""
+    in_region = [REGION in tensor.parameters for tensor in inputs]
+    if len(raw) != in_region.count(False):
+        raise BadRequest(
+            f"raw_input_contents has {len(raw)} entries for {len(inputs)} inputs; "
+            "send every input raw, or none"
+        )
+    entries = iter(raw)
+    return [None if region else next(entries) for region in in_region]
 
 
 def response_from_message(message: Any) -> InferenceResponse:
@@ -143,6 +154,8 @@ def decode_input(
     shape = check_shape(list(tensor.shape), name)
     _, spent = admit(name, datatype, shape, spent, current or limits.current())
     parameters = parameters_dict(tensor.parameters)
+    if REGION in parameters:  # filled from a registered region (engine/worker/shm_wire.py)
+        return placeholder(name, datatype, shape, parameters), spent
     if raw is None:
         data = typed_data(tensor.contents, datatype, shape, name)
     elif tensor.contents.ListFields():

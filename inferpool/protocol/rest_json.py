@@ -28,6 +28,7 @@ from inferpool.protocol.datatypes import (
     element_count,
     numpy_dtype,
 )
+from inferpool.protocol.shared_memory import REGION, placeholder
 from inferpool.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
@@ -235,6 +236,8 @@ def _tensor(
     if "binary_data_size" in parameters:
         # Filled in from the binary tail by attach_binary_tensors.
         return Tensor(name, datatype, shape, np.empty(0), parameters)
+    if REGION in parameters:  # filled from a registered region (engine/worker/shm_wire.py)
+        return placeholder(name, datatype, shape, parameters)
     if "data" not in raw:
         raise BadRequest(f"{what} '{name}' has no 'data'")
     raw_data = raw["data"]
@@ -368,7 +371,9 @@ def output_document(output: Tensor) -> dict[str, Any]:
         "shape": list(output.shape),
         "datatype": output.datatype,
     }
-    if "binary_data_size" not in output.parameters:  # else it follows the JSON, in binary
+    parameters = output.parameters
+    # Binary: it follows the JSON; in a shared-memory region: it is there already.
+    if "binary_data_size" not in parameters and REGION not in parameters:
         document["data"] = json_data(output)
     if output.parameters:
         document["parameters"] = output.parameters

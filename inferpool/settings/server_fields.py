@@ -237,6 +237,13 @@ class LimitFields(ServingFields):
     max_json_depth: int = Field(
         64, ge=1, description="deepest nesting of a JSON request body (400)"
     )
+    max_shared_memory_regions: int = Field(
+        256,
+        ge=0,
+        description="system shared-memory regions clients may register at once (each one "
+        "costs every worker that uses it a mapping and a file descriptor; 0: the extension "
+        "refuses every registration)",
+    )
     max_header_bytes: int = Field(
         64 * 1024, ge=1, description="largest request header block (REST or HTTP/2), in bytes"
     )

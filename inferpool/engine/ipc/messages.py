@@ -33,6 +33,7 @@ from inferpool.engine.ipc.metrics_report import Metrics
 # build on them; both are part of this vocabulary, re-exported here.
 from inferpool.engine.ipc.ops import Control as Control
 from inferpool.engine.ipc.ops import Op as Op
+from inferpool.engine.ipc.shared_memory import DropRegions
 from inferpool.engine.ipc.stream_ops import Credit, EndInput, Feed
 from inferpool.errors import InferpoolError
 
@@ -59,6 +60,10 @@ class Kind(IntEnum):
     # The first ModelInferRequest of a call whose later ones join the same stream
     # (``Feed``, then ``EndInput``): one ``predict_stream`` per client stream, as MLServer.
     GRPC_STREAM_IN = 9
+    # REST / GRPC (or their _HEADERS kinds) with the table of registered shared-memory
+    # regions in front (ipc/shared_memory.py): some of their tensors are in those regions.
+    REST_SHM = 10
+    GRPC_SHM = 11
 
 
 # The kinds whose replies may come in several chunks.
@@ -417,6 +422,7 @@ class Loading(Control, frozen=True):
 _CONTROLS: tuple[type[Control], ...] = (
     Hello, Load, Loaded, Unload, Stop, Spawn, Preload, Ping, Pong, Cancel, Exited, Log,
     Metrics, Preloaded, Unpreload, Credit, Recycle, Loading, Feed, EndInput, LogLevels,
+    DropRegions,
 )  # fmt: skip
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS: dict[int, msgspec.msgpack.Decoder[Any]] = {

@@ -46,6 +46,9 @@ class Op(IntEnum):
     # frontend → template/worker: set these loggers' levels (Triton's logging extension);
     # numbered apart too.
     LOG_LEVELS = 60
+    # frontend → worker: unmap unregistered shared-memory regions (ipc/shared_memory.py);
+    # numbered apart too.
+    SHM_DROP = 70
 
 
 class Control(msgspec.Struct, frozen=True):

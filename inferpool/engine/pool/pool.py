@@ -30,6 +30,7 @@ from typing import Any
 from inferpool.engine.client import EngineClient
 from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.messages import Reply
+from inferpool.engine.ipc.shared_memory import DropRegions
 from inferpool.engine.pool.dispatch import Dispatcher, Route
 from inferpool.engine.pool.generations import Generations
 from inferpool.engine.pool.groups import names_environment
@@ -94,6 +95,12 @@ class PoolClient(EngineClient):
         if self._closed:
             return "the worker pool is closed"
         return self.supervisor.wedged
+
+    def drop_shared_memory(self, serials: list[int]) -> None:
+        """Every live worker unmaps them (a worker started later never mapped them)."""
+        message = DropRegions(serials=serials)
+        for worker in self.supervisor.supervised():
+            worker.post_control(message)
 
     def set_log_levels(self, levels: dict[str, int]) -> None:
         """Here, then in every template (workers forked later inherit its levels) and in

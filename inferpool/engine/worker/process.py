@@ -26,6 +26,7 @@ from inferpool.engine.ipc import messages, stream_ops
 from inferpool.engine.ipc.channel import Channel
 from inferpool.engine.ipc.messages import Kind, Op, Reply, RequestHeader
 from inferpool.engine.ipc.ring import Ring
+from inferpool.engine.worker import shm_regions
 from inferpool.engine.worker.announce import announcing
 from inferpool.engine.worker.batching import Batcher
 from inferpool.engine.worker.heap import release_freed_memory
@@ -95,6 +96,7 @@ class Worker:
                 Op.PING: self._on_ping,
                 Op.STOP: self._on_stop,
                 Op.LOG_LEVELS: lambda message: logs.set_levels(message.levels),
+                Op.SHM_DROP: lambda message: shm_regions.drop(message.serials),
             }
         )
 

@@ -47,6 +47,12 @@ def _grpc_headers() -> WireFormat:
     return grpc_headers_wire
 
 
+def _shared_memory() -> WireFormat:
+    from inferpool.engine.worker import shm_wire
+
+    return shm_wire
+
+
 def _generate() -> WireFormat:
     from inferpool.protocol import generate_wire
 
@@ -63,6 +69,8 @@ LOADERS: dict[Kind, Loader] = {
     Kind.GENERATE: _generate,
     Kind.GENERATE_STREAM: _generate,
     Kind.GRPC_STREAM_IN: _grpc,
+    Kind.REST_SHM: _shared_memory,
+    Kind.GRPC_SHM: _shared_memory,
 }
 # The kinds a worker answers without a wire format: a custom endpoint's call is framed by
 # ``protocol/endpoints.py`` and handled by ``engine/worker/endpoints.py``.

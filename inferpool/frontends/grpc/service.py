@@ -22,17 +22,24 @@ from google.protobuf import json_format
 
 from inferpool.engine.admin import authorization_of
 from inferpool.engine.ipc.messages import Kind, Reply
+from inferpool.engine.shared_memory import MARKER
 from inferpool.errors import (
     BadRequest,
     InferpoolError,
     Overloaded,
     RateLimited,
     from_status,
-    grpc_code_for,
 )
-from inferpool.frontends.api_keys import ADMIN_METHODS, KEY_RATE_LIMIT, OPEN_METHODS, ApiKeys
+from inferpool.frontends.api_keys import (
+    ADMIN_METHODS,
+    KEY_RATE_LIMIT,
+    OPEN_METHODS,
+    REGION_METHODS,
+    ApiKeys,
+)
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.grpc.settings_rpc import SettingsRpc
+from inferpool.frontends.grpc.shm_rpc import SharedMemoryRpc
 from inferpool.frontends.grpc.stream_input import stream_messages
 from inferpool.frontends.grpc.stream_message import (
     speaks_mlserver,
@@ -111,6 +118,7 @@ class InferenceService:
     def __init__(self, plane: DataPlane, keys: ApiKeys | None = None) -> None:
         self.plane = plane
         self.settings = SettingsRpc(plane)
+        self.shared_memory = SharedMemoryRpc(plane.client)
         self.keys = keys  # the API keys calls must carry (api_keys.py), or None
 
     async def model_infer(self, body: bytes, context: Any) -> Reply:
@@ -149,10 +157,14 @@ class InferenceService:
         if request_id is not None:
             settle_id(request_id)
         level = 0 if priority is None else header_level(priority)
-        kind = Kind.GRPC
-        if self.plane.client.table.find(name, version).custom:
+        kind: int = Kind.GRPC
+        client = self.plane.client
+        custom = client.table.find(name, version).custom
+        if custom:
             body = wrap(grpc_metadata(_call_metadata(metadata)), body)
             kind = Kind.GRPC_HEADERS
+        if client.shared_memory.regions and MARKER in body:  # tensors in shared memory
+            kind, body = client.shared_memory.tagged(kind, body)
         if level:  # for the dispatcher, in this call only
             token = LEVEL.set(level)
             try:
@@ -162,7 +174,7 @@ class InferenceService:
         else:
             reply = await self.plane.infer(name, version, kind, body, None, deadline)
         response_metadata.set(())
-        if kind == Kind.GRPC_HEADERS and reply.status == 200:
+        if custom and reply.status == 200:
             headers, reply.body = unwrap(reply.body)
             response_metadata.set(trailing_metadata(headers))
         if request_id is None:
@@ -353,6 +365,8 @@ def typed_methods(service: InferenceService) -> dict[str, tuple[Handler, Any]]:
         # Triton's trace and logging extensions (settings_rpc.py).
         "TraceSetting": (service.settings.trace_setting, pb.TraceSettingRequest),
         "LogSettings": (service.settings.log_settings, pb.LogSettingsRequest),
+        # Triton's system shared-memory extension (shm_rpc.py).
+        **service.shared_memory.methods(),
     }
 
 
@@ -366,7 +380,7 @@ def check_key(keys: ApiKeys, method: str, request: Any, metadata: Iterable[Any])
     admin = method in ADMIN_METHODS
     if admin and keys.admin_token:
         return
-    name = route_of(request)[0]
+    name = "-" if method in REGION_METHODS else route_of(request)[0]
     try:
         keys.check(metadata, None if name == "-" else name, admin)
     except RateLimited:
@@ -406,6 +420,6 @@ def call_status(exc: Exception, method: str) -> tuple[str, str, int]:
         if isinstance(exc, Overloaded):
             count_rejected("grpc", OVERLOAD)
         pushback = exc.retry_seconds * 1000 if exc.retry_after else 0
-        return grpc_code_for(exc.status), exc.message, pushback
+        return exc.grpc_code, exc.message, pushback
     logger.exception("gRPC %s failed", method)
     return "INTERNAL", f"internal error: {type(exc).__name__}: {exc}", 0

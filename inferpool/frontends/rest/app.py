@@ -43,6 +43,7 @@ from inferpool.frontends.rest.key_guard import KeyGuard
 from inferpool.frontends.rest.kserve_v1 import v1_routes
 from inferpool.frontends.rest.mlflow_scoring import scoring_routes
 from inferpool.frontends.rest.settings_routes import settings_routes
+from inferpool.frontends.rest.shm_routes import shm_routes
 from inferpool.frontends.rest.stream import stream_routes
 from inferpool.protocol.rest_json import parse_json_object
 from inferpool.settings import ServerSettings
@@ -143,6 +144,7 @@ def build_app(
         Route("/v2/repository/models/{name}/load", repository_load, methods=["POST"]),
         Route("/v2/repository/models/{name}/unload", repository_unload, methods=["POST"]),
         *settings_routes(plane),  # Triton's trace and logging extensions
+        *shm_routes(client),  # Triton's system shared-memory extension
     ]
     for prefix in (model, versioned):
         routes += [

@@ -20,6 +20,7 @@ from typing import Any
 
 from inferpool.engine.client import EngineClient
 from inferpool.engine.ipc.messages import Kind
+from inferpool.engine.shared_memory import MARKER
 from inferpool.errors import InferpoolError
 from inferpool.frontends.access_log import REQUEST_ID
 from inferpool.frontends.dataplane import DataPlane
@@ -73,6 +74,10 @@ class InferRoutes:
         # Answers of gzip_min_bytes or more, gzipped for clients that accept it (or None).
         self.gzip = answer_gzip(settings)
         self.cloudevents = CloudEvents(served_namespace()) if settings.cloudevents else None
+        # Triton's system shared memory: the registry, and its regions (a dict changed in
+        # place, so that a request's check is one truth test while none is registered).
+        self.shared_memory = client.shared_memory
+        self.shm_regions = client.shared_memory.regions
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -120,10 +125,13 @@ class InferRoutes:
             scope, receive, self.max_body, self.default_timeout
         )
         header_length = json_length(binary, len(body))
-        kind = Kind.REST
-        if self.find(name, version).custom:  # a user's runtime: the headers go along
+        kind: int = Kind.REST
+        custom = self.find(name, version).custom
+        if custom:  # a user's runtime: the headers go along
             body = wrap(http_headers(scope["headers"]), body)
             kind = Kind.REST_HEADERS
+        if self.shm_regions and MARKER in body:  # some tensors are in shared memory
+            kind, body = self.shared_memory.tagged(kind, body)
         deadline = None if timeout is None else time.monotonic() + timeout
         call = self.infer(name, version, kind, body, header_length, deadline)
         level = scope.get(PRIORITY)
@@ -136,7 +144,7 @@ class InferRoutes:
             finally:
                 LEVEL.reset(token)
         extra = b""
-        if kind == Kind.REST_HEADERS and reply.status == 200:
+        if custom and reply.status == 200:
             # The headers the runtime's response set (parameters.headers), as MLServer
             # sends them: HTTP response headers, no longer in the JSON body.
             headers, reply.body = unwrap(reply.body)

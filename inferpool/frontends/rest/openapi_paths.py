@@ -81,6 +81,13 @@ _TRACE = Op("Trace settings (Triton's trace extension)", "settings", "TraceSetti
 _LOGGING = Op("Log settings (Triton's logging extension)", "settings", "LogSettings",
               body="LogSettings", errors=_SETTINGS_ERRORS)  # fmt: skip
 
+# Triton's system shared-memory extension (frontends/rest/shm_routes.py); CUDA's answers 400.
+_SHM_STATUS = Op("Registered system shared-memory regions", "shared memory",
+                 "SharedMemoryStatus", errors=(400,))  # fmt: skip
+_SHM_UNREGISTER = Op("Unregister system shared memory", "shared memory", "", errors=(400,))
+_CUDA = Op("CUDA shared memory: not supported (400)", "shared memory", None, errors=(400,))
+_CUDA_POST = replace(_CUDA, body="")
+
 OPERATIONS: dict[str, dict[str, Op]] = {
     "/v2/health/live": {
         "get": Op("Server liveness", "health", "LiveResponse", errors=(503,), health=True)
@@ -165,6 +172,24 @@ OPERATIONS: dict[str, dict[str, Op]] = {
     "/v2/trace/setting": {"get": replace(_TRACE, body=None), "post": _TRACE},
     "{model}/trace/setting": {"get": replace(_TRACE, body=None), "post": _TRACE},
     "/v2/logging": {"get": replace(_LOGGING, body=None), "post": _LOGGING},
+    "/v2/systemsharedmemory/status": {"get": _SHM_STATUS},
+    "/v2/systemsharedmemory/region/{name}/status": {"get": _SHM_STATUS},
+    "/v2/systemsharedmemory/region/{name}/register": {
+        "post": Op(
+            "Register a system shared-memory region",
+            "shared memory",
+            "",
+            body="SharedMemoryRegister",
+            errors=(400, 413),
+        )
+    },
+    "/v2/systemsharedmemory/region/{name}/unregister": {"post": _SHM_UNREGISTER},
+    "/v2/systemsharedmemory/unregister": {"post": _SHM_UNREGISTER},
+    "/v2/cudasharedmemory/status": {"get": _CUDA},
+    "/v2/cudasharedmemory/region/{name}/status": {"get": _CUDA},
+    "/v2/cudasharedmemory/region/{name}/register": {"post": _CUDA_POST},
+    "/v2/cudasharedmemory/region/{name}/unregister": {"post": _CUDA_POST},
+    "/v2/cudasharedmemory/unregister": {"post": _CUDA_POST},
     # KServe's V1 protocol (frontends/rest/kserve_v1.py).
     "/": {"get": Op("KServe V1: server liveness", "v1", "V1Alive", errors=())},
     "/v1/models": {"get": Op("KServe V1: the models", "v1", "V1Models", errors=())},

@@ -38,6 +38,7 @@ _BOOL: Schema = {"type": "boolean"}
 _SHAPE: Schema = {"type": "array", "items": {"type": "integer", "format": "int64"}}
 _ANY: Schema = {}
 _REASON: Schema = {"type": "string", "description": "why it is not, when it is not"}
+_COUNT: Schema = {"type": "integer", "format": "int64", "minimum": 0}
 
 # One scalar of a tensor's ``data`` by datatype (BYTES: a string, or base64 with the
 # ``base64`` content type).
@@ -163,6 +164,20 @@ COMPONENTS: dict[str, Schema] = {
         "description": "Triton's trace settings: trace_level, trace_rate, trace_count, "
         "log_frequency (each a string or a list of strings; null goes back to the default)",
     },
+    "SharedMemoryStatus": {
+        "type": "array",
+        "items": _object(
+            ["name", "key", "offset", "byte_size"],
+            {"name": _STRING, "key": _STRING, "offset": _COUNT, "byte_size": _COUNT},
+        ),
+        "description": "the registered system shared-memory regions (Triton's document)",
+    },
+    "SharedMemoryRegister": _object(
+        ["key", "byte_size"],
+        {"key": _STRING, "offset": _COUNT, "byte_size": _COUNT},
+        description="the POSIX shared-memory object (shm_open's name) and the part of it "
+        "to register",
+    ),
     "LogSettings": {
         "type": "object",
         "additionalProperties": True,

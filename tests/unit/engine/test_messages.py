@@ -67,13 +67,14 @@ EXAMPLES: list[messages.Control] = [
     stream_ops.Feed(request_id=7, body=b"\x0a\x01m" + bytes(range(256))),
     stream_ops.EndInput(request_id=7),
     messages.LogLevels(levels={"": 10, "talker": 40}),
+    messages.DropRegions(serials=[3, 4]),
 ]
 
 
 def test_kinds_and_opcodes_keep_their_wire_values() -> None:
     # Both sides of a pipe may come from different builds during an upgrade: these
     # numbers are the protocol, not an implementation detail.
-    assert [int(kind) for kind in Kind] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert [int(kind) for kind in Kind] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
     assert {op.name: int(op) for op in Op} == {
         "HELLO": 1, "LOAD": 2, "LOADED": 3, "UNLOAD": 4, "REQUEST": 5, "REPLY": 6, "STOP": 7,
         "SPAWN": 8, "PRELOAD": 9, "PING": 10, "PONG": 11, "CANCEL": 12, "EXITED": 13,
@@ -82,6 +83,7 @@ def test_kinds_and_opcodes_keep_their_wire_values() -> None:
         "LOADING": 30,
         "FEED": 50, "END_INPUT": 51,
         "LOG_LEVELS": 60,
+        "SHM_DROP": 70,
     }  # fmt: skip
 
 

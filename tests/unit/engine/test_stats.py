@@ -75,7 +75,7 @@ def test_one_observation_per_execution_and_failures_by_reason() -> None:
 
 def test_each_kind_has_its_protocol() -> None:
     assert [PROTOCOL_OF_KIND[kind] for kind in Kind] == [
-        REST, GRPC, REST, REST, GRPC, REST, REST, GRPC, REST, GRPC,
+        REST, GRPC, REST, REST, GRPC, REST, REST, GRPC, REST, GRPC, REST, GRPC,
     ]  # fmt: skip
 
 

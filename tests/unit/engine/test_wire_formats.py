@@ -22,6 +22,8 @@ from inferpool.protocol import request_headers, rest_wire
 from inferpool.protocol.types import InferenceResponse, Tensor
 from inferpool.protocol.wire_format import WireFormat
 
+SHM_KINDS = {Kind.REST_SHM, Kind.GRPC_SHM}
+
 
 def test_every_kind_has_a_wire_format_or_is_named_as_having_none():
     assert set(LOADERS) | NO_WIRE_FORMAT == set(Kind)
@@ -32,7 +34,9 @@ def test_every_kind_has_a_wire_format_or_is_named_as_having_none():
 def test_each_loader_gives_a_module_that_is_a_wire_format(kind):
     module = LOADERS[kind]()
     assert isinstance(module, WireFormat)
-    assert module.__name__.startswith("inferpool.protocol.")
+    # The shared-memory kinds' format reads the worker's own mappings of the regions.
+    home = "inferpool.engine.worker." if kind in SHM_KINDS else "inferpool.protocol."
+    assert module.__name__.startswith(home)
     assert wire_format(kind) is module
     assert wire_format(int(kind)) is module  # the ring's header carries a plain int
 

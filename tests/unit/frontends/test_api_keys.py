@@ -12,7 +12,9 @@ from inferpool.engine.admin import SettingsError
 from inferpool.errors import Forbidden, RateLimited, Unauthorized
 from inferpool.frontends.api_keys import ApiKeys, presented, rest_scope
 from inferpool.frontends.file_poll import FilePoll, poll_forever
+from inferpool.frontends.grpc.service import check_key
 from inferpool.frontends.rest.key_guard import KeyGuard
+from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from tests.support.code_blocks import ROOT, blocks
 
 FILE = """\
@@ -132,6 +134,15 @@ def test_rest_paths_of_the_v1_protocol_and_the_settings_extensions() -> None:
     for path in ("/v2/trace/setting", "/v2/logging", "/v2/models/m/trace/setting",
                  "/v2/models/m/versions/1/trace/setting"):  # fmt: skip
         assert rest_scope(path) == (True, None, True), path
+
+
+def test_shared_memory_calls_are_server_wide_whatever_their_region_is_named(keys: ApiKeys) -> None:
+    # A region's name is not a model's: a key limited to models may register "other".
+    assert rest_scope("/v2/systemsharedmemory/region/other/register") == (True, None, False)
+    request = pb.SystemSharedMemoryRegisterRequest(name="other", key="/k", byte_size=8)
+    check_key(keys, "SystemSharedMemoryRegister", request, bearer("beta-key-0002"))
+    with pytest.raises(Unauthorized):
+        check_key(keys, "SystemSharedMemoryStatus", pb.SystemSharedMemoryStatusRequest(), [])
 
 
 def test_a_key_limited_to_models_is_refused_on_another_models_v1_predict(keys: ApiKeys) -> None:

@@ -10,6 +10,7 @@ import grpc
 import pytest
 
 from inferpool.engine.inprocess import InProcessClient
+from inferpool.engine.shared_memory import SharedMemoryRegistry
 from inferpool.engine.states import ModelStatus, ModelTable
 from inferpool.errors import BadRequest, DeadlineExceeded, Overloaded
 from inferpool.frontends.access_log import model_in_path
@@ -125,6 +126,7 @@ def test_the_deadline_reaches_the_engine():
     class Recorder:
         table = ModelTable()  # the service asks whether the model is a user's runtime
         table.set(ModelStatus("m", None))
+        shared_memory = SharedMemoryRegistry(lambda serials: None, 0)  # no region
 
         async def infer(self, name, version, kind, body, json_length, deadline=None):
             seen.append(deadline)
