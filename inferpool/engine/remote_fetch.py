@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib
 import os
 import shutil
 import tempfile
+import threading
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,6 +39,10 @@ from inferpool.errors import ModelLoadError
 SCHEMES = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "http": "aiohttp", "https": "aiohttp"}
 CHUNK = 1024 * 1024
 MIB = 1024 * 1024
+# What the stores' clients read their credentials and endpoints from.
+_VARIABLES = ("AWS_", "GOOGLE_", "STORAGE_EMULATOR_HOST", "GCLOUD_", "CLOUDSDK_")
+_FILESYSTEMS: dict[tuple[str, float, tuple[tuple[str, str], ...]], Any] = {}
+_LOCK = threading.Lock()
 
 
 def is_remote(uri: str | None) -> bool:
@@ -179,9 +185,23 @@ def _open(fs: Any, info: dict[str, Any]) -> BinaryIO:
 
 
 def _filesystem(uri: str, limits: Limits) -> tuple[Any, str]:
-    """A new fsspec filesystem for ``uri`` (no cached listing can hide a change) and the
-    path it takes."""
+    """The fsspec filesystem for ``uri``, its listings cache emptied (none may hide a
+    change), and the path it takes. One per scheme, timeout and credential variables:
+    making an S3 client costs about a second of CPU, too much for every poll."""
     scheme = urllib.parse.urlsplit(uri).scheme
+    variables = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_VARIABLES)))
+    key = (scheme, limits.timeout, variables)
+    with _LOCK:
+        fs = _FILESYSTEMS.get(key)
+        if fs is None:
+            fs = _FILESYSTEMS[key] = _new_filesystem(uri, scheme, limits)
+    fs.invalidate_cache()
+    if scheme.startswith("http"):
+        return fs, uri.split("#", 1)[0]
+    return fs, fs._strip_protocol(uri)
+
+
+def _new_filesystem(uri: str, scheme: str, limits: Limits) -> Any:
     try:
         import fsspec
 
@@ -208,9 +228,7 @@ def _filesystem(uri: str, limits: Limits) -> tuple[Any, str]:
             f"{uri}: reading {scheme}:// URIs needs {SCHEMES[scheme]} ({exc.name} is not "
             "installed): pip install 'inferpool[remote]'"
         ) from None
-    if scheme.startswith("http"):
-        return fs, uri.split("#", 1)[0]
-    return fs, fs._strip_protocol(uri)
+    return fs
 
 
 class _reasons:
@@ -266,9 +284,9 @@ def _amount(size: int) -> str:
 
 def _digest(path: Path, algorithm: str) -> bytes:
     if algorithm == "crc32c":
-        import google_crc32c  # gcsfs's dependency: there whenever a gs:// object is read
-
-        checksum = google_crc32c.Checksum()
+        # gcsfs's dependency, there whenever a gs:// object is read (untyped: a module).
+        crc32c: Any = importlib.import_module("google_crc32c")
+        checksum = crc32c.Checksum()
         for chunk in _chunks(path):
             checksum.update(chunk)
         return checksum.digest()  # type: ignore[no-any-return]

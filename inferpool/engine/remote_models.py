@@ -24,13 +24,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from inferpool.engine.daemon_thread import in_daemon_thread
 from inferpool.engine.remote_fetch import MIB, Limits, describe, fetch, is_remote
 from inferpool.engine.repository import Discovered
 from inferpool.engine.states import ModelKey, describe_key
-from inferpool.errors import ModelLoadError
 from inferpool.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)
+_THREAD = "inferpool-fetch"
 
 
 def default_cache() -> Path:
@@ -71,9 +72,9 @@ class RemoteModels:
         if not is_remote(uri):
             return settings
         assert uri is not None
-        remote = await asyncio.to_thread(describe, uri, self.limits)
+        remote = await in_daemon_thread(describe, uri, self.limits, name=_THREAD)
         self._seen[key] = remote.version
-        path = await asyncio.to_thread(fetch, uri, self.limits, remote)
+        path = await in_daemon_thread(fetch, uri, self.limits, remote, name=_THREAD)
         logger.info("%s: %s is at %s", describe_key(key), remote.uri, path)
         parameters = settings.parameters.model_copy(update={"uri": str(path)})
         return settings.model_copy(update={"parameters": parameters})
@@ -110,23 +111,26 @@ class RemoteModels:
         failing: set[ModelKey] = set()  # whose object could not be described (logged once)
         while True:
             await asyncio.sleep(self.interval)
-            for key, followed in list(self.followed.items()):
-                try:
-                    remote = await asyncio.to_thread(describe, followed.uri, self.limits)
-                except ModelLoadError as exc:
+            followed = list(self.followed.items())
+            # Together: a silent store holds up its own objects' checks only.
+            checks = [
+                in_daemon_thread(describe, f.uri, self.limits, name=_THREAD) for _, f in followed
+            ]
+            described = await asyncio.gather(*checks, return_exceptions=True)
+            for (key, entry), remote in zip(followed, described, strict=True):
+                if isinstance(remote, BaseException):
                     if key not in failing:
                         failing.add(key)
-                        logger.warning("%s: cannot check for a change: %s", describe_key(key), exc)
-                    continue
-                except Exception:  # the poll must outlive any error
-                    logger.exception("%s: checking its remote object failed", describe_key(key))
+                        logger.warning(
+                            "%s: cannot check for a change: %s", describe_key(key), remote
+                        )
                     continue
                 failing.discard(key)
-                if remote.version == followed.version or self.followed.get(key) is not followed:
+                if remote.version == entry.version or self.followed.get(key) is not entry:
                     continue
                 logger.info("%s: %s changed: reloading", describe_key(key), remote.uri)
-                followed.version = remote.version  # acted on once, whatever the reload gives
+                entry.version = remote.version  # acted on once, whatever the reload gives
                 try:
-                    await reload(followed.found)
-                except Exception:
+                    await reload(entry.found)
+                except Exception:  # the poll must outlive any error
                     logger.exception("%s: reloading failed", describe_key(key))

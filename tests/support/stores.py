@@ -44,6 +44,10 @@ def s3_store() -> Iterator[S3Store]:
     endpoint = f"http://127.0.0.1:{port}"
     setup = {"endpoint_url": endpoint, "region_name": "us-east-1"}
     anyone = {"aws_access_key_id": "setup", "aws_secret_access_key": "setup"}
+    # moto's state and its auth switch live in this process: a store started earlier in it
+    # left both behind.
+    httpx.post(f"{endpoint}/moto-api/reset").raise_for_status()
+    httpx.post(f"{endpoint}/moto-api/reset-auth", content=b"inf").raise_for_status()
     try:
         iam = boto3.client("iam", **setup, **anyone)
         iam.create_user(UserName="inferpool")
@@ -64,6 +68,7 @@ def s3_store() -> Iterator[S3Store]:
         }
         yield S3Store(endpoint, env, client)
     finally:
+        httpx.post(f"{endpoint}/moto-api/reset-auth", content=b"inf")
         server.stop()
 
 

@@ -13,9 +13,9 @@ import pytest
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
 
-from inferpool.engine.remote_fetch import MIB, Limits, check_digest, describe, fetch  # noqa: E402
-from inferpool.errors import ModelLoadError  # noqa: E402
-from tests.support.stores import http_store, s3_store  # noqa: E402
+from inferpool.engine.remote_fetch import MIB, Limits, check_digest, describe, fetch
+from inferpool.errors import ModelLoadError
+from tests.support.stores import http_store, s3_store
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,7 @@ def test_an_s3_etag_that_is_no_md5_of_the_bytes_is_a_mismatch(tmp_path):
 
 def test_an_object_sent_without_a_size_stops_at_the_limit(web, limits):
     web.objects["/unsized/big.bin"] = b"x" * (2 * MIB)
-    with pytest.raises(ModelLoadError, match="sent more than 1.0 MiB, more than --storage-max"):
+    with pytest.raises(ModelLoadError, match=r"sent more than 1\.0 MiB, more than --storage-max"):
         fetch(f"{web.url}/unsized/big.bin", limits)
     assert _cached_files(limits) == []
 
