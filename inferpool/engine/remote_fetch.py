@@ -213,9 +213,11 @@ def _new_filesystem(uri: str, scheme: str, limits: Limits) -> Any:
             config = {**timeouts, "retries": {"max_attempts": 2, "mode": "standard"}}
             fs: Any = s3fs.S3FileSystem(config_kwargs=config, skip_instance_cache=True)
         elif scheme in ("gs", "gcs"):
-            import gcsfs
+            # The plain filesystem: gcsfs's default (its experimental "extended" one) first
+            # asks a gRPC API for the bucket's type, which an emulator does not answer.
+            from gcsfs.core import GCSFileSystem
 
-            fs = gcsfs.GCSFileSystem(requests_timeout=limits.timeout, skip_instance_cache=True)
+            fs = GCSFileSystem(requests_timeout=limits.timeout, skip_instance_cache=True)
         else:
             import aiohttp
 

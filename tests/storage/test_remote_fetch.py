@@ -1,8 +1,10 @@
 """``remote_fetch``: remote artefacts fetched into the cache, against a local S3 (moto's
-server) and a local HTTP server, both started once for the module."""
+server), a local GCS (gcp-storage-emulator) and a local HTTP server, each started once for
+the module."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import time
@@ -15,12 +17,18 @@ pytest.importorskip("moto")
 
 from inferpool.engine.remote_fetch import MIB, Limits, check_digest, describe, fetch
 from inferpool.errors import ModelLoadError
-from tests.support.stores import http_store, s3_store
+from tests.support.stores import gcs_store, http_store, s3_store
 
 
 @pytest.fixture(scope="module")
 def s3():
     with s3_store() as store:
+        yield store
+
+
+@pytest.fixture(scope="module")
+def gcs():
+    with gcs_store() as store:
         yield store
 
 
@@ -131,6 +139,39 @@ def test_an_s3_etag_that_is_no_md5_of_the_bytes_is_a_mismatch(tmp_path):
         check_digest("s3://b/model.bin", info, path, None)
     # A multipart upload's ETag (an MD5 of MD5s, "-N") says nothing of the bytes.
     check_digest("s3://b/model.bin", {"ETag": '"abc-2"', "LastModified": "x"}, path, None)
+
+
+def test_gcs_md5_and_crc32c_are_checked(tmp_path):
+    import google_crc32c
+
+    path = tmp_path / "model.bin"
+    path.write_bytes(b"received")
+    md5 = base64.b64encode(hashlib.md5(b"received").digest()).decode()
+    crc = base64.b64encode(google_crc32c.Checksum(b"received").digest()).decode()
+    check_digest("gs://b/model.bin", {"md5Hash": md5, "crc32c": crc}, path, None)
+    check_digest("gs://b/model.bin", {"crc32c": crc}, path, None)  # a composite object
+    wrong_md5 = base64.b64encode(hashlib.md5(b"sent").digest()).decode()
+    with pytest.raises(ModelLoadError, match="do not match its md5Hash"):
+        check_digest("gs://b/model.bin", {"md5Hash": wrong_md5, "crc32c": crc}, path, None)
+    wrong_crc = base64.b64encode(google_crc32c.Checksum(b"sent").digest()).decode()
+    with pytest.raises(ModelLoadError, match="do not match its crc32c"):
+        check_digest("gs://b/model.bin", {"crc32c": wrong_crc}, path, None)
+
+
+def test_a_gcs_object_and_prefix_are_fetched_per_generation(gcs, limits):
+    _, writer = gcs
+    writer.pipe("models/gcs/model.bin", b"first")
+    first = fetch("gs://models/gcs/model.bin", limits)
+    assert first.read_bytes() == b"first"
+    assert fetch("gs://models/gcs/model.bin", limits) == first
+    writer.pipe("models/gcs/model.bin", b"second")  # a new generation
+    assert fetch("gs://models/gcs/model.bin", limits).read_bytes() == b"second"
+    writer.pipe("models/gcs-folder/MLmodel", b"flavors: {}")
+    writer.pipe("models/gcs-folder/data/model.pkl", b"pickle")
+    folder = fetch("gs://models/gcs-folder", limits)
+    assert (folder / "data" / "model.pkl").read_bytes() == b"pickle"
+    with pytest.raises(ModelLoadError, match=r"^gs://models/absent\.bin was not found"):
+        fetch("gs://models/absent.bin", limits)
 
 
 def test_an_object_sent_without_a_size_stops_at_the_limit(web, limits):

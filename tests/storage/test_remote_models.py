@@ -1,5 +1,6 @@
 """Models whose ``parameters.uri`` names a remote object: one server (poll mode) over a
-repository whose models live in a local S3 (moto's server) and a local HTTP server, the
+repository whose models live in a local S3 (moto's server), a local GCS
+(gcp-storage-emulator) and a local HTTP server, the
 good ones serving, each broken one FAILED with its one-sentence reason beside them, and
 a changed S3 object reloaded while requests keep being answered."""
 
@@ -21,7 +22,7 @@ pytest.importorskip("s3fs")
 pytest.importorskip("moto")
 
 from tests.support import Server, iris_data
-from tests.support.stores import HttpStore, S3Store, http_store, s3_store
+from tests.support.stores import HttpStore, S3Store, gcs_store, http_store, s3_store
 
 MIB = 1024 * 1024
 
@@ -49,15 +50,16 @@ def _model(root: Path, name: str, uri: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def stores() -> Iterator[tuple[S3Store, HttpStore]]:
-    with s3_store() as s3, http_store() as web:
-        yield s3, web
+def stores() -> Iterator[tuple[S3Store, HttpStore, tuple]]:
+    with s3_store() as s3, http_store() as web, gcs_store() as gcs:
+        yield s3, web, gcs
 
 
 @pytest.fixture(scope="module")
 def server(stores, tmp_path_factory) -> Iterator[Server]:
-    s3, web = stores
+    s3, web, (emulator, gcs) = stores
     model = _iris_model()
+    gcs.pipe("models/iris/model.joblib", model)
     s3.put("iris/model.joblib", model)
     s3.put("huge/model.joblib", os.urandom(MIB + MIB // 4))
     web.objects["/iris/model.joblib"] = model
@@ -65,6 +67,7 @@ def server(stores, tmp_path_factory) -> Iterator[Server]:
     wrong = hashlib.sha256(b"other bytes").hexdigest()
     root = tmp_path_factory.mktemp("remote")
     _model(root, "s3-iris", "s3://models/iris/model.joblib")
+    _model(root, "gs-iris", "gs://models/iris/model.joblib")
     _model(root, "http-iris", f"{web.url}/iris/model.joblib#sha256={sha}")
     _model(root, "huge", "s3://models/huge/model.joblib")
     _model(root, "corrupt", f"{web.url}/iris/model.joblib#sha256={wrong}")
@@ -74,7 +77,7 @@ def server(stores, tmp_path_factory) -> Iterator[Server]:
     flags = ["--workers", "1", "--model-control-mode", "poll", "--no-exit-on-error"]
     flags += ["--storage-cache-dir", str(cache), "--storage-max-size", "1"]
     flags += ["--storage-timeout", "3", "--storage-poll-interval", "0.5"]
-    with Server(root, *flags, env=s3.env) as started:
+    with Server(root, *flags, env={**s3.env, "STORAGE_EMULATOR_HOST": emulator}) as started:
         started.wait_live()
         _settled(started)
         yield started
@@ -89,7 +92,7 @@ def _settled(server: Server, timeout: float = 90) -> dict[str, dict]:
     deadline = time.monotonic() + timeout
     while True:
         index = _index(server)
-        if all(e["state"] in ("READY", "FAILED") for e in index.values()) and len(index) == 6:
+        if all(e["state"] in ("READY", "FAILED") for e in index.values()) and len(index) == 7:
             return index
         assert time.monotonic() < deadline, f"{index}\n{server.output()[-3000:]}"
         time.sleep(0.2)
@@ -107,8 +110,8 @@ def _predict(server: Server, model: str) -> httpx.Response:
 
 
 def test_remote_models_serve_and_each_broken_one_fails_with_its_reason(server, stores):
-    _, web = stores
-    for model in ("s3-iris", "http-iris"):
+    _, web, _ = stores
+    for model in ("s3-iris", "gs-iris", "http-iris"):
         answer = _predict(server, model)
         assert answer.status_code == 200, answer.text
         assert answer.json()["outputs"][0]["data"] == [0, 1, 2]
@@ -136,7 +139,7 @@ def test_remote_models_serve_and_each_broken_one_fails_with_its_reason(server, s
 
 
 def test_a_changed_object_reloads_without_a_failed_request(server, stores):
-    s3, _ = stores
+    s3, _, _ = stores
     answers: list[int] = []
     outputs: list[list] = []
     stop = threading.Event()

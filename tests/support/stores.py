@@ -1,12 +1,14 @@
 """Local object stores for the remote-storage tests, each in a thread of the test process
 on 127.0.0.1: moto's S3 server (with its IAM checks on, so that a wrong key is refused as
-AWS refuses it) and an HTTP server whose objects a test sets, with paths that misbehave.
+AWS refuses it), gcp-storage-emulator's GCS JSON API, and an HTTP server whose objects a
+test sets, with paths that misbehave.
 """
 
 from __future__ import annotations
 
 import hashlib
 import http.server
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -69,6 +71,29 @@ def s3_store() -> Iterator[S3Store]:
         yield S3Store(endpoint, env, client)
     finally:
         httpx.post(f"{endpoint}/moto-api/reset-auth", content=b"inf")
+        server.stop()
+
+
+@contextmanager
+def gcs_store() -> Iterator[tuple[str, object]]:
+    """gcp-storage-emulator (in memory) with bucket ``models``: its address (for
+    ``STORAGE_EMULATOR_HOST``) and a gcsfs filesystem that writes to it."""
+    from gcp_storage_emulator.server import create_server
+    from gcsfs.core import GCSFileSystem
+
+    port = free_port()
+    server = create_server("127.0.0.1", port, in_memory=True, default_bucket=BUCKET)
+    server.start()
+    address = f"http://127.0.0.1:{port}"
+    previous = os.environ.get("STORAGE_EMULATOR_HOST")
+    os.environ["STORAGE_EMULATOR_HOST"] = address  # read by gcsfs when it is made
+    try:
+        yield address, GCSFileSystem(token="anon", skip_instance_cache=True)
+    finally:
+        if previous is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = previous
         server.stop()
 
 
