@@ -122,10 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
     repository.add_argument(
         "model_repository",
         nargs="?",
-        type=Path,
+        type=_repository_argument,
         default=None,
         metavar="MODEL_REPOSITORY",
-        help="folder of model folders (default: INFERPOOL_MODEL_REPOSITORY, "
+        help="folder of model folders, or an s3://, gs:// URI of one (fetched once at "
+        "start-up; docs/operate/remote-storage.md) (default: INFERPOOL_MODEL_REPOSITORY, "
         "MLSERVER_MODELS_DIR, MLSERVER_MODEL_REPOSITORY_ROOT, or the folder of "
         "MLSERVER_MODEL_URI)",
     )
@@ -200,6 +201,13 @@ def env_pack_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _repository_argument(text: str) -> Path | str:
+    """A local folder, or a remote URI kept as text (``serve_command`` fetches it)."""
+    from inferpool.engine.remote_fetch import is_remote
+
+    return text if is_remote(text) else Path(text)
+
+
 def _refuse(message: str) -> int:
     print(f"inferpool: {message}", file=sys.stderr)
     return EXIT_USAGE
@@ -232,6 +240,7 @@ def serve_command(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from inferpool.cli_errors import sentences
+    from inferpool.errors import ModelLoadError
     from inferpool.logs import configure_logging, hold_early_records
     from inferpool.mlserver.contract.server_settings import SettingsRefused
     from inferpool.settings import load_server_settings
@@ -242,13 +251,21 @@ def serve_command(args: argparse.Namespace) -> int:
     # The settings' own warnings (unknown keys...) are held until their format is known.
     hold_early_records()
     repository = args.model_repository
+    remote = None  # the URI of a remote repository, once fetched
     if args.demo:
         from inferpool.demo import build_demo_repository
 
         repository = build_demo_repository()
         overrides.setdefault("host", "127.0.0.1")
     try:
+        if isinstance(repository, str):  # a remote repository: its local copy is served
+            from inferpool.engine.remote_models import fetch_repository
+
+            remote, repository = repository, fetch_repository(repository, overrides)
         settings = load_server_settings(repository, overrides)
+    except ModelLoadError as exc:
+        configure_logging(None)
+        return _refuse(f"the model repository cannot be fetched: {exc.message}")
     except ValidationError as exc:
         configure_logging(None)
         given = {**overrides, **({"model_repository": repository} if repository else {})}
@@ -270,6 +287,8 @@ def serve_command(args: argparse.Namespace) -> int:
     configure_logging(settings)
     if args.demo:
         logging.getLogger("inferpool").info("demo models in %s", repository)
+    if remote is not None:
+        logging.getLogger("inferpool").info("the model repository %s is at %s", remote, repository)
     import uvloop
 
     from inferpool.frontends.server import serve

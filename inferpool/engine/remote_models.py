@@ -1,5 +1,6 @@
 """The models whose ``parameters.uri`` names a remote object (``remote_fetch``): fetched
-before they load, and followed in poll mode.
+before they load, and followed in poll mode; and a remote repository given to
+``inferpool serve`` (``fetch_repository``), fetched once at start-up.
 
 ``RemoteModels.localise`` runs in the lifecycle's load, before the load goes where models
 run: it describes and fetches the object in a thread (the server's loop keeps answering)
@@ -23,6 +24,7 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from inferpool.engine.daemon_thread import in_daemon_thread
 from inferpool.engine.remote_fetch import MIB, Limits, describe, fetch, is_remote
@@ -42,6 +44,24 @@ def default_cache() -> Path:
     return root / "inferpool" / "storage"
 
 
+def storage_limits(settings: ServerSettings) -> Limits:
+    """The cache, size limit and timeout the settings give remote fetches."""
+    return Limits(
+        settings.storage_cache_dir or default_cache(),
+        settings.storage_max_size * MIB,
+        settings.storage_timeout,
+    )
+
+
+def fetch_repository(uri: str, overrides: dict[str, Any]) -> Path:
+    """``inferpool serve s3://bucket/models``: the local copy of a remote repository (a
+    prefix of model folders), fetched once at start-up with the storage settings of
+    ``overrides`` (the flags) and the environment. A snapshot: poll mode follows the remote
+    objects its models name, not later changes to the repository's own files.
+    ValidationError for bad settings, ModelLoadError when it cannot be fetched."""
+    return fetch(uri, storage_limits(ServerSettings(**overrides)))
+
+
 @dataclass
 class Followed:
     """A model version loaded from a remote object, and the version it was loaded at."""
@@ -55,11 +75,7 @@ class RemoteModels:
     """Fetches remote models before their load; follows them in poll mode."""
 
     def __init__(self, settings: ServerSettings) -> None:
-        self.limits = Limits(
-            settings.storage_cache_dir or default_cache(),
-            settings.storage_max_size * MIB,
-            settings.storage_timeout,
-        )
+        self.limits = storage_limits(settings)
         self.interval = settings.storage_poll_interval
         self.followed: dict[ModelKey, Followed] = {}
         self._seen: dict[ModelKey, str] = {}  # the version the last fetch saw, per key

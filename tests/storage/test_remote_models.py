@@ -10,10 +10,12 @@ import hashlib
 import io
 import json
 import os
+import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -42,11 +44,10 @@ def _iris_model(flipped: bool = False) -> bytes:
     return _joblib(LogisticRegression(max_iter=1000).fit(X, (2 - y) if flipped else y))
 
 
-def _model(root: Path, name: str, uri: str) -> None:
-    folder = root / name
-    folder.mkdir()
+def _model(s3: S3Store, name: str, uri: str) -> None:
+    """A model folder of the remote repository s3://models/repo (its settings file)."""
     settings = {"name": name, "implementation": "sklearn", "parameters": {"uri": uri}}
-    (folder / "model-settings.json").write_text(json.dumps(settings))
+    s3.put(f"repo/{name}/model-settings.json", json.dumps(settings).encode())
 
 
 @pytest.fixture(scope="module")
@@ -65,19 +66,21 @@ def server(stores, tmp_path_factory) -> Iterator[Server]:
     web.objects["/iris/model.joblib"] = model
     sha = hashlib.sha256(model).hexdigest()
     wrong = hashlib.sha256(b"other bytes").hexdigest()
-    root = tmp_path_factory.mktemp("remote")
-    _model(root, "s3-iris", "s3://models/iris/model.joblib")
-    _model(root, "gs-iris", "gs://models/iris/model.joblib")
-    _model(root, "http-iris", f"{web.url}/iris/model.joblib#sha256={sha}")
-    _model(root, "huge", "s3://models/huge/model.joblib")
-    _model(root, "corrupt", f"{web.url}/iris/model.joblib#sha256={wrong}")
-    _model(root, "silent", f"{web.url}/silent/model.joblib")
-    _model(root, "later", "s3://models/later/model.joblib")
+    _model(s3, "s3-iris", "s3://models/iris/model.joblib")
+    _model(s3, "gs-iris", "gs://models/iris/model.joblib")
+    _model(s3, "http-iris", f"{web.url}/iris/model.joblib#sha256={sha}")
+    _model(s3, "huge", "s3://models/huge/model.joblib")
+    _model(s3, "corrupt", f"{web.url}/iris/model.joblib#sha256={wrong}")
+    _model(s3, "silent", f"{web.url}/silent/model.joblib")
+    _model(s3, "later", "s3://models/later/model.joblib")
     cache = tmp_path_factory.mktemp("cache")
     flags = ["--workers", "1", "--model-control-mode", "poll", "--no-exit-on-error"]
+    # --storage-max-size: 1 MiB, for the whole repository's settings files as for a model.
     flags += ["--storage-cache-dir", str(cache), "--storage-max-size", "1"]
     flags += ["--storage-timeout", "3", "--storage-poll-interval", "0.5"]
-    with Server(root, *flags, env={**s3.env, "STORAGE_EMULATOR_HOST": emulator}) as started:
+    # The repository itself is remote too: its folders fetched once at start-up.
+    env = {**s3.env, "STORAGE_EMULATOR_HOST": emulator}
+    with Server("s3://models/repo", *flags, env=env) as started:
         started.wait_live()
         _settled(started)
         yield started
@@ -134,6 +137,7 @@ def test_remote_models_serve_and_each_broken_one_fails_with_its_reason(server, s
         == "s3://models/later/model.joblib was not found (no such object or bucket)"
     )
     assert "Traceback" not in server.output()
+    assert re.search(r"the model repository s3://models/repo is at \S+/repo\b", server.output())
     failed = _predict(server, "huge")
     assert failed.status_code in (400, 503) and "error" in failed.json()
 
@@ -172,3 +176,17 @@ def test_a_changed_object_reloads_without_a_failed_request(server, stores):
         assert time.monotonic() < deadline, server.output()[-3000:]
         time.sleep(0.2)
     assert _predict(server, "later").json()["outputs"][0]["data"] == [0, 1, 2]
+
+
+def test_a_remote_repository_that_cannot_be_fetched_is_refused(stores, tmp_path):
+    s3, _, _ = stores
+    command = [sys.executable, "-m", "inferpool", "serve", "s3://models/no-such-repo"]
+    command += ["--storage-cache-dir", str(tmp_path)]
+    refused = subprocess.run(
+        command, env={**os.environ, **s3.env}, capture_output=True, text=True, timeout=120
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "inferpool: the model repository cannot be fetched: s3://models/no-such-repo was "
+        "not found (no such object or bucket)"
+    )
