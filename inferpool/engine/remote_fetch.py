@@ -100,6 +100,7 @@ def describe(uri: str, limits: Limits) -> Remote:
 def fetch(uri: str, limits: Limits, remote: Remote | None = None) -> Path:
     """The local copy of ``uri`` (a file, or a folder for a prefix) as ``remote``
     (``describe``'s answer) describes it, downloaded unless the cache holds that version."""
+    sha256 = _fragment(uri)
     remote = remote or describe(uri, limits)
     if remote.size > limits.max_bytes:
         raise ModelLoadError(_too_large(remote.uri, remote.size, limits.max_bytes))
@@ -107,25 +108,40 @@ def fetch(uri: str, limits: Limits, remote: Remote | None = None) -> Path:
     final = limits.cache / remote.version
     if (final / name).exists():
         return final / name
-    limits.cache.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".partial-", dir=limits.cache))
+    try:
+        limits.cache.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".partial-", dir=limits.cache))
+    except OSError as exc:
+        raise ModelLoadError(
+            f"{remote.uri}: cannot write into the storage cache {limits.cache} "
+            f"(--storage-cache-dir): {exc.strerror or exc}"
+        ) from None
     try:
         with _reasons(remote.uri, limits):
             fs, _ = _filesystem(uri, limits)
             budget = limits.max_bytes
             for below, info in remote.files:
-                target = staging / name / below if below else staging / name
+                target = _inside(staging / name, below, remote.uri)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 budget -= _download(fs, info, target, remote.uri, budget, limits)
-                check_digest(_joined(remote.uri, below), info, target, _fragment(uri))
-        try:
-            os.rename(staging, final)  # atomic: the cache never shows a partial copy
-        except OSError:
-            if not (final / name).exists():  # not another process's copy, placed first
-                raise
+                check_digest(_joined(remote.uri, below), info, target, sha256)
+            try:
+                os.rename(staging, final)  # atomic: the cache never shows a partial copy
+            except OSError:
+                if not (final / name).exists():  # not another process's copy, placed first
+                    raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return final / name
+
+
+def _inside(root: Path, below: str, uri: str) -> Path:
+    """Where an object of a prefix goes under ``root``; a name that would leave it (``..``,
+    an absolute path: a hostile bucket) fails the fetch."""
+    parts = [part for part in below.split("/") if part]
+    if below.startswith("/") or any(part in (".", "..") for part in parts):
+        raise ModelLoadError(f"{uri}: the object name {below!r} would leave its folder")
+    return root.joinpath(*parts)
 
 
 def object_version(info: dict[str, Any]) -> str:

@@ -27,9 +27,17 @@ from pathlib import Path
 from typing import Any
 
 from inferpool.engine.daemon_thread import in_daemon_thread
-from inferpool.engine.remote_fetch import MIB, Limits, describe, fetch, is_remote
+from inferpool.engine.remote_fetch import (
+    MIB,
+    Limits,
+    describe,
+    failure_sentence,
+    fetch,
+    is_remote,
+)
 from inferpool.engine.repository import Discovered
 from inferpool.engine.states import ModelKey, describe_key
+from inferpool.errors import ModelLoadError
 from inferpool.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -88,9 +96,14 @@ class RemoteModels:
         if not is_remote(uri):
             return settings
         assert uri is not None
-        remote = await in_daemon_thread(describe, uri, self.limits, name=_THREAD)
-        self._seen[key] = remote.version
-        path = await in_daemon_thread(fetch, uri, self.limits, remote, name=_THREAD)
+        try:
+            remote = await in_daemon_thread(describe, uri, self.limits, name=_THREAD)
+            self._seen[key] = remote.version
+            path = await in_daemon_thread(fetch, uri, self.limits, remote, name=_THREAD)
+        except ModelLoadError:
+            raise
+        except Exception as exc:  # whatever else: the model's failure, never the server's
+            raise ModelLoadError(failure_sentence(uri, exc, self.limits.timeout)) from None
         logger.info("%s: %s is at %s", describe_key(key), remote.uri, path)
         parameters = settings.parameters.model_copy(update={"uri": str(path)})
         return settings.model_copy(update={"parameters": parameters})

@@ -190,3 +190,23 @@ def test_a_silent_server_times_out(web, tmp_path):
         f"{web.url}/silent/model.bin: the store did not answer within 1s (--storage-timeout)"
     )
     assert time.monotonic() - began < 15
+
+
+def test_an_object_name_that_would_leave_the_folder_is_refused(aws, limits):
+    aws.put("evil/model.bin", b"ok")
+    aws.put("evil/a/../../../escaped.bin", b"outside")
+    with pytest.raises(ModelLoadError, match=r"the object name .* would leave its folder"):
+        fetch("s3://models/evil", limits)
+    assert not list(limits.cache.parent.rglob("escaped.bin"))
+
+
+def test_a_cache_that_cannot_be_written_fails_the_fetch(web, tmp_path):
+    web.objects["/cached.bin"] = b"bytes"
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    with pytest.raises(ModelLoadError) as refused:
+        fetch(f"{web.url}/cached.bin", Limits(blocked, MIB, 5.0))
+    assert str(refused.value).startswith(
+        f"{web.url}/cached.bin: cannot write into the storage cache {blocked} "
+        "(--storage-cache-dir):"
+    )

@@ -77,7 +77,7 @@ def server(stores, tmp_path_factory) -> Iterator[Server]:
     flags = ["--workers", "1", "--model-control-mode", "poll", "--no-exit-on-error"]
     # --storage-max-size: 1 MiB, for the whole repository's settings files as for a model.
     flags += ["--storage-cache-dir", str(cache), "--storage-max-size", "1"]
-    flags += ["--storage-timeout", "3", "--storage-poll-interval", "0.5"]
+    flags += ["--storage-timeout", "4", "--storage-poll-interval", "0.5"]
     # The repository itself is remote too: its folders fetched once at start-up.
     env = {**s3.env, "STORAGE_EMULATOR_HOST": emulator}
     with Server("s3://models/repo", *flags, env=env) as started:
@@ -130,7 +130,7 @@ def test_remote_models_serve_and_each_broken_one_fails_with_its_reason(server, s
         "the download was corrupted or the object changed while it was read"
     )
     assert reasons["silent"] == (
-        f"{web.url}/silent/model.joblib: the store did not answer within 3s (--storage-timeout)"
+        f"{web.url}/silent/model.joblib: the store did not answer within 4s (--storage-timeout)"
     )
     assert (
         reasons["later"]
