@@ -210,3 +210,29 @@ def test_a_cache_that_cannot_be_written_fails_the_fetch(web, tmp_path):
         f"{web.url}/cached.bin: cannot write into the storage cache {blocked} "
         "(--storage-cache-dir):"
     )
+
+
+def test_an_embedded_engine_without_workers_serves_an_s3_model(aws, tmp_path):
+    """--workers 0: the fetched copy loads in this process (the same lifecycle path)."""
+    import io
+    import json
+
+    import joblib
+    from sklearn.linear_model import LogisticRegression
+
+    from inferpool import Engine
+    from tests.support import iris_data
+
+    X, y = iris_data()
+    buffer = io.BytesIO()
+    joblib.dump(LogisticRegression(max_iter=1000).fit(X, y), buffer)
+    aws.put("embedded/model.joblib", buffer.getvalue())
+    folder = tmp_path / "repo" / "iris"
+    folder.mkdir(parents=True)
+    settings = {"name": "iris", "parameters": {"uri": "s3://models/embedded/model.joblib"}}
+    (folder / "model-settings.json").write_text(json.dumps(settings))
+    cache = tmp_path / "cache"
+    with Engine(tmp_path / "repo", workers=0, storage_cache_dir=cache, load_probe=False) as engine:
+        result = engine.infer_sync("iris", X[[0, 60, 120]])
+    assert list(result["predict"]) == [0, 1, 2]
+    assert [p.name for p in cache.rglob("model.joblib")] == ["model.joblib"]
