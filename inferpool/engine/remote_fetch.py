@@ -124,6 +124,8 @@ def fetch(uri: str, limits: Limits, remote: Remote | None = None) -> Path:
                 target = _inside(staging / name, below, remote.uri)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 budget -= _download(fs, info, target, remote.uri, budget, limits)
+                if uri.startswith("s3://"):
+                    info = _with_encryption(fs, info)
                 check_digest(_joined(remote.uri, below), info, target, sha256)
             try:
                 os.rename(staging, final)  # atomic: the cache never shows a partial copy
@@ -161,7 +163,11 @@ def check_digest(uri: str, info: dict[str, Any], path: Path, sha256: str | None)
     if sha256:
         expected.append(("the URI's #sha256", "sha256", bytes.fromhex(sha256)))
     etag = str(info.get("ETag") or "").strip('"')
-    if "LastModified" in info and len(etag) == 32 and _is_hex(etag):  # S3, single part
+    # S3: a single-part upload's ETag is the MD5 of its bytes, unless KMS or a customer's
+    # key encrypts them (``_with_encryption``), when it is not.
+    encrypted = str(info.get("ServerSideEncryption")).startswith("aws:kms")
+    encrypted = encrypted or bool(info.get("SSECustomerAlgorithm"))
+    if "LastModified" in info and len(etag) == 32 and _is_hex(etag) and not encrypted:
         expected.append(("its ETag (MD5)", "md5", bytes.fromhex(etag)))
     for key in ("md5Hash", "Content-MD5"):  # GCS; an HTTP server's header
         if info.get(key):
@@ -190,6 +196,15 @@ def _download(
                 raise ModelLoadError(_too_large(uri, written, limits.max_bytes, "over"))
             sink.write(chunk)
     return written
+
+
+def _with_encryption(fs: Any, info: dict[str, Any]) -> dict[str, Any]:
+    """An S3 object's description with its encryption, which S3's listings and s3fs's
+    description leave out (one HEAD request, once per download)."""
+    bucket, key, _ = fs.split_path(info["name"])
+    head = fs.call_s3("head_object", Bucket=bucket, Key=key)
+    keys = ("ServerSideEncryption", "SSECustomerAlgorithm")
+    return {**info, **{name: head.get(name) for name in keys}}
 
 
 def _open(fs: Any, info: dict[str, Any]) -> BinaryIO:

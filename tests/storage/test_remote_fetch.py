@@ -139,6 +139,11 @@ def test_an_s3_etag_that_is_no_md5_of_the_bytes_is_a_mismatch(tmp_path):
         check_digest("s3://b/model.bin", info, path, None)
     # A multipart upload's ETag (an MD5 of MD5s, "-N") says nothing of the bytes.
     check_digest("s3://b/model.bin", {"ETag": '"abc-2"', "LastModified": "x"}, path, None)
+    # Nor does an SSE-KMS or SSE-C object's ETag.
+    for encryption in ({"ServerSideEncryption": "aws:kms"}, {"SSECustomerAlgorithm": "AES256"}):
+        check_digest("s3://b/model.bin", {**info, **encryption}, path, None)
+    with pytest.raises(ModelLoadError):  # SSE-S3 (AES256) keeps the MD5
+        check_digest("s3://b/model.bin", {**info, "ServerSideEncryption": "AES256"}, path, None)
 
 
 def test_gcs_md5_and_crc32c_are_checked(tmp_path):
