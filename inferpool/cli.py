@@ -123,10 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
     repository.add_argument(
         "model_repository",
         nargs="?",
-        type=Path,
+        type=_repository_argument,
         default=None,
         metavar="MODEL_REPOSITORY",
-        help="folder of model folders (default: INFERPOOL_MODEL_REPOSITORY, "
+        help="folder of model folders, or an s3://, gs:// URI of one (fetched once at "
+        "start-up; docs/operate/remote-storage.md) (default: INFERPOOL_MODEL_REPOSITORY, "
         "MLSERVER_MODELS_DIR, MLSERVER_MODEL_REPOSITORY_ROOT, or the folder of "
         "MLSERVER_MODEL_URI)",
     )
@@ -201,6 +202,13 @@ def env_pack_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _repository_argument(text: str) -> Path | str:
+    """A local folder, or a remote URI kept as text (``serve_command`` fetches it)."""
+    from inferpool.engine.remote_fetch import is_remote
+
+    return text if is_remote(text) else Path(text)
+
+
 def _refuse(message: str) -> int:
     print(f"inferpool: {message}", file=sys.stderr)
     return EXIT_USAGE
@@ -253,12 +261,13 @@ def serve_command(args: argparse.Namespace) -> int:
     return uvloop.run(serve(settings))
 
 
-def _settings_or_refusal(args: argparse.Namespace, repository: Path | None) -> Any:
+def _settings_or_refusal(args: argparse.Namespace, repository: Path | str | None) -> Any:
     """The server's settings from the flags, the environment and settings.json, logging
     configured by them; or the exit code of a refusal, its sentences printed."""
     from pydantic import ValidationError
 
     from inferpool.cli_errors import sentences
+    from inferpool.errors import ModelLoadError
     from inferpool.logs import configure_logging
     from inferpool.mlserver.contract.server_settings import SettingsRefused
     from inferpool.settings import load_server_settings
@@ -266,14 +275,22 @@ def _settings_or_refusal(args: argparse.Namespace, repository: Path | None) -> A
     overrides: dict[str, Any] = {
         k: v for k, v in vars(args).items() if k not in ("command", "model_repository", "demo")
     }
+    remote = None  # the URI of a remote repository, once fetched
     if args.demo:
         overrides.setdefault("host", "127.0.0.1")
     try:
+        if isinstance(repository, str):  # a remote repository: its local copy is served
+            from inferpool.engine.remote_models import fetch_repository
+
+            remote, repository = repository, fetch_repository(repository, overrides)
         settings = load_server_settings(repository, overrides)
+    except ModelLoadError as exc:
+        configure_logging(None)
+        return _refuse(f"the model repository cannot be fetched: {exc.message}")
     except ValidationError as exc:
         configure_logging(None)
         given = {**overrides, **({"model_repository": repository} if repository else {})}
-        for line in sentences(exc, given, repository):
+        for line in sentences(exc, given, Path(repository) if repository else None):
             print(f"inferpool: invalid settings: {line}", file=sys.stderr)
         return EXIT_USAGE
     except SettingsRefused as exc:
@@ -289,6 +306,10 @@ def _settings_or_refusal(args: argparse.Namespace, repository: Path | None) -> A
         configure_logging(None)
         return _refuse(refused)
     configure_logging(settings)
+    if remote is not None:
+        import logging
+
+        logging.getLogger("inferpool").info("the model repository %s is at %s", remote, repository)
     return settings
 
 

@@ -43,6 +43,10 @@ FIELD_GROUPS: dict[str, str] = {
     "model_repository": "repository",
     "model_control_mode": "repository",
     "repository_debounce": "repository",
+    "storage_cache_dir": "repository",
+    "storage_max_size": "repository",
+    "storage_timeout": "repository",
+    "storage_poll_interval": "repository",
     "load_models_at_startup": "repository",
     "admin_token": "repository",
     "admin_token_file": "repository",
@@ -122,6 +126,7 @@ FIELD_GROUPS: dict[str, str] = {
 _DEFAULT_WORDS = {
     "workers": "the number of CPU cores",
     "environments_dir": "$XDG_CACHE_HOME/inferpool/environments",
+    "storage_cache_dir": "$XDG_CACHE_HOME/inferpool/storage",
 }
 
 

@@ -18,9 +18,10 @@ import logging
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any
 
 from inferpool.engine.client import EngineClient
+from inferpool.engine.daemon_thread import in_daemon_thread
 from inferpool.engine.environments.capabilities import here, importable_here
 from inferpool.engine.environments.unpack import named_environment
 from inferpool.engine.ipc.messages import Reply, RequestHeader
@@ -38,9 +39,6 @@ if TYPE_CHECKING:
     from inferpool.engine.worker.path import Job
 
 logger = logging.getLogger(__name__)
-
-_Arg = TypeVar("_Arg")
-_Result = TypeVar("_Result")
 
 
 class InProcessClient(EngineClient):
@@ -77,7 +75,7 @@ class InProcessClient(EngineClient):
         if self.settings.load_probe and probed(settings):
             # A file that crashes its library fails here; meanwhile this process imports the
             # runtime's modules (what the probe's child does too), which cannot crash.
-            imports = asyncio.ensure_future(_in_daemon_thread(_import_runtime, settings))
+            imports = asyncio.ensure_future(in_daemon_thread(_import_runtime, settings))
             try:
                 await self.probe.check(settings)
             finally:
@@ -85,7 +83,7 @@ class InProcessClient(EngineClient):
                     await imports
         try:
             # A thread keeps the loop answering health checks while a model loads.
-            model = await _in_daemon_thread(_load_one_at_a_time, settings)
+            model = await in_daemon_thread(_load_one_at_a_time, settings)
         except Exception as exc:
             raise InferpoolError(failure_reason(exc)) from None
         key = model_key(settings.name, settings.version)
@@ -350,30 +348,3 @@ def _import_runtime(settings: ModelSettings) -> None:
             with contextlib.suppress(ImportError):
                 importlib.import_module(module)
         runtime_class(settings)
-
-
-async def _in_daemon_thread(function: Callable[[_Arg], _Result], argument: _Arg) -> _Result:
-    """``function(argument)`` in a daemon thread. Not ``asyncio.to_thread``: the executor's
-    threads are joined when the interpreter exits, so a model whose load never returns
-    (a user's ``load()`` waiting forever) would keep the server from exiting on SIGTERM."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[_Result] = loop.create_future()
-
-    def settle(result: _Result | None, error: BaseException | None) -> None:
-        if done.done():  # the caller went away (shutdown cancelled it)
-            return
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(cast(_Result, result))
-
-    def run() -> None:
-        try:
-            result, error = function(argument), None
-        except BaseException as exc:  # handed to the awaiting coroutine
-            result, error = None, exc
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits now
-            loop.call_soon_threadsafe(settle, result, error)
-
-    threading.Thread(target=run, name="inferpool-load", daemon=True).start()
-    return await done

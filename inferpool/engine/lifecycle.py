@@ -22,6 +22,7 @@ from inferpool.engine.accounting import Accounting
 from inferpool.engine.admin import AdminPolicy
 from inferpool.engine.pipelines.manager import Pipelines, is_pipeline, load_order
 from inferpool.engine.rate_limits import model_bucket
+from inferpool.engine.remote_models import RemoteModels
 from inferpool.engine.repository import Discovered, discover, find_models
 from inferpool.engine.states import (
     UNLOADED,
@@ -77,6 +78,7 @@ class Lifecycle:
         # this.
         self.locks = NamedLocks()
         self.watcher: RepositoryWatcher | None = None  # --model-control-mode poll
+        self.remote = RemoteModels(settings)  # models whose uri names a remote object
 
     # -- readiness ------------------------------------------------------------------------
     def not_ready_reason(self) -> str | None:
@@ -116,6 +118,7 @@ class Lifecycle:
         watcher, self.watcher = self.watcher, None
         if watcher is not None:
             await watcher.stop()
+        await self.remote.stop()
 
     async def load_repository(self) -> list[ModelStatus]:
         """Load every model in the repository, in parallel; return their statuses.
@@ -133,6 +136,7 @@ class Lifecycle:
             debounce = self.settings.repository_debounce
             self.watcher = RepositoryWatcher(self._client, repository, debounce)
             self.watcher.start(found)
+            self.remote.start(self.load_discovered)  # remote objects: polled for changes
         # Pipelines load after the models they call, each after the pipelines it calls.
         models = [d for d in found if not is_pipeline(d.settings)]
         statuses = await asyncio.gather(*(self.load_discovered(d, required=True) for d in models))
@@ -218,6 +222,7 @@ class Lifecycle:
                 await self._client._unload(status.key)
         finally:
             self.accounting.forget(status.key)
+            self.remote.forget(status.key)
             if keep:
                 status.state, status.reason, status.required = (
                     ModelState.UNAVAILABLE,
@@ -250,6 +255,7 @@ class Lifecycle:
                 status.required = required
                 self.table.set(status)
             await self._load(status, settings)
+            self.remote.loaded(found)
         if status.state is ModelState.READY:
             status.required = True  # it has served: from now on it counts for readiness
             self.table.set(status)
@@ -278,6 +284,8 @@ class Lifecycle:
             if settings.pipeline is not None:
                 status.metadata = await self.pipelines.load(settings)
             else:
+                # A remote uri: fetched here (in a thread), loaded from its local copy.
+                settings = await self.remote.localise(status.key, settings)
                 status.metadata = await self._client._load(settings)
                 status.endpoints = take_announced(status.metadata)
         except InferpoolError as exc:

@@ -46,6 +46,33 @@ class ServerSettings(TimeoutFields):
         description="poll mode: seconds a changed model folder must stay quiet "
         "before it is acted on",
     )
+    # -- models whose parameters.uri is s3://, gs:// or http(s):// (docs/operate/remote-storage.md)
+    storage_cache_dir: Path | None = Field(
+        None,
+        description="where remote model artefacts (a parameters.uri of s3://, gs://, "
+        "http(s)://) are kept, by URI and object version; default: "
+        "$XDG_CACHE_HOME/inferpool/storage",
+    )
+    storage_max_size: int = Field(
+        4096,
+        ge=1,
+        description="MiB a remote model artefact may hold: a larger one fails its model "
+        "before it is downloaded (or as soon as the bytes received pass it)",
+    )
+    storage_timeout: float = Field(
+        30.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="seconds a store may take to accept a connection or to send the next "
+        "bytes before fetching a remote model artefact fails",
+    )
+    storage_poll_interval: float = Field(
+        30.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="poll mode: seconds between checks of each remote model artefact's "
+        "version (one request each); a new version (ETag, generation) reloads the model",
+    )
     admin_token: str | None = Field(
         None,
         description="token that load/unload and other admin calls must carry "

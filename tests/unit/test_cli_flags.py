@@ -48,7 +48,7 @@ def test_each_default_shown_is_the_one_applied() -> None:
         value = getattr(settings, name)
         if name == "workers":
             assert shown == "the number of CPU cores"
-        elif name == "environments_dir":
+        elif name in ("environments_dir", "storage_cache_dir"):
             assert shown.startswith("$XDG_CACHE_HOME") and value is None
         elif value is None:
             assert shown == "unset", name
