@@ -60,6 +60,89 @@ static inline __attribute__((always_inline)) QUICK_TARGET int quick_number(const
     return neg + len;
 }
 
+/* Digits 0..31 of a 32-byte frame, for the masks of long_number. */
+static const int8_t FRAME_INDEX[32] __attribute__((aligned(16))) = {
+    0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+    16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+
+/* The token s[p..next) (next: the comma after it) when it is a decimal with a point,
+ * -?(0|[1-9][0-9]*).[0-9]+, of 16 to 31 characters after its sign (past quick_number) and
+ * at most 19 significant digits: its length, and in *value what read_number gives (the
+ * correctly rounded double). These are the floats written through Python's floats
+ * (`ndarray.tolist()`, 17 significant digits: "-0.13210485875606537"). 0 for any other
+ * token, and where Eisel-Lemire leaves the value to a slower reading (about one token in
+ * 500 of these). Reads the 33 bytes before the comma, none after; next >= 33.
+ *
+ * The token is seen right-aligned in a 32-byte frame ending at the comma (two loads),
+ * and in the frame one byte earlier: the digits after the point come from the first, the
+ * ones before it from the second (so the point drops out and the digits are contiguous,
+ * right-aligned), the bytes before the token are zeroed, and the 32 digits are folded as
+ * quick_number folds 16 into four eight-digit groups; the value is then the integer of at
+ * most 19 digits times 10^-(digits after the point), Eisel-Lemire's case. */
+static inline __attribute__((always_inline)) QUICK_TARGET int long_number(const char *s,
+                                                                          Py_ssize_t p,
+                                                                          Py_ssize_t next,
+                                                                          double *value) {
+    const int neg = s[p] == '-';
+    const int len = (int)(next - p) - neg; /* digits and point */
+    if (len < 16 || len > 31 || next < 33) return 0;
+    const char *const end = s + next;
+    const __m128i lo = _mm_loadu_si128((const __m128i *)(end - 32));
+    const __m128i hi = _mm_loadu_si128((const __m128i *)(end - 16));
+    const __m128i zero_char = _mm_set1_epi8('0');
+    const __m128i nine = _mm_set1_epi8(9);
+    const __m128i lo_value = _mm_sub_epi8(lo, zero_char), hi_value = _mm_sub_epi8(hi, zero_char);
+    /* Digits: the byte less '0' is 0..9 unsigned (min_epu8 keeps it). */
+    const uint32_t digits =
+        (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(lo_value, nine), lo_value)) |
+        (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(hi_value, nine), hi_value))
+            << 16;
+    const __m128i point = _mm_set1_epi8('.');
+    const uint32_t points = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(lo, point)) |
+                            (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(hi, point)) << 16;
+    const int first = 32 - len; /* the token's first byte (after its sign) in the frame */
+    const uint32_t token = ~UINT32_C(0) << first;
+    const uint32_t dots = points & token;
+    /* Bitwise, not ||: one branch for all of them. Every byte a digit or the point, one
+     * point, a digit first and last, no leading zero ("01.5"). */
+    const int other = (((digits | dots) & token) != token) | (dots == 0) |
+                      ((dots & (dots - 1)) != 0) | !((digits >> first) & 1) |
+                      !(digits >> 31) | ((end[-len] == '0') & (int)((digits >> (first + 1)) & 1));
+    if (other) return 0;
+    const int at = __builtin_ctz(dots); /* the point's place in the frame */
+    const __m128i lo_shifted = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)(end - 33)), zero_char);
+    const __m128i hi_shifted = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)(end - 17)), zero_char);
+    const __m128i index_lo = _mm_load_si128((const __m128i *)FRAME_INDEX);
+    const __m128i index_hi = _mm_load_si128((const __m128i *)(FRAME_INDEX + 16));
+    /* After the point: the frame's own bytes; up to it: the byte before (the point drops
+     * out); up to the token's first byte, shifted: zero. */
+    const __m128i after = _mm_set1_epi8((char)at), inside = _mm_set1_epi8((char)first);
+    const __m128i take_lo = _mm_cmpgt_epi8(index_lo, after), take_hi = _mm_cmpgt_epi8(index_hi, after);
+    const __m128i keep_lo = _mm_cmpgt_epi8(index_lo, inside), keep_hi = _mm_cmpgt_epi8(index_hi, inside);
+    const __m128i digits_lo = _mm_and_si128(
+        keep_lo, _mm_or_si128(_mm_and_si128(take_lo, lo_value), _mm_andnot_si128(take_lo, lo_shifted)));
+    const __m128i digits_hi = _mm_and_si128(
+        keep_hi, _mm_or_si128(_mm_and_si128(take_hi, hi_value), _mm_andnot_si128(take_hi, hi_shifted)));
+    const __m128i fours_lo = _mm_madd_epi16(_mm_maddubs_epi16(digits_lo, _mm_set1_epi16(FOLD_PAIRS)),
+                                            _mm_set1_epi32(FOLD_FOURS));
+    const __m128i fours_hi = _mm_madd_epi16(_mm_maddubs_epi16(digits_hi, _mm_set1_epi16(FOLD_PAIRS)),
+                                            _mm_set1_epi32(FOLD_FOURS));
+    /* The frame's four eight-digit groups, most significant first. */
+    const __m128i eights =
+        _mm_madd_epi16(_mm_packs_epi32(fours_lo, fours_hi), _mm_set1_epi32(FOLD_EIGHTS));
+    const uint64_t top = (uint64_t)_mm_cvtsi128_si64(eights);
+    const uint64_t bottom = (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(eights, eights));
+    /* At most 19 significant digits: none in the first group, three in the second. */
+    if (((uint32_t)top != 0) | ((top >> 32) >= 1000)) return 0;
+    const uint64_t w = (top >> 32) * UINT64_C(10000000000000000) +
+                       (bottom & 0xFFFFFFFFu) * UINT64_C(100000000) + (bottom >> 32);
+    if (w == 0) {
+        *value = neg ? -0.0 : 0.0; /* a decimal keeps its sign */
+        return neg + len;
+    }
+    return eisel_lemire(w, at - 31, neg, value) ? neg + len : 0;
+}
+
 static inline QUICK_TARGET uint64_t comma_bits(const char *q) {
     const __m128i comma = _mm_set1_epi8(',');
     uint64_t bits = 0;
@@ -86,7 +169,9 @@ quick_run(const char *s, Py_ssize_t p, Py_ssize_t n, int size, char *out, Py_ssi
         do {
             const Py_ssize_t next = base + __builtin_ctzll(commas);
             double d;
-            const int len = quick_number(s + p, &d);
+            /* Past 15 characters after the sign: a long decimal, or no quick token. */
+            const int len = next - p - (s[p] == '-') > 15 ? long_number(s, p, next, &d)
+                                                          : quick_number(s + p, &d);
             if (len == 0 || p + len != next) {
                 if (len == 0 && count == first) return -1;
                 goto done;
