@@ -60,25 +60,65 @@ static inline __attribute__((always_inline)) QUICK_TARGET int quick_number(const
     return neg + len;
 }
 
-/* Digits 0..31 of a 32-byte frame, for the masks of long_number. */
+/* Places 0..31 of a 32-byte frame, for the masks of frame_value. */
 static const int8_t FRAME_INDEX[32] __attribute__((aligned(16))) = {
     0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
     16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
 
+/* The value of a checked token of up to 31 digits and point that ends just before `end`,
+ * seen right-aligned in a 32-byte frame: its digits at places keep + 1 .. 31 once the
+ * point, at place `at`, is dropped (at == keep: no point), times 10^q. 1 with *value the
+ * correctly rounded double (read_number's value), 0 when it has more than 19 significant
+ * digits or Eisel-Lemire leaves it to a slower reading (about one in 500 such tokens).
+ * Reads the 33 bytes before `end`.
+ *
+ * The digits after the point come from the frame, those up to it from the frame one byte
+ * earlier (so the point drops out and the digits are contiguous, right-aligned), the bytes
+ * before the token are zeroed, and the 32 digits are folded as quick_number folds 16, into
+ * four eight-digit groups: an integer of at most 19 digits, Eisel-Lemire's case. */
+static inline __attribute__((always_inline)) QUICK_TARGET int
+frame_value(const char *end, int at, int keep, int q, int neg, double *value) {
+    const __m128i zero_char = _mm_set1_epi8('0');
+    const __m128i lo = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)(end - 32)), zero_char);
+    const __m128i hi = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)(end - 16)), zero_char);
+    const __m128i lo_before = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)(end - 33)), zero_char);
+    const __m128i hi_before = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)(end - 17)), zero_char);
+    const __m128i index_lo = _mm_load_si128((const __m128i *)FRAME_INDEX);
+    const __m128i index_hi = _mm_load_si128((const __m128i *)(FRAME_INDEX + 16));
+    const __m128i point = _mm_set1_epi8((char)at), first = _mm_set1_epi8((char)keep);
+    const __m128i take_lo = _mm_cmpgt_epi8(index_lo, point), take_hi = _mm_cmpgt_epi8(index_hi, point);
+    const __m128i keep_lo = _mm_cmpgt_epi8(index_lo, first), keep_hi = _mm_cmpgt_epi8(index_hi, first);
+    const __m128i digits_lo = _mm_and_si128(
+        keep_lo, _mm_or_si128(_mm_and_si128(take_lo, lo), _mm_andnot_si128(take_lo, lo_before)));
+    const __m128i digits_hi = _mm_and_si128(
+        keep_hi, _mm_or_si128(_mm_and_si128(take_hi, hi), _mm_andnot_si128(take_hi, hi_before)));
+    const __m128i fours_lo = _mm_madd_epi16(_mm_maddubs_epi16(digits_lo, _mm_set1_epi16(FOLD_PAIRS)),
+                                            _mm_set1_epi32(FOLD_FOURS));
+    const __m128i fours_hi = _mm_madd_epi16(_mm_maddubs_epi16(digits_hi, _mm_set1_epi16(FOLD_PAIRS)),
+                                            _mm_set1_epi32(FOLD_FOURS));
+    /* The frame's four eight-digit groups, most significant first. */
+    const __m128i eights =
+        _mm_madd_epi16(_mm_packs_epi32(fours_lo, fours_hi), _mm_set1_epi32(FOLD_EIGHTS));
+    const uint64_t top = (uint64_t)_mm_cvtsi128_si64(eights);
+    const uint64_t bottom = (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(eights, eights));
+    /* At most 19 significant digits: none in the first group, three in the second. */
+    if (((uint32_t)top != 0) | ((top >> 32) >= 1000)) return 0;
+    const uint64_t w = (top >> 32) * UINT64_C(10000000000000000) +
+                       (bottom & 0xFFFFFFFFu) * UINT64_C(100000000) + (bottom >> 32);
+    if (w == 0) {
+        /* A decimal keeps its sign; the integer 0 is +0.0 (a window's "-0" is refused). */
+        *value = neg && at != keep ? -0.0 : 0.0;
+        return 1;
+    }
+    return eisel_lemire(w, q, neg, value);
+}
+
 /* The token s[p..next) (next: the comma after it) when it is a decimal with a point,
  * -?(0|[1-9][0-9]*).[0-9]+, of 16 to 31 characters after its sign (past quick_number) and
  * at most 19 significant digits: its length, and in *value what read_number gives (the
- * correctly rounded double). These are the floats written through Python's floats
- * (`ndarray.tolist()`, 17 significant digits: "-0.13210485875606537"). 0 for any other
- * token, and where Eisel-Lemire leaves the value to a slower reading (about one token in
- * 500 of these). Reads the 33 bytes before the comma, none after; next >= 33.
- *
- * The token is seen right-aligned in a 32-byte frame ending at the comma (two loads),
- * and in the frame one byte earlier: the digits after the point come from the first, the
- * ones before it from the second (so the point drops out and the digits are contiguous,
- * right-aligned), the bytes before the token are zeroed, and the 32 digits are folded as
- * quick_number folds 16 into four eight-digit groups; the value is then the integer of at
- * most 19 digits times 10^-(digits after the point), Eisel-Lemire's case. */
+ * correctly rounded double, by frame_value). These are the floats written through
+ * Python's floats (`ndarray.tolist()`, 17 significant digits: "-0.13210485875606537").
+ * 0 for any other token. Reads the 33 bytes before the comma, none after; next >= 33. */
 static inline __attribute__((always_inline)) QUICK_TARGET int long_number(const char *s,
                                                                           Py_ssize_t p,
                                                                           Py_ssize_t next,
@@ -89,8 +129,7 @@ static inline __attribute__((always_inline)) QUICK_TARGET int long_number(const 
     const char *const end = s + next;
     const __m128i lo = _mm_loadu_si128((const __m128i *)(end - 32));
     const __m128i hi = _mm_loadu_si128((const __m128i *)(end - 16));
-    const __m128i zero_char = _mm_set1_epi8('0');
-    const __m128i nine = _mm_set1_epi8(9);
+    const __m128i nine = _mm_set1_epi8(9), zero_char = _mm_set1_epi8('0');
     const __m128i lo_value = _mm_sub_epi8(lo, zero_char), hi_value = _mm_sub_epi8(hi, zero_char);
     /* Digits: the byte less '0' is 0..9 unsigned (min_epu8 keeps it). */
     const uint32_t digits =
@@ -110,37 +149,7 @@ static inline __attribute__((always_inline)) QUICK_TARGET int long_number(const 
                       !(digits >> 31) | ((end[-len] == '0') & (int)((digits >> (first + 1)) & 1));
     if (other) return 0;
     const int at = __builtin_ctz(dots); /* the point's place in the frame */
-    const __m128i lo_shifted = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)(end - 33)), zero_char);
-    const __m128i hi_shifted = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)(end - 17)), zero_char);
-    const __m128i index_lo = _mm_load_si128((const __m128i *)FRAME_INDEX);
-    const __m128i index_hi = _mm_load_si128((const __m128i *)(FRAME_INDEX + 16));
-    /* After the point: the frame's own bytes; up to it: the byte before (the point drops
-     * out); up to the token's first byte, shifted: zero. */
-    const __m128i after = _mm_set1_epi8((char)at), inside = _mm_set1_epi8((char)first);
-    const __m128i take_lo = _mm_cmpgt_epi8(index_lo, after), take_hi = _mm_cmpgt_epi8(index_hi, after);
-    const __m128i keep_lo = _mm_cmpgt_epi8(index_lo, inside), keep_hi = _mm_cmpgt_epi8(index_hi, inside);
-    const __m128i digits_lo = _mm_and_si128(
-        keep_lo, _mm_or_si128(_mm_and_si128(take_lo, lo_value), _mm_andnot_si128(take_lo, lo_shifted)));
-    const __m128i digits_hi = _mm_and_si128(
-        keep_hi, _mm_or_si128(_mm_and_si128(take_hi, hi_value), _mm_andnot_si128(take_hi, hi_shifted)));
-    const __m128i fours_lo = _mm_madd_epi16(_mm_maddubs_epi16(digits_lo, _mm_set1_epi16(FOLD_PAIRS)),
-                                            _mm_set1_epi32(FOLD_FOURS));
-    const __m128i fours_hi = _mm_madd_epi16(_mm_maddubs_epi16(digits_hi, _mm_set1_epi16(FOLD_PAIRS)),
-                                            _mm_set1_epi32(FOLD_FOURS));
-    /* The frame's four eight-digit groups, most significant first. */
-    const __m128i eights =
-        _mm_madd_epi16(_mm_packs_epi32(fours_lo, fours_hi), _mm_set1_epi32(FOLD_EIGHTS));
-    const uint64_t top = (uint64_t)_mm_cvtsi128_si64(eights);
-    const uint64_t bottom = (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(eights, eights));
-    /* At most 19 significant digits: none in the first group, three in the second. */
-    if (((uint32_t)top != 0) | ((top >> 32) >= 1000)) return 0;
-    const uint64_t w = (top >> 32) * UINT64_C(10000000000000000) +
-                       (bottom & 0xFFFFFFFFu) * UINT64_C(100000000) + (bottom >> 32);
-    if (w == 0) {
-        *value = neg ? -0.0 : 0.0; /* a decimal keeps its sign */
-        return neg + len;
-    }
-    return eisel_lemire(w, at - 31, neg, value) ? neg + len : 0;
+    return frame_value(end, at, first, at - 31, neg, value) ? neg + len : 0;
 }
 
 static inline QUICK_TARGET uint64_t comma_bits(const char *q) {

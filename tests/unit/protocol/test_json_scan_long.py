@@ -22,13 +22,16 @@ from tests.unit.protocol.test_json_scan import (
     FLOAT_TYPES,
     PAD,
     PROPERTY,
+    WINDOWS,
     engaged,
     halfway_points,
     quick,
     quick_tokens,
     request_text,
     same_outcome,
+    wide,
     wide_runs,
+    wide_tokens,
 )
 
 NUMPY = {"FP32": np.float32, "FP64": np.float64}
@@ -158,6 +161,39 @@ def test_a_batch_as_python_clients_write_it_is_read_in_quick_runs(datatype):
         assert quick_tokens() - before >= 0.99 * len(flat)
         assert values.tobytes() == np.array(flat).astype(NUMPY[datatype]).tobytes()
         same_outcome(body)
+
+
+@wide
+@pytest.mark.parametrize("windows", WINDOWS)
+@pytest.mark.parametrize("datatype", FLOAT_TYPES)
+def test_a_compact_batch_as_python_clients_write_it_is_read_in_wide_runs(datatype, windows):
+    rows = np.random.default_rng(12).standard_normal((256, 50)).astype(np.float32)
+    flat = rows.ravel().tolist()
+    body = request_text(json.dumps(flat, separators=(",", ":")), datatype, [len(flat)], pad=PAD)
+    with wide_runs(True, windows):
+        before = wide_tokens()
+        values = engaged(body)[0].values
+        read = wide_tokens() - before
+    assert values.tobytes() == np.array(flat).astype(NUMPY[datatype]).tobytes()
+    assert read >= 0.99 * len(flat)
+    same_outcome(body)
+
+
+@wide
+@PROPERTY
+@given(
+    values=st.lists(decimal_doubles | tolist_float32 | st.sampled_from([0.5, -2.0, 0.0, 1e-5]),
+                    min_size=2, max_size=300),
+    datatype=st.sampled_from(FLOAT_TYPES),
+    windows=st.sampled_from(WINDOWS),
+)  # fmt: skip
+def test_wide_runs_of_python_floats_are_read_as_float_reads_them(values, datatype, windows):
+    tokens = [repr(v) for v in values]
+    with wide_runs(True, windows):
+        read, got = read_all(tokens, datatype, ",")
+    assert got == expected(tokens, datatype)
+    if all(plain(t) for t in tokens):
+        assert read == len(tokens) - 1
 
 
 @quick
