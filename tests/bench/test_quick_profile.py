@@ -51,7 +51,7 @@ def test_the_quick_profile_runs_within_its_time_and_writes_its_report(tmp_path: 
     results = json.loads((out / "results.json").read_text())
     settings = results["settings"]
     servers, scenarios = settings["servers"], settings["scenarios"]
-    assert len(servers) == 2 and len(scenarios) == 4
+    assert len(servers) == 2 and len(scenarios) == 5
     if "mlserver-w0" not in servers:
         assert servers == ["inferpool-w0", "inferpool-w2"]
         assert "MLServer is not installed" in settings["note"]
