@@ -62,17 +62,6 @@ static inline WIDE_TARGET int wide_maps(const char *w, WindowMaps *m) {
     return quick_window_tokens(m);
 }
 
-/* Whether a token of the window is longer than 15 characters: a run of 16 digits and
- * points in its maps (then long_window reads the window). */
-static inline int long_tokens(const WindowMaps *m) {
-    uint64_t run = m->digits | m->points;
-    run &= run >> 1; /* bit i: bytes i and i + 1 are */
-    run &= run >> 2;
-    run &= run >> 4;
-    run &= run >> 8; /* bytes i to i + 15 */
-    return run != 0;
-}
-
 /* The window at w's tokens (its maps m), appended to the batch from entry k: how many; 0
  * when any of them is more than 15 characters after the sign. Reads 80 bytes. */
 static inline WIDE_TARGET int wide_window(const char *w, const WindowMaps *m, WideBatch *batch,
@@ -204,27 +193,30 @@ wide_run(const char *s, Py_ssize_t p, Py_ssize_t n, int size, char *out, Py_ssiz
         WindowMaps m;
         const int last = wide_maps(s + p, &m);
         if (last < 0) break;
-        if (long_tokens(&m)) {
-            /* The batch's tokens come first in out. */
-            if (pending > 0) {
-                wide_convert(&batch, pending, size, out + (count + read) * size);
-                read += pending;
-                pending = 0;
-            }
-            const int got = p >= 33 ? long_window(s + p, &m, size, out + (count + read) * size,
-                                                  expected - count - read)
-                                    : 0;
-            if (got == 0) break;
-            read += got;
-        } else {
-            const int got = wide_window(s + p, &m, &batch, pending);
-            if (got == 0 || count + read + pending + got > expected) break;
+        /* A first token over 16 characters (sign included) is past the batch: a window of
+         * long decimals, most likely, not tried as one of quick tokens first. */
+        const int got = __builtin_ctzll(m.commas) > 16 ? 0 : wide_window(s + p, &m, &batch, pending);
+        if (got > 0) {
+            if (count + read + pending + got > expected) break;
             pending += got;
             if (pending >= WIDE_BATCH) {
                 wide_convert(&batch, pending, size, out + (count + read) * size);
                 read += pending;
                 pending = 0;
             }
+        } else {
+            /* A token longer than 15 characters (long_window reads any token of the
+             * quick form): the batch's tokens come first in out. */
+            if (pending > 0) {
+                wide_convert(&batch, pending, size, out + (count + read) * size);
+                read += pending;
+                pending = 0;
+            }
+            const int taken = p >= 33 ? long_window(s + p, &m, size, out + (count + read) * size,
+                                                    expected - count - read)
+                                      : 0;
+            if (taken == 0) break;
+            read += taken;
         }
         p += last + 1;
     }
