@@ -1,6 +1,7 @@
 /* AVX2 tier: wide runs (wide_run), compact arrays read a 64-byte window at a time. Owns the
- * window's byte maps (wide_window, checked by dispatch.h's quick_window_tokens), the batch
- * of shuffled tokens and its conversion four tokens at a time (wide_convert). Every
+ * window's byte maps (wide_maps, checked by dispatch.h's quick_window_tokens), the batch
+ * of shuffled tokens (wide_window) and its conversion four tokens at a time
+ * (wide_convert), and windows with long decimals (long_window). Every
  * function here is compiled with target("avx2,bmi,bmi2") and only called from quick_run
  * (tier_ssse3.h) where have_wide and wide_enabled (dispatch.h). Included by ../_jsonscan.c
  * after tier_ssse3.h.

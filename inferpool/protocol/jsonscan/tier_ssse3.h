@@ -1,6 +1,8 @@
 /* SSSE3 tier: quick runs (quick_run), the tokens of a float array's plain decimals each
  * followed by a comma, read with no data-dependent branch per number. Owns quick_number
  * (one token: its digits shuffled into place and folded, then Clinger's fast path),
+ * long_number and frame_value (a decimal of 16 to 31 characters: its digits folded from a
+ * 32-byte frame, then Eisel-Lemire; tier_avx2.h's long_window uses frame_value too),
  * comma_bits (the 64-byte window of commas) and the loop that hands a compact run to the
  * wide tiers (dispatch.h's switches and wide_judge). Every function here is compiled with
  * target("ssse3") and only called where have_ssse3 (dispatch.h). Included by
