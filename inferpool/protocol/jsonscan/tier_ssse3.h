@@ -166,11 +166,14 @@ static inline QUICK_TARGET uint64_t comma_bits(const char *q) {
 
 /* The tokens at s[p], each followed by a comma (then whitespace), into out[count...] as
  * FP32 (size 4) or FP64, none past `expected`. How many were read, *end where the first
- * one not read starts; -1 when that is the first and it is not of the quick form. A quick
- * token's value is finite as FP32 too (under 10^15). `wide`: the array's WideState. */
-static QUICK_TARGET __attribute__((noinline)) Py_ssize_t
-quick_run(const char *s, Py_ssize_t p, Py_ssize_t n, int size, char *out, Py_ssize_t count,
-          Py_ssize_t expected, WideState *wide, Py_ssize_t *end) {
+ * one not read starts; -1 when that is the first and it is not of the quick form (nor,
+ * `longs`, a long decimal). A quick token's value is finite as FP32 too (under 10^15), a
+ * long decimal's too (under 10^19). `wide`: the array's WideState. `longs` (a constant:
+ * quick_run, long_run): long decimals first, then quick tokens; else quick tokens alone,
+ * so that their loop keeps its registers (no call, no conversion of another kind). */
+static inline __attribute__((always_inline)) QUICK_TARGET Py_ssize_t
+run_of(const char *s, Py_ssize_t p, Py_ssize_t n, int size, char *out, Py_ssize_t count,
+       Py_ssize_t expected, WideState *wide, Py_ssize_t *end, const int longs) {
     const Py_ssize_t first = count;
     Py_ssize_t wide_read = -1; /* -1: no wide run tried */
     while (n - p >= QUICK_WINDOW + QUICK_READ) {
@@ -180,12 +183,13 @@ quick_run(const char *s, Py_ssize_t p, Py_ssize_t n, int size, char *out, Py_ssi
         do {
             const Py_ssize_t next = base + __builtin_ctzll(commas);
             double d;
-            /* Past 15 characters after the sign: a long decimal, or no quick token. */
-            const int len = next - p - (s[p] == '-') > 15 ? long_number(s, p, next, &d)
-                                                          : quick_number(s + p, &d);
-            if (len == 0 || p + len != next) {
-                if (len == 0 && count == first) return -1;
-                goto done;
+            int len = longs ? long_number(s, p, next, &d) : 0;
+            if (len == 0) {
+                len = quick_number(s + p, &d);
+                if (len == 0 || p + len != next) {
+                    if (len == 0 && count == first) return -1;
+                    goto done;
+                }
             }
             if (count < expected) {
                 if (size == 4)
@@ -197,8 +201,8 @@ quick_run(const char *s, Py_ssize_t p, Py_ssize_t n, int size, char *out, Py_ssi
             p = skip_ws(s, next + 1, n);
             commas &= commas - 1;
             /* A wide run is tried after the first token, once it is known to be a quick
-             * one followed by a comma: a run at a row's last value or at a token of
-             * another form tells nothing of what wide runs read. */
+             * one (or a long decimal) followed by a comma: a run at a row's last value or
+             * at a token of another form tells nothing of what wide runs read. */
             if (__builtin_expect(count == first + 1 && have_wide && wide_enabled, 0)) {
                 if (wide->pause > 0) {
                     wide->pause--;
@@ -221,6 +225,20 @@ done:
     if (wide_read >= 0) wide_judge(wide, wide_read, count - first);
     quick_tokens += (unsigned long long)(count - first);
     return count - first;
+}
+
+/* Quick tokens alone (run_of). */
+static QUICK_TARGET __attribute__((noinline)) Py_ssize_t
+quick_run(const char *s, Py_ssize_t p, Py_ssize_t n, int size, char *out, Py_ssize_t count,
+          Py_ssize_t expected, WideState *wide, Py_ssize_t *end) {
+    return run_of(s, p, n, size, out, count, expected, wide, end, 0);
+}
+
+/* Long decimals and quick tokens (run_of): where quick_run stops at a long decimal. */
+static QUICK_TARGET __attribute__((noinline)) Py_ssize_t
+long_run(const char *s, Py_ssize_t p, Py_ssize_t n, int size, char *out, Py_ssize_t count,
+         Py_ssize_t expected, WideState *wide, Py_ssize_t *end) {
+    return run_of(s, p, n, size, out, count, expected, wide, end, 1);
 }
 
 #endif /* INFERPOOL_JSONSCAN_TIER_SSSE3_H */

@@ -187,6 +187,7 @@ def test_a_compact_batch_as_python_clients_write_it_is_read_in_wide_runs(datatyp
     datatype=st.sampled_from(FLOAT_TYPES),
     windows=st.sampled_from(WINDOWS),
 )  # fmt: skip
+@example(values=[10000000000000.0, 1.0], datatype="FP32", windows="avx2")  # 16 characters
 def test_wide_runs_of_python_floats_are_read_as_float_reads_them(values, datatype, windows):
     tokens = [repr(v) for v in values]
     with wide_runs(True, windows):
