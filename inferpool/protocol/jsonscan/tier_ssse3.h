@@ -3,8 +3,9 @@
  * (one token: its digits shuffled into place and folded, then Clinger's fast path),
  * long_number and frame_value (a decimal of 16 to 31 characters: its digits folded from a
  * 32-byte frame, then Eisel-Lemire; tier_avx2.h's long_window uses frame_value too),
- * comma_bits (the 64-byte window of commas) and the loop that hands a compact run to the
- * wide tiers (dispatch.h's switches and wide_judge). Every function here is compiled with
+ * comma_bits (the 64-byte window of commas) and the loop (run_of: quick_run for quick
+ * tokens, long_run for long decimals among them) that hands a compact run to the wide
+ * tiers (dispatch.h's switches and wide_judge). Every function here is compiled with
  * target("ssse3") and only called where have_ssse3 (dispatch.h). Included by
  * ../_jsonscan.c after dispatch.h, where QUICK is 1.
  */
