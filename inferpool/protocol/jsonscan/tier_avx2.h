@@ -63,31 +63,44 @@ static inline WIDE_TARGET int wide_maps(const char *w, WindowMaps *m) {
     return quick_window_tokens(m);
 }
 
+/* A token of a window (its maps m, cut by quick_window_tokens), the one that starts at
+ * `start` and ends at the first comma left in *rest (which loses it): the comma's place,
+ * its sign, where its digits start (b), their length with the point's (len), and where its
+ * integer part ends (point: the point's place, else the comma's). */
+typedef struct {
+    int comma, neg, b, len, point;
+} WindowToken;
+
+static inline __attribute__((always_inline)) WindowToken window_token(const WindowMaps *m,
+                                                                      uint64_t *rest, int start) {
+    WindowToken token;
+    token.comma = __builtin_ctzll(*rest);
+    *rest &= *rest - 1;
+    token.neg = (int)((m->minus >> start) & 1);
+    token.b = start + token.neg;
+    token.len = token.comma - token.b;
+    token.point = token.b + __builtin_ctzll((m->points | m->commas) >> token.b);
+    return token;
+}
+
 /* The window at w's tokens (its maps m), appended to the batch from entry k: how many; 0
  * when any of them is more than 15 characters after the sign. Reads 80 bytes. */
 static inline WIDE_TARGET int wide_window(const char *w, const WindowMaps *m, WideBatch *batch,
                                           int k) {
-    const uint64_t commas = m->commas, points = m->points, minus = m->minus;
-    const uint64_t ends = points | commas; /* a token's integer part ends at either */
-    uint64_t rest = commas;
+    uint64_t rest = m->commas;
     int start = 0, i = k, lengths = 0;
     do {
-        const int comma = __builtin_ctzll(rest);
-        rest &= rest - 1;
-        const int neg = (int)((minus >> start) & 1);
-        const int b = start + neg;
-        const int len = comma - b; /* digits and point */
-        const int int_len = __builtin_ctzll(ends >> b);
-        lengths |= len;
+        const WindowToken token = window_token(m, &rest, start);
+        lengths |= token.len;
         /* (A token over 15 characters refuses the window below: & 15 keeps its reads
          * inside the tables until then.) */
-        const int form = (len & 15) * 16 + (int_len & 15);
-        const __m128i chunk = _mm_loadu_si128((const __m128i *)(w + b));
+        const int form = (token.len & 15) * 16 + ((token.point - token.b) & 15);
+        const __m128i chunk = _mm_loadu_si128((const __m128i *)(w + token.b));
         batch->digits[i] = _mm_shuffle_epi8(chunk, ((const __m128i *)DIGIT_SHUFFLE)[form]);
         batch->scale[i] = (&DIGIT_SCALE[0][0])[form];
-        batch->sign[i] = (uint64_t)neg << 63;
+        batch->sign[i] = (uint64_t)token.neg << 63;
         i++;
-        start = comma + 1;
+        start = token.comma + 1;
     } while (rest != 0);
     if (lengths & ~15) return 0; /* a token longer than 15 characters */
     return i - k;
@@ -153,18 +166,13 @@ static inline WIDE_TARGET void wide_convert(WideBatch *batch, int count, int siz
  * each comma: w - 33 on. */
 static inline WIDE_TARGET int long_window(const char *w, const WindowMaps *m, int size,
                                           char *out, Py_ssize_t room) {
-    const uint64_t commas = m->commas, minus = m->minus, ends = m->points | commas;
-    const int count = __builtin_popcountll(commas);
+    const int count = __builtin_popcountll(m->commas);
     if (count > room) return 0;
-    uint64_t rest = commas;
+    uint64_t rest = m->commas;
     int start = 0, i = 0, taken = 1;
     do {
-        const int comma = __builtin_ctzll(rest);
-        rest &= rest - 1;
-        const int neg = (int)((minus >> start) & 1);
-        const int b = start + neg;
-        const int len = comma - b; /* digits and point */
-        const int point = b + __builtin_ctzll(ends >> b); /* the comma when there is none */
+        const WindowToken token = window_token(m, &rest, start);
+        const int comma = token.comma, neg = token.neg, len = token.len, point = token.point;
         const int decimal = point < comma;
         /* In the frame ending at the comma: the first digit's place, the point's. */
         const int first = 32 - len, at = point - comma + 32;
