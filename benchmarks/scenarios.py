@@ -57,11 +57,14 @@ def full_matrix() -> tuple[Scenario, ...]:
     return tuple(Scenario(*cell) for cell in cells)
 
 
-# Quick: the four budget rows of DESIGN.md §7 that catch most regressions.
+# Quick: the four budget rows of DESIGN.md §7 that catch most regressions, and the
+# LightGBM batch as Python clients write its JSON (ndarray.tolist(), 17 digits a number:
+# the JSON scanner's long decimals, issue 44).
 QUICK_SCENARIOS = (
     Scenario("iris", 1, "rest-json", 64),
     Scenario("iris", 1, "grpc-raw", 64),
     Scenario("lightgbm", 256, "rest-json", 8),
+    Scenario("lightgbm", 256, "rest-json17", 8),
     Scenario("lightgbm", 256, "grpc-raw", 8),
 )
 
@@ -80,7 +83,7 @@ PROFILES: dict[str, Profile] = {
         scenarios=QUICK_SCENARIOS,
         servers=("mlserver-w0", "inferpool-w2"),
         baseline="mlserver-w0",
-        # 4 scenarios x 2 servers x (0.5 + 2 x 2) s = 36 s of load; with the models'
+        # 5 scenarios x 2 servers x (0.5 + 2 x 2) s = 45 s of load; with the models'
         # training and the servers' start-up, about a minute on 2 busy cores.
         duration=2.0,
         warmup=0.5,

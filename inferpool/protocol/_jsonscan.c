@@ -30,7 +30,11 @@
  * (SSSE3, chosen at run time): the same values, about 1.7x faster than token by token;
  * compact ones (no whitespace) a 64-byte window at a time with AVX2 ("wide runs"), about
  * twice as fast again, and with AVX-512 where the CPU has VBMI2 (eight tokens a window with
- * no loop over them), a quarter faster than AVX2's.
+ * no loop over them), a quarter faster than AVX2's. Long decimals (16 to 31 characters, up
+ * to 19 significant digits: the 17 digits of floats written through Python floats,
+ * `ndarray.tolist()`) are read in quick runs and AVX2 windows too (long_number,
+ * long_window: digits folded from a 32-byte frame, then Eisel-Lemire), about twice as fast
+ * as token by token.
  *
  * The module is one translation unit: this file holds the Python glue (scan, the run
  * statistics and switches, the module's init, which detects the CPU) and includes the rest
@@ -41,8 +45,8 @@
  *                            (_pow5.h), PyOS_string_to_double;
  *   jsonscan/dispatch.h      the SIMD tiers' gate (QUICK), CPU detection, the switches,
  *                            and what the tiers share;
- *   jsonscan/tier_ssse3.h    quick runs (SSSE3);
- *   jsonscan/tier_avx2.h     wide runs (AVX2);
+ *   jsonscan/tier_ssse3.h    quick runs (SSSE3), long decimals one at a time;
+ *   jsonscan/tier_avx2.h     wide runs (AVX2), windows of long decimals;
  *   jsonscan/tier_avx512.h   wide runs' AVX-512 windows (VBMI2);
  *   jsonscan/scan_generic.h  one data array, and the walk over the body.
  * setup.py lists every header in the extension's `depends`, and pyproject.toml ships them.

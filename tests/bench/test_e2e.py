@@ -15,7 +15,7 @@ import pytest
 
 SERVER_MODULE = "inferpool"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-QUICK_SCENARIOS = 4
+QUICK_SCENARIOS = 5
 
 
 def run_quick(tmp_path: Path, generator: str) -> tuple[subprocess.CompletedProcess, dict]:

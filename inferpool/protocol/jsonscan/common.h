@@ -25,7 +25,9 @@
  * of the numbers read so far took that path, once SLOW_TRIAL of them have, is left to
  * orjson. (No value changes: orjson's reading is the reference.) The 17 digits of a float
  * written through Python's floats (`ndarray.tolist()`, and so tritonclient's and MLServer's
- * JSON encoders: "0.1257302165031433") are Eisel-Lemire's, about 22 ns a number. */
+ * JSON encoders: "0.1257302165031433") are Eisel-Lemire's, about 22 ns a number token by
+ * token and half that in quick and wide runs (tier_ssse3.h's long_number, tier_avx2.h's
+ * long_window). */
 #define SLOW_TRIAL 32
 /* convert's outcome for such an array: the walk stops there, and orjson reads the body. */
 #define GIVE_UP 2

@@ -4,9 +4,10 @@
  *
  * The tiers, each in its own header and compiled with its own target attribute so the
  * module loads on any x86-64 CPU:
- *   tier_ssse3.h   quick runs: plain decimals followed by commas, one token at a time;
+ *   tier_ssse3.h   quick runs: plain decimals followed by commas, one token at a time
+ *                  (long ones, up to 31 characters, by long_number);
  *   tier_avx2.h    wide runs: compact arrays a 64-byte window at a time, four tokens a
- *                  conversion;
+ *                  conversion (windows with long decimals: long_window);
  *   tier_avx512.h  wide runs' windows with AVX-512 VBMI2: up to eight tokens, no loop.
  * The CPU is detected once at import (quick_init): have_ssse3, have_wide (AVX2, BMI, BMI2)
  * and have_wide512 (AVX-512 F/BW/VL/DQ/VBMI/VBMI2), each implying the one before. The array

@@ -5,8 +5,8 @@
  * PyOS_string_to_double on a copy of the token. Digits are read eight at a time as
  * little-endian words where SWAR (common.h) allows. Included by ../_jsonscan.c after
  * common.h. The SIMD tiers (tier_*.h) take only tokens whose value read_number would give
- * by Clinger's fast path, and give that value bit for bit; what they do not take, this
- * reads.
+ * by Clinger's fast path or, long decimals (up to 19 significant digits), by eisel_lemire
+ * below, and give that value bit for bit; what they do not take, this reads.
  */
 #ifndef INFERPOOL_JSONSCAN_NUMBERS_H
 #define INFERPOOL_JSONSCAN_NUMBERS_H

@@ -1,6 +1,7 @@
 /* The generic scan: the JSON grammar around the numbers. read_array walks one data array
- * (nesting, regular shape, booleans), taking quick runs (tier_ssse3.h) where dispatch.h
- * allows and read_number (numbers.h) for every other token; walk goes over the whole body,
+ * (nesting, regular shape, booleans), taking quick runs (tier_ssse3.h: quick_run, and
+ * long_run where a token of 16 characters or more stops it) where dispatch.h allows and
+ * read_number (numbers.h) for every other token; walk goes over the whole body,
  * finds each inputs[i]'s datatype, shape and data, and converts the data (convert) into
  * the buffer `allocate` gives. Included by ../_jsonscan.c after the tiers; nothing here
  * depends on an instruction set (the tiers are behind QUICK and have_ssse3).
@@ -66,8 +67,11 @@ read_array_as(const char *s, Py_ssize_t p, Py_ssize_t n, const DType dt, char *o
 #if QUICK
             if (dt.family == T_FLOAT && have_ssse3 && quick_pause == 0) {
                 Py_ssize_t stop;
-                const Py_ssize_t read =
-                    quick_run(s, p, n, dt.size, out, count, expected, &wide, &stop);
+                Py_ssize_t read = quick_run(s, p, n, dt.size, out, count, expected, &wide, &stop);
+                /* A token of 16 characters or more: long decimals, most likely (Python's
+                 * floats, tier_ssse3.h's long_run). */
+                if (read <= 0 && n - p > 16 && memchr(s + p, ',', 16) == NULL)
+                    read = long_run(s, p, n, dt.size, out, count, expected, &wide, &stop);
                 if (read > 0) {
                     /* Each one was followed by a comma: the next value starts at stop. */
                     count += read;

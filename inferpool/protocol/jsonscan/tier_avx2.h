@@ -1,6 +1,7 @@
 /* AVX2 tier: wide runs (wide_run), compact arrays read a 64-byte window at a time. Owns the
- * window's byte maps (wide_window, checked by dispatch.h's quick_window_tokens), the batch
- * of shuffled tokens and its conversion four tokens at a time (wide_convert). Every
+ * window's byte maps (wide_maps, checked by dispatch.h's quick_window_tokens), the batch
+ * of shuffled tokens (wide_window) and its conversion four tokens at a time
+ * (wide_convert), and windows with long decimals (long_window). Every
  * function here is compiled with target("avx2,bmi,bmi2") and only called from quick_run
  * (tier_ssse3.h) where have_wide and wide_enabled (dispatch.h). Included by ../_jsonscan.c
  * after tier_ssse3.h.
@@ -47,46 +48,61 @@ static inline WIDE_TARGET __m256i digit_bytes(__m256i v) {
     return _mm256_cmpeq_epi8(_mm256_min_epu8(d, _mm256_set1_epi8(9)), d);
 }
 
-/* The tokens at w (a token starts there) that end at a comma within 64 bytes, appended to
- * the batch from entry k: how many, with *taken the bytes they and their commas span; 0
- * when any of them is not of the quick form (quick_window_tokens), more than 15 characters
- * after the sign, or there is no comma. Reads 80 bytes. */
-static inline WIDE_TARGET int wide_window(const char *w, WideBatch *batch, int k, int *taken) {
+/* The window at w's maps (a token starts there), cut by quick_window_tokens: the last
+ * comma's place, or -1 when no token of the quick form ends at a comma in it. Reads 64
+ * bytes. */
+static inline WIDE_TARGET int wide_maps(const char *w, WindowMaps *m) {
     const __m256i low = _mm256_loadu_si256((const __m256i *)w);
     const __m256i high = _mm256_loadu_si256((const __m256i *)(w + 32));
-    WindowMaps m;
-    m.commas = byte_bits(low, high, ',');
-    if (m.commas == 0) return 0;
-    m.points = byte_bits(low, high, '.');
-    m.minus = byte_bits(low, high, '-');
-    m.digits = bits64(digit_bytes(low), digit_bytes(high));
-    m.zeros = byte_bits(low, high, '0');
-    const int last = quick_window_tokens(&m);
-    if (last < 0) return 0;
-    const uint64_t commas = m.commas, points = m.points, minus = m.minus;
-    const uint64_t ends = points | commas; /* a token's integer part ends at either */
-    uint64_t rest = commas;
+    m->commas = byte_bits(low, high, ',');
+    if (m->commas == 0) return -1;
+    m->points = byte_bits(low, high, '.');
+    m->minus = byte_bits(low, high, '-');
+    m->digits = bits64(digit_bytes(low), digit_bytes(high));
+    m->zeros = byte_bits(low, high, '0');
+    return quick_window_tokens(m);
+}
+
+/* A token of a window (its maps m, cut by quick_window_tokens), the one that starts at
+ * `start` and ends at the first comma left in *rest (which loses it): the comma's place,
+ * its sign, where its digits start (b), their length with the point's (len), and where its
+ * integer part ends (point: the point's place, else the comma's). */
+typedef struct {
+    int comma, neg, b, len, point;
+} WindowToken;
+
+static inline __attribute__((always_inline)) WindowToken window_token(const WindowMaps *m,
+                                                                      uint64_t *rest, int start) {
+    WindowToken token;
+    token.comma = __builtin_ctzll(*rest);
+    *rest &= *rest - 1;
+    token.neg = (int)((m->minus >> start) & 1);
+    token.b = start + token.neg;
+    token.len = token.comma - token.b;
+    token.point = token.b + __builtin_ctzll((m->points | m->commas) >> token.b);
+    return token;
+}
+
+/* The window at w's tokens (its maps m), appended to the batch from entry k: how many; 0
+ * when any of them is more than 15 characters after the sign. Reads 80 bytes. */
+static inline WIDE_TARGET int wide_window(const char *w, const WindowMaps *m, WideBatch *batch,
+                                          int k) {
+    uint64_t rest = m->commas;
     int start = 0, i = k, lengths = 0;
     do {
-        const int comma = __builtin_ctzll(rest);
-        rest &= rest - 1;
-        const int neg = (int)((minus >> start) & 1);
-        const int b = start + neg;
-        const int len = comma - b; /* digits and point */
-        const int int_len = __builtin_ctzll(ends >> b);
-        lengths |= len;
+        const WindowToken token = window_token(m, &rest, start);
+        lengths |= token.len;
         /* (A token over 15 characters refuses the window below: & 15 keeps its reads
          * inside the tables until then.) */
-        const int form = (len & 15) * 16 + (int_len & 15);
-        const __m128i chunk = _mm_loadu_si128((const __m128i *)(w + b));
+        const int form = (token.len & 15) * 16 + ((token.point - token.b) & 15);
+        const __m128i chunk = _mm_loadu_si128((const __m128i *)(w + token.b));
         batch->digits[i] = _mm_shuffle_epi8(chunk, ((const __m128i *)DIGIT_SHUFFLE)[form]);
         batch->scale[i] = (&DIGIT_SCALE[0][0])[form];
-        batch->sign[i] = (uint64_t)neg << 63;
+        batch->sign[i] = (uint64_t)token.neg << 63;
         i++;
-        start = comma + 1;
+        start = token.comma + 1;
     } while (rest != 0);
     if (lengths & ~15) return 0; /* a token longer than 15 characters */
-    *taken = last + 1;
     return i - k;
 }
 
@@ -141,6 +157,39 @@ static inline WIDE_TARGET void wide_convert(WideBatch *batch, int count, int siz
     }
 }
 
+/* The window at w's tokens (its maps m) when one of them is longer than quick tokens (the
+ * 17 digits of floats written through Python floats): each converted by frame_value
+ * (tier_ssse3.h: its digits folded from a 32-byte frame, then Eisel-Lemire) and stored
+ * into out as FP32 (size 4) or FP64. How many; 0 (values may be stored, none past `room`)
+ * when they are more than `room`, or one of them is over 31 characters after its sign, an
+ * integer over 15 digits (an int to orjson) or past frame_value. Reads the 33 bytes before
+ * each comma: w - 33 on. */
+static inline WIDE_TARGET int long_window(const char *w, const WindowMaps *m, int size,
+                                          char *out, Py_ssize_t room) {
+    const int count = __builtin_popcountll(m->commas);
+    if (count > room) return 0;
+    uint64_t rest = m->commas;
+    int start = 0, i = 0, taken = 1;
+    do {
+        const WindowToken token = window_token(m, &rest, start);
+        const int comma = token.comma, neg = token.neg, len = token.len, point = token.point;
+        const int decimal = point < comma;
+        /* In the frame ending at the comma: the first digit's place, the point's. */
+        const int first = 32 - len, at = point - comma + 32;
+        double d = 0.0;
+        taken &= (len <= 31) & (decimal | (len <= 15)) &
+                 frame_value(w + comma, decimal ? at : first - 1, decimal ? first : first - 1,
+                             decimal ? at - 31 : 0, neg, &d);
+        if (size == 4)
+            ((float *)out)[i] = (float)d;
+        else
+            ((double *)out)[i] = d;
+        i++;
+        start = comma + 1;
+    } while (rest != 0);
+    return taken ? count : 0;
+}
+
 /* Windows of quick tokens from s[p], as quick_run reads them, into out[count...] (none past
  * `expected`): how many were read; *end where the first one not read starts. */
 static WIDE_TARGET __attribute__((noinline)) Py_ssize_t
@@ -150,16 +199,35 @@ wide_run(const char *s, Py_ssize_t p, Py_ssize_t n, int size, char *out, Py_ssiz
     Py_ssize_t read = 0;
     int pending = 0;
     while (n - p >= QUICK_WINDOW + QUICK_READ) {
-        int taken;
-        const int got = wide_window(s + p, &batch, pending, &taken);
-        if (got == 0 || count + read + pending + got > expected) break;
-        pending += got;
-        p += taken;
-        if (pending >= WIDE_BATCH) {
-            wide_convert(&batch, pending, size, out + (count + read) * size);
-            read += pending;
-            pending = 0;
+        WindowMaps m;
+        const int last = wide_maps(s + p, &m);
+        if (last < 0) break;
+        /* A first token over 16 characters (sign included) is past the batch: a window of
+         * long decimals, most likely, not tried as one of quick tokens first. */
+        const int got = __builtin_ctzll(m.commas) > 16 ? 0 : wide_window(s + p, &m, &batch, pending);
+        if (got > 0) {
+            if (count + read + pending + got > expected) break;
+            pending += got;
+            if (pending >= WIDE_BATCH) {
+                wide_convert(&batch, pending, size, out + (count + read) * size);
+                read += pending;
+                pending = 0;
+            }
+        } else {
+            /* A token longer than 15 characters (long_window reads any token of the
+             * quick form): the batch's tokens come first in out. */
+            if (pending > 0) {
+                wide_convert(&batch, pending, size, out + (count + read) * size);
+                read += pending;
+                pending = 0;
+            }
+            const int taken = p >= 33 ? long_window(s + p, &m, size, out + (count + read) * size,
+                                                    expected - count - read)
+                                      : 0;
+            if (taken == 0) break;
+            read += taken;
         }
+        p += last + 1;
     }
     if (pending > 0) {
         wide_convert(&batch, pending, size, out + (count + read) * size);

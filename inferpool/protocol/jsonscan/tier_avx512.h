@@ -2,8 +2,9 @@
  * no loop over them. Owns its index tables (wide512_init, at import), lane_digits and
  * wide512_window. Every function here is compiled with the AVX-512 F/BW/VL/DQ/VBMI/VBMI2
  * and BMI targets and only called from quick_run (tier_ssse3.h) where have_wide512 and
- * wide512_enabled (dispatch.h). Its tokens count as wide runs' too (wide_tokens,
- * tier_avx2.h). Included by ../_jsonscan.c after tier_avx2.h.
+ * wide512_enabled (dispatch.h). Windows of long decimals go to tier_avx2.h's long_window.
+ * Its tokens count as wide runs' too (wide_tokens, tier_avx2.h). Included by
+ * ../_jsonscan.c after tier_avx2.h.
  */
 #ifndef INFERPOOL_JSONSCAN_TIER_AVX512_H
 #define INFERPOOL_JSONSCAN_TIER_AVX512_H
@@ -128,16 +129,25 @@ static inline WIDE512_TARGET int wide512_window(const char *w, int size, char *o
     return count;
 }
 
-/* wide_run with AVX-512 windows. */
+/* wide_run with AVX-512 windows (and AVX2's long_window for windows of long decimals). */
 static WIDE512_TARGET __attribute__((noinline)) Py_ssize_t
 wide512_run(const char *s, Py_ssize_t p, Py_ssize_t n, int size, char *out, Py_ssize_t count,
             Py_ssize_t expected, Py_ssize_t *end) {
     Py_ssize_t read = 0;
     while (n - p >= QUICK_WINDOW + QUICK_READ) {
         int taken;
-        const int got = wide512_window(s + p, size, out + (count + read) * size,
-                                       expected - count - read, &taken);
-        if (got == 0) break;
+        int got = wide512_window(s + p, size, out + (count + read) * size,
+                                 expected - count - read, &taken);
+        if (got == 0) {
+            /* Long decimals (over 15 digits), or no window of quick tokens: AVX2's. */
+            WindowMaps m;
+            const int last = p >= 33 ? wide_maps(s + p, &m) : -1;
+            if (last >= 0)
+                got = long_window(s + p, &m, size, out + (count + read) * size,
+                                  expected - count - read);
+            if (got == 0) break;
+            taken = last + 1;
+        }
         read += got;
         p += taken;
     }
