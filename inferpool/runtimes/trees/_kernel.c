@@ -16,7 +16,8 @@
  * `contributions` walks the same layout for explanations (Saabas: each split's change of
  * the node's value credited to its feature), given every node's value alongside.
  * `libm` applies the C library's exp or log1p (or LightGBM's sigmoid around exp) to an array,
- * as LightGBM's link functions do.
+ * as LightGBM's link functions do. `oblivious` walks CatBoost's oblivious trees
+ * (oblivious.h).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -779,11 +780,15 @@ static PyObject *libm(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* Oblivious trees (CatBoost's): a layout and a walk of their own. */
+#include "oblivious.h"
+
 static PyMethodDef methods[] = {
     {"accumulate", accumulate, METH_VARARGS, accumulate_doc},
     {"lay_out", lay_out, METH_VARARGS, lay_out_doc},
     {"contributions", contributions, METH_VARARGS, contributions_doc},
     {"libm", libm, METH_VARARGS, libm_doc},
+    {"oblivious", oblivious, METH_VARARGS, oblivious_doc},
     {NULL, NULL, 0, NULL},
 };
 
