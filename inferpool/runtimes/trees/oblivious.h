@@ -48,28 +48,63 @@ static inline uint32_t oblivious_index(const ObliviousSplit *split, int32_t dept
     return index;
 }
 
-/* Rows [first, last) through every tree, a block of rows at a time so that a tree's splits
- * and leaves stay in cache while the block takes them. */
-static void oblivious_rows(const ObliviousBatch *b, Py_ssize_t first_row, Py_ssize_t last_row) {
+/* The leaf values of `at` (a block's leaf indexes in one tree) added to the block's sums. */
+static inline void oblivious_add(const ObliviousBatch *b, const double *leaves,
+                                 const uint32_t *at, Py_ssize_t rows, double *sums) {
+    if (b->width == 1) {
+        for (Py_ssize_t r = 0; r < rows; r++) sums[r] += leaves[at[r]];
+        return;
+    }
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const double *leaf = leaves + (Py_ssize_t)at[r] * b->width;
+        for (Py_ssize_t k = 0; k < b->width; k++) sums[r * b->width + k] += leaf[k];
+    }
+}
+
+/* A block's leaf indexes in one tree, from the block laid out by feature (`columns`:
+ * feature f's values of the block's rows at f * BLOCK): a level is one compare of
+ * contiguous values against one border, which the compiler vectorises. */
+static inline void oblivious_block_index(const ObliviousSplit *split, int32_t depth,
+                                         const float *columns, Py_ssize_t rows,
+                                         uint32_t *at) {
+    for (Py_ssize_t r = 0; r < rows; r++) at[r] = 0;
+    for (int32_t level = 0; level < depth; level++) {
+        const uint32_t feature = split[level].feature;
+        const float border = split[level].border;
+        const float *v = columns + (Py_ssize_t)(feature & ~OBLIVIOUS_NAN_ABOVE) * BLOCK;
+        if (feature & OBLIVIOUS_NAN_ABOVE) {
+            for (Py_ssize_t r = 0; r < rows; r++)
+                at[r] |= (uint32_t)((v[r] > border) | (v[r] != v[r])) << level;
+        } else {
+            for (Py_ssize_t r = 0; r < rows; r++) at[r] |= (uint32_t)(v[r] > border) << level;
+        }
+    }
+}
+
+/* Rows [first, last) through every tree, a block of rows at a time, laid out by feature
+ * in `columns` (n_columns x BLOCK floats); a block of fewer than FEW_ROWS rows walks row
+ * by row (laying it out would cost more than it saves). */
+static void oblivious_rows(const ObliviousBatch *b, Py_ssize_t first_row, Py_ssize_t last_row,
+                           float *columns) {
     uint32_t at[BLOCK];
     for (Py_ssize_t first = first_row; first < last_row; first += BLOCK) {
         const Py_ssize_t rows = last_row - first < BLOCK ? last_row - first : BLOCK;
         const float *block = b->x + first * b->n_columns;
         double *sums = b->out + first * b->width;
+        const int few = rows < FEW_ROWS;
+        if (!few)
+            for (Py_ssize_t r = 0; r < rows; r++)
+                for (Py_ssize_t f = 0; f < b->n_columns; f++)
+                    columns[f * BLOCK + r] = block[r * b->n_columns + f];
         for (Py_ssize_t t = 0; t < b->n_trees; t++) {
             const ObliviousTree tree = b->trees[t];
             const ObliviousSplit *split = b->splits + tree.first;
-            for (Py_ssize_t r = 0; r < rows; r++)
-                at[r] = oblivious_index(split, tree.depth, block + r * b->n_columns);
-            const double *leaves = b->leaves + (Py_ssize_t)tree.leaf * b->width;
-            if (b->width == 1) {
-                for (Py_ssize_t r = 0; r < rows; r++) sums[r] += leaves[at[r]];
-            } else {
-                for (Py_ssize_t r = 0; r < rows; r++) {
-                    const double *leaf = leaves + (Py_ssize_t)at[r] * b->width;
-                    for (Py_ssize_t k = 0; k < b->width; k++) sums[r * b->width + k] += leaf[k];
-                }
-            }
+            if (few)
+                for (Py_ssize_t r = 0; r < rows; r++)
+                    at[r] = oblivious_index(split, tree.depth, block + r * b->n_columns);
+            else
+                oblivious_block_index(split, tree.depth, columns, rows, at);
+            oblivious_add(b, b->leaves + (Py_ssize_t)tree.leaf * b->width, at, rows, sums);
         }
     }
 }
@@ -77,21 +112,26 @@ static void oblivious_rows(const ObliviousBatch *b, Py_ssize_t first_row, Py_ssi
 typedef struct {
     const ObliviousBatch *batch;
     Py_ssize_t first, last;
+    float *columns;
 } ObliviousShare;
 
 static void *oblivious_share(void *arg) {
     const ObliviousShare *share = (const ObliviousShare *)arg;
-    oblivious_rows(share->batch, share->first, share->last);
+    oblivious_rows(share->batch, share->first, share->last, share->columns);
     return NULL;
 }
 
 /* The batch on up to `threads` threads (this one included), each a contiguous run of
- * whole blocks; a row's sums do not depend on which thread adds them. */
-static void oblivious_batch(const ObliviousBatch *b, Py_ssize_t n_rows, int threads) {
+ * whole blocks; a row's sums do not depend on which thread adds them. Returns -1 (nothing
+ * done) when out of memory. */
+static int oblivious_batch(const ObliviousBatch *b, Py_ssize_t n_rows, int threads) {
     const Py_ssize_t n_blocks = (n_rows + BLOCK - 1) / BLOCK;
     if (threads > MAX_THREADS) threads = MAX_THREADS;
     if (threads > n_blocks) threads = (int)n_blocks;
     if (threads < 1) threads = 1;
+    const size_t per_thread = (size_t)BLOCK * (size_t)(b->n_columns ? b->n_columns : 1);
+    float *columns = n_rows >= FEW_ROWS ? malloc(sizeof(float) * per_thread * threads) : NULL;
+    if (n_rows >= FEW_ROWS && columns == NULL) return -1;
     ObliviousShare shares[MAX_THREADS];
     pthread_t ids[MAX_THREADS];
     int started[MAX_THREADS] = {0};
@@ -100,6 +140,7 @@ static void oblivious_batch(const ObliviousBatch *b, Py_ssize_t n_rows, int thre
         shares[t].first = n_blocks * t / threads * BLOCK;
         const Py_ssize_t last = n_blocks * (t + 1) / threads * BLOCK;
         shares[t].last = last < n_rows ? last : n_rows;
+        shares[t].columns = columns != NULL ? columns + per_thread * (size_t)t : NULL;
     }
     for (int t = 1; t < threads; t++)
         started[t] = pthread_create(&ids[t], NULL, oblivious_share, &shares[t]) == 0;
@@ -110,6 +151,8 @@ static void oblivious_batch(const ObliviousBatch *b, Py_ssize_t n_rows, int thre
         else
             oblivious_share(&shares[t]);
     }
+    free(columns);
+    return 0;
 }
 
 /* Whether every tree's splits and leaves lie inside the arrays and every split's feature
@@ -180,9 +223,14 @@ static PyObject *oblivious(PyObject *self, PyObject *args) {
         .n_columns = x.shape[1],
         .out = out.buf,
     };
+    int failed;
     Py_BEGIN_ALLOW_THREADS
-    oblivious_batch(&batch, x.shape[0], threads);
+    failed = oblivious_batch(&batch, x.shape[0], threads);
     Py_END_ALLOW_THREADS
+    if (failed) {
+        PyErr_NoMemory();
+        goto done;
+    }
     result = Py_NewRef(Py_None);
 done:
     if (splits.obj) PyBuffer_Release(&splits);
