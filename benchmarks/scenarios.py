@@ -10,7 +10,7 @@ import fnmatch
 import itertools
 from dataclasses import dataclass
 
-from benchmarks.models import MODELS
+from benchmarks.models import ZOO
 from benchmarks.payloads import PROTOCOLS
 
 BATCHES = (1, 256)
@@ -52,8 +52,8 @@ class Profile:
 
 
 def full_matrix() -> tuple[Scenario, ...]:
-    """Every model x batch x protocol x concurrency."""
-    cells = itertools.product(MODELS, BATCHES, PROTOCOLS, CONCURRENCIES)
+    """Every model of the zoo x batch x protocol x concurrency."""
+    cells = itertools.product(ZOO, BATCHES, PROTOCOLS, CONCURRENCIES)
     return tuple(Scenario(*cell) for cell in cells)
 
 
@@ -64,6 +64,15 @@ QUICK_SCENARIOS = (
     Scenario("lightgbm", 256, "rest-json", 8),
     Scenario("lightgbm", 256, "grpc-raw", 8),
 )
+
+
+def runtime_scenarios(model: str) -> tuple[Scenario, ...]:
+    """A runtime's profile: batch 1 at 64 connections and batch 256 at 8, each over REST
+    JSON and raw gRPC, as the quick profile measures iris and LightGBM."""
+    cells = [(1, 64), (256, 8)]
+    protocols = ("rest-json", "grpc-raw")
+    return tuple(Scenario(model, b, p, c) for b, c in cells for p in protocols)
+
 
 PROFILES: dict[str, Profile] = {
     "quick": Profile(
@@ -79,6 +88,29 @@ PROFILES: dict[str, Profile] = {
         # Installing MLServer takes minutes: without it, inferpool's in-process predict
         # (--workers 0) is the baseline of its worker processes (--workers 2).
         peerless=("inferpool-w0", "inferpool-w2"),
+    ),
+    # CatBoost's oblivious trees (the tree kernel) against MLServer's catboost runtime
+    # (mlserver-catboost in its virtualenv), inferpool in-process beside it.
+    "catboost": Profile(
+        name="catboost",
+        scenarios=runtime_scenarios("catboost"),
+        servers=("mlserver-w0", "inferpool-w0", "inferpool-w2"),
+        baseline="mlserver-w0",
+        duration=3.0,
+        warmup=1.0,
+        repetitions=3,
+        peerless=("inferpool-w0", "inferpool-w2"),
+    ),
+    # LightGBM converted to ONNX, served by the onnx runtime; MLServer has no ONNX runtime:
+    # `python -m benchmarks inprocess` times ONNX Runtime called directly instead.
+    "onnx": Profile(
+        name="onnx",
+        scenarios=runtime_scenarios("onnx"),
+        servers=("inferpool-w0", "inferpool-w2"),
+        baseline="inferpool-w0",
+        duration=3.0,
+        warmup=1.0,
+        repetitions=3,
     ),
     "full": Profile(
         name="full",

@@ -9,6 +9,11 @@ ranker), ``predict_proba`` (a classifier's) and ``raw_formula_val`` (CatBoost's
 text and embedding features (the metadata and the input checks know numbers and
 categories only).
 
+A model of numeric features with symmetric trees is predicted by inferpool's tree kernel
+(``trees/from_catboost.py``) once its outputs match CatBoost's on probe rows; any other
+(categorical, text or embedding features, non-symmetric trees) by CatBoost's ``predict``.
+``predicted_by`` (the load log) says which, and why.
+
 Inputs: a model without categorical features takes a numeric ``[rows, features]``
 array (or a ``pd`` request with one column per feature). A model with categorical
 features takes a table: one input per feature, named as the model names it (any order;
