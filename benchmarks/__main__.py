@@ -115,6 +115,7 @@ def parser() -> argparse.ArgumentParser:
     )
     inprocess.add_argument("--batch", type=worker_counts, default=[1, 256], help="e.g. 1,256")
     inprocess.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    inprocess.add_argument("--budget", type=float, default=0.3, help="seconds per measurement")
     inprocess.add_argument("--repo", type=Path, default=OUT / "repo", help="model repository")
 
     memory = commands.add_parser(
@@ -273,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "inprocess":
         from benchmarks import inprocess_timing
 
-        return inprocess_timing.main(args.repo.resolve(), args.batch, args.rounds)
+        return inprocess_timing.main(args.repo.resolve(), args.batch, args.rounds, args.budget)
     if args.command == "memory":
         from benchmarks import memory
 
