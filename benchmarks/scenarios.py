@@ -66,12 +66,16 @@ QUICK_SCENARIOS = (
 )
 
 
-def runtime_scenarios(model: str) -> tuple[Scenario, ...]:
+def runtime_profile(
+    model: str, servers: tuple[str, ...], peerless: tuple[str, ...] = ()
+) -> Profile:
     """A runtime's profile: batch 1 at 64 connections and batch 256 at 8, each over REST
-    JSON and raw gRPC, as the quick profile measures iris and LightGBM."""
+    JSON and raw gRPC, as the quick profile measures iris and LightGBM; the first server
+    is the baseline."""
     cells = [(1, 64), (256, 8)]
     protocols = ("rest-json", "grpc-raw")
-    return tuple(Scenario(model, b, p, c) for b, c in cells for p in protocols)
+    scenarios = tuple(Scenario(model, b, p, c) for b, c in cells for p in protocols)
+    return Profile(model, scenarios, servers, servers[0], 3.0, 1.0, 3, peerless)
 
 
 PROFILES: dict[str, Profile] = {
@@ -91,27 +95,14 @@ PROFILES: dict[str, Profile] = {
     ),
     # CatBoost's oblivious trees (the tree kernel) against MLServer's catboost runtime
     # (mlserver-catboost in its virtualenv), inferpool in-process beside it.
-    "catboost": Profile(
-        name="catboost",
-        scenarios=runtime_scenarios("catboost"),
-        servers=("mlserver-w0", "inferpool-w0", "inferpool-w2"),
-        baseline="mlserver-w0",
-        duration=3.0,
-        warmup=1.0,
-        repetitions=3,
+    "catboost": runtime_profile(
+        "catboost",
+        ("mlserver-w0", "inferpool-w0", "inferpool-w2"),
         peerless=("inferpool-w0", "inferpool-w2"),
     ),
     # LightGBM converted to ONNX, served by the onnx runtime; MLServer has no ONNX runtime:
     # `python -m benchmarks inprocess` times ONNX Runtime called directly instead.
-    "onnx": Profile(
-        name="onnx",
-        scenarios=runtime_scenarios("onnx"),
-        servers=("inferpool-w0", "inferpool-w2"),
-        baseline="inferpool-w0",
-        duration=3.0,
-        warmup=1.0,
-        repetitions=3,
-    ),
+    "onnx": runtime_profile("onnx", ("inferpool-w0", "inferpool-w2")),
     "full": Profile(
         name="full",
         scenarios=full_matrix(),

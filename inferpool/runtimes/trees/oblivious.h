@@ -125,32 +125,17 @@ static void *oblivious_share(void *arg) {
  * whole blocks; a row's sums do not depend on which thread adds them. Returns -1 (nothing
  * done) when out of memory. */
 static int oblivious_batch(const ObliviousBatch *b, Py_ssize_t n_rows, int threads) {
-    const Py_ssize_t n_blocks = (n_rows + BLOCK - 1) / BLOCK;
-    if (threads > MAX_THREADS) threads = MAX_THREADS;
-    if (threads > n_blocks) threads = (int)n_blocks;
-    if (threads < 1) threads = 1;
+    threads = thread_count(threads, (n_rows + BLOCK - 1) / BLOCK);
     const size_t per_thread = (size_t)BLOCK * (size_t)(b->n_columns ? b->n_columns : 1);
     float *columns = n_rows >= FEW_ROWS ? malloc(sizeof(float) * per_thread * threads) : NULL;
     if (n_rows >= FEW_ROWS && columns == NULL) return -1;
     ObliviousShare shares[MAX_THREADS];
-    pthread_t ids[MAX_THREADS];
-    int started[MAX_THREADS] = {0};
     for (int t = 0; t < threads; t++) {
         shares[t].batch = b;
-        shares[t].first = n_blocks * t / threads * BLOCK;
-        const Py_ssize_t last = n_blocks * (t + 1) / threads * BLOCK;
-        shares[t].last = last < n_rows ? last : n_rows;
+        share_rows(n_rows, t, threads, &shares[t].first, &shares[t].last);
         shares[t].columns = columns != NULL ? columns + per_thread * (size_t)t : NULL;
     }
-    for (int t = 1; t < threads; t++)
-        started[t] = pthread_create(&ids[t], NULL, oblivious_share, &shares[t]) == 0;
-    oblivious_share(&shares[0]);
-    for (int t = 1; t < threads; t++) {
-        if (started[t])
-            pthread_join(ids[t], NULL);
-        else
-            oblivious_share(&shares[t]);
-    }
+    run_shares(threads, oblivious_share, shares, sizeof(ObliviousShare));
     free(columns);
     return 0;
 }
