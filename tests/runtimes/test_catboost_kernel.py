@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferpool.runtimes.catboost import CatBoostRuntime
 from inferpool.runtimes.trees import _kernel
 from inferpool.runtimes.trees import from_catboost as fc
 from inferpool.settings import ModelSettings
@@ -25,7 +24,9 @@ OUTPUTS = {
 }
 
 
-def runtime_of(model: Any, **extra: Any) -> CatBoostRuntime:
+def runtime_of(model: Any, **extra: Any) -> Any:
+    from inferpool.runtimes.catboost import CatBoostRuntime  # imports catboost
+
     runtime = CatBoostRuntime(ModelSettings(name="m", parameters={"extra": extra}))
     runtime.adopt(model)
     return runtime
