@@ -18,6 +18,7 @@ setup(
         Extension(
             "inferpool.runtimes.trees._kernel",
             sources=["inferpool/runtimes/trees/_kernel.c"],
+            depends=["inferpool/runtimes/trees/oblivious.h"],  # included by _kernel.c
             optional=True,
         ),
         Extension(

@@ -1,5 +1,5 @@
-"""``python -m benchmarks``: the harness's command line (run, list, repo, predict, memory,
-install-mlserver, install-kserve, install-perf-analyzer).
+"""``python -m benchmarks``: the harness's command line (run, list, repo, predict,
+inprocess, memory, install-mlserver, install-kserve, install-perf-analyzer).
 
 Examples::
 
@@ -10,6 +10,8 @@ Examples::
     python -m benchmarks run --generator perf_analyzer --servers inferpool-w2 --only 'iris/b1/*'
     python -m benchmarks run --target http://127.0.0.1:8080 --grpc 127.0.0.1:8081 --quick
     python -m benchmarks predict --batch 256
+    python -m benchmarks run --profile catboost
+    python -m benchmarks inprocess --batch 1,256
     python -m benchmarks memory --workers 1,2,4 --write
 """
 
@@ -23,7 +25,7 @@ from pathlib import Path
 from benchmarks import kserve_env, loadgen, mlserver_env, ports
 from benchmarks.loadgen import perf_analyzer
 from benchmarks.memory import worker_counts
-from benchmarks.models import MODELS, build_repository
+from benchmarks.models import ZOO, build_repository
 from benchmarks.runner import Config
 from benchmarks.scenarios import PROFILES, Profile, select
 from benchmarks.servers import INFERPOOL_MODULE, ServerSpec
@@ -106,6 +108,15 @@ def parser() -> argparse.ArgumentParser:
     predict.add_argument("--batch", type=int, default=256, help="rows per predict")
     predict.add_argument("--budget", type=float, default=1.0, help="seconds per measurement")
     predict.add_argument("--repo", type=Path, default=OUT / "repo", help="model repository")
+
+    inprocess = commands.add_parser(
+        "inprocess",
+        help="time CatBoost's tree kernel against its predict, and ONNX Runtime called directly",
+    )
+    inprocess.add_argument("--batch", type=worker_counts, default=[1, 256], help="e.g. 1,256")
+    inprocess.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    inprocess.add_argument("--budget", type=float, default=0.3, help="seconds per measurement")
+    inprocess.add_argument("--repo", type=Path, default=OUT / "repo", help="model repository")
 
     memory = commands.add_parser(
         "memory",
@@ -254,12 +265,16 @@ def main(argv: list[str] | None = None) -> int:
             print(scenario.name)
         return 0
     if args.command == "repo":
-        print(build_repository(args.folder.resolve(), sorted(MODELS)))
+        print(build_repository(args.folder.resolve(), sorted(ZOO)))
         return 0
     if args.command == "predict":
         from benchmarks import predict_timing
 
         return predict_timing.main(args.repo.resolve(), args.batch, args.budget)
+    if args.command == "inprocess":
+        from benchmarks import inprocess_timing
+
+        return inprocess_timing.main(args.repo.resolve(), args.batch, args.rounds, args.budget)
     if args.command == "memory":
         from benchmarks import memory
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 MLSERVER_VERSION = "1.7.1"
 VENV = Path(__file__).resolve().parent / ".venv-mlserver"
-RUNTIMES = ("mlserver-sklearn", "mlserver-lightgbm", "mlserver-xgboost")
+# mlserver-catboost brings CatBoost (the catboost profile's peer).
+RUNTIMES = ("mlserver-sklearn", "mlserver-lightgbm", "mlserver-xgboost", "mlserver-catboost")
 
 
 def requirements() -> list[str]:

@@ -39,8 +39,14 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("lightgbm", "model.txt", "mlserver_lightgbm.LightGBMModel", N_FEATURES),
         ModelSpec("xgboost", "model.json", "mlserver_xgboost.XGBoostModel", N_FEATURES),
         ModelSpec("forest", "model.joblib", "mlserver_sklearn.SKLearnModel", N_FEATURES),
+        # The catboost and onnx profiles' models (``[catboost]``, ``[onnx]`` and onnxmltools
+        # installed); MLServer has no ONNX runtime: inferpool's name for it.
+        ModelSpec("catboost", "model.cbm", "mlserver_catboost.CatboostModel", N_FEATURES),
+        ModelSpec("onnx", "model.onnx", "onnx", N_FEATURES),
     )
 }
+#: the models of the full matrix, which MLServer serves too
+ZOO = ("iris", "lightgbm", "xgboost", "forest")
 
 
 def features(model: str) -> np.ndarray:
@@ -99,11 +105,38 @@ def _train_forest(path: Path) -> None:
     joblib.dump(model.fit(x, y), path)
 
 
+def _train_catboost(path: Path) -> None:
+    import catboost
+
+    x, y = _classification()
+    options = {"iterations": N_TREES, "depth": 6, "random_seed": SEED, "thread_count": 1}
+    model = catboost.CatBoostClassifier(**options, verbose=False, allow_writing_files=False)
+    model.fit(x, y).save_model(str(path))
+
+
+def _train_onnx(path: Path) -> None:
+    """The LightGBM model's recipe as an LGBMClassifier, converted by onnxmltools (its
+    probabilities as a tensor: no ZipMap)."""
+    import lightgbm
+    import onnxmltools
+    from onnxmltools.convert.common.data_types import FloatTensorType
+
+    x, y = _classification()
+    model = lightgbm.LGBMClassifier(n_estimators=N_TREES, random_state=SEED, n_jobs=1, verbose=-1)
+    inputs = [("input_0", FloatTensorType([None, N_FEATURES]))]  # takes a tensor of any name
+    graph = onnxmltools.convert_lightgbm(model.fit(x, y), initial_types=inputs, zipmap=False)
+    for output in graph.graph.output:  # the converter says 1 row: ONNX Runtime warns per run
+        output.type.tensor_type.shape.dim[0].dim_param = "N"
+    path.write_bytes(graph.SerializeToString())
+
+
 TRAINERS: dict[str, Callable[[Path], None]] = {
     "iris": _train_iris,
     "lightgbm": _train_lightgbm,
     "xgboost": _train_xgboost,
     "forest": _train_forest,
+    "catboost": _train_catboost,
+    "onnx": _train_onnx,
 }
 
 
@@ -149,6 +182,16 @@ def load_predictor(root: Path, model: str) -> Callable[[np.ndarray], np.ndarray]
         import lightgbm
 
         return lightgbm.Booster(model_file=str(path)).predict
+    if spec.artefact == "model.cbm":
+        import catboost
+
+        return catboost.CatBoostClassifier().load_model(str(path)).predict
+    if spec.artefact == "model.onnx":
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        name = session.get_inputs()[0].name
+        return lambda x: session.run(None, {name: x.astype(np.float32)})[0]  # labels
     import xgboost
 
     booster = xgboost.Booster(model_file=str(path))

@@ -10,7 +10,7 @@ import fnmatch
 import itertools
 from dataclasses import dataclass
 
-from benchmarks.models import MODELS
+from benchmarks.models import ZOO
 from benchmarks.payloads import PROTOCOLS
 
 BATCHES = (1, 256)
@@ -52,8 +52,8 @@ class Profile:
 
 
 def full_matrix() -> tuple[Scenario, ...]:
-    """Every model x batch x protocol x concurrency."""
-    cells = itertools.product(MODELS, BATCHES, PROTOCOLS, CONCURRENCIES)
+    """Every model of the zoo x batch x protocol x concurrency."""
+    cells = itertools.product(ZOO, BATCHES, PROTOCOLS, CONCURRENCIES)
     return tuple(Scenario(*cell) for cell in cells)
 
 
@@ -76,6 +76,19 @@ SHM_SCENARIOS = (
     Scenario("lightgbm", 4096, "grpc-raw", 8),
     Scenario("lightgbm", 4096, "grpc-shm", 8),
 )
+
+
+def runtime_profile(
+    model: str, servers: tuple[str, ...], peerless: tuple[str, ...] = ()
+) -> Profile:
+    """A runtime's profile: batch 1 at 64 connections and batch 256 at 8, each over REST
+    JSON and raw gRPC, as the quick profile measures iris and LightGBM; the first server
+    is the baseline."""
+    cells = [(1, 64), (256, 8)]
+    protocols = ("rest-json", "grpc-raw")
+    scenarios = tuple(Scenario(model, b, p, c) for b, c in cells for p in protocols)
+    return Profile(model, scenarios, servers, servers[0], 3.0, 1.0, 3, peerless)
+
 
 PROFILES: dict[str, Profile] = {
     "quick": Profile(
@@ -101,6 +114,16 @@ PROFILES: dict[str, Profile] = {
         warmup=0.5,
         repetitions=3,
     ),
+    # CatBoost's oblivious trees (the tree kernel) against MLServer's catboost runtime
+    # (mlserver-catboost in its virtualenv), inferpool in-process beside it.
+    "catboost": runtime_profile(
+        "catboost",
+        ("mlserver-w0", "inferpool-w0", "inferpool-w2"),
+        peerless=("inferpool-w0", "inferpool-w2"),
+    ),
+    # LightGBM converted to ONNX, served by the onnx runtime; MLServer has no ONNX runtime:
+    # `python -m benchmarks inprocess` times ONNX Runtime called directly instead.
+    "onnx": runtime_profile("onnx", ("inferpool-w0", "inferpool-w2")),
     "full": Profile(
         name="full",
         scenarios=full_matrix(),

@@ -9,6 +9,11 @@ ranker), ``predict_proba`` (a classifier's) and ``raw_formula_val`` (CatBoost's
 text and embedding features (the metadata and the input checks know numbers and
 categories only).
 
+A model of numeric features with symmetric trees is predicted by inferpool's tree kernel
+(``trees/from_catboost.py``) once its outputs match CatBoost's on probe rows; any other
+(categorical, text or embedding features, non-symmetric trees) by CatBoost's ``predict``.
+``predicted_by`` (the load log) says which, and why.
+
 Inputs: a model without categorical features takes a numeric ``[rows, features]``
 array (or a ``pd`` request with one column per feature). A model with categorical
 features takes a table: one input per feature, named as the model names it (any order;
@@ -24,6 +29,7 @@ and ``raw_formula_val``, answered when named (MLServer has no such outputs).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,12 +45,15 @@ from inferpool.runtimes.base import Runtime
 from inferpool.runtimes.load_errors import reading
 from inferpool.runtimes.mlserver_outputs import as_output, find_mlserver_artefact, mlserver_flavour
 from inferpool.runtimes.tabular import check_matrix, check_rows, is_dataframe
+from inferpool.runtimes.trees import Unsupported, compile_model, probe_rows
+from inferpool.runtimes.trees.from_catboost import CompiledCatBoost, model_json
 
 LIBRARY = "CatBoost"  # as load errors name it
 ARTEFACT_NAMES = ("model.cbm", "model.bin")
 RAW_OUTPUT = "raw_formula_val"
 # The prediction type of each output, as CatBoost's ``predict`` names it.
 PREDICTION_TYPES = {"predict_proba": "Probability", RAW_OUTPUT: "RawFormulaVal"}
+ALL_OUTPUTS = ("predict", "predict_proba", RAW_OUTPUT)  # a classifier's
 
 
 class CatBoostRuntime(Runtime):
@@ -60,6 +69,8 @@ class CatBoostRuntime(Runtime):
     classes: np.ndarray | None
     #: threads of each predict: the worker's share of the cores (``limit_threads``)
     thread_count = -1
+    #: the tree kernel's compiled model, or None: CatBoost predicts (``predicted_by`` says why)
+    compiled: CompiledCatBoost | None = None
 
     def load(self) -> None:
         if mlserver_flavour(self.settings, "catboost"):
@@ -85,8 +96,32 @@ class CatBoostRuntime(Runtime):
         #: regressor, else 1 (CatBoost keeps one bias per dimension)
         self.n_scores = len(bias) if isinstance(bias, list) else 1
         self.classes = _classes(model, self.n_scores)
+        #: the outputs this runtime computes (whatever the settings declare)
+        self.computed = ("predict", RAW_OUTPUT) if self.classes is None else ALL_OUTPUTS
         if self.cat_features:
             self.accepts = "dataframe"
+        compiled, self.predicted_by = compile_model(
+            self.settings, LIBRARY, self._compile, self._kernel_checks
+        )
+        self.compiled = compiled
+
+    def _compile(self) -> CompiledCatBoost:
+        if self.cat_features:  # the JSON export of their counters is not read
+            raise Unsupported("categorical features")
+        return CompiledCatBoost(model_json(self.model), self.classes, self.n_features)
+
+    def _kernel_checks(self, compiled: Any) -> tuple[dict[str, Any], list[Any]]:
+        """Every output of the kernel against CatBoost's on one thread (the template loads
+        models: no thread may be started before it forks), on probe rows."""
+        outputs = {
+            name: (
+                functools.partial(compiled.output, name),
+                functools.partial(self._library_output, name, thread_count=1),
+            )
+            for name in self.computed
+        }
+        forest = compiled.forest
+        return outputs, [probe_rows(forest), probe_rows(forest, np.float32)]
 
     def serving(self) -> Runtime:
         return getattr(self, "successor", self)
@@ -140,17 +175,26 @@ class CatBoostRuntime(Runtime):
         return {name: self._output(name, features) for name in outputs}
 
     def _output(self, name: str, features: Any) -> np.ndarray:
-        """One output from CatBoost's own calls on the checked features."""
-        prediction_type = PREDICTION_TYPES.get(name)
+        """One output on the checked features: the tree kernel's when it serves the model
+        (a numeric matrix), else CatBoost's own call's."""
+        if name not in self.computed:
+            computed = ", ".join(self.computed)
+            raise ValueError(f"{self.platform} computes {computed}, not {name!r}")
+        if self.compiled is not None:
+            return self.compiled.output(name, features)
+        return self._library_output(name, features, self.thread_count)
+
+    def _library_output(self, name: str, features: Any, thread_count: int) -> np.ndarray:
+        """One of the computed outputs from CatBoost's own ``predict``."""
         if name == "predict":
-            values = np.asarray(self.model.predict(features, thread_count=self.thread_count))
+            values = np.asarray(self.model.predict(features, thread_count=thread_count))
             # A multi-class model's labels come as a column: one label per row.
             return values.reshape(-1) if self.classes is not None else values
-        if prediction_type is None or (name == "predict_proba" and self.classes is None):
-            computed = ", ".join(spec.name for spec in CatBoostRuntime.outputs(self))
-            raise ValueError(f"{self.platform} computes {computed}, not {name!r}")
-        values = self.model.predict(
-            features, prediction_type=prediction_type, thread_count=self.thread_count
+        predict = self.model.predict
+        if isinstance(self.model, catboost.CatBoostRanker):  # takes no prediction_type
+            predict = functools.partial(catboost.CatBoost.predict, self.model)
+        values = predict(
+            features, prediction_type=PREDICTION_TYPES[name], thread_count=thread_count
         )
         return np.asarray(values)
 

@@ -94,9 +94,10 @@ def test_a_port_base_beyond_the_last_port_is_refused(tmp_path, capsys) -> None:
 @pytest.mark.parametrize(
     ("printed", "complete"),
     [
-        ("1.7.1 1.7.1 1.7.1 1.7.1 0.21.0", True),
-        ("1.7.1 1.7.1 1.7.1 1.7.1 0.22.0", False),  # MLServer's workers crash with it
-        ("1.7.1 1.7.1 1.6.0 1.7.1 0.21.0", False),  # a runtime at another version
+        ("1.7.1 1.7.1 1.7.1 1.7.1 1.7.1 0.21.0", True),
+        ("1.7.1 1.7.1 1.7.1 1.7.1 1.7.1 0.22.0", False),  # MLServer's workers crash with it
+        ("1.7.1 1.7.1 1.6.0 1.7.1 1.7.1 0.21.0", False),  # a runtime at another version
+        ("1.7.1 1.7.1 1.7.1 1.7.1 0.21.0", False),  # a venv from before mlserver-catboost
     ],
 )
 def test_mlserver_counts_as_installed_from_its_distributions_versions(

@@ -27,7 +27,7 @@ def _fit(kind: str, data: Any, labels: Any, **options: Any) -> Any:
     import catboost
 
     estimator = {"classifier": catboost.CatBoostClassifier, "regressor": catboost.CatBoostRegressor}
-    model = estimator[kind](**TRAINING, **options)
+    model = estimator[kind](**{**TRAINING, **options})
     return model.fit(data, labels)
 
 
@@ -55,6 +55,25 @@ def multiclass_classifier() -> Any:
     data = numeric_rows(150, 4)
     labels = np.array(["a", "b", "c"])[np.argmax(data[:, :3], axis=1)]
     return _fit("classifier", data, labels, loss_function="MultiClass")
+
+
+def rows_with_nan(rows: int, features: int, seed: int = 0) -> np.ndarray:
+    """Normal rows with one value in ten NaN."""
+    rng = np.random.default_rng(seed)
+    data = rng.normal(size=(rows, features))
+    data[rng.random(data.shape) < 0.1] = np.nan
+    return data
+
+
+def nan_classifier(loss: str = "MultiClass", nan_mode: str = "Min", **options: Any) -> Any:
+    """Trained on rows with NaN (``nan_mode`` Max: a NaN is above every border), deeper
+    and longer than the others, on 6 features; three classes (Logloss: two)."""
+    data = rows_with_nan(300, 6, seed=5)
+    labels = np.argmax(np.nan_to_num(data[:, :3]), axis=1)
+    if loss in ("Logloss", "CrossEntropy"):
+        labels = (labels > 0).astype(int)
+    options = {"iterations": 30, "depth": 6, **options}
+    return _fit("classifier", data, labels, loss_function=loss, nan_mode=nan_mode, **options)
 
 
 def categorical_frame(rows: int, seed: int = 3) -> pd.DataFrame:

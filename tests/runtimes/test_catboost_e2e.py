@@ -1,11 +1,14 @@
 """CatBoost models served end to end, over REST and gRPC, in-process and by two workers:
 plain folders (``model.cbm``) and an MLServer-layout folder (``model-settings.json``
 naming ``mlserver_catboost.CatboostModel``) in one repository; every answer equals
-CatBoost's own call on the same file; categorical features by name and by position; bad
-input is a 400 (gRPC INVALID_ARGUMENT) with an error, and the model answers after it."""
+CatBoost's own call on the same file (numeric models predicted by the tree kernel, as the
+log says, batches with NaN included; categorical ones by CatBoost); categorical features
+by name and by position; bad input is a 400 (gRPC INVALID_ARGUMENT) with an error, and
+the model answers after it."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cm.save(cm.multiclass_classifier(), root / "multiclass")
     cm.save(cm.categorical_classifier(), root / "categorical")
     cm.save(cm.categorical_by_index(), root / "by-index")
+    cm.save(cm.nan_classifier(nan_mode="Max"), root / "nan-max")
+    cm.save(cm.nan_classifier("Logloss"), root / "nan-binary")
     settings = {
         "name": "mlserver-cb",
         "implementation": "mlserver_catboost.CatboostModel",
@@ -171,7 +176,54 @@ def test_mlservers_layout_answers_mlservers_request(server, repository):
 def test_catboost_info_is_no_model(server):
     index = httpx.post(f"{server.url}/v2/repository/index", json={}, timeout=10).json()
     names = sorted(entry["name"] for entry in index)
-    assert names == ["binary", "by-index", "categorical", "mlserver-cb", "multiclass", "regressor"]
+    assert names == [
+        "binary",
+        "by-index",
+        "categorical",
+        "mlserver-cb",
+        "multiclass",
+        "nan-binary",
+        "nan-max",
+        "regressor",
+    ]
+
+
+def test_the_log_says_which_predictor_serves_each_model(server):
+    log = server.output()
+    kernel = ["binary", "regressor", "multiclass", "nan-max", "nan-binary", "mlserver-cb"]
+    for model in kernel:
+        pattern = rf"model '{model}'.*[:;] predicted by the tree kernel \(\d+ oblivious trees"
+        assert re.search(pattern, log), log
+    for model in ("categorical", "by-index"):
+        pattern = rf"model '{model}'.*[:;] predicted by CatBoost, not the tree kernel: categorical"
+        assert re.search(pattern, log), log
+
+
+# Trained with NaN: the tree kernel's NaN rules (nan_mode Min and Max) against CatBoost's.
+BATCHES = [
+    ("nan-max", 6, ["predict", "predict_proba", "raw_formula_val"]),
+    ("nan-binary", 6, ["predict", "predict_proba", "raw_formula_val"]),
+    ("regressor", 4, ["predict", "raw_formula_val"]),
+]
+
+
+@pytest.mark.parametrize(("model", "features", "names"), BATCHES)
+def test_a_raw_grpc_batch_with_nan_answers_as_catboost(server, repository, model, features, names):
+    import tritonclient.grpc as grpcclient
+
+    rows = cm.rows_with_nan(256, features, seed=11).astype(np.float32)
+    tensor = grpcclient.InferInput("input-0", list(rows.shape), "FP32")
+    tensor.set_data_from_numpy(rows)
+    client = grpcclient.InferenceServerClient(server.grpc_address)
+    asked = [grpcclient.InferRequestedOutput(name) for name in names]
+    result = client.infer(model, [tensor], outputs=asked)
+    estimator = own(repository, model)
+    for name in names:
+        want, got = expected(estimator, rows, name), result.as_numpy(name)
+        if want.dtype.kind in "OU":
+            assert got.astype(str).tolist() == want.astype(str).tolist()
+        else:  # CatBoost's exp is its own approximation: a few ulps off the C library's
+            np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
 BAD = [

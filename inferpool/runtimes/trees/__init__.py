@@ -1,6 +1,7 @@
 """inferpool's own predictor for tree ensembles (LightGBM and XGBoost boosters,
 scikit-learn random forests, extra-trees, gradient boosting and histogram-based gradient
-boosting): the same model, predicted several times faster than by its library
+boosting, CatBoost's oblivious trees: ``from_catboost``, ``oblivious``): the same model,
+predicted several times faster than by its library
 (benchmarks/RESULTS.md, "tree kernel").
 
 A runtime asks ``compile_model`` for a compiled model (``from_lightgbm``,

@@ -16,7 +16,8 @@
  * `contributions` walks the same layout for explanations (Saabas: each split's change of
  * the node's value credited to its feature), given every node's value alongside.
  * `libm` applies the C library's exp or log1p (or LightGBM's sigmoid around exp) to an array,
- * as LightGBM's link functions do.
+ * as LightGBM's link functions do. `oblivious` walks CatBoost's oblivious trees
+ * (oblivious.h).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -295,37 +296,58 @@ static void *predict_share(void *arg) {
 
 #define MAX_THREADS 16
 
+/* The threads worth starting for a batch of n_blocks blocks: 1 to MAX_THREADS, at most
+ * one a block. */
+static int thread_count(int threads, Py_ssize_t n_blocks) {
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if (threads > n_blocks) threads = (int)n_blocks;
+    return threads < 1 ? 1 : threads;
+}
+
+/* Thread t's rows [first, last) of n_rows: a contiguous run of whole blocks. */
+static void share_rows(Py_ssize_t n_rows, int t, int threads, Py_ssize_t *first,
+                       Py_ssize_t *last) {
+    const Py_ssize_t n_blocks = (n_rows + BLOCK - 1) / BLOCK;
+    *first = n_blocks * t / threads * BLOCK;
+    const Py_ssize_t end = n_blocks * (t + 1) / threads * BLOCK;
+    *last = end < n_rows ? end : n_rows;
+}
+
+/* `work` on each of `threads` shares (`size` bytes apart from `shares`): the first on this
+ * thread, the others on threads of their own; a thread that cannot be started leaves its
+ * share to this one. */
+static void run_shares(int threads, void *(*work)(void *), void *shares, size_t size) {
+    pthread_t ids[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    char *at = shares;
+    for (int t = 1; t < threads; t++)
+        started[t] = pthread_create(&ids[t], NULL, work, at + (size_t)t * size) == 0;
+    work(at);
+    for (int t = 1; t < threads; t++) {
+        if (started[t])
+            pthread_join(ids[t], NULL);
+        else
+            work(at + (size_t)t * size);
+    }
+}
+
 /* The batch on up to `threads` threads (this one included), each taking a contiguous run
  * of whole blocks. A row is walked the same way whichever thread takes it, so the sums
  * do not depend on the split. A thread that cannot be started leaves its share to this
  * one. Returns -1 (nothing done) when out of memory. */
 static int predict_batch(const Batch *b, Py_ssize_t n_rows, int threads) {
     const Py_ssize_t n_blocks = (n_rows + BLOCK - 1) / BLOCK;
-    if (threads > MAX_THREADS) threads = MAX_THREADS;
-    if (threads > n_blocks) threads = (int)n_blocks;
-    if (threads < 1) threads = 1;
+    threads = thread_count(threads, n_blocks);
     const size_t block_size = sizeof(double) * BLOCK * (size_t)(b->n_columns ? b->n_columns : 1);
     double *blocks = malloc(block_size * (size_t)threads);
     if (blocks == NULL) return -1;
     Share shares[MAX_THREADS];
-    pthread_t ids[MAX_THREADS];
-    int started[MAX_THREADS] = {0};
     for (int t = 0; t < threads; t++) {
         shares[t].batch = b;
-        shares[t].first = n_blocks * t / threads * BLOCK;
-        const Py_ssize_t last = n_blocks * (t + 1) / threads * BLOCK;
-        shares[t].last = last < n_rows ? last : n_rows;
+        share_rows(n_rows, t, threads, &shares[t].first, &shares[t].last);
         shares[t].block = blocks + (size_t)t * (block_size / sizeof(double));
     }
-    for (int t = 1; t < threads; t++)
-        started[t] = pthread_create(&ids[t], NULL, predict_share, &shares[t]) == 0;
-    predict_share(&shares[0]);
-    for (int t = 1; t < threads; t++) {
-        if (started[t])
-            pthread_join(ids[t], NULL);
-        else
-            predict_share(&shares[t]);
-    }
+    run_shares(threads, predict_share, shares, sizeof(Share));
     free(blocks);
     return 0;
 }
@@ -779,11 +801,15 @@ static PyObject *libm(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* Oblivious trees (CatBoost's): a layout and a walk of their own. */
+#include "oblivious.h"
+
 static PyMethodDef methods[] = {
     {"accumulate", accumulate, METH_VARARGS, accumulate_doc},
     {"lay_out", lay_out, METH_VARARGS, lay_out_doc},
     {"contributions", contributions, METH_VARARGS, contributions_doc},
     {"libm", libm, METH_VARARGS, libm_doc},
+    {"oblivious", oblivious, METH_VARARGS, oblivious_doc},
     {NULL, NULL, 0, NULL},
 };
 

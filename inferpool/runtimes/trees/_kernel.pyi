@@ -44,3 +44,14 @@ def contributions(
     /,
 ) -> None: ...
 def libm(function: int, values: np.ndarray, scale: float = 1.0, /) -> None: ...
+def oblivious(
+    splits: np.ndarray,
+    trees: np.ndarray,
+    leaves: np.ndarray,
+    width: int,
+    n_features: int,
+    x: np.ndarray,
+    out: np.ndarray,
+    threads: int = 1,
+    /,
+) -> None: ...

@@ -6,11 +6,11 @@ the model's, every output of the kernel must match the library's."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from inferpool.runtimes.trees.forest import Forest, Unsupported
+from inferpool.runtimes.trees.forest import Unsupported
 
 PROBE_ROWS = 512
 # Both sides add the same leaf values in the same order, and LightGBM's links are its own
@@ -22,8 +22,17 @@ FLOAT32_RTOL = 1e-6
 ATOL = 1e-12
 
 
+class Thresholded(Protocol):
+    """What probe rows are made from: a laid-out forest (``Forest``, ``ObliviousForest``)."""
+
+    @property
+    def n_features(self) -> int: ...
+    def thresholds(self) -> dict[int, np.ndarray]: ...
+    def category_features(self) -> dict[int, int]: ...
+
+
 def probe_rows(
-    forest: Forest, dtype: type = np.float64, nonfinite: bool = True, seed: int = 0
+    forest: Thresholded, dtype: type = np.float64, nonfinite: bool = True, seed: int = 0
 ) -> np.ndarray:
     """Rows whose every feature lands on a threshold, next to one, or on a special value
     (NaN and infinities only if ``nonfinite``)."""
@@ -35,11 +44,12 @@ def probe_rows(
             continue
         picked = rng.choice(finite, size=PROBE_ROWS)
         step = rng.integers(-1, 2, size=PROBE_ROWS)  # below, on, above the threshold
-        nudged = np.where(
-            step < 0,
-            np.nextafter(picked, dtype(-np.inf)),
-            np.where(step > 0, np.nextafter(picked, dtype(np.inf)), picked),
-        )
+        with np.errstate(over="ignore"):  # next to the largest float: infinity, a probe too
+            nudged = np.where(
+                step < 0,
+                np.nextafter(picked, dtype(-np.inf)),
+                np.where(step > 0, np.nextafter(picked, dtype(np.inf)), picked),
+            )
         rows[:, feature] = nudged
     for feature, covered in forest.category_features().items():
         categories = rng.integers(-3, covered + 4, size=PROBE_ROWS).astype(np.float64)
