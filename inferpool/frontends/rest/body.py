@@ -50,7 +50,12 @@ def too_large_message(size: int | str, limit: int) -> str:
     return f"request body of {size} bytes exceeds the limit of {limit} bytes (--max-body-bytes)"
 
 
-def scan_headers(headers: list[tuple[bytes, bytes]]) -> tuple[bytes | None, ...]:
+_Header = bytes | None
+# Six, named by scan_headers; fixed, so that a caller unpacking five fails the type check.
+ScannedHeaders = tuple[_Header, _Header, _Header, _Header, _Header, _Header]
+
+
+def scan_headers(headers: list[tuple[bytes, bytes]]) -> ScannedHeaders:
     """Content-Length, Inference-Header-Content-Length, Request-Timeout, Content-Encoding,
     X-Request-Id and inferpool-priority, in one pass.
 

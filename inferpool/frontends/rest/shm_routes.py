@@ -36,7 +36,7 @@ def shm_routes(client: EngineClient) -> list[BaseRoute]:
         return _json(registry.status(request.path_params.get("name")))
 
     async def register(request: Request) -> Response:
-        content_length, _, _, encoding, _ = scan_headers(request.scope["headers"])
+        content_length, _, _, encoding, _, _ = scan_headers(request.scope["headers"])
         body = await read_body(request.receive, content_length, BODY_LIMIT, encoding)
         document = parse_json_object(body, "the registration")
         name = request.path_params["name"]
