@@ -59,6 +59,7 @@ ENVIRONMENT_FOLDERS = {
     "tests/native": "native",  # gcc and tl2cgen: C libraries on the native runtime
     "tests/rlang": "rlang",  # R from apt and rpy2: R models on the R runtime
     "tests/java": "java",  # a JDK, JPype, JPMML-Evaluator and sklearn2pmml: the JVM runtimes
+    "tests/spark": "spark",  # pyspark and a JDK: PipelineModels in a Spark session per worker
 }
 
 
