@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pyspark.ml import PipelineModel  # no JVM yet: the session starts at the first load
 
 from inferpool.errors import BadRequest, ModelError, ModelLoadError
 from inferpool.protocol.types import TensorSpec
@@ -103,8 +104,6 @@ class MLlibRuntime(Runtime):
             stages = spark_session.stage_documents(folder, document)
             self.columns, self.results = _schema(folder, stages)
         spark = spark_session.session(_heap(self))
-        from pyspark.ml import PipelineModel
-
         try:
             self.model = PipelineModel.load(str(folder))
         except Exception as exc:
@@ -233,6 +232,7 @@ class MLServerMLlibRuntime(Runtime):
     (FP32)."""
 
     platform = "mllib"
+    accepts = "dict"  # MLServer's runtime refuses more than one input tensor
     open_outputs = True
 
     def load(self) -> None:

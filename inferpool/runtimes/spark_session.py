@@ -11,7 +11,8 @@ standard input, which PySpark holds open).
 The session is sized for one worker: ``local[n]`` with n the worker's share of the cores
 (``OMP_NUM_THREADS``, which the worker sets before loading), a small driver heap (the
 first model's ``parameters.extra.jvm_heap``, 512m by default), no UI, one shuffle
-partition, and every socket on 127.0.0.1 (``spark.driver.host``, ``bindAddress``).
+partition, and every socket on 127.0.0.1 (``spark.driver.host``, ``bindAddress``,
+``SPARK_LOCAL_IP``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,12 @@ def session(heap: str | None = None) -> Any:
 def _start(heap: str) -> Any:
     from pyspark.sql import SparkSession
 
+    # Spark's own address lookup would take the host's first interface (its name resolves
+    # to loopback here): the JVM inherits this and binds nothing else.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # py4j logs each connection it closes at INFO.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
     threads = _threads()
     builder = SparkSession.builder.master(f"local[{threads}]").appName("inferpool")
     for key, value in {**CONFIG, "spark.driver.memory": heap}.items():
@@ -69,6 +77,7 @@ def _start(heap: str) -> Any:
     # the process keeps its own (a worker ignores SIGINT: the frontend drains it).
     on_main = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGINT) if on_main else None
+    began = time.monotonic()
     try:
         started = builder.getOrCreate()
     except Exception as exc:
@@ -76,7 +85,13 @@ def _start(heap: str) -> Any:
     finally:
         if on_main and previous is not None:
             signal.signal(signal.SIGINT, previous)
-    logger.info("Spark %s started (local[%d], driver heap %s)", started.version, threads, heap)
+    logger.info(
+        "Spark %s started in %.1f s (local[%d], driver heap %s)",
+        started.version,
+        time.monotonic() - began,
+        threads,
+        heap,
+    )
     return started
 
 

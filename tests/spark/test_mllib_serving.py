@@ -24,6 +24,8 @@ from tests.support import Server
 from tests.support.grpc import WORKER_COUNTS, infer_request, stub_for
 
 pytest.importorskip("pyspark")  # the spark environment's (tox -e spark)
+# Training, then a server's Spark start-ups and loads, fall in the first test's setup.
+pytestmark = pytest.mark.timeout(1500)
 
 # A Spark start and a pipeline's first load take a minute each on a busy two-core host.
 READY_TIMEOUT = 600
@@ -52,7 +54,10 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
 @pytest.fixture(scope="module", params=WORKER_COUNTS, ids=lambda w: f"w{w}")
 def server(request: pytest.FixtureRequest, repository) -> Iterator[Server]:
     root, _ = repository
-    with Server(root, "--workers", str(request.param), "--no-exit-on-error") as running:
+    # A worker busy starting Spark answers no heartbeat: two JVMs starting at once on a
+    # busy two-core host took over the default 120 s (docs/runtimes/mllib.md).
+    options = ("--no-exit-on-error", "--worker-heartbeat-timeout", "900")
+    with Server(root, "--workers", str(request.param), *options) as running:
         running.wait_live(timeout=READY_TIMEOUT)
         _wait_for_states(running)
         yield running
@@ -169,6 +174,25 @@ def test_bad_requests_and_folders_say_why(server: Server) -> None:
     # Spark's own refusal, on one line: no Java stack trace
     assert "is not a PipelineModel Spark can load (" in reasons["broken"]
     assert "\n" not in reasons["broken"] and "\tat " not in reasons["broken"]
+
+
+def test_each_worker_runs_its_own_spark_and_the_template_none(server: Server) -> None:
+    import psutil
+
+    request_param = server.process.args[server.process.args.index("--workers") + 1]
+    workers = int(request_param)
+    main = psutil.Process(server.process.pid)
+    jvms = [p for p in main.children(recursive=True) if p.name() == "java"]
+    parents = {jvm.parent().pid for jvm in jvms}
+    if workers == 0:
+        assert parents == {main.pid}  # in-process: the server's own session
+        return
+    # one JVM per worker, each its worker's child; neither the server nor the template
+    assert len(jvms) == workers and len(parents) == workers
+    template = {child.pid for child in main.children()}
+    assert not parents & (template | {main.pid})
+    # the log says how long each worker's Spark took to start
+    assert server.output().count("inferpool.runtimes.spark_session: Spark ") >= workers
 
 
 def test_a_saved_pipeline_folder_is_the_mllib_runtime_and_never_forked(repository) -> None:
