@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -66,6 +67,9 @@ def _start(heap: str) -> Any:
     # Spark's own address lookup would take the host's first interface (its name resolves
     # to loopback here): the JVM inherits this and binds nothing else.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # The Python workers Spark forks to build a DataFrame from local rows run this
+    # interpreter (by default, whichever ``python3`` is first on PATH).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # py4j logs each connection it closes at INFO.
     logging.getLogger("py4j").setLevel(logging.WARNING)
 

@@ -31,16 +31,10 @@ def spark_session() -> Any:
     """The test process's own local session (as the runtime's: loopback only, no UI)."""
     from pyspark.sql import SparkSession
 
+    from inferpool.runtimes.spark_session import CONFIG
+
     builder = SparkSession.builder.master("local[1]").appName("inferpool-tests")
-    for key, value in {
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "1",
-        "spark.log.level": "ERROR",
-        "spark.driver.memory": "512m",
-    }.items():
+    for key, value in {**CONFIG, "spark.driver.memory": "512m"}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 
