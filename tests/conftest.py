@@ -60,6 +60,7 @@ ENVIRONMENT_FOLDERS = {
     "tests/rlang": "rlang",  # R from apt and rpy2: R models on the R runtime
     "tests/java": "java",  # a JDK, JPype, JPMML-Evaluator and sklearn2pmml: the JVM runtimes
     "tests/storage": "storage",  # s3fs, moto's S3 server: models fetched from remote stores
+    "tests/spark": "spark",  # pyspark and a JDK: PipelineModels in a Spark session per worker
 }
 
 

@@ -156,6 +156,17 @@ RUNTIMES: dict[str, RuntimeEntry] = {
             extra="pmml",
             artefacts=("model.pmml",),
         ),
+        # Spark MLlib: PySpark's JVM is a child process reached over a socket, which a
+        # fork would share: each worker starts its own local session when its first such
+        # model loads (runtimes/spark_session.py), the server itself with --workers 0.
+        # A saved Spark model's folder holds metadata/ with Spark's _SUCCESS marker.
+        RuntimeEntry(
+            "mllib",
+            "inferpool.runtimes.mllib.MLlibRuntime",
+            extra="mllib",
+            mlserver="mlserver_mllib.MLlibModel",
+            artefacts=("metadata/_SUCCESS",),
+        ),
         # Loads the model it explains (any runtime): in each worker, as that may need.
         RuntimeEntry(
             "explainer",

@@ -41,9 +41,10 @@ MODEL_SUPPORTED = frozenset(
     }
 )
 # environment_tarball / environment_path: the model's replicas run in workers started with
-# that environment's interpreter (engine/environments/unpack.py, engine/pool/groups.py).
+# that environment's interpreter (engine/environments/unpack.py, engine/pool/groups.py);
+# format: the pyspark.mllib model class of mlserver_mllib.MLlibModel (runtimes/mllib.py).
 PARAMETERS_SUPPORTED = frozenset(
-    {"uri", "version", "content_type", "extra", "environment_tarball", "environment_path"}
+    {"uri", "version", "content_type", "extra", "environment_tarball", "environment_path", "format"}
 )
 # inferpool's own model-settings keys.
 MODEL_OURS = frozenset(
@@ -87,7 +88,6 @@ MODEL_REFUSED: dict[str, Refused] = {
 PARAMETERS_REFUSED: dict[str, Refused] = {
     "inference_pool_gid": Refused(_POOLS),
     "autogenerate_inference_pool_gid": Refused(_POOLS, False),
-    "format": Refused("read by MLServer's Spark MLlib runtime only"),
 }
 
 
