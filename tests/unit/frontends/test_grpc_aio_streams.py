@@ -55,7 +55,9 @@ class Observer:
     def __init__(self) -> None:
         self.ended: list[tuple[str, Any, str | None, str]] = []
 
-    def stream_finished(self, method: str, metadata: Any, peer: str | None, code: str, started: float) -> None:
+    def stream_finished(
+        self, method: str, metadata: Any, peer: str | None, code: str, started: float
+    ) -> None:
         self.ended.append((method, tuple(metadata), peer, code))
 
 

@@ -4,7 +4,8 @@ grpc.health.v1 Check and Watch (a message per status, the deadline, a malformed 
 the client's reset letting the Watch go, the server's stop ending it with OK), a method
 not served answered at its headers while its body still streams, a content type that is
 not gRPC (415), a message refused from its 5-byte prefix, and a bad grpc-timeout on
-ModelStreamInfer. A live server's Health with grpcio's stubs: tests/compat/test_health_grpc_e2e.py."""
+ModelStreamInfer. A live server's Health with grpcio's stubs:
+tests/compat/test_health_grpc_e2e.py."""
 
 from __future__ import annotations
 

@@ -15,7 +15,10 @@ from inferpool.engine.ipc.messages import Reply
 from inferpool.engine.ipc.stream_ops import MORE
 from inferpool.frontends.rest.stream import EventStream, event
 
-RESPONSE = {"model_name": "m", "outputs": [{"name": "y", "shape": [1], "datatype": "INT64", "data": [3]}]}
+RESPONSE = {
+    "model_name": "m",
+    "outputs": [{"name": "y", "shape": [1], "datatype": "INT64", "data": [3]}],
+}
 
 
 def data_of(chunk: bytes) -> Any:
@@ -65,9 +68,7 @@ class Replies:
             self.closed = True
 
 
-def run_stream(
-    first: Reply, later: Replies, client_leaves: bool = False
-) -> list[dict[str, Any]]:
+def run_stream(first: Reply, later: Replies, client_leaves: bool = False) -> list[dict[str, Any]]:
     sent: list[dict[str, Any]] = []
     leave = asyncio.Event()
 

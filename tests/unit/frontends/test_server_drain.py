@@ -70,7 +70,10 @@ async def with_signals(work: Any) -> Any:
     ("outcome", "lines"),
     [
         (FileNotFoundError("no model repository at /nowhere"), ["no model repository at /nowhere"]),
-        (StartupFailed(["model 'a' failed", "model 'b' failed"]), ["model 'a' failed", "model 'b' failed"]),
+        (
+            StartupFailed(["model 'a' failed", "model 'b' failed"]),
+            ["model 'a' failed", "model 'b' failed"],
+        ),
     ],
 )
 def test_a_failed_start_is_exit_code_1_with_its_reasons(caplog, outcome, lines) -> None:
