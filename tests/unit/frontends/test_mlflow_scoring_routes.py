@@ -1,7 +1,7 @@
 """MLflow's scoring routes at the root (``frontends/rest/mlflow_scoring.py``) in process, on
 an in-process engine (no workers, no server): which model they answer for, the
-Content-Type check in MLflow's words (415), errors in MLflow's JSON form, and an sklearn
-model's predictions through ``/invocations``. The same routes against a live server and
+Content-Type check in MLflow's words (415), errors in MLflow's JSON form, and a
+model's predictions (its input) through ``/invocations``. The same routes against a live server and
 MLflow's own client: tests/compat/test_smaller_mlflow_scoring.py (not in tox -e lowest)."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import orjson
 import pytest
 
@@ -28,12 +27,27 @@ from inferpool.frontends.rest.mlflow_scoring import (
 )
 from inferpool.protocol.mlflow_endpoints import INVOCATIONS, INVOCATIONS_CSV
 from inferpool.settings import ServerSettings
-from tests.support import iris_data, write_custom_model, write_sklearn_model
+from tests.support import write_custom_model
 
 ROWS = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3], [5.9, 3.0, 4.2, 1.5]]
 MAX_BODY = 10_000
 
 Scenario = Callable[[httpx.AsyncClient], Coroutine[Any, Any, dict[str, httpx.Response]]]
+
+# A model that answers its input: MLflow's predictions are the rows sent.
+ECHO = """
+import numpy as np
+
+from inferpool import Runtime
+
+
+class Echo(Runtime):
+    def load(self):
+        pass
+
+    def predict(self, payload, outputs):
+        return {"output-0": np.asarray(payload)}
+"""
 
 # A model whose load fails: a single-model server whose model is not READY.
 BROKEN = """
@@ -49,18 +63,13 @@ class Broken(Runtime):
 """
 
 
-def classifier():
-    from sklearn.linear_model import LogisticRegression
-
-    X, y = iris_data()
-    return LogisticRegression(max_iter=1000).fit(X, y)
-
-
 def serve(repository: Path, scenario: Scenario) -> dict[str, httpx.Response]:
     """Run ``scenario`` against the REST app of an in-process engine over ``repository``."""
 
     async def run() -> dict[str, httpx.Response]:
-        settings = ServerSettings(model_repository=repository, workers=0, max_body_bytes=MAX_BODY)
+        settings = ServerSettings(
+            model_repository=repository, workers=0, max_body_bytes=MAX_BODY, load_probe=False
+        )
         client = InProcessClient(settings)
         with contextlib.suppress(StartupFailed):  # a model that fails: still served
             await client.start()
@@ -75,11 +84,10 @@ def serve(repository: Path, scenario: Scenario) -> dict[str, httpx.Response]:
 
 
 @pytest.fixture(scope="module")
-def single(tmp_path_factory) -> tuple[dict[str, httpx.Response], Any]:
-    """Every request against a server of one sklearn model, answered once."""
-    model = classifier()
+def single(tmp_path_factory) -> dict[str, httpx.Response]:
+    """Every request against a server of one model, answered once."""
     repository = tmp_path_factory.mktemp("one")
-    write_sklearn_model(repository / "iris", model)
+    write_custom_model(repository / "echo", ECHO, "Echo")
 
     async def scenario(http: httpx.AsyncClient) -> dict[str, httpx.Response]:
         json_body = orjson.dumps({"inputs": ROWS})
@@ -110,11 +118,11 @@ def single(tmp_path_factory) -> tuple[dict[str, httpx.Response], Any]:
         }
         return {name: await ask for name, ask in asks.items()}
 
-    return serve(repository, scenario), model
+    return serve(repository, scenario)
 
 
 def test_the_only_model_answers_ping_health_and_version(single):
-    answers, _ = single
+    answers = single
     for route in ("ping", "health"):
         assert answers[route].status_code == 200
         assert answers[route].text == "\n"
@@ -124,15 +132,15 @@ def test_the_only_model_answers_ping_health_and_version(single):
 
 
 def test_invocations_predict_from_json_and_csv(single):
-    answers, model = single
-    expected = {"predictions": model.predict(np.array(ROWS)).tolist()}
+    answers = single
+    expected = {"predictions": ROWS}
     for route in ("json", "csv"):
         assert answers[route].status_code == 200, answers[route].text
         assert answers[route].json() == expected
 
 
 def test_invocations_errors_are_mlflows_json(single):
-    answers, _ = single
+    answers = single
     bad = answers["bad"]
     assert bad.status_code == 400 and bad.json()["error_code"] == "BAD_REQUEST", bad.text
     assert bad.json()["message"]
@@ -146,9 +154,8 @@ def test_invocations_errors_are_mlflows_json(single):
 
 
 def test_several_models_none_of_them_mlflow_answer_404_naming_them(tmp_path):
-    model = classifier()
-    write_sklearn_model(tmp_path / "a", model)
-    write_sklearn_model(tmp_path / "b", model)
+    write_custom_model(tmp_path / "a", ECHO, "Echo")
+    write_custom_model(tmp_path / "b", ECHO, "Echo")
 
     async def scenario(http: httpx.AsyncClient) -> dict[str, httpx.Response]:
         return {
