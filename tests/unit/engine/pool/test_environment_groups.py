@@ -93,7 +93,7 @@ def test_an_environment_that_cannot_be_used_fails_the_load(chief, tmp_path, monk
         raise InferpoolError(f"environment {named.name} is not a tarball")
 
     monkeypatch.setattr(unpack, "prepare", unusable)
-    with pytest.raises(ModelLoadError, match="environment env.tar.gz is not a tarball"):
+    with pytest.raises(ModelLoadError, match=r"environment env\.tar\.gz is not a tarball"):
         asyncio.run(supervisor.roster.group_for(model(tmp_path, environment_tarball="env.tar.gz")))
 
     def no_python(python: Path) -> dict[str, Any]:
