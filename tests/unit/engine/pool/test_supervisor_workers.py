@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -343,3 +344,86 @@ def test_a_group_whose_worker_does_not_start_logs_it_and_retries(monkeypatch, ca
     assert f"{group.name}: worker 1 did not start: worker 1 did not start in 60s" in caplog.text
     assert kept == ["Supervisor._replace"]  # slot 1 only
     assert chief.outages.down_since[1] is not None and chief.outages.down_since[0] is None
+
+
+# -- starting a worker -----------------------------------------------------------------------
+class Starting(Worker):
+    """A WorkerHandle being started: ``how`` decides its template's answer (``ok``: hello,
+    ``refused``: the template's channel is closed, ``exits``: it dies before its hello,
+    ``silent``: no hello ever)."""
+
+    how = "ok"
+    made: list[Starting] = []
+
+    def __init__(self, slot: int, max_queue: int) -> None:
+        super().__init__(slot)
+        self.hello = asyncio.get_running_loop().create_future()  # type: ignore[assignment]
+        self.pid = 700 + slot
+        Starting.made.append(self)
+
+    def ask_template(self, channel: Any, threads: int, limits: Any, memory: int) -> None:
+        if self.how == "refused":
+            raise OSError("channel closed")
+        if self.how == "ok":
+            self.hello.set_result(None)  # type: ignore[attr-defined]
+        elif self.how == "exits":
+            self.hello.set_exception(WorkerLost("it exited"))  # type: ignore[attr-defined]
+
+    def watch(self, on_exit: Any) -> None:
+        self.on_exit = on_exit
+
+
+@pytest.mark.parametrize(
+    ("how", "error"),
+    [
+        ("refused", "cannot start worker 0: channel closed"),
+        ("exits", "worker 0 exited while starting"),
+        ("silent", "worker 0 did not start in 0s"),
+    ],
+)
+def test_a_worker_that_does_not_start_is_worker_lost(monkeypatch, how: str, error: str) -> None:
+    chief, _, _, _ = make()
+    template = SimpleNamespace(channel=None)
+
+    async def running() -> object:
+        return template
+
+    monkeypatch.setattr(chief.templates, "running", running)
+    monkeypatch.setattr(supervisor_module, "WorkerHandle", Starting)
+    monkeypatch.setattr(supervisor_module, "SPAWN_TIMEOUT", 0.05)
+    monkeypatch.setattr(Starting, "how", how)
+    Starting.made.clear()
+    with pytest.raises(WorkerLost) as caught:
+        asyncio.run(chief._spawn(0, 0))
+    assert caught.value.message == error
+    assert not chief._starting
+    if how != "exits":  # a worker that exited was closed by its own EOF
+        assert Starting.made[0].closed
+
+
+def test_a_started_worker_takes_its_slot_or_waits_as_a_spare(monkeypatch) -> None:
+    chief, _, _, _ = make()
+    template = SimpleNamespace(channel=None)
+
+    async def running() -> object:
+        return template
+
+    monkeypatch.setattr(chief.templates, "running", running)
+    monkeypatch.setattr(supervisor_module, "WorkerHandle", Starting)
+    monkeypatch.setattr(Starting, "how", "ok")
+    worker = asyncio.run(chief._spawn(1, 0))
+    assert chief.workers[1] is worker and worker.template is template
+    assert worker.on_exit == chief.worker_died  # type: ignore[attr-defined]
+    spare = asyncio.run(chief.spawn(0))
+    assert chief.workers[0] is None and spare in chief.spares
+
+
+def test_workers_a_dead_template_never_forked_fail_their_start() -> None:
+    chief, _, _, _ = make()
+    died: list[str] = []
+    chief.worker_died = lambda worker, reason="", crash=True: died.append(reason)  # type: ignore[method-assign]
+    chief._starting.add(Worker(0))  # type: ignore[arg-type]
+    chief._template_gone(chief.templates)
+    assert died == ["the worker template process exited"]
+    chief._template_gone(object())  # type: ignore[arg-type]  # another group's template
+    assert died == ["the worker template process exited"]
