@@ -14,20 +14,19 @@ import sys
 
 import coverage
 
-# Percent (lines and branches together), from a whole tox -e lowest selection run here
-# (2026-12-06, 18:35, /work/venv's versions: engine 90.4, protocol 95.3, codecs 92.0,
-# frontends 92.3, runtimes 86.8; generated code and the CatBoost and ONNX runtimes left out:
-# [tool.coverage.report]), just below (frontends and protocol a point below: their figures
-# vary with which e2e servers start in time), so that a regression fails. That run lost one e2e
-# server to the machine's load (test_grpc_infer's builtin-w0: not ready in 60 s), so a
-# clean run measures a little more. At 17:54 they were 87.0, 94.2, 92.0, 78.6 and 86.6: unit
-# tests without processes came since (the supervisor's worker decisions, environment groups,
-# recycling, crash blame; the builtin gRPC server, health Watch, streaming, custom endpoints,
-# KServe V1, MLflow's scoring routes and the logging and trace settings on an in-process
-# engine; the serve loop's exit codes and drain), and the health codec's unit tests
-# (tests/compat/test_health_grpc_codec.py) joined the selection.
+# Percent (lines and branches together), from a whole tox -e lowest run here of the merged
+# tree (2026-12-06, 19:12, 2,923 passed: engine 90.2, protocol 95.7, codecs 92.0, frontends
+# 92.1, runtimes 87.1; generated code and the modules other environments test left out:
+# [tool.coverage.report]'s omit), a point or so below, so that a regression fails while the
+# figures' run-to-run variation (which e2e servers start in time on a loaded machine) does
+# not. At 17:54 they were 87.0, 94.2, 92.0, 78.6 and 86.6: unit tests without processes came
+# since (the supervisor's worker decisions, environment groups, recycling, crash blame; the
+# builtin gRPC server, health Watch, streaming, custom endpoints, KServe V1, MLflow's scoring
+# routes and the logging and trace settings on an in-process engine; the serve loop's exit
+# codes and drain), and the health codec's unit tests (tests/compat/test_health_grpc_codec.py)
+# joined the selection.
 FLOORS = {
-    "engine": 90.0,
+    "engine": 89.0,
     "protocol": 94.0,
     "codecs": 91.0,
     "frontends": 91.0,
