@@ -31,6 +31,14 @@ from tests.support.code_blocks import blocks, on_ports
 from tests.support.grpc import IMPLEMENTATIONS, needs_pool
 from tests.support.runtimes import write_echo_model
 
+# tritonclient's shared_memory imports pkg_resources (setuptools<81: tox.ini), which appends
+# setuptools' vendored packages to sys.path: every test module collected in this process
+# would then see them installed (tests/unit/engine/environments compares what this process
+# reads with what a fresh interpreter reads). Its import is done: the entry goes.
+sys.path[:] = [
+    entry for entry in sys.path if not entry.endswith(os.path.join("setuptools", "_vendor"))
+]
+
 pytestmark = needs_pool
 
 IRIS = np.array([[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]])
