@@ -105,6 +105,7 @@ class Placement:
         route = self.new_route(settings)
         key = route.key
         first: WorkerHandle | None = None
+        before = len(alive)
         answer: messages.Loaded | None = None
         if size is None:
             by_slot = {worker.slot: worker for worker in alive}
@@ -113,11 +114,17 @@ class Placement:
             answer = await self.load_on(first, route)
             size = answer.size
             alive, refused = self.capable.eligible(settings, self.started())
+            if settings.replicas is None:
+                # One per worker: a worker lost meanwhile (another model's load killed it)
+                # gets its replica when its replacement is back (``reload``).
+                wanted = max(1, len(alive))
         try:
             chosen = self._place(settings.name, wanted, size, self.rooms(alive, key), refused)
         except ModelLoadError:
             if first is not None:
                 self.unload_from([first], key, route.index)
+                if len(alive) < before:  # placed again once the lost worker is replaced
+                    raise WorkerLost(f"a worker exited while {route.describe()} loaded") from None
             raise
         if first is not None and first.slot not in chosen:
             self.unload_from([first], key, route.index)

@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from inferpool.engine.ipc import messages
 from inferpool.engine.pool import placement as placement_module
 from inferpool.engine.pool.dispatch import Dispatcher
 from inferpool.engine.pool.placement import Placement
@@ -121,6 +122,53 @@ def test_a_load_whose_workers_are_lost_is_tried_again_then_says_so(monkeypatch) 
     with pytest.raises(WorkerLost, match="worker 0 exited"):
         asyncio.run(placement.load(ModelSettings(name="m"), size=MIB))
     assert workers[0].models == {} and workers[0].loads == {}
+
+
+class KillsASibling(FakeWorker):
+    """Loading a model here kills ``sibling`` (another model's load crashed it meanwhile)."""
+
+    def __init__(self, slot: int, sibling: FakeWorker) -> None:
+        super().__init__(slot)
+        self.sibling = sibling
+
+    def post_control(self, message: messages.Control) -> None:
+        if isinstance(message, messages.Load):
+            # Its first load: the sibling dies; the next: its replacement is up.
+            self.sibling.alive = bool(self.loaded())
+        super().post_control(message)
+
+
+def living(workers: list[FakeWorker]) -> Placement:
+    placement, _ = make(workers)
+    placement.alive = lambda: [worker for worker in workers if worker.alive]  # type: ignore[assignment,misc]
+    return placement
+
+
+def test_a_worker_lost_during_the_first_load_leaves_one_replica_per_worker_placeable() -> None:
+    """One replica per worker: the one lost while the first replica told the size gets its
+    replica when replaced; the others are placed now (the CI race of 2026-12-06)."""
+    workers: list[FakeWorker] = [FakeWorker(1)]
+    workers.insert(0, KillsASibling(0, workers[0]))
+    placement = living(workers)
+    asyncio.run(placement.load(ModelSettings(name="m")))
+    route = placement.dispatcher.routes["m"]
+    assert [worker.slot for worker in route.ready] == [0]
+    assert route.slots == {0, 1}  # the lost slot's replacement loads it (reload)
+
+
+def test_a_worker_lost_during_the_first_load_is_waited_for_with_a_replica_count(
+    monkeypatch,
+) -> None:
+    monkeypatch.setattr(placement_module, "RETRY_AFTER", 0)
+    workers: list[FakeWorker] = [FakeWorker(1)]
+    workers.insert(0, KillsASibling(0, workers[0]))
+    placement = living(workers)
+    asyncio.run(placement.load(ModelSettings(name="m", replicas=2)))
+    route = placement.dispatcher.routes["m"]
+    assert sorted(worker.slot for worker in route.ready) == [0, 1]
+    first, second = workers[0].loaded()  # tried again once the lost worker was back
+    assert workers[0].unloaded() == [first]
+    assert workers[0].models["m"][0] == second == route.index
 
 
 def test_a_replacement_worker_loads_what_its_slot_held_and_the_model_is_back() -> None:
