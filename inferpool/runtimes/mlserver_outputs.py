@@ -36,12 +36,7 @@ def mlserver_flavour(settings: ModelSettings, runtime: str) -> bool:
     """Whether the model's settings name MLServer's implementation of ``runtime`` (and no
     inferpool runtime, which would take precedence)."""
     entry = RUNTIMES.get(runtime)
-    return (
-        entry is not None
-        and not settings.runtime
-        and bool(entry.mlserver)
-        and settings.implementation == entry.mlserver
-    )
+    return entry is not None and not settings.runtime and entry.named_by(settings.implementation)
 
 
 def find_mlserver_artefact(settings: ModelSettings, runtime: str) -> Path:

@@ -50,6 +50,14 @@ class RuntimeEntry:
     #: before forking (a parent that has run OpenMP code must not fork; DESIGN §3)
     fork_safe: bool = False
 
+    def named_by(self, implementation: str | None) -> bool:
+        """Whether an MLServer ``implementation`` string names this runtime: its module
+        name, or its distribution's as MLServer's own mllib example writes it
+        (``"mlserver-mllib.MLlibModel"``, which MLServer itself cannot import)."""
+        if not implementation or not self.mlserver:
+            return False
+        return implementation.replace("-", "_") == self.mlserver
+
 
 # In order of preference between artefacts: MLmodel comes first, since an MLflow folder
 # also holds its flavour's file (an sklearn flavour's model.pkl).
@@ -281,7 +289,7 @@ def runtime_name_for(settings: ModelSettings) -> str:
     implementation = settings.implementation
     if implementation:
         for entry in RUNTIMES.values():
-            if entry.mlserver == implementation:
+            if entry.named_by(implementation):
                 return entry.name
         return implementation
     return infer_runtime(settings)

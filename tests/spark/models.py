@@ -23,6 +23,8 @@ ROWS = np.array(
         [6.0, 2.2, 4.0, 1.0],
     ]
 )
+# The features of MLServer's mllib example (Spark's sample_libsvm_data.txt).
+DOCS_FEATURES = 692
 # The regression pipeline predicts petal_width from the other three columns.
 REGRESSION_COLUMNS = COLUMNS[:3]
 
@@ -83,6 +85,24 @@ def build_repository(root: Path, spark: Any) -> dict[str, Any]:
     rdd_model.save(spark.sparkContext, str(root / "iris-rdd" / "model"))
     mlserver = "mlserver_mllib.MLlibModel"
     _settings(root / "iris-rdd", mlserver, uri="./model", format="LogisticRegression")
+    # MLServer's own documentation example (docs/examples/mllib): a binary RDD-based
+    # LogisticRegressionModel of 692 features saved at the folder's root, named by the
+    # runtime's distribution ("mlserver-mllib", which MLServer cannot import), a version.
+    features = np.random.default_rng(7).random((40, DOCS_FEATURES))
+    labelled = [LabeledPoint(float(row[:5].sum() > 2.5), row) for row in features]
+    docs_model = LogisticRegressionWithLBFGS.train(
+        spark.sparkContext.parallelize(labelled), iterations=10
+    )
+    docs_model.save(spark.sparkContext, str(root / "spark-mllib"))
+    (root / "spark-mllib" / "model-settings.json").write_text(
+        json.dumps(
+            {
+                "name": "spark-mllib",
+                "implementation": "mlserver-mllib.MLlibModel",
+                "parameters": {"uri": "./", "format": "LogisticRegression", "version": "v0.1.0"},
+            }
+        )
+    )
     # A pipeline whose classifier lost its coefficients: Spark itself refuses it.
     shutil.copytree(root / "iris", root / "broken")
     for data_folder in (root / "broken" / "stages").glob("*/data"):
@@ -97,6 +117,10 @@ def build_repository(root: Path, spark: Any) -> dict[str, Any]:
         },
         "petal": {"prediction": [row["prediction"] for row in petal]},
         "iris-rdd": {"predict": [float(rdd_model.predict(row)) for row in ROWS]},
+        "spark-mllib": {
+            "rows": features[:3].tolist(),
+            "predict": [float(docs_model.predict(row)) for row in features[:3]],
+        },
     }
 
 

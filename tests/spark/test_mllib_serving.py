@@ -35,6 +35,7 @@ STATES = {
     "iris": "READY",
     "petal": "READY",
     "iris-rdd": "READY",
+    "spark-mllib": "READY",
     "broken": "FAILED",
     "garbled": "FAILED",
 }
@@ -131,6 +132,26 @@ def test_the_mlserver_layout_answers_as_the_mllib_models_predict(server, reposit
         _post(server, "iris-rdd", {"inputs": [rows]})["predict"]["data"]
         == (answers["iris-rdd"]["predict"])
     )
+
+
+def test_mlservers_own_mllib_example_serves_unchanged(server, repository) -> None:
+    """docs/examples/mllib of MLServer 1.7.1: its model-settings.json as it is written
+    (``mlserver-mllib.MLlibModel``, ``uri: ./``, version v0.1.0), at the model's name
+    and at its version, REST and gRPC."""
+    _, answers = repository
+    expected = answers["spark-mllib"]
+    rows = np.array(expected["rows"])
+    tensor = {"name": "x", "datatype": "FP64", "shape": list(rows.shape)}
+    body = {"inputs": [{**tensor, "data": rows.ravel().tolist()}]}
+    for path in ("spark-mllib", "spark-mllib/versions/v0.1.0"):
+        outputs = _post(server, path, body)
+        assert outputs["predict"]["data"] == expected["predict"], path
+    with stub_for(server) as stub:
+        stub: GRPCInferenceServiceStub
+        request = infer_request("spark-mllib", x=rows)
+        response = stub.ModelInfer(request, timeout=TIMEOUT)
+    [output] = response.outputs
+    assert list(output.contents.fp32_contents) == expected["predict"]
 
 
 def test_grpc_answers_equal_the_pipelines_transform(server: Server, repository) -> None:

@@ -89,6 +89,16 @@ def test_mlserver_implementation_strings_choose_the_runtime(name: str) -> None:
     entry = registry.RUNTIMES[name]
     settings = ModelSettings(name="m", implementation=entry.mlserver)
     assert registry.runtime_name_for(settings) == name
+    # as a distribution's name: MLServer's own mllib example says "mlserver-mllib.MLlibModel"
+    distribution = entry.mlserver.replace("_", "-", 1)
+    assert "-" in distribution
+    settings = ModelSettings(name="m", implementation=distribution)
+    assert registry.runtime_name_for(settings) == name
+
+
+def test_an_unknown_mlserver_runtime_stays_a_custom_implementation() -> None:
+    settings = ModelSettings(name="m", implementation="mlserver-nosuch.Model")
+    assert registry.runtime_name_for(settings) == "mlserver-nosuch.Model"
 
 
 def test_tree_runtimes_are_fork_safe_and_mlflow_is_not() -> None:
