@@ -242,12 +242,27 @@ def serve_command(args: argparse.Namespace) -> int:
         # The settings' own warnings (unknown keys...) are held until their format is known.
         hold_early_records()
     repository = args.model_repository
+    remote = None  # the URI of a remote repository, once fetched
     if args.demo:  # seconds of training, interruptible as they go
         from inferpool.demo import build_demo_repository
 
         repository = build_demo_repository()
+    elif isinstance(repository, str):  # a remote repository: its local copy is served
+        with _interrupts_deferred():
+            from pydantic import ValidationError
+
+            from inferpool.engine.remote_models import fetch_repository
+            from inferpool.errors import ModelLoadError
+            from inferpool.logs import configure_logging
+        try:  # downloads, interruptible as they go
+            remote, repository = repository, fetch_repository(repository, _overrides(args))
+        except ModelLoadError as exc:
+            configure_logging(None)
+            return _refuse(f"the model repository cannot be fetched: {exc.message}")
+        except ValidationError as exc:
+            return _invalid_settings(exc, _overrides(args), None)
     with _interrupts_deferred():
-        settings = _settings_or_refusal(args, repository)
+        settings = _settings_or_refusal(args, repository, remote)
         if isinstance(settings, int):
             return settings
         if args.demo:
@@ -261,38 +276,45 @@ def serve_command(args: argparse.Namespace) -> int:
     return uvloop.run(serve(settings))
 
 
-def _settings_or_refusal(args: argparse.Namespace, repository: Path | str | None) -> Any:
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the command line gives."""
+    overrides: dict[str, Any] = {
+        k: v for k, v in vars(args).items() if k not in ("command", "model_repository", "demo")
+    }
+    if args.demo:
+        overrides.setdefault("host", "127.0.0.1")
+    return overrides
+
+
+def _invalid_settings(exc: Any, overrides: dict[str, Any], repository: Path | None) -> int:
+    """Prints each invalid setting's sentence (``exc``: pydantic's ValidationError)."""
+    from inferpool.cli_errors import sentences
+    from inferpool.logs import configure_logging
+
+    configure_logging(None)
+    given = {**overrides, **({"model_repository": repository} if repository else {})}
+    for line in sentences(exc, given, repository):
+        print(f"inferpool: invalid settings: {line}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _settings_or_refusal(
+    args: argparse.Namespace, repository: Path | None, remote: str | None
+) -> Any:
     """The server's settings from the flags, the environment and settings.json, logging
-    configured by them; or the exit code of a refusal, its sentences printed."""
+    configured by them; or the exit code of a refusal, its sentences printed. ``remote``:
+    the URI ``repository`` was fetched from, if any."""
     from pydantic import ValidationError
 
-    from inferpool.cli_errors import sentences
-    from inferpool.errors import ModelLoadError
     from inferpool.logs import configure_logging
     from inferpool.mlserver.contract.server_settings import SettingsRefused
     from inferpool.settings import load_server_settings
 
-    overrides: dict[str, Any] = {
-        k: v for k, v in vars(args).items() if k not in ("command", "model_repository", "demo")
-    }
-    remote = None  # the URI of a remote repository, once fetched
-    if args.demo:
-        overrides.setdefault("host", "127.0.0.1")
+    overrides = _overrides(args)
     try:
-        if isinstance(repository, str):  # a remote repository: its local copy is served
-            from inferpool.engine.remote_models import fetch_repository
-
-            remote, repository = repository, fetch_repository(repository, overrides)
         settings = load_server_settings(repository, overrides)
-    except ModelLoadError as exc:
-        configure_logging(None)
-        return _refuse(f"the model repository cannot be fetched: {exc.message}")
     except ValidationError as exc:
-        configure_logging(None)
-        given = {**overrides, **({"model_repository": repository} if repository else {})}
-        for line in sentences(exc, given, Path(repository) if repository else None):
-            print(f"inferpool: invalid settings: {line}", file=sys.stderr)
-        return EXIT_USAGE
+        return _invalid_settings(exc, overrides, repository)
     except SettingsRefused as exc:
         configure_logging(None)
         return _refuse(f"setting refused: {exc}")

@@ -190,3 +190,39 @@ def test_a_remote_repository_that_cannot_be_fetched_is_refused(stores, tmp_path)
         "inferpool: the model repository cannot be fetched: s3://models/no-such-repo was "
         "not found (no such object or bucket)"
     )
+
+
+def test_ctrl_c_while_a_remote_repository_is_fetched_exits_at_once(tmp_path):
+    """The fetch is not one of the steps that hold a Ctrl-C back (imports, settings): a
+    store that never answers is left at once, 130 and no traceback, not at the timeout."""
+    import signal
+    import socket
+
+    silent = socket.create_server(("127.0.0.1", 0))
+    port = silent.getsockname()[1]
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "key",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+    }
+    command = [sys.executable, "-m", "inferpool", "serve", "s3://models/repo"]
+    command += ["--storage-cache-dir", str(tmp_path), "--storage-timeout", "120"]
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        silent.settimeout(120)
+        connection, _ = silent.accept()  # the fetch has begun: it waits for an answer
+        time.sleep(0.5)
+        interrupted = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 130
+        assert time.monotonic() - interrupted < 15
+        stderr = process.stderr.read()  # type: ignore[union-attr]
+        assert "Traceback" not in stderr, stderr
+        connection.close()
+    finally:
+        process.kill()
+        process.wait()
+        process.stderr.close()  # type: ignore[union-attr]
+        silent.close()
