@@ -156,6 +156,14 @@ def parser() -> argparse.ArgumentParser:
     overload.add_argument("--out", type=Path, help="folder for results (benchmarks/out/...)")
     overload.add_argument("--repo", type=Path, default=OUT / "repo", help="model repository")
 
+    large = commands.add_parser(
+        "large", help="a 64 MiB FP32 tensor through an identity model: rate against memcpy"
+    )
+    large.add_argument("--servers", default="inferpool-w2", help="comma-separated inferpool-wN")
+    large.add_argument("--size-mib", type=int, default=64, help="the tensor's size")
+    large.add_argument("--repeat", type=int, default=5, help="round trips per protocol")
+    large.add_argument("--out", type=Path, help="folder for results (benchmarks/out/...)")
+
     commands.add_parser("install-mlserver", help="create MLServer's virtualenv now")
     commands.add_parser("install-kserve", help="create KServe's virtualenv now")
     commands.add_parser(
@@ -313,6 +321,12 @@ def main(argv: list[str] | None = None) -> int:
         return memory.main(sys.argv[1:] if argv is None else argv, args)
     if args.command == "overload":
         return command_overload(args)
+    if args.command == "large":
+        from benchmarks import large_tensor
+
+        out = (args.out or OUT / f"large-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        return large_tensor.main(args.servers.split(","), out, args.size_mib, args.repeat)
     if args.command == "install-kserve":
         print(kserve_env.ensure())
         return 0
