@@ -147,6 +147,9 @@ class Pool:
             self.opened -= 1
             if self.backlog:  # a request that waited for this connection fails with it
                 self.finish(self.backlog.popleft(), 0, f"connect: {exc}")
+            if self.backlog and self.opened < self.max_connections:  # one try per request
+                self.opened += 1
+                self.loop.create_task(self.open())
 
     def ready(self, conn: Connection) -> None:
         if self.backlog:
