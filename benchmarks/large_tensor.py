@@ -239,19 +239,32 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def start_with_limit(spec: Any, repo: Path, workdir: Path, size_mib: int) -> Any:
+    """The server started with a body limit that fits the tensor: the default
+    --max-body-bytes (64 MiB) refuses a 64 MiB tensor with its JSON header (413)."""
+    from benchmarks.servers import start
+
+    name, old = "INFERPOOL_MAX_BODY_BYTES", os.environ.get("INFERPOOL_MAX_BODY_BYTES")
+    os.environ[name] = str((size_mib + 16) * MIB)  # start() passes our environment on
+    try:
+        return start(spec, repo, [MODEL], workdir / "servers")
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
 def main(servers: list[str], workdir: Path, size_mib: int, repeat: int) -> int:
     """Start each server with the identity model (its body limit raised to fit the
     tensor), measure it, print the tables, write results.json and results.md."""
-    from benchmarks.servers import ServerSpec, start
+    from benchmarks.servers import ServerSpec
 
     repo = workdir / "repo"
     write_model(repo)
-    # The default --max-body-bytes (64 MiB) refuses a 64 MiB tensor plus its JSON header.
-    limit = str((size_mib + 16) * MIB)
-    os.environ.setdefault("INFERPOOL_MAX_BODY_BYTES", limit)
     results, text = {}, []
     for name in servers:
-        server = start(ServerSpec.parse(name), repo, [MODEL], workdir / "servers")
+        server = start_with_limit(ServerSpec.parse(name), repo, workdir, size_mib)
         try:
             target = server.target
             assert target.http_port and target.grpc_port and server.pid
