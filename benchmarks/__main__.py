@@ -155,6 +155,7 @@ def parser() -> argparse.ArgumentParser:
     )
     overload.add_argument("--out", type=Path, help="folder for results (benchmarks/out/...)")
     overload.add_argument("--repo", type=Path, default=OUT / "repo", help="model repository")
+    overload.add_argument("--repetitions", type=int, help="runs per load and server (profile's)")
 
     large = commands.add_parser(
         "large", help="a 64 MiB FP32 tensor through an identity model: rate against memcpy"
@@ -279,7 +280,7 @@ def command_overload(args: argparse.Namespace) -> int:
         workdir=(args.out or OUT / f"overload-{args.profile}-{stamp}").resolve(),
         repo=args.repo.resolve(),
     )
-    return overload.main(config, args.profile)
+    return overload.main(config, args.profile, args.repetitions)
 
 
 def preflight(config: Config) -> str:

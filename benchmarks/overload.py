@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from benchmarks.loadgen.base import Job
 from benchmarks.ports import free_port
 from benchmarks.runner import Config, build_payloads, start_servers
 from benchmarks.scenarios import Scenario
+from benchmarks.servers import cpu_between, tree_cpu
 
 SCENARIO = Scenario("lightgbm", 256, "rest-json", 8)
 FRACTIONS = (0.5, 0.9, 1.5, 2.0)
@@ -69,10 +71,14 @@ def spec_for(job: Job, rate: float, profile: OverloadProfile) -> dict[str, Any]:
     }
 
 
-def row(server: str, load: str, capacity: float, result: dict[str, Any]) -> dict[str, Any]:
-    """One open-loop run as a row of the report (latencies in ms)."""
+def row(
+    server: str, load: str, capacity: float, result: dict[str, Any], cpu: float = math.nan
+) -> dict[str, Any]:
+    """One open-loop run as a row of the report (latencies in ms; ``cpu``: the server
+    tree's CPU seconds a second over the run)."""
     seconds = result["duration"]
     return {
+        "server_cores": cpu,
         "server": server,
         "load": load,
         "capacity": capacity,
@@ -147,8 +153,10 @@ def run(config: Config, profile: OverloadProfile, say: Any = print) -> dict[str,
     if failed:
         say(f"not started: {[cell.reason for cell in failed]}")
     result: dict[str, Any] = {"rows": [], "capacity": {}, "ceiling": []}
+    result["load_average_start"] = os.getloadavg()
     try:
         jobs = {}
+        pids = {server.spec.name: server.pid for server in servers}
         for server in servers:
             job = Job(server.target, payload, SCENARIO.concurrency, profile.capacity_duration,
                       workdir, check(server, payload))  # fmt: skip
@@ -163,12 +171,17 @@ def run(config: Config, profile: OverloadProfile, say: Any = print) -> dict[str,
                 for name, job in jobs.items():
                     rate = fraction * result["capacity"][name]
                     say(f"{name}: {fraction}x = {rate:.0f}/s, repetition {repetition + 1}")
+                    pid = pids[name]
+                    before, start = tree_cpu(pid) if pid else {}, time.monotonic()
                     measured = openloop.run(spec_for(job, rate, profile), workdir)
+                    spent = cpu_between(before, tree_cpu(pid)) if pid else math.nan
+                    cores = spent / (time.monotonic() - start)
                     capacity_rps = result["capacity"][name]
-                    result["rows"].append(row(name, f"{fraction}x", capacity_rps, measured))
+                    result["rows"].append(row(name, f"{fraction}x", capacity_rps, measured, cores))
     finally:
         for server in servers:
             server.stop()
+    result["load_average_end"] = os.getloadavg()
     result["verdict"] = {name: verdict(result["rows"], name) for name in result["capacity"]}
     return result
 
@@ -177,8 +190,8 @@ def markdown(result: dict[str, Any]) -> str:
     """The rows (medians per server and load) and the ceiling, as markdown tables."""
     head = (
         "| server | load | offered/s | admitted/s (x capacity) | admitted p50 / p99 ms "
-        "| rejected/s | rejection p99 ms | errors | generator lag p99 ms |\n"
-        "|---|---|---|---|---|---|---|---|---|\n"
+        "| rejected/s | rejection p99 ms | errors | generator lag p99 ms | server cores |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -193,20 +206,24 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {server} | {load} | {m['offered']:,.0f} | {m['admitted_rps']:,.0f}{share} | "
             f"{m['admitted_p50_ms']:.1f} / {m['admitted_p99_ms']:.1f} | "
             f"{m['rejected_rps']:,.0f} | {m['rejected_p99_ms']:.1f} | {errors} | "
-            f"{m['lag_p99_ms']:.1f} |"
+            f"{m['lag_p99_ms']:.1f} | {m['server_cores']:.2f} |"
         )
     return head + "\n".join(lines) + "\n"
 
 
-def main(config: Config, profile_name: str) -> int:
+def main(config: Config, profile_name: str, repetitions: int | None = None) -> int:
     """Run, print the tables and the verdict, write results.json and results.md."""
     profile = PROFILES[profile_name]
+    if repetitions:
+        profile = replace(profile, repetitions=repetitions)
     result = run(config, profile, say=lambda text: print(text, file=sys.stderr))
     result["capacity_closed_loop"] = result.pop("capacity")
     table = markdown({**result, "capacity": result["capacity_closed_loop"]})
     print(table)
     for name, checks in result["verdict"].items():
         print(name, json.dumps(checks))
+    print("load average (1, 5, 15 min), start and end:", result["load_average_start"],
+          result["load_average_end"])  # fmt: skip
     config.workdir.mkdir(parents=True, exist_ok=True)
     (config.workdir / "results.json").write_text(json.dumps(result, indent=1, default=str))
     (config.workdir / "results.md").write_text(table)
