@@ -46,6 +46,7 @@ class OverloadProfile:
     repetitions: int
     connections: int = 512  # more than inferpool's queues hold (2 workers x --max-queue)
     ceiling_rates: tuple[float, ...] = (3000.0, 6000.0, 9000.0)
+    grace: float = 5.0  # how long answers still due are waited for; later: errors
 
 
 PROFILES = {
@@ -67,7 +68,7 @@ def spec_for(job: Job, rate: float, profile: OverloadProfile) -> dict[str, Any]:
         "rate": rate,
         "duration": profile.duration,
         "warmup": profile.warmup,
-        "grace": 5.0,
+        "grace": profile.grace,
     }
 
 
