@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from benchmarks import loadgen
@@ -142,6 +143,30 @@ def verdict(rows: list[dict[str, Any]], server: str) -> dict[str, Any]:
     }
 
 
+def measure_loads(
+    jobs: dict[str, Job],
+    pids: dict[str, int | None],
+    capacities: dict[str, float],
+    profile: OverloadProfile,
+    workdir: Path,
+    say: Any,
+) -> list[dict[str, Any]]:
+    """Each load in turn, its repetitions, the servers in turn (A B A B)."""
+    rows = []
+    for fraction in FRACTIONS:
+        for repetition in range(profile.repetitions):
+            for name, job in jobs.items():
+                rate = fraction * capacities[name]
+                say(f"{name}: {fraction}x = {rate:.0f}/s, repetition {repetition + 1}")
+                pid = pids[name]
+                before, start = tree_cpu(pid) if pid else {}, time.monotonic()
+                measured = openloop.run(spec_for(job, rate, profile), workdir)
+                spent = cpu_between(before, tree_cpu(pid)) if pid else math.nan
+                cores = spent / (time.monotonic() - start)
+                rows.append(row(name, f"{fraction}x", capacities[name], measured, cores))
+    return rows
+
+
 def run(config: Config, profile: OverloadProfile, say: Any = print) -> dict[str, Any]:
     """The whole overload measurement; servers are stopped whatever happens."""
     from benchmarks.models import build_repository
@@ -153,7 +178,7 @@ def run(config: Config, profile: OverloadProfile, say: Any = print) -> dict[str,
     servers, failed = start_servers(config, say, lambda n: None)
     if failed:
         say(f"not started: {[cell.reason for cell in failed]}")
-    result: dict[str, Any] = {"rows": [], "capacity": {}, "ceiling": []}
+    result: dict[str, Any] = {"rows": [], "capacity": {}, "capacity_after": {}, "ceiling": []}
     result["load_average_start"] = os.getloadavg()
     try:
         jobs = {}
@@ -167,18 +192,12 @@ def run(config: Config, profile: OverloadProfile, say: Any = print) -> dict[str,
         if jobs:
             say("the generator's ceiling against a fixed-reply server")
             result["ceiling"] = measure_ceiling(next(iter(jobs.values())), profile)
-        for fraction in FRACTIONS:
-            for repetition in range(profile.repetitions):
-                for name, job in jobs.items():
-                    rate = fraction * result["capacity"][name]
-                    say(f"{name}: {fraction}x = {rate:.0f}/s, repetition {repetition + 1}")
-                    pid = pids[name]
-                    before, start = tree_cpu(pid) if pid else {}, time.monotonic()
-                    measured = openloop.run(spec_for(job, rate, profile), workdir)
-                    spent = cpu_between(before, tree_cpu(pid)) if pid else math.nan
-                    cores = spent / (time.monotonic() - start)
-                    capacity_rps = result["capacity"][name]
-                    result["rows"].append(row(name, f"{fraction}x", capacity_rps, measured, cores))
+        result["rows"] = measure_loads(jobs, pids, result["capacity"], profile, workdir, say)
+        # Again after the loads: on a shared machine the capacity drifts, and a ratio to
+        # a capacity of another moment misleads (both are in the results).
+        for name, job in jobs.items():
+            say(f"{name}: closed-loop capacity again")
+            result["capacity_after"][name] = capacity(job, profile.repetitions)
     finally:
         for server in servers:
             server.stop()
@@ -218,9 +237,10 @@ def main(config: Config, profile_name: str, repetitions: int | None = None) -> i
     if repetitions:
         profile = replace(profile, repetitions=repetitions)
     result = run(config, profile, say=lambda text: print(text, file=sys.stderr))
-    result["capacity_closed_loop"] = result.pop("capacity")
-    table = markdown({**result, "capacity": result["capacity_closed_loop"]})
+    table = markdown(result)
     print(table)
+    print("closed-loop capacity req/s, before and after:", result["capacity"],
+          result["capacity_after"])  # fmt: skip
     for name, checks in result["verdict"].items():
         print(name, json.dumps(checks))
     print("load average (1, 5, 15 min), start and end:", result["load_average_start"],

@@ -32,7 +32,7 @@ def test_overload_measures_every_load_against_the_measured_capacity(tmp_path: Pa
     )
     result = overload.run(config, TINY, say=lambda text: None)
     capacity = result["capacity"]["inferpool-w0"]
-    assert capacity > 0
+    assert capacity > 0 and result["capacity_after"]["inferpool-w0"] > 0
     (ceiling,) = result["ceiling"]
     assert ceiling["server"] == "fixed-reply" and ceiling["admitted_rps"] > 0
     rows = result["rows"]
