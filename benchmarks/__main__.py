@@ -145,6 +145,26 @@ def parser() -> argparse.ArgumentParser:
     )
     memory.add_argument("--results", type=Path, default=HERE / "RESULTS.md", help=argparse.SUPPRESS)
 
+    overload = commands.add_parser(
+        "overload",
+        help="open-loop load at 0.5x-2x of each server's capacity (LightGBM b256 REST JSON)",
+    )
+    overload.add_argument("--profile", choices=("quick", "full"), default="quick")
+    overload.add_argument(
+        "--servers", help="comma-separated (default: inferpool-w2, and mlserver-w0 if installed)"
+    )
+    overload.add_argument("--out", type=Path, help="folder for results (benchmarks/out/...)")
+    overload.add_argument("--repo", type=Path, default=OUT / "repo", help="model repository")
+    overload.add_argument("--repetitions", type=int, help="runs per load and server (profile's)")
+
+    large = commands.add_parser(
+        "large", help="a 64 MiB FP32 tensor through an identity model: rate against memcpy"
+    )
+    large.add_argument("--servers", default="inferpool-w2", help="comma-separated inferpool-wN")
+    large.add_argument("--size-mib", type=int, default=64, help="the tensor's size")
+    large.add_argument("--repeat", type=int, default=5, help="round trips per protocol")
+    large.add_argument("--out", type=Path, help="folder for results (benchmarks/out/...)")
+
     commands.add_parser("install-mlserver", help="create MLServer's virtualenv now")
     commands.add_parser("install-kserve", help="create KServe's virtualenv now")
     commands.add_parser(
@@ -242,6 +262,27 @@ def command_run(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def command_overload(args: argparse.Namespace) -> int:
+    from benchmarks import overload
+
+    default = ("inferpool-w2", "mlserver-w0") if mlserver_env.installed() else ("inferpool-w2",)
+    servers = tuple(args.servers.split(",")) if args.servers else default
+    for name in servers:
+        ServerSpec.parse(name)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    config = Config(
+        scenarios=(overload.SCENARIO,),
+        servers=servers,
+        baseline=servers[0],
+        duration=0.0,
+        warmup=0.0,
+        repetitions=1,
+        workdir=(args.out or OUT / f"overload-{args.profile}-{stamp}").resolve(),
+        repo=args.repo.resolve(),
+    )
+    return overload.main(config, args.profile, args.repetitions)
+
+
 def preflight(config: Config) -> str:
     """Why the run cannot start (a missing generator, a busy --port-base port), or ""."""
     missing = loadgen.missing_tools()
@@ -279,6 +320,14 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import memory
 
         return memory.main(sys.argv[1:] if argv is None else argv, args)
+    if args.command == "overload":
+        return command_overload(args)
+    if args.command == "large":
+        from benchmarks import large_tensor
+
+        out = (args.out or OUT / f"large-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        return large_tensor.main(args.servers.split(","), out, args.size_mib, args.repeat)
     if args.command == "install-kserve":
         print(kserve_env.ensure())
         return 0
