@@ -373,6 +373,21 @@ class Starting(Worker):
         self.on_exit = on_exit
 
 
+def spawning(monkeypatch, how: str) -> tuple[Any, SimpleNamespace]:
+    """A supervisor whose workers are ``Starting`` handles that start as ``how`` says,
+    forked from a running template; the supervisor and the template."""
+    chief, _, _, _ = make()
+    template = SimpleNamespace(channel=None)
+
+    async def running() -> object:
+        return template
+
+    monkeypatch.setattr(chief.templates, "running", running)
+    monkeypatch.setattr(supervisor_module, "WorkerHandle", Starting)
+    monkeypatch.setattr(Starting, "how", how)
+    return chief, template
+
+
 @pytest.mark.parametrize(
     ("how", "error"),
     [
@@ -382,16 +397,8 @@ class Starting(Worker):
     ],
 )
 def test_a_worker_that_does_not_start_is_worker_lost(monkeypatch, how: str, error: str) -> None:
-    chief, _, _, _ = make()
-    template = SimpleNamespace(channel=None)
-
-    async def running() -> object:
-        return template
-
-    monkeypatch.setattr(chief.templates, "running", running)
-    monkeypatch.setattr(supervisor_module, "WorkerHandle", Starting)
+    chief, _ = spawning(monkeypatch, how)
     monkeypatch.setattr(supervisor_module, "SPAWN_TIMEOUT", 0.05)
-    monkeypatch.setattr(Starting, "how", how)
     Starting.made.clear()
     with pytest.raises(WorkerLost) as caught:
         asyncio.run(chief._spawn(0, 0))
@@ -402,15 +409,7 @@ def test_a_worker_that_does_not_start_is_worker_lost(monkeypatch, how: str, erro
 
 
 def test_a_started_worker_takes_its_slot_or_waits_as_a_spare(monkeypatch) -> None:
-    chief, _, _, _ = make()
-    template = SimpleNamespace(channel=None)
-
-    async def running() -> object:
-        return template
-
-    monkeypatch.setattr(chief.templates, "running", running)
-    monkeypatch.setattr(supervisor_module, "WorkerHandle", Starting)
-    monkeypatch.setattr(Starting, "how", "ok")
+    chief, template = spawning(monkeypatch, "ok")
     worker = asyncio.run(chief._spawn(1, 0))
     assert chief.workers[1] is worker and worker.template is template
     assert worker.on_exit == chief.worker_died  # type: ignore[attr-defined]
