@@ -8,6 +8,8 @@ generation streams; load errors are one sentence each."""
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -253,4 +255,11 @@ def test_bad_input_is_a_400_and_the_model_keeps_serving(server: Server, pipeline
 
 def test_each_worker_sets_torch_threads_to_its_share(server: Server) -> None:
     log = server.output()
-    assert "transformers" in log and "intra-op thread" in log, log
+    if server.workers:  # type: ignore[attr-defined]
+        # Each worker loads after the fork, torch sized to its share (the supervisor's rule).
+        share = max(1, (os.cpu_count() or 1) // server.workers)  # type: ignore[attr-defined]
+        unit = "thread" if share == 1 else "threads"
+        loads = re.findall(rf"model 'classify'.*on torch .*\((\d+) intra-op {unit}\)", log)
+        assert loads == [str(share)] * server.workers, log  # type: ignore[attr-defined]
+    else:
+        assert re.search(r"model 'classify'.*transformers .* on torch .*intra-op", log), log

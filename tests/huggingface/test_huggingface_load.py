@@ -1,0 +1,80 @@
+"""The HuggingFace runtime loaded in this process (no server): each load error is one
+sentence (no folder, no tokenizer, an unknown task), torch's intra-op threads follow the
+worker's share of the cores unless the settings fix them, and MLServer's max_batch_size
+is the pipeline's batch size, whose answers equal one text at a time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from inferpool.errors import ModelLoadError
+from inferpool.protocol.types import InferenceRequest, Tensor
+from inferpool.runtimes.huggingface import HuggingFaceRuntime
+from inferpool.settings import ModelSettings
+from tests.huggingface.models import save_bert
+
+pytestmark = pytest.mark.huggingface
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_bert(tmp_path_factory.mktemp("hf") / "weights", "text-classification")
+
+
+def runtime(folder: Path, **extra: object) -> HuggingFaceRuntime:
+    parameters = {"extra": extra}
+    settings = ModelSettings(name="m", runtime="huggingface", parameters=parameters, folder=folder)
+    return HuggingFaceRuntime(settings)
+
+
+def load_error(model: HuggingFaceRuntime) -> str:
+    with pytest.raises(ModelLoadError) as failure:
+        model.load()
+    message = str(failure.value)
+    assert "\n" not in message and "Traceback" not in message
+    return message
+
+
+def test_each_load_error_is_one_sentence(tmp_path: Path, weights: Path) -> None:
+    message = load_error(runtime(weights, task="text-to-nothing"))
+    assert message.startswith("unknown task 'text-to-nothing' for transformers ")
+    assert "text-classification" in message
+    message = load_error(runtime(tmp_path, task="text-classification", pretrained_model="gpt2"))
+    assert str(tmp_path / "gpt2") in message and "hub is never reached" in message
+    bare = save_bert(tmp_path / "bare", "text-classification", tokenizer=False)
+    assert load_error(runtime(bare)).startswith(f"no tokenizer in {bare} ")
+
+
+def test_torch_threads_follow_the_workers_share(weights: Path) -> None:
+    model = runtime(weights)
+    model.load()
+    model.limit_threads(1)
+    assert torch.get_num_threads() == 1
+    assert "(1 intra-op thread)" in model.predictor()
+    fixed = runtime(weights, intra_op_threads=2)
+    fixed.load()
+    assert torch.get_num_threads() == 2
+    fixed.limit_threads(1)  # the settings' own count wins over the share
+    assert torch.get_num_threads() == 2
+
+
+def test_a_batch_answers_as_one_text_at_a_time(weights: Path) -> None:
+    texts = ["the movie was good", "a bad plot", "paris is a city in france"]
+    request = InferenceRequest(
+        [Tensor("array_inputs", "BYTES", (3,), np.array([t.encode() for t in texts], dtype=object))]
+    )
+    answers = {}
+    for batch_size in (1, 3):
+        model = runtime(weights, batch_size=batch_size)
+        model.load()
+        assert model.pipeline._batch_size == batch_size
+        output = model.predict(request, ["output"])["output"]
+        answers[batch_size] = [json.loads(item) for item in output.data.reshape(-1)]
+    assert [a["label"] for a in answers[3]] == [a["label"] for a in answers[1]]
+    for one, batched in zip(answers[1], answers[3], strict=True):
+        assert batched["score"] == pytest.approx(one["score"], rel=1e-4)
