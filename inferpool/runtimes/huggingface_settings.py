@@ -111,7 +111,7 @@ def read_settings(settings: ModelSettings) -> HuggingFaceSettings:
     task = _string(extra, "task") or task_from_config(model_folder)
     if extra.get("task") == "translation":
         task += _string(extra, "task_suffix")
-    batch_size = extra["batch_size"] if "batch_size" in extra else settings.max_batch_size or 1
+    batch_size = extra.get("batch_size", settings.max_batch_size or 1)
     return HuggingFaceSettings(
         task=task,
         model_folder=model_folder,
