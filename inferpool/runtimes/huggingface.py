@@ -123,7 +123,7 @@ class HuggingFaceRuntime(Runtime):
         )
 
     def native_bytes(self) -> int:
-        return self.model_bytes  # the weights, in torch's own memory
+        return int(self.model_bytes)  # the weights, in torch's own memory
 
     def inputs(self) -> list[TensorSpec]:
         return super().inputs() or task_inputs(self.task)
@@ -178,7 +178,7 @@ class HuggingFaceRuntime(Runtime):
             stop.set()  # a client gone: the generation stops at its next token
 
 
-class _Stop(StoppingCriteria):
+class _Stop(StoppingCriteria):  # type: ignore[misc, unused-ignore]  # Any without transformers
     """Stops a generation whose stream was closed."""
 
     def __init__(self) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,9 +45,27 @@ def write_settings(folder: Path, settings: dict) -> None:
     (folder / "model-settings.json").write_text(json.dumps(settings))
 
 
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "runtimes" / "huggingface.md"
+
+
+def page_example() -> tuple[str, dict]:
+    """docs/runtimes/huggingface.md's example: its Python, and its curl request's body."""
+    text = PAGE.read_text()
+    example = text[text.index("## Example") : text.index("## Settings")]
+    (script,) = re.findall(r"```python\n(.*?)```", example, re.DOTALL)
+    (shell,) = re.findall(r"```sh\n(.*?)```", example, re.DOTALL)
+    body = re.search(r"-d '(.*?)'", shell, re.DOTALL)
+    assert body is not None
+    return script, json.loads(body.group(1))
+
+
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("hf-repository")
+    # The docs page's example writes models/sentiment: the other models go beside it.
+    folder = tmp_path_factory.mktemp("hf")
+    script, _ = page_example()
+    subprocess.run([sys.executable, "-c", script], cwd=folder, check=True, env=os.environ)
+    root = folder / "models"
     # MLServer's layout: the weights in a folder that pretrained_model names.
     save_bert(root / "classify" / "weights", "text-classification")
     write_settings(
@@ -242,6 +262,17 @@ def test_metadata_names_the_task_inputs_and_the_json_output(server: Server) -> N
         assert (output["name"], output["datatype"], output["shape"]) == ("output", "BYTES", [-1, 1])
 
 
+def test_the_docs_example_answers_as_the_page_says(server: Server, repository: Path) -> None:
+    from transformers import pipeline
+
+    _, body = page_example()
+    reply = httpx.post(f"{server.url}/v2/models/sentiment/infer", json=body, timeout=60)
+    (answer,) = decoded(reply)
+    want = pipeline("text-classification", model=str(repository / "sentiment" / "weights"))
+    assert_close([answer], want(body["inputs"][0]["data"][0]))
+    assert answer["label"] in ("NEGATIVE", "POSITIVE")
+
+
 def test_bad_input_is_a_400_and_the_model_keeps_serving(server: Server, pipelines) -> None:
     reply = rest(server, "qa", [text_input("question", "who ?")])  # no context
     assert reply.status_code == 400, reply.text
@@ -255,11 +286,14 @@ def test_bad_input_is_a_400_and_the_model_keeps_serving(server: Server, pipeline
 
 def test_each_worker_sets_torch_threads_to_its_share(server: Server) -> None:
     log = server.output()
-    if server.workers:  # type: ignore[attr-defined]
-        # Each worker loads after the fork, torch sized to its share (the supervisor's rule).
-        share = max(1, (os.cpu_count() or 1) // server.workers)  # type: ignore[attr-defined]
+    workers = server.workers  # type: ignore[attr-defined]
+    if workers:
+        # Each worker loads after the fork, torch sized to its share (the supervisor's rule);
+        # the placement line covers the replicas.
+        share = max(1, (os.cpu_count() or 1) // workers)
         unit = "thread" if share == 1 else "threads"
-        loads = re.findall(rf"model 'classify'.*on torch .*\((\d+) intra-op {unit}\)", log)
-        assert loads == [str(share)] * server.workers, log  # type: ignore[attr-defined]
+        replicas = rf"model 'classify': {workers} replica\(s\) on workers "
+        pattern = replicas + rf".* on torch .*\((\d+) intra-op {unit}\)"
+        assert re.findall(pattern, log) == [str(share)], log
     else:
         assert re.search(r"model 'classify'.*transformers .* on torch .*intra-op", log), log
