@@ -8,7 +8,9 @@ MLServer's: the request's inputs become the pipeline call's arguments, its answe
 ``output`` of JSON-encoded BYTES. Question answering, which transformers 5 dropped from
 its pipelines, is ``huggingface_qa.py``. Text generation also streams
 (``predict_stream``: ``generate_stream``, ``infer_stream``, gRPC ``ModelStreamInfer``),
-a piece of text per chunk as the model produces it.
+a piece of text per chunk as the model produces it. MLServer's adaptive batching joins
+queued one-text requests of the classification tasks into one pipeline call
+(``predict_requests``).
 
 No hub: ``HF_HUB_OFFLINE`` is set before transformers is imported, and a model is only
 read from a local folder. torch starts its thread pools at its first operation and they do
@@ -49,6 +51,10 @@ from inferpool.runtimes.huggingface_qa import QuestionAnswering
 from inferpool.runtimes.huggingface_settings import COMMON_TASKS, read_settings
 
 QUESTION_ANSWERING = "question-answering"
+# Tasks whose answer for a text does not change when it is padded beside longer ones (the
+# attention mask hides the padding; a generation or a per-token embedding would change):
+# MLServer's adaptive batching joins their requests' texts into one pipeline call.
+JOINED_TASKS = frozenset({"text-classification", "token-classification"})
 
 
 class HuggingFaceRuntime(Runtime):
@@ -83,6 +89,9 @@ class HuggingFaceRuntime(Runtime):
             ) from None
         # Text generation streams; the other tasks answer a streamed request with one chunk.
         self.streams = task == "text-generation"
+        # MLServer's adaptive batching: on with both max_batch_size > 1 and max_batch_time > 0.
+        batching = self.settings.max_batch_size > 1 and self.settings.max_batch_time > 0
+        self.joins_requests = batching and task in JOINED_TASKS
         self.model_bytes = sum(
             p.numel() * p.element_size() for p in self.pipeline.model.parameters()
         )
@@ -136,6 +145,31 @@ class HuggingFaceRuntime(Runtime):
         with torch.inference_mode():
             prediction = self.pipeline(*args, **kwargs)
         return {OUTPUT: encode_answer(prediction)}
+
+    def predict_requests(
+        self, payloads: list[InferenceRequest], outputs: Sequence[str]
+    ) -> list[dict[str, Any]]:
+        """Several queued requests: those of one text each (``args``, no other input) in one
+        pipeline call, batched by its ``batch_size``; any other request alone. Each answer
+        is the one its request alone gets (a list per text, as a single text's call)."""
+        calls = [call_arguments(payload, self.hf.inference_kwargs) for payload in payloads]
+        single = [
+            i
+            for i, (args, kwargs) in enumerate(calls)
+            if len(args) == 1 and isinstance(args[0], str) and kwargs == self.hf.inference_kwargs
+        ]
+        answers: list[Any] = [None] * len(calls)
+        if len(single) > 1:
+            texts = [calls[i][0][0] for i in single]
+            with torch.inference_mode():
+                results = self.pipeline(texts, **self.hf.inference_kwargs)
+            for i, result in zip(single, results, strict=True):
+                answers[i] = result if isinstance(result, list) else [result]
+        for i, (args, kwargs) in enumerate(calls):
+            if answers[i] is None:
+                with torch.inference_mode():
+                    answers[i] = self.pipeline(*args, **kwargs)
+        return [{OUTPUT: encode_answer(answer)} for answer in answers]
 
     async def predict_stream(
         self, payloads: AsyncIterator[InferenceRequest]

@@ -1,11 +1,15 @@
 """Tiny random-weight transformers models and their tokenizers, made here from configs
 and saved with save_pretrained (there is no model hub): a 2-layer BERT with each head the
 tests serve, and a 2-layer GPT-2. Seeded, so the same folder answers the same everywhere.
+And the comparison of answers the tests share.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 _SENTENCE = (
     "the a is was on in of and to it this that good bad great awful movie film plot actor "
@@ -58,47 +62,60 @@ def word_tokenizer(kind: str) -> object:
     )
 
 
-def save_bert(folder: Path, task: str, tokenizer: bool = True) -> Path:
-    """A 2-layer BERT (hidden size 32) with the head of ``task``, saved into ``folder``."""
-    import torch
-    import transformers
+# Two layers, hidden size 32: each model saves and loads in well under a second.
+BERT_SIZES = {
+    "vocab_size": len(WORDS) + 8,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 64,
+    "max_position_embeddings": 64,
+}
+GPT2_SIZES = {"vocab_size": len(WORDS) + 4, "n_embd": 32, "n_layer": 2, "n_head": 2}
+# Three labels for the classification heads (a question-answering head has 2 per token).
+LABELS = {0: "NEGATIVE", 1: "NEUTRAL", 2: "POSITIVE"}
 
-    torch.manual_seed(0)
-    config = transformers.BertConfig(
-        vocab_size=len(WORDS) + 8,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    if task != "question-answering":  # its head answers 2 values per token: start, end
-        config.num_labels = 3
-        config.id2label = {0: "NEGATIVE", 1: "NEUTRAL", 2: "POSITIVE"}
-        config.label2id = {"NEGATIVE": 0, "NEUTRAL": 1, "POSITIVE": 2}
-    model = getattr(transformers, BERT_HEADS[task])(config).eval()
-    model.save_pretrained(folder)
-    if tokenizer:
-        word_tokenizer("bert").save_pretrained(folder)  # type: ignore[attr-defined]
-    return folder
+
+def save_bert(folder: Path, task: str, tokenizer: bool = True) -> Path:
+    """A tiny BERT with the head of ``task``, saved into ``folder``."""
+    fields: dict = dict(BERT_SIZES)
+    if task != "question-answering":
+        fields["id2label"] = LABELS
+        fields["label2id"] = {label: i for i, label in LABELS.items()}
+    return _save(folder, "BertConfig", BERT_HEADS[task], "bert" if tokenizer else "", fields)
 
 
 def save_gpt2(folder: Path) -> Path:
-    """A 2-layer GPT-2 (hidden size 32), saved into ``folder`` with its tokenizer."""
+    """A tiny GPT-2, saved into ``folder`` with its tokenizer."""
+    fields = {**GPT2_SIZES, "n_positions": 64, "bos_token_id": 0, "eos_token_id": 0}
+    return _save(folder, "GPT2Config", "GPT2LMHeadModel", "gpt2", {**fields, "pad_token_id": 0})
+
+
+def _save(folder: Path, config: str, model: str, tokenizer: str, fields: dict) -> Path:
+    """A model of random (seeded) weights and, unless ``tokenizer`` is "", its tokenizer."""
     import torch
     import transformers
 
     torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        vocab_size=len(WORDS) + 4,
-        n_embd=32,
-        n_layer=2,
-        n_head=2,
-        n_positions=64,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=0,
-    )
-    transformers.GPT2LMHeadModel(config).eval().save_pretrained(folder)
-    word_tokenizer("gpt2").save_pretrained(folder)  # type: ignore[attr-defined]
+    made = getattr(transformers, model)(getattr(transformers, config)(**fields)).eval()
+    made.save_pretrained(folder)
+    if tokenizer:
+        word_tokenizer(tokenizer).save_pretrained(folder)  # type: ignore[attr-defined]
     return folder
+
+
+def assert_close(got: Any, want: Any) -> None:
+    """Equal, floats within float32 rounding (thread counts and batches change the order
+    of sums)."""
+    if isinstance(want, float):
+        assert got == pytest.approx(want, rel=1e-4, abs=1e-6)
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            assert_close(g, w)
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and got.keys() == want.keys()
+        for key in want:
+            assert_close(got[key], want[key])
+    else:
+        assert got == want

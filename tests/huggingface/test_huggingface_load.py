@@ -16,7 +16,7 @@ from inferpool.errors import ModelLoadError
 from inferpool.protocol.types import InferenceRequest, Tensor
 from inferpool.runtimes.huggingface import HuggingFaceRuntime
 from inferpool.settings import ModelSettings
-from tests.huggingface.models import save_bert
+from tests.huggingface.models import assert_close, save_bert, save_gpt2
 
 pytestmark = pytest.mark.huggingface
 
@@ -26,10 +26,24 @@ def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_bert(tmp_path_factory.mktemp("hf") / "weights", "text-classification")
 
 
-def runtime(folder: Path, **extra: object) -> HuggingFaceRuntime:
-    parameters = {"extra": extra}
-    settings = ModelSettings(name="m", runtime="huggingface", parameters=parameters, folder=folder)
+def runtime(folder: Path, batching: dict | None = None, **extra: object) -> HuggingFaceRuntime:
+    settings = ModelSettings(
+        name="m",
+        runtime="huggingface",
+        parameters={"extra": extra},
+        folder=folder,
+        **(batching or {}),
+    )
     return HuggingFaceRuntime(settings)
+
+
+def texts_request(name: str, *texts: str) -> InferenceRequest:
+    data = np.array([text.encode() for text in texts], dtype=object)
+    return InferenceRequest([Tensor(name, "BYTES", (len(texts),), data)])
+
+
+def answer(outputs: dict) -> list:
+    return [json.loads(item) for item in outputs["output"].data.reshape(-1)]
 
 
 def load_error(model: HuggingFaceRuntime) -> str:
@@ -65,9 +79,7 @@ def test_torch_threads_follow_the_workers_share(weights: Path) -> None:
 
 def test_a_batch_answers_as_one_text_at_a_time(weights: Path) -> None:
     texts = ["the movie was good", "a bad plot", "paris is a city in france"]
-    request = InferenceRequest(
-        [Tensor("array_inputs", "BYTES", (3,), np.array([t.encode() for t in texts], dtype=object))]
-    )
+    request = texts_request("array_inputs", *texts)
     answers = {}
     for batch_size in (1, 3):
         model = runtime(weights, batch_size=batch_size)
@@ -78,3 +90,26 @@ def test_a_batch_answers_as_one_text_at_a_time(weights: Path) -> None:
     assert [a["label"] for a in answers[3]] == [a["label"] for a in answers[1]]
     for one, batched in zip(answers[1], answers[3], strict=True):
         assert batched["score"] == pytest.approx(one["score"], rel=1e-4)
+
+
+@pytest.mark.parametrize("task", ["text-classification", "token-classification"])
+def test_adaptive_batching_answers_as_each_request_alone(tmp_path: Path, task: str) -> None:
+    folder = save_bert(tmp_path / task, task)
+    model = runtime(folder, {"max_batch_size": 4, "max_batch_time": 0.01}, task=task)
+    model.load()
+    assert model.joins_requests  # MLServer's adaptive batching: both settings given
+    requests = [
+        texts_request("args", "the movie was good"),
+        texts_request("args", "john lives in paris and mary in london"),
+        texts_request("array_inputs", "a bad plot", "the cat"),  # a batch of its own: alone
+        texts_request("args", "the dog ran fast"),
+    ]
+    joined = model.predict_requests(requests, ["output"])
+    alone = [answer(model.predict(request, ["output"])) for request in requests]
+    assert_close([answer(outputs) for outputs in joined], alone)
+
+
+def test_generation_is_never_joined(tmp_path: Path) -> None:
+    model = runtime(save_gpt2(tmp_path / "gen"), {"max_batch_size": 4, "max_batch_time": 0.01})
+    model.load()
+    assert model.task == "text-generation" and not model.joins_requests

@@ -23,7 +23,7 @@ import torch
 
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.generated.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
-from tests.huggingface.models import save_bert, save_gpt2
+from tests.huggingface.models import assert_close, save_bert, save_gpt2
 from tests.support import Server
 from tests.support.grpc import WORKER_COUNTS, workers_server
 
@@ -127,22 +127,6 @@ def expected(pipelines: dict[str, Any], name: str, **kwargs: Any) -> list:
     answer = pipelines[name](TEXTS[name], **extra, **kwargs)
     items = answer if isinstance(answer, list) else [answer]
     return [json.loads(json.dumps(item, default=lambda value: value.item())) for item in items]
-
-
-def assert_close(got: Any, want: Any) -> None:
-    """Equal, floats within float32 rounding (thread counts change sums' order)."""
-    if isinstance(want, float):
-        assert got == pytest.approx(want, rel=1e-4, abs=1e-6)
-    elif isinstance(want, list):
-        assert isinstance(got, list) and len(got) == len(want)
-        for g, w in zip(got, want, strict=True):
-            assert_close(g, w)
-    elif isinstance(want, dict):
-        assert isinstance(got, dict) and got.keys() == want.keys()
-        for key in want:
-            assert_close(got[key], want[key])
-    else:
-        assert got == want
 
 
 @pytest.fixture(scope="module", params=WORKER_COUNTS, ids=lambda w: f"w{w}")
