@@ -105,7 +105,10 @@ class HuggingFaceRuntime(Runtime):
                 self.hf.tokenizer_folder, local_files_only=True
             )
             return QuestionAnswering(model, tokenizer)
-        pipeline = transformers.pipeline(
+        # Any: transformers types pipeline() per task name (Literal overloads), and the
+        # task here is a setting's string.
+        build: Any = transformers.pipeline
+        pipeline = build(
             self.task,
             model=str(self.hf.model_folder),
             tokenizer=str(self.hf.tokenizer_folder),
@@ -197,7 +200,7 @@ class HuggingFaceRuntime(Runtime):
                     self.pipeline(*args, streamer=streamer, stopping_criteria=[stop], **kwargs)
             except BaseException as exc:  # handed to the stream, which raises it
                 failure.append(exc)
-                streamer.end()
+                streamer.end()  # type: ignore[no-untyped-call, unused-ignore]  # untyped
 
         thread = threading.Thread(target=generate, name=f"generate-{self.name}", daemon=True)
         thread.start()

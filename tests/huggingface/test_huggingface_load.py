@@ -5,7 +5,11 @@ is the pipeline's batch size, whose answers equal one text at a time."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
@@ -113,3 +117,32 @@ def test_generation_is_never_joined(tmp_path: Path) -> None:
     model = runtime(save_gpt2(tmp_path / "gen"), {"max_batch_size": 4, "max_batch_time": 0.01})
     model.load()
     assert model.task == "text-generation" and not model.joins_requests
+
+
+def test_a_closed_stream_stops_its_generation(tmp_path: Path) -> None:
+    kwargs = {"max_new_tokens": 50, "min_new_tokens": 50, "do_sample": False}
+    model = runtime(save_gpt2(tmp_path / "gen"), inference_kwargs=kwargs)
+    model.load()
+    steps: list[int] = []
+
+    def slow_step(*_: object) -> None:  # 50 tokens take 2.5 s: the stream closes long before
+        steps.append(1)
+        time.sleep(0.05)
+
+    model.pipeline.model.register_forward_hook(slow_step)
+
+    async def first_piece() -> str:
+        async def one() -> AsyncIterator[InferenceRequest]:
+            yield texts_request("args", "the dog ran")
+
+        stream = model.predict_stream(one())
+        piece = await anext(stream)
+        await stream.aclose()  # the client went away
+        return piece["output"][0]
+
+    assert asyncio.run(first_piece())
+    generating = [t for t in threading.enumerate() if t.name == "generate-m"]
+    for thread in generating:
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+    assert len(steps) < 25, len(steps)  # stopped at its next token, not after 50
