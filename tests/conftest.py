@@ -62,6 +62,7 @@ ENVIRONMENT_FOLDERS = {
     "tests/java": "java",  # a JDK, JPype, JPMML-Evaluator and sklearn2pmml: the JVM runtimes
     "tests/storage": "storage",  # s3fs, moto's S3 server: models fetched from remote stores
     "tests/spark": "spark",  # pyspark and a JDK: PipelineModels in a Spark session per worker
+    "tests/huggingface": "huggingface",  # transformers and a CPU torch: text pipelines
 }
 
 

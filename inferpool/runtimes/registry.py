@@ -131,6 +131,16 @@ RUNTIMES: dict[str, RuntimeEntry] = {
             extra="onnx",
             artefacts=("model.onnx",),
         ),
+        # HuggingFace transformers pipelines: torch starts thread pools that do not survive
+        # a fork, so each worker imports torch and loads the model after the fork (never the
+        # template). A saved model's folder is named in settings (its config.json is too
+        # common a name to choose a runtime by).
+        RuntimeEntry(
+            "huggingface",
+            "inferpool.runtimes.huggingface.HuggingFaceRuntime",
+            extra="huggingface",
+            mlserver="mlserver_huggingface.HuggingFaceRuntime",
+        ),
         # Models from other languages (docs/languages.md). A native library's init may
         # start threads: each worker dlopens it after the fork (its code pages, file-backed,
         # are shared through the page cache all the same). Needs no Python library.
