@@ -127,7 +127,8 @@ def serve_demo(venv: Path, folder: Path) -> Iterator[tuple[str, str]]:
         )  # fmt: skip
     url = f"http://127.0.0.1:{http}"
     try:
-        wait_for_200(f"{url}/v2/health/ready", process, log.read_text, timeout=180)
+        # Generous: .ci/run runs these beside the default environment, at nice 15.
+        wait_for_200(f"{url}/v2/health/ready", process, log.read_text, timeout=600)
         yield url, f"http://127.0.0.1:{metrics}/metrics"
     finally:
         process.terminate()
