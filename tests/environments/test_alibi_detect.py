@@ -241,3 +241,15 @@ def test_load_errors_are_one_sentence(server: Server, repository: tuple[Path, di
     answer = httpx.post(f"{server.url}/v2/models/ksdrift/infer", json=body([[1.0, 2.0]]))
     assert answer.status_code == 400, answer.text
     assert set(answer.json()) == {"error"}
+
+
+def test_data_deeper_than_numpy_1_holds_is_a_400_saying_so(server: Server) -> None:
+    """The environment's workers decode requests with numpy 1, whose arrays hold 32
+    dimensions (numpy 2: 64): deeper data is called what it is, not "ragged"."""
+    data: object = [1.0]
+    for _ in range(39):
+        data = [data]
+    request = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": data}]}
+    answer = httpx.post(f"{server.url}/v2/models/ksdrift/infer", json=request, timeout=60)
+    assert answer.status_code == 400, answer.text
+    assert "nested deeper than the 32 dimensions numpy 1." in answer.json()["error"]
