@@ -34,7 +34,7 @@ IMPLEMENTATION = "mlserver_alibi_detect.AlibiDetectRuntime"
 SAVE = """
 import json, sys
 import numpy as np
-from alibi_detect.cd import KSDrift
+from alibi_detect.cd import CVMDriftOnline, KSDrift
 from alibi_detect.saving import load_detector, save_detector
 root, requests = sys.argv[1], json.loads(sys.argv[2])
 rng = np.random.default_rng(0)
@@ -47,8 +47,18 @@ arrays = {name: np.asarray(rows, dtype=np.float32) for name, rows in requests.it
 answers = {name: detector.predict(rows) for name, rows in arrays.items()}
 feature = detector.predict(arrays["shifted"], return_distance=False)
 joined = np.concatenate([arrays["same"], arrays["shifted"]])
+# An online detector, fed as the server feeds it: a request of several rows is one
+# predict per row (each of shape [features]), a request of one row one predict.
+save_detector(
+    CVMDriftOnline(x_ref[:100, :2], ert=50, window_sizes=[2], n_bootstraps=300, verbose=False),
+    root + "/online/detector",
+)
+online = load_detector(root + "/online/detector")
+stream = [[plain(online.predict(x)["data"]) for x in arrays["same"][:3, :2]],
+          [plain(online.predict(arrays["shifted"][:1, :2])["data"])]]
 print(json.dumps({
     "numpy": np.__version__,
+    "online": stream,
     "answers": {name: plain(a["data"]) for name, a in answers.items()},
     "meta": answers["same"]["meta"],
     "no_distance": plain(feature["data"]),
@@ -78,14 +88,15 @@ def tarball() -> Path:
     return Path(named)
 
 
-def model(folder: Path, tarball: Path, **settings: object) -> None:
+def model(
+    folder: Path, tarball: Path, uri: str = "../ksdrift/detector", **settings: object
+) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     extra = settings.pop("extra", {})
     document = {
         "name": folder.name,
         "implementation": IMPLEMENTATION,
-        "parameters": {"uri": "../ksdrift/detector", "environment_tarball": str(tarball),
-                       "extra": extra},
+        "parameters": {"uri": uri, "environment_tarball": str(tarball), "extra": extra},
         **settings,
     }  # fmt: skip
     (folder / "model-settings.json").write_text(json.dumps(document))
@@ -108,6 +119,8 @@ def repository(
         root / "ksdrift-feature", tarball, extra={"predict_parameters": {"return_distance": False}}
     )
     model(root / "ksdrift-batched", tarball, extra={"batch_size": 2}, replicas=1)
+    # One replica: one detector sees the whole stream (docs/runtimes/alibi-detect.md).
+    model(root / "online", tarball, "./detector", extra={"state_save_freq": 3}, replicas=1)
     # Load errors: a folder save_detector did not write, and no environment at all.
     model(root / "not-a-detector", tarball)
     settings = json.loads((root / "not-a-detector" / "model-settings.json").read_text())
@@ -160,10 +173,21 @@ def assert_detector_data(outputs: list[dict], data: dict) -> None:
     """The outputs are the detector's ``data``: one per key (None left out), each value
     as a list of one (MLServer's shape), equal to the detector's own."""
     assert [o["name"] for o in outputs] == [k for k, v in data.items() if v is not None]
+    assert_stream(outputs, [data])
+
+
+def assert_stream(outputs: list[dict], steps: list[dict], simulated: tuple = ()) -> None:
+    """The outputs hold one value per step (predict call), each equal to the detector's;
+    those ``simulated`` anew by each load (an online detector's thresholds) of its shape."""
     for output in outputs:
-        want = np.asarray([data[output["name"]]])
+        if output["name"] in simulated:
+            assert output["shape"] == list(np.shape([step[output["name"]] for step in steps]))
+            continue
+        want = np.asarray([step[output["name"]] for step in steps], dtype=np.float64)
         assert output["shape"] == list(want.shape), output
-        np.testing.assert_allclose(np.asarray(output["data"]).reshape(want.shape), want, rtol=1e-6)
+        # NaN (an online detector's statistic before its window fills) is JSON's null.
+        got = np.asarray(output["data"], dtype=np.float64).reshape(want.shape)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 def test_a_drift_detector_answers_as_it_does_in_its_environment(
@@ -223,6 +247,31 @@ def test_batch_size_runs_the_detector_once_that_many_requests_arrived(
     assert first["outputs"] == []  # waiting, as MLServer answers
     second = infer(server, "ksdrift-batched", REQUESTS["shifted"])
     assert_detector_data(second["outputs"], expected["joined"])
+
+
+SIMULATED = ("threshold", "is_drift")
+
+
+def test_an_online_detector_keeps_its_state_between_requests(
+    server: Server, repository: tuple[Path, dict]
+) -> None:
+    root, expected = repository
+    first, second = expected["online"]
+    assert not (root / "online" / "detector" / "state").exists()
+    # Three rows: three steps of the detector (time 1, 2, 3), answered side by side.
+    answer = infer(server, "online", [row[:2] for row in REQUESTS["same"][:3]])
+    names = [k for k, v in first[0].items() if v is not None]
+    assert [o["name"] for o in answer["outputs"]] == names
+    # CVMDriftOnline draws its thresholds by simulation when it loads (they are not saved):
+    # they, and is_drift which compares with them, are this load's.
+    assert_stream(answer["outputs"], first, simulated=SIMULATED)
+    assert answer["parameters"]["online"] is True
+    # state_save_freq 3: the state was written at time 3, into the detector's folder.
+    assert (root / "online" / "detector" / "state").is_dir()
+    # Then one row: the fourth step, which the detector's state carries on to.
+    answer = infer(server, "online", [REQUESTS["shifted"][0][:2]])
+    assert_stream(answer["outputs"], second, simulated=SIMULATED)
+    assert {o["name"]: o["data"] for o in answer["outputs"]}["time"] == [4]
 
 
 def test_load_errors_are_one_sentence(server: Server, repository: tuple[Path, dict]) -> None:
