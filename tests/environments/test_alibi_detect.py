@@ -13,7 +13,6 @@ MLServer's settings (``predict_parameters``, ``batch_size``) and its response sh
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ import pytest
 from inferpool.engine.environments.unpack import prepare
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.grpc_wire import response_from_message
+from tests.environments import named_by
 from tests.support import Server
 from tests.support.grpc import stub_for
 
@@ -82,10 +82,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def tarball() -> Path:
-    named = os.environ.get("INFERPOOL_TEST_ALIBI_DETECT_ENV")
-    if not named:
-        pytest.fail("INFERPOOL_TEST_ALIBI_DETECT_ENV names no tarball: run tox -e environments")
-    return Path(named)
+    return named_by("INFERPOOL_TEST_ALIBI_DETECT_ENV", "tarball")
 
 
 def model(
