@@ -40,6 +40,7 @@ from alibi_detect.saving import load_detector
 from inferpool.errors import ModelLoadError
 from inferpool.runtimes.base import Answer, Runtime
 from inferpool.runtimes.load_errors import reading
+from inferpool.settings import ModelSettings
 
 LIBRARY = "alibi-detect"  # as load errors name it
 # What ``save_detector`` writes: a config-driven detector, or a legacy (dill) one.
@@ -96,7 +97,9 @@ class AlibiDetectRuntime(Runtime):
                 self._waiting.append(rows)
                 if len(self._waiting) < self.batch_size:  # requests, as MLServer counts
                     return Answer({}, {})
-                rows, self._waiting = np.concatenate(self._waiting), []
+                # Taken out first: rows that do not join (a 400) wait no longer.
+                waiting, self._waiting = self._waiting, []
+                rows = np.concatenate(waiting)
             # An online detector takes one instance per predict: several rows are
             # several steps; one row, or a batch for any other detector, is one call.
             calls = list(rows) if self.online and len(rows) > 1 else [rows]
@@ -121,13 +124,12 @@ class AlibiDetectRuntime(Runtime):
         return Answer(tensors, meta)
 
 
-def detector_folder(uri: str | None, settings: Any) -> Path:
+def detector_folder(uri: str | None, settings: ModelSettings) -> Path:
     """The folder ``save_detector`` wrote: ``uri`` (or the model's folder), which must
     hold one of ``DETECTOR_FILES``; else a one-sentence ModelLoadError."""
     folder = settings.resolve(uri) if uri else settings.folder
     if folder is None:
         raise ModelLoadError(f"model '{settings.name}' names no uri and has no folder")
-    folder = Path(folder)
     if folder.is_file() and folder.name in DETECTOR_FILES:
         folder = folder.parent
     if not any((folder / name).is_file() for name in DETECTOR_FILES):

@@ -246,6 +246,19 @@ def test_batch_size_runs_the_detector_once_that_many_requests_arrived(
     assert_detector_data(second["outputs"], expected["joined"])
 
 
+def test_rows_that_do_not_join_are_a_400_and_the_batch_starts_again(
+    server: Server, repository: tuple[Path, dict]
+) -> None:
+    _, expected = repository
+    assert infer(server, "ksdrift-batched", [[1.0, 2.0]])["outputs"] == []  # 2 features, not 4
+    url = f"{server.url}/v2/models/ksdrift-batched/infer"
+    refused = httpx.post(url, json=body(REQUESTS["same"]), timeout=60)
+    assert refused.status_code == 400 and set(refused.json()) == {"error"}, refused.text
+    assert infer(server, "ksdrift-batched", REQUESTS["same"])["outputs"] == []
+    joined = infer(server, "ksdrift-batched", REQUESTS["shifted"])
+    assert_detector_data(joined["outputs"], expected["joined"])
+
+
 SIMULATED = ("threshold", "is_drift")
 
 
