@@ -36,6 +36,9 @@ _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 # The levels of a request document above a tensor's data: {"inputs": [{"data": ...}]}.
 _DATA_DEPTH = 3
+# The most dimensions an ndarray has: 64 on numpy 2, 32 on numpy 1 (which the workers of a
+# per-model environment may run: alibi-detect requires numpy<2).
+NUMPY_MAX_DIMS = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
 
 
 def parse_json_object(body: bytes, what: str = "request body") -> dict[str, Any]:
@@ -266,6 +269,7 @@ def tensor_data_from_json(
         try:
             values = np.asarray(data)
         except (ValueError, TypeError):
+            _check_numpy_depth(data, name)
             raise BadRequest(f"input '{name}': data is ragged or not numeric") from None
         _check_data_depth(values, name)
         if values.size and values.dtype.kind in "fO" and datatype in ("INT64", "UINT64"):
@@ -282,6 +286,17 @@ def _check_data_depth(values: np.ndarray, name: str) -> None:
     if values.ndim > depth - _DATA_DEPTH:
         raise BadRequest(
             f"input '{name}': data is nested deeper than the limit of {depth} (max_json_depth)"
+        )
+
+
+def _check_numpy_depth(data: object, name: str) -> None:
+    """A 400 saying so when data nests deeper than numpy can hold: numpy 1 calls that
+    ragged (or leaves lists inside an object array), below ``max_json_depth``. Read only
+    once numpy has refused the data: the walk costs nothing to a valid request."""
+    if isinstance(data, list) and nested_deeper(data, NUMPY_MAX_DIMS):
+        raise BadRequest(
+            f"input '{name}': data is nested deeper than the {NUMPY_MAX_DIMS} dimensions "
+            f"numpy {np.__version__} holds"
         )
 
 
@@ -314,6 +329,8 @@ def _bytes_from_json(data: object, name: str) -> np.ndarray:
     try:
         encoded = [item.encode() for item in strings.reshape(-1).tolist()]
     except AttributeError:
+        if strings.ndim == NUMPY_MAX_DIMS:  # numpy stopped there: lists are left inside
+            _check_numpy_depth(data, name)
         raise BadRequest(f"input '{name}': BYTES data must be strings") from None
     out = np.empty(len(encoded), dtype=object)
     out[:] = encoded

@@ -49,6 +49,13 @@ class RuntimeEntry:
     #: its load starts no OpenMP or BLAS thread pool, so the template may load its models
     #: before forking (a parent that has run OpenMP code must not fork; DESIGN §3)
     fork_safe: bool = False
+    #: how to get the library when ``pip install inferpool[extra]`` cannot (a library
+    #: whose requirements the server's own environment cannot hold); "" for the extra
+    install: str = ""
+
+    def how_to_install(self) -> str:
+        """What a model whose library is missing is told to do."""
+        return self.install or f"pip install inferpool[{self.extra}]"
 
     def named_by(self, implementation: str | None) -> bool:
         """Whether an MLServer ``implementation`` string names this runtime: its module
@@ -184,6 +191,19 @@ RUNTIMES: dict[str, RuntimeEntry] = {
             extra="mllib",
             mlserver="mlserver_mllib.MLlibModel",
             artefacts=("metadata/_SUCCESS",),
+        ),
+        # alibi-detect 0.13 requires numpy<2: its detectors run in a per-model environment
+        # (docs/runtimes/alibi-detect.md). A detector folder holds config.toml, a name too
+        # common to choose a runtime by: its settings name the implementation.
+        RuntimeEntry(
+            "alibi-detect",
+            "inferpool.runtimes.alibi_detect.AlibiDetectRuntime",
+            extra="alibi-detect",
+            mlserver="mlserver_alibi_detect.AlibiDetectRuntime",
+            install=(
+                "run the model in an environment holding alibi-detect: "
+                "docs/runtimes/alibi-detect.md"
+            ),
         ),
         # Loads the model it explains (any runtime): in each worker, as that may need.
         RuntimeEntry(
@@ -362,7 +382,7 @@ def runtime_class(settings: ModelSettings) -> type[Runtime]:
         if exc.name and exc.name.startswith("inferpool"):
             raise RuntimeNotFound(f"runtime '{name}' is not available in this build") from None
         raise RuntimeNotFound(
-            f"the '{name}' runtime needs {exc.name}: pip install inferpool[{entry.extra}]"
+            f"the '{name}' runtime needs {exc.name}: {entry.how_to_install()}"
         ) from None
     cls: type[Runtime] = getattr(module, class_name)
     return cls

@@ -11,7 +11,6 @@ scheduler's sentence.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import numpy as np
 import pytest
 import sklearn
 
+from tests.environments import named_by
 from tests.support import Server, iris_data
 from tests.support.grpc import infer_request, stub_for
 from tests.support.where import report, write_where_model
@@ -43,10 +43,7 @@ print(json.dumps(forest.predict_proba(X[::10]).tolist()))
 
 @pytest.fixture(scope="module")
 def old_env() -> Path:
-    named = os.environ.get("INFERPOOL_TEST_SKLEARN_ENV")
-    if not named:
-        pytest.fail("INFERPOOL_TEST_SKLEARN_ENV names no virtualenv: run tox -e environments")
-    return Path(named)
+    return named_by("INFERPOOL_TEST_SKLEARN_ENV", "virtualenv")
 
 
 def env_python(env: Path) -> Path:

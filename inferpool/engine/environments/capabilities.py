@@ -39,6 +39,7 @@ RUNTIME_LIBRARIES = {
     "mlflow": "mlflow",
     "catboost": "catboost",
     "r": "rpy2",
+    "alibi-detect": "alibi_detect",
 }
 # Distributions that provide a module under another name, first found wins.
 MODULE_DISTRIBUTIONS = {

@@ -87,10 +87,12 @@ class RuntimeLibrary(NamedTuple):
 
     module: str
     extra: str
+    #: what to do instead of installing the extra ("" to install it)
+    install: str = ""
 
     def refused(self) -> str:
         """The reason a worker without it gives: "lack 'lightgbm' (install ...)"."""
-        return f"lack '{self.module}' (install inferpool[{self.extra}])"
+        return f"lack '{self.module}' ({self.install or f'install inferpool[{self.extra}]'})"
 
 
 def runtime_library(settings: ModelSettings) -> RuntimeLibrary | None:
@@ -103,7 +105,11 @@ def runtime_library(settings: ModelSettings) -> RuntimeLibrary | None:
     except (RuntimeNotFound, OSError, ValueError):
         return None
     entry, module = RUNTIMES.get(runtime), RUNTIME_LIBRARIES.get(runtime)
-    return None if entry is None or module is None else RuntimeLibrary(module, entry.extra)
+    return (
+        None
+        if entry is None or module is None
+        else RuntimeLibrary(module, entry.extra, entry.install)
+    )
 
 
 def refusal(

@@ -78,7 +78,7 @@ def test_each_entry_names_its_runtime_class(name: str) -> None:
         cls = registry.runtime_class(settings)
     except RuntimeNotFound as exc:
         # A library the default environment does not hold (tox -e runtimes tests them).
-        assert str(exc).endswith(f": pip install inferpool[{entry.extra}]")
+        assert str(exc).endswith(f": {entry.how_to_install()}")
         pytest.skip(str(exc))
     assert issubclass(cls, Runtime)
     assert cls.platform == name

@@ -152,3 +152,16 @@ def test_importable_here_finds_without_importing_and_survives_a_refusing_finder(
     assert importable_here("json") and not importable_here("no_such_module_anywhere")
     assert not importable_here("refused_module")
     importable_here.cache_clear()
+
+
+def test_a_library_no_extra_installs_says_what_to_do_instead() -> None:
+    """alibi-detect needs numpy<2: no extra installs it beside the server, an environment
+    holds it (docs/runtimes/alibi-detect.md)."""
+    library = runtime_library(
+        ModelSettings(name="m", implementation="mlserver_alibi_detect.AlibiDetectRuntime")
+    )
+    own = WorkerGroup("default", range(2), None, Outages(2))  # type: ignore[arg-type]
+    assert refusal(own, None, [], library) == (
+        "lack 'alibi_detect' (run the model in an environment holding alibi-detect: "
+        "docs/runtimes/alibi-detect.md)"
+    )
