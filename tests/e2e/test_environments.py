@@ -28,7 +28,7 @@ from sklearn.linear_model import LogisticRegression
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from tests.support import Server, iris_data, rest_output, write_sklearn_model
 from tests.support.grpc import infer_request, stub_for
-from tests.support.pool import wait_for, worker_pids
+from tests.support.pool import wait_for
 from tests.support.where import make_venv, report, reports_at_once, write_where_model
 
 BIGBOX = {"name": "bigbox", "workers": 1, "tags": ["big"]}
@@ -111,26 +111,38 @@ def test_models_naming_one_environment_share_its_worker_group(pool: Server, venv
     assert len(groups) == 1, output
     [slot] = groups
     assert int(slot) == 5  # after the server's own 2, bigbox's 1 and legacy's 2
-    pids = worker_pids(pool)
-    assert report(pool.url, "isolated")["pid"] == pids[5]
-    assert report(pool.url, "neighbour")["pid"] == pids[5]
+    isolated, neighbour = report(pool.url, "isolated"), report(pool.url, "neighbour")
+    slot = started_pids(pool)[5]
+    assert isolated["pid"] in slot and neighbour["pid"] in slot
     assert f"environment {venv}: Python {sys.version_info[0]}.{sys.version_info[1]}" in output
 
 
+def started_pids(server: Server) -> dict[int, set[int]]:
+    """Every pid each slot's workers had, from the server's log: a call slowed past the
+    stall threshold by a loaded machine starts a standby in its slot (CI, 2026-12-06),
+    which serves that slot's models too."""
+    pids: dict[int, set[int]] = {}
+    for slot, pid in re.findall(r"worker (\d+) started \(pid (\d+)\)", server.output()):
+        pids.setdefault(int(slot), set()).add(int(pid))
+    return pids
+
+
 def test_requirements_place_a_model_on_the_group_whose_tags_meet_them(pool: Server) -> None:
-    pids = worker_pids(pool)
     boxed = {report(pool.url, "boxed")["pid"] for _ in range(6)}
-    assert boxed == {pids[2]}  # bigbox's one worker
     plain = {answer["pid"] for answer in reports_at_once(pool.url, "plain", 24)}
-    assert plain <= {pids[0], pids[1], pids[2]} and len(plain) >= 2
-    assert not plain & {pids[3], pids[4], pids[5]}  # never on an environment's worker
+    pids = started_pids(pool)
+    assert boxed <= pids[2]  # bigbox's one worker (its standby, if one started)
+    assert plain <= pids[0] | pids[1] | pids[2] and len(plain) >= 2
+    assert not plain & (pids[3] | pids[4] | pids[5])  # never on an environment's worker
 
 
 def test_a_configured_group_runs_its_environment_from_the_start(pool: Server, legacy: Path) -> None:
     pool.expect_lines([rf"starting worker group 'legacy' \(workers \[3, 4\], environment {legacy}"])
-    pids = worker_pids(pool)
     answers = reports_at_once(pool.url, "configured", 16)
-    assert {answer["pid"] for answer in answers} == {pids[3], pids[4]}  # one replica each
+    pids = started_pids(pool)
+    served = {answer["pid"] for answer in answers}
+    assert served & pids[3] and served & pids[4]  # one replica each
+    assert served <= pids[3] | pids[4]
     assert {answer["marker"] for answer in answers} == {"4.0"}
 
 
