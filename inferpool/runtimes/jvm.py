@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import jpype
+import jpype.config
 
 from inferpool.errors import ModelLoadError
 
@@ -95,6 +96,12 @@ def ensure_started(heap: str | None = None) -> None:
         jpype.startJVM(path, *options, classpath=classpath, convertStrings=False, interrupt=False)
     except OSError as exc:
         raise ModelLoadError(f"the Java runtime at {path} did not start: {exc}") from None
+    # At the process's exit, JPype's atexit handler would destroy the JVM, which waits for
+    # the Java threads it counts as running: with --workers 0, the server's predict threads
+    # (daemon threads of Python's, attached to the JVM by their first call) kept a server
+    # from exiting after SIGTERM, one start in two here (tests/java/test_pmml_serving.py).
+    # Nothing of a model's needs the JVM's own clean-up: the process's exit frees it all.
+    jpype.config.destroy_jvm = False
     _started_heap = heap
     logger.info("JVM started (%s, heap %s)", path, heap or "the JVM's default")
 
