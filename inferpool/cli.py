@@ -254,13 +254,14 @@ def serve_command(args: argparse.Namespace) -> int:
             from inferpool.engine.remote_models import fetch_repository
             from inferpool.errors import ModelLoadError
             from inferpool.logs import configure_logging
+        overrides = _overrides(args)
         try:  # downloads, interruptible as they go
-            remote, repository = repository, fetch_repository(repository, _overrides(args))
+            remote, repository = repository, fetch_repository(repository, overrides)
         except ModelLoadError as exc:
             configure_logging(None)
             return _refuse(f"the model repository cannot be fetched: {exc.message}")
         except ValidationError as exc:
-            return _invalid_settings(exc, _overrides(args), None)
+            return _invalid_settings(exc, overrides, None)
     with _interrupts_deferred():
         settings = _settings_or_refusal(args, repository, remote)
         if isinstance(settings, int):
