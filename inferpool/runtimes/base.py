@@ -11,6 +11,7 @@ modules the template preloads and whether its models may be loaded before forkin
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -178,3 +179,12 @@ class Runtime(ABC):
             "inputs": [spec.to_dict() for spec in self.inputs()],
             "outputs": [spec.to_dict() for spec in self.outputs()],
         }
+
+
+def threads_from_environment() -> int:
+    """The intra-op threads a worker's environment allows (``OMP_NUM_THREADS``, which the
+    worker sets to its share of the cores; 0: not set, the library's own choice)."""
+    try:
+        return max(0, int(os.environ.get("OMP_NUM_THREADS", "0")))
+    except ValueError:
+        return 0

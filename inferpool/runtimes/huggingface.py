@@ -39,7 +39,7 @@ from transformers.pipelines import check_task
 
 from inferpool.errors import ModelLoadError
 from inferpool.protocol.types import InferenceRequest, TensorSpec
-from inferpool.runtimes.base import Runtime
+from inferpool.runtimes.base import Runtime, threads_from_environment
 from inferpool.runtimes.huggingface_codec import (
     OUTPUT,
     OUTPUT_SPEC,
@@ -75,7 +75,7 @@ class HuggingFaceRuntime(Runtime):
                     f"use one of {', '.join(COMMON_TASKS)} or another pipeline task"
                 ) from None
         self.task = task
-        self.threads = self.hf.intra_op_threads or _threads_from_environment()
+        self.threads = self.hf.intra_op_threads or threads_from_environment()
         if self.threads:
             torch.set_num_threads(self.threads)
         if self.hf.inter_op_threads:
@@ -233,11 +233,3 @@ def _set_interop_threads(threads: int) -> None:
     second model's setting then stays unapplied)."""
     with contextlib.suppress(RuntimeError):
         torch.set_num_interop_threads(threads)
-
-
-def _threads_from_environment() -> int:
-    """The threads a worker's environment allows (0: not set, torch's own choice)."""
-    try:
-        return max(0, int(os.environ.get("OMP_NUM_THREADS", "0")))
-    except ValueError:
-        return 0

@@ -17,7 +17,6 @@ no inter-op pool.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,7 +28,7 @@ from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
 from inferpool.errors import BadRequest, ModelLoadError
 from inferpool.protocol.types import TensorSpec
 from inferpool.runtimes.artefacts import find_artefact
-from inferpool.runtimes.base import Runtime
+from inferpool.runtimes.base import Runtime, threads_from_environment
 from inferpool.runtimes.load_errors import reading
 from inferpool.runtimes.onnx_types import (
     GraphTensor,
@@ -68,7 +67,7 @@ class ONNXRuntime(Runtime):
         self.path = find_artefact(self, ARTEFACT_NAMES)
         # A worker has set OMP_NUM_THREADS to its share of the cores before loading, so the
         # session starts with its final pool (``limit_threads`` then has nothing to do).
-        self.threads = _threads_from_environment()
+        self.threads = threads_from_environment()
         with reading(self.path, LIBRARY):
             try:
                 self.session = self._session(self.threads)
@@ -203,11 +202,3 @@ def _reason(exc: Exception) -> str:
     """ONNX Runtime's reason for refusing a graph, on one line, without its noise."""
     text = " ".join(_ORT_NOISE.sub("", str(exc)).split())
     return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "..."
-
-
-def _threads_from_environment() -> int:
-    """The intra-op threads a worker's environment allows (0: not set, the library's own)."""
-    try:
-        return max(0, int(os.environ.get("OMP_NUM_THREADS", "0")))
-    except ValueError:
-        return 0
