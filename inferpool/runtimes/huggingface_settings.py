@@ -9,7 +9,9 @@ model's own folder) must be a local folder written by ``save_pretrained``, and a
 that is not one fails the model with the folder looked for. Beyond MLServer:
 ``inference_kwargs`` (keyword arguments of every pipeline call, such as
 ``max_new_tokens``) and ``batch_size`` (else ``max_batch_size``, as MLServer takes it);
-a missing ``task`` is read from the model's ``config.json`` (its architecture).
+a missing ``task`` is read from the model's ``config.json`` (its architecture). The
+environment's ``MLSERVER_MODEL_HUGGINGFACE_*`` and ``PREDICTIVE_UNIT_PARAMETERS`` are read as
+MLServer reads them (huggingface_environment.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from inferpool.errors import ModelLoadError
+from inferpool.runtimes.huggingface_environment import merged_extra
 from inferpool.settings import ModelSettings
 
 # The tasks MLServer's users use most; any other pipeline task transformers knows loads too.
@@ -84,7 +87,7 @@ class HuggingFaceSettings:
 def read_settings(settings: ModelSettings) -> HuggingFaceSettings:
     """The model's HuggingFace settings, its folders checked; ModelLoadError (one
     sentence) for a folder that is not there, no tokenizer, or a setting of the wrong kind."""
-    extra = dict(settings.parameters.extra or {})
+    extra = merged_extra(settings.parameters.extra or {})
     unknown = sorted(set(extra) - _KNOWN_KEYS)
     if unknown:
         raise ModelLoadError(

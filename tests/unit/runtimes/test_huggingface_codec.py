@@ -174,3 +174,54 @@ def test_the_registry_entry_is_mlservers_and_never_preloaded() -> None:
 def test_without_transformers_the_model_names_the_extra(tmp_path: Path) -> None:
     with pytest.raises(RuntimeNotFound, match=r"pip install inferpool\[huggingface\]"):
         runtime_class(settings(saved_model(tmp_path), task="text-classification"))
+
+
+def test_mlservers_environment_variables_fill_what_the_settings_leave_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = saved_model(tmp_path / "weights", "GPT2LMHeadModel")
+    monkeypatch.setenv("MLSERVER_MODEL_HUGGINGFACE_TASK", "text-classification")
+    monkeypatch.setenv("mlserver_model_huggingface_pretrained_model", str(folder))
+    monkeypatch.setenv("MLSERVER_MODEL_HUGGINGFACE_MODEL_KWARGS", '{"torch_dtype": "float32"}')
+    monkeypatch.setenv("MLSERVER_MODEL_HUGGINGFACE_INTRA_OP_THREADS", "3")
+    monkeypatch.setenv("MLSERVER_MODEL_HUGGINGFACE_NOT_A_FIELD", "ignored")
+    read = read_settings(settings(tmp_path))
+    assert (read.task, read.model_folder) == ("text-classification", folder)
+    assert read.model_kwargs == {"torch_dtype": "float32"}
+    assert read.intra_op_threads == 3
+    # The file's own value wins over the variable.
+    assert read_settings(settings(tmp_path, task="feature-extraction")).task == "feature-extraction"
+
+
+def test_seldons_parameters_override_the_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    saved_model(tmp_path / "weights")
+    parameters = [
+        {"name": "task", "value": "token-classification", "type": "STRING"},
+        {"name": "inter_op_threads", "value": "2", "type": "INT"},
+        {"name": "model_uri", "value": "gs://elsewhere", "type": "STRING"},  # no setting
+    ]
+    monkeypatch.setenv("PREDICTIVE_UNIT_PARAMETERS", json.dumps(parameters))
+    read = read_settings(settings(tmp_path, task="text-classification", pretrained_model="weights"))
+    assert (read.task, read.inter_op_threads) == ("token-classification", 2)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "words"),
+    [
+        ("MLSERVER_MODEL_HUGGINGFACE_INTRA_OP_THREADS", "many", "not a valid intra_op_threads"),
+        ("MLSERVER_MODEL_HUGGINGFACE_MODEL_KWARGS", "[1]", "not a valid model_kwargs"),
+        ("PREDICTIVE_UNIT_PARAMETERS", '{"task": "text-classification"}', "is not a JSON list"),
+        ("PREDICTIVE_UNIT_PARAMETERS", '[{"name": "task", "type": "STRING"}]', "is not a JSON"),
+        ("PREDICTIVE_UNIT_PARAMETERS", '[{"name": "a", "value": "1", "type": "X"}]', "type 'X'"),
+    ],
+)
+def test_unreadable_variables_are_one_sentence_naming_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, words: str
+) -> None:
+    saved_model(tmp_path / "weights")
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ModelLoadError, match=words) as failed:
+        read_settings(settings(tmp_path, pretrained_model="weights"))
+    assert "\n" not in str(failed.value)
