@@ -225,3 +225,11 @@ def test_the_check_refuses_a_peers_wrong_answer(repo, zoo_peer):
     wrong = type(right)(**{**right.__dict__, "expected": (right.expected + 1) % 3})
     with pytest.raises(CheckFailed, match="wrong predictions"):
         check(zoo_peer, wrong)
+
+
+def test_the_full_profile_runs_the_peers_and_the_quick_one_does_not():
+    from benchmarks.scenarios import PROFILES
+
+    full = PROFILES["full"].servers
+    assert {"kserve-w1", "bentoml", "litserve", "rayserve", "mlserver-w0"} <= set(full)
+    assert PROFILES["quick"].servers == ("mlserver-w0", "inferpool-w2")
