@@ -38,22 +38,23 @@ LIBRARIES = {
 
 @dataclass(frozen=True)
 class Peer:
-    """How one peer is run: its service file and the path that answers 200 once it serves."""
+    """How one peer is run: its service file, the path that answers 200 once it serves, and
+    the service BentoML's CLI serves (None: the file is run as a script)."""
 
     service: str
     ready_path: str
+    bentoml_target: str | None = None
 
     def command(self, python: Path, folder: Path, host: str, port: int) -> list[str]:
-        if self.service == "bentoml_service.py":  # BentoML's own CLI, in its virtualenv
+        if self.bentoml_target:  # `bentoml serve`, from the virtualenv's bin folder
             bentoml = str(python.with_name("bentoml"))
-            target = "bentoml_service:Classifier"
-            return [bentoml, "serve", target, "--host", host, "--port", str(port),
+            return [bentoml, "serve", self.bentoml_target, "--host", host, "--port", str(port),
                     "--working-dir", str(folder)]  # fmt: skip
         return [str(python), str(folder / self.service)]
 
 
 PEERS = {
-    "bentoml": Peer("bentoml_service.py", "/readyz"),
+    "bentoml": Peer("bentoml_service.py", "/readyz", "bentoml_service:Classifier"),
     "litserve": Peer("litserve_server.py", "/health"),
     "rayserve": Peer("rayserve_app.py", PATH),
 }
