@@ -69,7 +69,15 @@ def ensure(kind: str) -> Path:
     problem = probe(kind, python)
     if done.returncode != 0 or problem is not None:
         raise RuntimeError(
-            f"{kind} install in {folder} did not work (pip exited {done.returncode}; "
-            f"{problem}); see {folder / 'install.log'}"
+            f"{kind} install in {folder} did not work (pip exited {done.returncode}: "
+            f"{pip_error(folder / 'install.log')}; {problem}); see {folder / 'install.log'}"
         )
     return python
+
+
+def pip_error(log: Path) -> str:
+    """pip's last ``ERROR:`` line in its log (its reason), else the log's last line."""
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines()]
+    lines = [line for line in lines if line]
+    errors = [line for line in lines if line.startswith("ERROR:")]
+    return (errors or lines or ["no output"])[-1]

@@ -153,6 +153,18 @@ def test_the_virtualenvs_pin_the_framework_and_the_harness_libraries(tmp_path):
     assert native_env.probe("litserve", tmp_path / "nope") == f"{tmp_path / 'nope'} does not exist"
 
 
+def test_an_install_failure_says_pips_reason(tmp_path):
+    log = tmp_path / "install.log"
+    log.write_text(
+        "WARNING: Location 'file:///opt/x' is ignored\n"
+        "ERROR: Could not find a version that satisfies the requirement ray==2.60.0\n"
+        "ERROR: No matching distribution found for ray==2.60.0\n\n"
+    )
+    assert native_env.pip_error(log) == "ERROR: No matching distribution found for ray==2.60.0"
+    log.write_text("Killed\n")
+    assert native_env.pip_error(log) == "Killed"
+
+
 def test_a_peer_that_cannot_be_installed_fails_its_cells_with_the_reason(monkeypatch):
     def ensure(kind: str) -> Path:
         if kind == "rayserve":
