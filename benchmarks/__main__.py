@@ -1,5 +1,5 @@
 """``python -m benchmarks``: the harness's command line (run, list, repo, predict,
-inprocess, memory, install-mlserver, install-kserve, install-perf-analyzer).
+inprocess, memory, install-mlserver, install-kserve, install-peer, install-perf-analyzer).
 
 Examples::
 
@@ -7,6 +7,8 @@ Examples::
     python -m benchmarks run --quick --port-base 21000
     python -m benchmarks run --profile full
     python -m benchmarks run --servers inferpool-w2,mlserver-w0,kserve-w1 --only 'iris/*'
+    python -m benchmarks run --servers inferpool-w2,bentoml,litserve,rayserve \
+        --only 'iris/b1/rest-json/*'
     python -m benchmarks run --generator perf_analyzer --servers inferpool-w2 --only 'iris/b1/*'
     python -m benchmarks run --target http://127.0.0.1:8080 --grpc 127.0.0.1:8081 --quick
     python -m benchmarks predict --batch 256
@@ -22,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import kserve_env, loadgen, mlserver_env, ports
+from benchmarks import kserve_env, loadgen, mlserver_env, native_env, ports
 from benchmarks.loadgen import perf_analyzer
 from benchmarks.memory import worker_counts
 from benchmarks.models import ZOO, build_repository
@@ -167,6 +169,8 @@ def parser() -> argparse.ArgumentParser:
 
     commands.add_parser("install-mlserver", help="create MLServer's virtualenv now")
     commands.add_parser("install-kserve", help="create KServe's virtualenv now")
+    peer = commands.add_parser("install-peer", help="create a native peer's virtualenv now")
+    peer.add_argument("kind", choices=sorted(native_env.FRAMEWORKS))
     commands.add_parser(
         "install-perf-analyzer", help="download Triton's perf_analyzer into build/perf_analyzer"
     )
@@ -330,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
         return large_tensor.main(args.servers.split(","), out, args.size_mib, args.repeat)
     if args.command == "install-kserve":
         print(kserve_env.ensure())
+        return 0
+    if args.command == "install-peer":
+        print(native_env.ensure(args.kind))
         return 0
     if args.command == "install-perf-analyzer":
         print(perf_analyzer.install())

@@ -2,7 +2,7 @@
 min-max whiskers, the baseline (the peer, or the configuration compared against) drawn
 first and in grey beside the others, each bar labelled with its figure.
 
-Bars are horizontal, scenarios down the page: a full run (120 scenarios x 5 servers) grows
+Bars are horizontal, scenarios down the page: a full run (120 scenarios x 9 servers) grows
 tall, which scrolls, instead of ten thousand pixels wide.
 """
 

@@ -6,8 +6,12 @@ expected predictions; the response size is kept (h2load infers gRPC errors from 
 
 from __future__ import annotations
 
-import httpx
+from collections.abc import Callable
 
+import httpx
+import numpy as np
+
+from benchmarks import native_peers
 from benchmarks.payloads import (
     Payload,
     decode_grpc_response,
@@ -23,8 +27,14 @@ class CheckFailed(Exception):
     """The server answered the scenario's request wrongly; the message says how."""
 
 
-def check_rest(base_url: str, payload: Payload, timeout: float = 30.0) -> int:
-    """Post the payload; return the response body size."""
+def check_rest(
+    base_url: str,
+    payload: Payload,
+    timeout: float = 30.0,
+    decode: Callable[[dict[str, str], bytes], np.ndarray] = decode_rest_response,
+) -> int:
+    """Post the payload; return the response body size. ``decode`` reads the predictions
+    (a V2 response unless told otherwise: a native peer's own JSON)."""
     try:
         response = httpx.post(
             base_url + payload.path, content=payload.body, headers=payload.headers, timeout=timeout
@@ -34,7 +44,7 @@ def check_rest(base_url: str, payload: Payload, timeout: float = 30.0) -> int:
     if response.status_code != 200:
         raise CheckFailed(f"HTTP {response.status_code}: {response.text[:300]}")
     try:
-        got = decode_rest_response(dict(response.headers), response.content)
+        got = decode(dict(response.headers), response.content)
     except (ValueError, KeyError) as exc:
         raise CheckFailed(f"undecodable response ({exc}): {response.content[:300]!r}") from exc
     compare(got, payload)
@@ -69,4 +79,6 @@ def check(server: RunningServer, payload: Payload) -> int:
         if payload.region is not None:  # grpc-shm: the region its message names
             register(address, payload.region)
         return check_grpc(address, payload)
+    if server.spec.kind in native_peers.PEERS:
+        return check_rest(server.http_base, payload, decode=native_peers.decode_answer)
     return check_rest(server.http_base, payload)

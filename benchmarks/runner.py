@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from benchmarks import kserve_env, loadgen, mlserver_env, serverstats
+from benchmarks import kserve_env, loadgen, mlserver_env, native_env, native_peers, serverstats
 from benchmarks.check import CheckFailed, check
 from benchmarks.loadgen import perf_analyzer
 from benchmarks.loadgen.base import Job
@@ -109,12 +109,15 @@ def start_servers(
     if any(spec.kind == "kserve" for spec in specs):
         progress("checking KServe's virtualenv")
         kserve = kserve_env.ensure()
+    uninstallable = native_installs(specs, progress)
     # Ports are all chosen here, before the threads: the free-port walk is not thread-safe.
     plan = config.port_plan() or {spec.name: ServerPorts.free() for spec in specs}
     if any(spec.tracing for spec in specs):
         otlp_sink()  # the one sink, made before two threads could each make one
 
     def launch(spec: ServerSpec) -> RunningServer:
+        if spec.kind in uninstallable:
+            raise RuntimeError(uninstallable[spec.kind])
         return start(
             spec,
             config.repo,
@@ -147,6 +150,19 @@ def start_servers(
         failed += [Cell(s.name, spec.name, FAILED, f"start: {exc}") for s in config.scenarios]
         advance(len(config.scenarios) * config.repetitions)
     return running, failed
+
+
+def native_installs(specs: list[ServerSpec], progress: Progress) -> dict[str, str]:
+    """Install the native peers' virtualenvs the run needs; kind -> why it could not be (its
+    servers' cells fail with that reason, the other servers run)."""
+    why = {}
+    for kind in dict.fromkeys(spec.kind for spec in specs if spec.kind in native_peers.PEERS):
+        progress(f"checking {kind}'s virtualenv")
+        try:
+            native_env.ensure(kind)  # servers.command finds its python there
+        except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
+            why[kind] = f"install: {exc}"
+    return why
 
 
 def measure(
@@ -213,10 +229,11 @@ def prepare_scenario(
         else:
             try:
                 progress(f"{scenario.name} on {server.spec.name}: check, warm-up")
-                response_bytes = check(server, payload)
+                native = native_peers.adapt(server.spec.kind, payload)  # same rows, its JSON
+                response_bytes = check(server, native)
                 job = Job(
                     server.target,
-                    payload,
+                    native,
                     scenario.concurrency,
                     config.duration,
                     workdir,

@@ -78,6 +78,10 @@ SHM_SCENARIOS = (
 )
 
 
+FULL_V2_SERVERS = ("mlserver-w0", "mlserver-w2", "kserve-w1", "inferpool-w0", "inferpool-w1",
+                   "inferpool-w2")  # fmt: skip
+
+
 def runtime_profile(
     model: str, servers: tuple[str, ...], peerless: tuple[str, ...] = ()
 ) -> Profile:
@@ -127,7 +131,9 @@ PROFILES: dict[str, Profile] = {
     "full": Profile(
         name="full",
         scenarios=full_matrix(),
-        servers=("mlserver-w0", "mlserver-w2", "inferpool-w0", "inferpool-w1", "inferpool-w2"),
+        # BentoML, LitServe and Ray Serve, what a Python team would try before a V2 server,
+        # each with a worker (process or replica) per core: JSON scenarios only (n/a others).
+        servers=(*FULL_V2_SERVERS, "bentoml", "litserve", "rayserve"),
         baseline="mlserver-w0",
         duration=5.0,
         warmup=1.0,

@@ -1,4 +1,5 @@
-"""Server profiles: start inferpool, MLServer or KServe on free ports, wait until ready,
+"""Server profiles: start inferpool, MLServer, KServe or a native peer (BentoML, LitServe,
+Ray Serve: ``benchmarks/native_peers.py``) on free ports, wait until ready,
 measure the process tree (peak RSS, CPU), stop. An external ``--target`` is measured but not
 managed.
 
@@ -26,6 +27,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from benchmarks import native_env, native_peers
 from benchmarks.loadgen.base import Target
 from benchmarks.ports import HOST, ServerPorts, free_port
 
@@ -45,6 +47,9 @@ SERVER_NAME = re.compile(
 # Protocols a server kind cannot speak: such scenarios are reported "n/a", not failed.
 # KServe 0.21 decodes Triton's binary tensors and gRPC raw contents: it speaks all four.
 UNSUPPORTED = {"mlserver": {"rest-binary", "grpc-shm"}}
+# The native peers take their own JSON: every non-JSON scenario is "n/a" on them.
+NON_JSON = {"rest-binary", "grpc-typed", "grpc-raw", "grpc-shm"}
+UNSUPPORTED |= {kind: NON_JSON for kind in native_peers.PEERS}
 PEER = Path(__file__).resolve().with_name("kserve_peer.py")
 # The module run as `python -m MODULE serve ...` for inferpool-wN (`--inferpool-module`).
 INFERPOOL_MODULE = "inferpool"
@@ -64,12 +69,15 @@ class ServerSpec:
 
     @classmethod
     def parse(cls, name: str) -> ServerSpec:
+        native = native_peers.parse(name)
+        if native is not None:
+            return cls(name, *native)
         match = SERVER_NAME.match(name)
         options = match and (match["grpc"] or match["library"] or match["otel"] or match["base"])
         if match is None or (options and match["kind"] != "inferpool"):
             raise ValueError(
                 f"unknown server {name!r}: use inferpool-wN[-grpcio][-library][-otel][-base], "
-                "mlserver-wN or kserve-wN"
+                "mlserver-wN, kserve-wN, bentoml, litserve or rayserve (-wN optional)"
             )
         grpc = "grpcio" if match["grpc"] else None
         workers = int(match["workers"])
@@ -204,6 +212,10 @@ def server_folder(
             _settings_copy(repo / model, link, library=not spec.tree_kernel, numbered=numbered)
         elif not link.exists():
             link.symlink_to((repo / model).resolve(), target_is_directory=True)
+    if spec.kind in native_peers.PEERS:
+        home = workdir / spec.name
+        port, workers = target.http_port or 0, spec.workers or 1
+        return native_peers.write_folder(spec.kind, home, repo, models, target.host, port, workers)
     if spec.kind == "mlserver":
         settings = {
             "host": target.host,
@@ -243,6 +255,11 @@ def command(
 ) -> list[str]:
     """The server's command line; ``kserve`` is the python of KServe's virtualenv and
     ``models`` the folders the KServe peer serves (it loads only what it is told)."""
+    if spec.kind in native_peers.PEERS:
+        python = native_env.venv(spec.kind) / "bin" / "python"
+        return native_peers.PEERS[spec.kind].command(
+            python, folder, target.host, target.http_port or 0
+        )
     if spec.kind == "mlserver":
         if mlserver is None:
             raise ValueError("MLServer is not installed")
@@ -350,13 +367,16 @@ def start(
     """Start a server on ``ports`` (free ones when None) and return once it and every
     model is ready (``numbered``: every model gets version "1", see :func:`server_folder`)."""
     ports = ports or ServerPorts.free()
-    target = Target(HOST, ports.http, ports.grpc)
+    native = spec.kind in native_peers.PEERS
+    target = Target(HOST, ports.http, None if native else ports.grpc)
     folder = server_folder(spec, repo, models, workdir, target, numbered, ports.metrics)
     log_path = workdir / spec.name / "server.log"
     env = {**os.environ, "INFERPOOL_METRICS_PORT": str(ports.metrics), "PYTHONUNBUFFERED": "1"}
     if spec.tracing:
         env.update(otlp_sink().env())
-    cwd = workdir / spec.name if spec.kind in ("mlserver", "kserve") else None
+    if native:
+        env.update(native_peers.environment(spec.kind, folder, workdir / spec.name))
+    cwd = workdir / spec.name if spec.kind in ("mlserver", "kserve") or native else None
     if spec.base:
         cwd = base_checkout_dir(base_checkout)
         env["PYTHONPATH"] = str(cwd)  # its inferpool, not the one installed from here
@@ -423,6 +443,8 @@ def wait_ready(server: RunningServer, timeout: float, grpc_grace: float = 10.0) 
     """
     deadline = time.monotonic() + timeout
     paths = ["/v2/health/ready", *(f"/v2/models/{m}/ready" for m in server.models)]
+    if server.spec.kind in native_peers.PEERS:
+        paths = [native_peers.PEERS[server.spec.kind].ready_path]
     with httpx.Client(base_url=server.http_base, timeout=2.0) as client:
         while paths:
             if server.process is not None and server.process.poll() is not None:

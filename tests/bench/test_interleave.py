@@ -18,7 +18,7 @@ from benchmarks.scenarios import Scenario
 def fake_servers(names: list[str]) -> list[Any]:
     return [
         SimpleNamespace(
-            spec=SimpleNamespace(name=name),
+            spec=SimpleNamespace(name=name, kind="inferpool"),
             target=f"http://{name}",
             grpc_error="",
             supports=lambda protocol: True,

@@ -25,7 +25,8 @@ def test_select_by_glob():
 def test_profiles_name_real_servers_and_their_baseline(profile):
     chosen = PROFILES[profile]
     assert chosen.baseline in chosen.servers
-    assert all(ServerSpec.parse(name).kind in ("inferpool", "mlserver") for name in chosen.servers)
+    kinds = ("inferpool", "mlserver", "kserve", "bentoml", "litserve", "rayserve")
+    assert all(ServerSpec.parse(name).kind in kinds for name in chosen.servers)
 
 
 def test_quick_profile_loads_for_well_under_two_minutes(tmp_path):
