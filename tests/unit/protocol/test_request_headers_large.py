@@ -1,0 +1,82 @@
+"""A large tensor behind a custom runtime's headers block: the block is cut off by a view,
+not a copy, both ways, and the response's block is written in the same join as the
+outputs (``request_headers``, ``rest_wire.encode``'s prefix)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from inferpool.frontends.rest.body import ALIGN, alignment
+from inferpool.protocol import grpc_headers_wire, rest_headers_wire
+from inferpool.protocol.request_headers import VIEW_FROM, headers_block, unwrap, wrap
+from inferpool.protocol.types import InferenceResponse, Tensor
+
+SIZE = VIEW_FROM  # bytes of tensor data: the views start here
+
+
+def _binary_request(data: np.ndarray) -> tuple[bytes, int]:
+    header = {
+        "inputs": [
+            {
+                "name": "x",
+                "datatype": "FP32",
+                "shape": [data.size],
+                "parameters": {"binary_data_size": data.nbytes},
+            }
+        ],
+        "outputs": [{"name": "y", "parameters": {"binary_data": True}}],
+    }
+    document = json.dumps(header).encode()
+    return document + data.tobytes(), len(document)
+
+
+def test_a_large_request_is_decoded_from_a_view_behind_its_headers_block() -> None:
+    data = np.arange(SIZE // 4, dtype=np.float32)
+    body, json_length = _binary_request(data)
+    # As the REST route reads it: the block padded so that the tensor is aligned.
+    pad = alignment(len(headers_block({"x-a": "1"})), str(json_length).encode())
+    buffer = bytearray(headers_block({"x-a": "1"}, pad) + body)
+    assert (len(buffer) - len(body) + json_length) % ALIGN == 0
+    request = rest_headers_wire.decode(buffer, json_length)  # type: ignore[arg-type]
+    assert request.parameters["headers"] == {"x-a": "1"}
+    decoded = request.inputs[0].data
+    assert np.array_equal(decoded, data)
+    assert np.shares_memory(decoded, np.frombuffer(buffer, np.uint8))  # no copy of the tail
+
+
+def test_a_large_response_carries_its_block_in_the_same_join_and_is_unwrapped_by_a_view() -> None:
+    data = np.arange(SIZE // 4, dtype=np.float32)
+    body, json_length = _binary_request(data)
+    request = rest_headers_wire.decode(wrap({}, body), json_length)
+    output = Tensor("y", "FP32", (data.size,), data)
+    response = InferenceResponse("m", [output], parameters={"headers": {"x-b": "2\n3"}})
+    encoded, document_length = rest_headers_wire.encode(response, request)
+    assert "headers" not in response.parameters
+    headers, rest = unwrap(encoded, view=True)
+    assert headers == {"x-b": "2 3"}
+    assert isinstance(rest, memoryview) and rest.obj is encoded  # a view, not a copy
+    assert document_length is not None
+    assert bytes(rest[document_length:]) == data.tobytes()
+    assert unwrap(encoded) == (headers, bytes(rest))  # the copying form, as gRPC uses it
+
+
+def test_a_small_body_is_cut_by_a_slice() -> None:
+    headers, rest = unwrap(wrap({"a": "b"}, b"tiny"), view=True)
+    assert (headers, rest) == ({"a": "b"}, b"tiny") and type(rest) is bytes
+
+
+def test_grpc_responses_keep_their_block_in_front() -> None:
+    from tritonclient.grpc import service_pb2
+
+    message = service_pb2.ModelInferRequest(model_name="m")
+    message.inputs.add(name="x", datatype="FP32", shape=[2])
+    message.raw_input_contents.append(np.ones(2, np.float32).tobytes())
+    request = grpc_headers_wire.decode(wrap({"k": "v"}, message.SerializeToString()), None)
+    assert request.parameters["headers"] == {"k": "v"}
+    response = InferenceResponse("m", request.inputs, parameters={"headers": {"t": "1"}})
+    encoded, _ = grpc_headers_wire.encode(response, request)
+    headers, rest = unwrap(encoded)
+    assert headers == {"t": "1"}
+    assert service_pb2.ModelInferResponse.FromString(rest).model_name == "m"
