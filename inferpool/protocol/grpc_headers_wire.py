@@ -5,7 +5,7 @@ sets come back in front of the response's body (see ``request_headers``)."""
 from __future__ import annotations
 
 from inferpool.protocol import grpc_wire
-from inferpool.protocol.request_headers import prefixed, with_headers, with_response_headers
+from inferpool.protocol.request_headers import with_headers, with_response_headers
 
 decode = with_headers(grpc_wire.decode)
-encode = with_response_headers(prefixed(grpc_wire.encode))
+encode = with_response_headers(grpc_wire.encode)

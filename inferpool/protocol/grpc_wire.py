@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 
 from inferpool.errors import BadRequest
 from inferpool.protocol import limits
-from inferpool.protocol.binary import bytes_elements_to_wire, tensor_from_bytes
+from inferpool.protocol.binary import bytes_elements_to_wire, tensor_from_bytes, tensor_to_bytes
 from inferpool.protocol.datatypes import (
     NUMPY_BY_DATATYPE,
     admit,
@@ -195,8 +195,19 @@ def typed_data(contents: Any, datatype: str, shape: tuple[int, ...], name: str) 
     return data.reshape(shape)
 
 
-def encode(response: InferenceResponse, request: InferenceRequest) -> tuple[bytes, None]:
-    """A serialized ModelInferResponse: raw contents if the request was raw, else typed."""
+# ModelInferResponse's raw_output_contents (field 6, length-delimited): its key.
+_RAW_OUTPUT_KEY = bytes((6 << 3 | 2,))
+# Raw outputs of this many bytes or more (all together) are written after the serialized
+# message from the arrays' buffers (one copy, in the join), not copied into the message
+# then serialized (three); smaller ones go through the message as they always did.
+LARGE_RAW = 1 << 20
+
+
+def encode(
+    response: InferenceResponse, request: InferenceRequest, prefix: bytes = b""
+) -> tuple[bytes, None]:
+    """A serialized ModelInferResponse: raw contents if the request was raw, else typed;
+    ``prefix`` (a headers block) in front."""
     message = pb.ModelInferResponse(
         model_name=response.model_name,
         model_version=response.model_version or "",
@@ -204,14 +215,24 @@ def encode(response: InferenceResponse, request: InferenceRequest) -> tuple[byte
     )
     set_parameters(message.parameters, response.parameters)
     raw = getattr(request, "raw_contents", False)
+    large = raw and sum(getattr(out.data, "nbytes", 0) for out in response.outputs) >= LARGE_RAW
     for output in response.outputs:
         tensor = message.outputs.add(name=output.name, datatype=output.datatype, shape=output.shape)
         set_parameters(tensor.parameters, output.parameters)
+        if large:
+            continue
         if raw:
             message.raw_output_contents.append(raw_bytes(output))
         else:
             fill_contents(tensor.contents, output)
-    return message.SerializeToString(), None
+    if large:  # a message's fields may come in any order: the raw contents follow the rest
+        parts: list[bytes | memoryview] = [prefix, message.SerializeToString()]
+        for output in response.outputs:
+            data = tensor_to_bytes(output)
+            parts += [_RAW_OUTPUT_KEY, _varint_bytes(len(data)), data]
+        return b"".join(parts), None
+    body = message.SerializeToString()
+    return (prefix + body if prefix else body), None
 
 
 def raw_bytes(tensor: Tensor) -> bytes:

@@ -98,23 +98,10 @@ def with_headers(decode: Decoder) -> Decoder:
 PrefixedEncoder = Callable[[InferenceResponse, InferenceRequest, bytes], tuple[bytes, int | None]]
 
 
-def prefixed(encode: Encoder) -> PrefixedEncoder:
-    """An encoder that puts a prefix in front of what ``encode`` made (a copy of it)."""
-
-    def encode_after(
-        response: InferenceResponse, request: InferenceRequest, prefix: bytes
-    ) -> tuple[bytes, int | None]:
-        body, json_length = encode(response, request)
-        return prefix + body, json_length
-
-    return encode_after
-
-
 def with_response_headers(encode: PrefixedEncoder) -> Encoder:
     """A wire format's encoder that moves the response's ``parameters.headers`` out of
     the body into a headers block in front of it (``wrap``; an empty block when none);
-    ``encode`` writes the block in front of the body it makes (``prefixed`` joins them
-    for a format that cannot)."""
+    ``encode`` writes the block in front of the body it makes, in the same join."""
 
     def encode_with_headers(
         response: InferenceResponse, request: InferenceRequest

@@ -80,3 +80,33 @@ def test_grpc_responses_keep_their_block_in_front() -> None:
     headers, rest = unwrap(encoded)
     assert headers == {"t": "1"}
     assert service_pb2.ModelInferResponse.FromString(rest).model_name == "m"
+
+
+def test_large_raw_grpc_outputs_follow_the_message_from_the_arrays() -> None:
+    """From LARGE_RAW bytes on, raw outputs are written after the serialized message (its
+    fields may come in any order), copied once from the arrays; a client reads the same
+    response as the small path builds."""
+    from tritonclient.grpc import service_pb2
+
+    from inferpool.protocol import grpc_wire
+
+    big = np.arange(grpc_wire.LARGE_RAW // 4, dtype=np.float32)
+    message = service_pb2.ModelInferRequest(model_name="m")
+    message.inputs.add(name="x", datatype="FP32", shape=[big.size])
+    message.raw_input_contents.append(big.tobytes())
+    request = grpc_wire.decode(message.SerializeToString())
+    outputs = [Tensor("a", "FP32", (big.size,), big), Tensor("b", "INT64", (2,), np.arange(2))]
+    response = InferenceResponse("m", outputs, id="r1", parameters={"k": "v"})
+    encoded, _ = grpc_wire.encode(response, request, b"PREFIX")
+    assert encoded[:6] == b"PREFIX"
+    read = service_pb2.ModelInferResponse.FromString(encoded[6:])
+    assert (read.model_name, read.id, read.parameters["k"].string_param) == ("m", "r1", "v")
+    assert [o.name for o in read.outputs] == ["a", "b"] and list(read.outputs[0].shape) == [
+        big.size
+    ]
+    assert read.raw_output_contents[0] == big.tobytes()
+    assert read.raw_output_contents[1] == np.arange(2, dtype="<i8").tobytes()
+    small, _ = grpc_wire.encode(InferenceResponse("m", outputs[1:]), request)
+    assert service_pb2.ModelInferResponse.FromString(small).raw_output_contents[0] == (
+        np.arange(2, dtype="<i8").tobytes()
+    )
