@@ -31,6 +31,7 @@ from inferpool.protocol.datatypes import (
     numpy_dtype,
 )
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
+from inferpool.protocol.protowire import split_field
 from inferpool.protocol.shared_memory import REGION, placeholder
 from inferpool.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
@@ -74,15 +75,26 @@ class GrpcInferenceRequest(InferenceRequest):
     raw_contents: bool = False
 
 
+# ModelInferRequest's raw_input_contents: its field number.
+_RAW_INPUT = 7
+
+
 def decode(body: bytes, json_length: int | None = None) -> GrpcInferenceRequest:
-    """Parse a serialized ModelInferRequest; every problem is a 400 naming the input."""
+    """Parse a serialized ModelInferRequest; every problem is a 400 naming the input.
+    A body of ``LARGE_RAW`` bytes or more has its raw contents read in place (views of
+    ``body``): the parse copies only the rest."""
+    raw: Any
     try:
-        message = pb.ModelInferRequest.FromString(body)
-    except DecodeError:
+        if len(body) >= LARGE_RAW:
+            rest, raw = split_field(body, _RAW_INPUT)
+            message = pb.ModelInferRequest.FromString(rest)
+        else:
+            message = pb.ModelInferRequest.FromString(body)
+            raw = message.raw_input_contents
+    except (DecodeError, ValueError):
         raise BadRequest("request body is not a valid inference.ModelInferRequest") from None
     if not message.inputs:
         raise BadRequest("request must have at least one input")
-    raw: Any = message.raw_input_contents
     if raw and len(raw) != len(message.inputs):
         raw = _raw_beside_regions(message.inputs, raw)
     current = limits.current()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from inferpool.frontends.rest.body import ALIGN, alignment
 from inferpool.protocol import grpc_headers_wire, rest_headers_wire
@@ -110,3 +111,48 @@ def test_large_raw_grpc_outputs_follow_the_message_from_the_arrays() -> None:
     assert service_pb2.ModelInferResponse.FromString(small).raw_output_contents[0] == (
         np.arange(2, dtype="<i8").tobytes()
     )
+
+
+def test_split_field_takes_a_fields_values_out_as_views() -> None:
+    from tritonclient.grpc import service_pb2
+
+    from inferpool.protocol.protowire import split_field
+
+    message = service_pb2.ModelInferRequest(model_name="m", id="r")
+    message.inputs.add(name="x", datatype="UINT8", shape=[3])
+    message.raw_input_contents.extend([b"abc", b"", b"\x00" * 300])
+    message.parameters["k"].int64_param = 5
+    data = message.SerializeToString()
+    rest, found = split_field(data, 7)
+    assert [bytes(v) for v in found] == [b"abc", b"", b"\x00" * 300]
+    assert all(v.obj is data for v in found)
+    parsed = service_pb2.ModelInferRequest.FromString(rest)
+    assert not parsed.raw_input_contents
+    assert (parsed.model_name, parsed.id, parsed.parameters["k"].int64_param) == ("m", "r", 5)
+    for broken in (data[:-1], b"\x00\x01", b"\x0b"):  # truncated, field 0, a group
+        with pytest.raises(ValueError):
+            split_field(broken, 7)
+
+
+def test_a_large_raw_grpc_request_is_decoded_in_place() -> None:
+    from tritonclient.grpc import service_pb2
+
+    from inferpool.errors import BadRequest
+    from inferpool.protocol import grpc_wire
+
+    big = np.arange(grpc_wire.LARGE_RAW // 4, dtype=np.float32)
+    for name in ("m", "mm", "mmm", "mmmm"):  # one of them puts the tensor at an aligned offset
+        message = service_pb2.ModelInferRequest(model_name=name)
+        message.inputs.add(name="x", datatype="FP32", shape=[big.size])
+        message.inputs.add(name="y", datatype="INT32", shape=[2])
+        message.raw_input_contents.extend([big.tobytes(), np.arange(2, dtype="<i4").tobytes()])
+        data = message.SerializeToString()
+        if data.find(big.tobytes()[:64]) % 4 == 0:
+            break
+    request = grpc_wire.decode(data)
+    x, y = (tensor.data for tensor in request.inputs)
+    assert np.array_equal(x, big) and np.array_equal(y, np.arange(2))
+    assert request.raw_contents
+    assert np.shares_memory(x, np.frombuffer(data, np.uint8))  # read in place, not parsed
+    with pytest.raises(BadRequest, match="not a valid"):
+        grpc_wire.decode(data[:-1])
