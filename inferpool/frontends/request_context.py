@@ -96,12 +96,17 @@ _NAME_KEY, _VERSION_KEY, _ID_KEY = 1 << 3 | 2, 2 << 3 | 2, 3 << 3 | 2
 _BEFORE_ID = frozenset((_NAME_KEY, _VERSION_KEY, _ID_KEY))
 _REST_START = b'{"model_name":"'
 _REST_ID = b',"id":"'
+# Bytes of a large body's start searched for its ``id`` (a longer id: a new one is made).
+ID_WINDOW = 64 * 1024
 
 
 def echoed_rest_id(body: bytes) -> str | None:
     """The ``id`` of a V2 REST response as the worker encodes it (``rest_json``:
     ``{"model_name":"...","id":"...",...}``), read from its first bytes; None for any
-    other body (an error, a runtime endpoint's own answer)."""
+    other body (an error, a runtime endpoint's own answer). A large body may come as a
+    view (``request_headers.unwrap``): its first ``ID_WINDOW`` bytes are read."""
+    if not isinstance(body, bytes):
+        body = bytes(body[:ID_WINDOW])
     if not body.startswith(_REST_START):
         return None
     start = len(_REST_START)

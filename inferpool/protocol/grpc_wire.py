@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 
 from inferpool.errors import BadRequest
 from inferpool.protocol import limits
-from inferpool.protocol.binary import bytes_elements_to_wire, tensor_from_bytes
+from inferpool.protocol.binary import bytes_elements_to_wire, tensor_from_bytes, tensor_to_bytes
 from inferpool.protocol.datatypes import (
     NUMPY_BY_DATATYPE,
     admit,
@@ -31,6 +31,7 @@ from inferpool.protocol.datatypes import (
     numpy_dtype,
 )
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
+from inferpool.protocol.protowire import split_field
 from inferpool.protocol.shared_memory import REGION, placeholder
 from inferpool.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
@@ -74,15 +75,26 @@ class GrpcInferenceRequest(InferenceRequest):
     raw_contents: bool = False
 
 
+# ModelInferRequest's raw_input_contents: its field number.
+_RAW_INPUT = 7
+
+
 def decode(body: bytes, json_length: int | None = None) -> GrpcInferenceRequest:
-    """Parse a serialized ModelInferRequest; every problem is a 400 naming the input."""
+    """Parse a serialized ModelInferRequest; every problem is a 400 naming the input.
+    A body of ``LARGE_RAW`` bytes or more has its raw contents read in place (views of
+    ``body``): the parse copies only the rest."""
+    raw: Any
     try:
-        message = pb.ModelInferRequest.FromString(body)
-    except DecodeError:
+        if len(body) >= LARGE_RAW:
+            rest, raw = split_field(body, _RAW_INPUT)
+            message = pb.ModelInferRequest.FromString(rest)
+        else:
+            message = pb.ModelInferRequest.FromString(body)
+            raw = message.raw_input_contents
+    except (DecodeError, ValueError):
         raise BadRequest("request body is not a valid inference.ModelInferRequest") from None
     if not message.inputs:
         raise BadRequest("request must have at least one input")
-    raw: Any = message.raw_input_contents
     if raw and len(raw) != len(message.inputs):
         raw = _raw_beside_regions(message.inputs, raw)
     current = limits.current()
@@ -195,8 +207,19 @@ def typed_data(contents: Any, datatype: str, shape: tuple[int, ...], name: str) 
     return data.reshape(shape)
 
 
-def encode(response: InferenceResponse, request: InferenceRequest) -> tuple[bytes, None]:
-    """A serialized ModelInferResponse: raw contents if the request was raw, else typed."""
+# ModelInferResponse's raw_output_contents (field 6, length-delimited): its key.
+_RAW_OUTPUT_KEY = bytes((6 << 3 | 2,))
+# Raw outputs of this many bytes or more (all together) are written after the serialized
+# message from the arrays' buffers (one copy, in the join), not copied into the message
+# then serialized (three); smaller ones go through the message as they always did.
+LARGE_RAW = 1 << 20
+
+
+def encode(
+    response: InferenceResponse, request: InferenceRequest, prefix: bytes = b""
+) -> tuple[bytes, None]:
+    """A serialized ModelInferResponse: raw contents if the request was raw, else typed;
+    ``prefix`` (a headers block) in front."""
     message = pb.ModelInferResponse(
         model_name=response.model_name,
         model_version=response.model_version or "",
@@ -204,14 +227,24 @@ def encode(response: InferenceResponse, request: InferenceRequest) -> tuple[byte
     )
     set_parameters(message.parameters, response.parameters)
     raw = getattr(request, "raw_contents", False)
+    large = raw and sum(getattr(out.data, "nbytes", 0) for out in response.outputs) >= LARGE_RAW
     for output in response.outputs:
         tensor = message.outputs.add(name=output.name, datatype=output.datatype, shape=output.shape)
         set_parameters(tensor.parameters, output.parameters)
+        if large:
+            continue
         if raw:
             message.raw_output_contents.append(raw_bytes(output))
         else:
             fill_contents(tensor.contents, output)
-    return message.SerializeToString(), None
+    if large:  # a message's fields may come in any order: the raw contents follow the rest
+        parts: list[bytes | memoryview] = [prefix, message.SerializeToString()]
+        for output in response.outputs:
+            data = tensor_to_bytes(output)
+            parts += [_RAW_OUTPUT_KEY, _varint_bytes(len(data)), data]
+        return b"".join(parts), None
+    body = message.SerializeToString()
+    return (prefix + body if prefix else body), None
 
 
 def raw_bytes(tensor: Tensor) -> bytes:

@@ -18,7 +18,7 @@ class DecodeLimits:
     max_request_tensor_bytes: int = 256 * 1024 * 1024
     max_json_depth: int = 64
     # Read where no frontend stands before the decoder: a warm-up sample's request file.
-    max_body_bytes: int = 64 * 1024 * 1024
+    max_body_bytes: int = 65 * 1024 * 1024  # as ServerSettings: 64 MiB + 1 MiB of headers
 
     @classmethod
     def from_settings(cls, settings: Any) -> DecodeLimits:

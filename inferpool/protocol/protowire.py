@@ -3,7 +3,8 @@ read straight from a message's bytes without parsing the rest.
 
 The gRPC frontend routes a ModelInferRequest by its ``model_name`` and ``model_version``
 with it, and the health service reads a HealthCheckRequest: neither needs a generated
-class or a full parse for that.
+class or a full parse for that. The gRPC decoder takes a large request's raw contents out
+of it as views (``split_field``) before parsing the rest.
 """
 
 from __future__ import annotations
@@ -40,6 +41,45 @@ def scan_fields(data: bytes, wanted: Container[int]) -> dict[int, bytes]:
     if pos != end:
         raise ValueError("truncated message")
     return fields
+
+
+def split_field(data: bytes, number: int) -> tuple[bytes, list[memoryview]]:
+    """The message without its length-delimited field ``number``, and a view of each
+    occurrence of that field's value, in order (a large ``raw_input_contents`` read in
+    place rather than copied by a parse). ``ValueError`` for bytes that are no message."""
+    view = memoryview(data)
+    kept: list[memoryview] = []
+    found: list[memoryview] = []
+    pos, end, start = 0, len(data), 0
+    while pos < end:
+        field_start = pos
+        key, pos = read_varint(data, pos)
+        if key >> 3 == 0:
+            raise ValueError("field number 0")
+        if key & 7 != 2:
+            pos = _skip(data, pos, key & 7)
+            continue
+        length, pos = read_varint(data, pos)
+        if key >> 3 == number:
+            kept.append(view[start:field_start])
+            found.append(view[pos : pos + length])
+            start = pos + length
+        pos += length
+    if pos != end:
+        raise ValueError("truncated message")
+    kept.append(view[start:end])
+    return b"".join(kept), found
+
+
+def _skip(data: bytes, pos: int, wire_type: int) -> int:
+    """The position after a value of ``wire_type`` 0, 1 or 5 at ``pos``."""
+    if wire_type == 0:
+        return read_varint(data, pos)[1]
+    if wire_type == 1:
+        return pos + 8
+    if wire_type == 5:
+        return pos + 4
+    raise ValueError(f"unsupported wire type {wire_type}")  # groups (3, 4) are proto2's
 
 
 def read_varint(data: bytes, pos: int) -> tuple[int, int]:

@@ -18,7 +18,7 @@ metadata, as MLServer 1.7.1 does.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import orjson
 
@@ -54,30 +54,54 @@ def grpc_metadata(metadata: Iterable[tuple[str | bytes, str | bytes]]) -> dict[s
     return found
 
 
+def headers_block(headers: dict[str, str], padding: int = 0) -> bytes:
+    """The headers block with its length in front: what ``wrap`` puts before a body;
+    ``padding`` spaces after its JSON (to align what follows)."""
+    block = orjson.dumps(headers) + b" " * padding if padding else orjson.dumps(headers)
+    return len(block).to_bytes(_LENGTH, "big") + block
+
+
 def wrap(headers: dict[str, str], body: bytes) -> bytes:
-    """The headers block, then the V2 body."""
-    block = orjson.dumps(headers)
-    return len(block).to_bytes(_LENGTH, "big") + block + body
+    """The headers block, then the V2 body (a copy of it: the REST route reads a large
+    body behind its block instead, ``read_body``'s ``prefix``)."""
+    return headers_block(headers) + body
+
+
+def _after_block(body: bytes) -> tuple[int, bytes]:
+    """Where the body behind a headers block starts, and that body: a view of a large
+    one (at least ``VIEW_FROM`` bytes) rather than a copy."""
+    end = _LENGTH + int.from_bytes(body[:_LENGTH], "big")
+    if len(body) >= VIEW_FROM:
+        return end, memoryview(body)[end:]  # type: ignore[return-value]  # bytes-like
+    return end, body[end:]
+
+
+# Bodies from this size on are cut by a view; smaller ones by a slice (a copy cheaper
+# than a view's object for what reads them next).
+VIEW_FROM = 1 << 20
 
 
 def with_headers(decode: Decoder) -> Decoder:
     """A wire format's decoder for bodies that ``wrap`` made."""
 
     def decode_with_headers(body: bytes, json_length: int | None) -> InferenceRequest:
-        size = int.from_bytes(body[:_LENGTH], "big")
-        end = _LENGTH + size
+        end, rest = _after_block(body)
         if len(body) < end:
             raise BadRequest("request headers block is truncated")  # only a bug sends this
-        request = decode(body[end:], json_length)
+        request = decode(rest, json_length)
         request.parameters[HEADERS] = orjson.loads(body[_LENGTH:end])
         return request
 
     return decode_with_headers
 
 
-def with_response_headers(encode: Encoder) -> Encoder:
+PrefixedEncoder = Callable[[InferenceResponse, InferenceRequest, bytes], tuple[bytes, int | None]]
+
+
+def with_response_headers(encode: PrefixedEncoder) -> Encoder:
     """A wire format's encoder that moves the response's ``parameters.headers`` out of
-    the body into a headers block in front of it (``wrap``; an empty block when none)."""
+    the body into a headers block in front of it (``wrap``; an empty block when none);
+    ``encode`` writes the block in front of the body it makes, in the same join."""
 
     def encode_with_headers(
         response: InferenceResponse, request: InferenceRequest
@@ -87,8 +111,7 @@ def with_response_headers(encode: Encoder) -> Encoder:
         if isinstance(headers, dict):  # MLServer takes them out of the body
             del response.parameters[HEADERS]
             found = {str(name): _header_text(value) for name, value in headers.items()}
-        body, json_length = encode(response, request)
-        return wrap(found, body), json_length
+        return encode(response, request, headers_block(found))
 
     return encode_with_headers
 
@@ -99,8 +122,12 @@ def _header_text(value: object) -> str:
     return text.replace("\r", " ").replace("\n", " ")
 
 
-def unwrap(body: bytes) -> tuple[dict[str, str], bytes]:
-    """The headers block and the body that ``with_response_headers`` joined."""
-    size = int.from_bytes(body[:_LENGTH], "big")
-    end = _LENGTH + size
-    return orjson.loads(body[_LENGTH:end]), body[end:]
+def unwrap(body: bytes, view: bool = False) -> tuple[dict[str, str], bytes]:
+    """The headers block and the body that ``with_response_headers`` joined; ``view``: a
+    large body as a view of ``body`` (for a caller that only writes it out)."""
+    if view:
+        end, rest = _after_block(body)
+    else:
+        end = _LENGTH + int.from_bytes(body[:_LENGTH], "big")
+        rest = body[end:]
+    return orjson.loads(body[_LENGTH:end]), rest

@@ -23,11 +23,16 @@ def decode(body: bytes, json_length: int | None) -> InferenceRequest:
     return rest_json.request_from_document(document, binary_tail=view[json_length:])
 
 
-def encode(response: InferenceResponse, request: InferenceRequest) -> tuple[bytes, int | None]:
-    """JSON, or JSON then binary outputs (and its length) when the request asks for them."""
+def encode(
+    response: InferenceResponse, request: InferenceRequest, prefix: bytes = b""
+) -> tuple[bytes, int | None]:
+    """JSON, or JSON then binary outputs (and its length) when the request asks for them;
+    ``prefix`` (a headers block) in front, in the same join: the outputs' arrays are
+    copied once, straight from their buffers."""
     binary = binary_outputs(request, response.outputs)
     if not any(binary):
-        return rest_json.encode_response(response), None
+        document = rest_json.encode_response(response)
+        return (prefix + document if prefix else document), None
     header, tail = split_binary_outputs(response.outputs, binary)
     document = rest_json.encode_response(response, header)
-    return b"".join([document, *tail]), len(document)
+    return b"".join([prefix, document, *tail]), len(document)

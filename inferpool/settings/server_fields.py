@@ -220,10 +220,13 @@ class LimitFields(ServingFields):
     """What one request or connection may use: each checked before anything is allocated."""
 
     # -- limits: each checked before anything is allocated (docs/operate/limits.md)
+    # 64 MiB of tensor data and 1 MiB for what comes with it (the binary extension's JSON
+    # header, gRPC's message fields): a 64 MiB tensor, as Triton clients send it, passes.
     max_body_bytes: int = Field(
-        64 * MIB,
+        65 * MIB,
         ge=1,
-        description="largest REST request body or gRPC message, in bytes (413)",
+        description="largest REST request body or gRPC message, in bytes (413); the default "
+        "admits a 64 MiB tensor with up to 1 MiB of JSON header or message fields",
     )
     max_tensor_elements: int = Field(
         2**26, ge=1, description="most elements one tensor may declare in its shape (400)"

@@ -3,6 +3,10 @@
 A ``SOCK_SEQPACKET`` socketpair keeps message boundaries and carries fds, and its EOF
 tells the other side at once that the process died. A message too big for the socket
 travels in its own memfd, sent as an fd and released by the receiver after reading.
+The parts of a message (a request's slot header, its body) are written to the memfd by
+one ``writev``, never joined first; a spilled request or reply is read back as its header
+and its body apart (``messages.Parts``), so its body is not copied again to cut the
+header off.
 """
 
 from __future__ import annotations
@@ -45,15 +49,35 @@ def memfd_with(parts: Sequence[bytes]) -> int:
 def read_memfd(fd: int) -> bytes:
     """The whole content of a memfd, which is closed (and so released) afterwards."""
     try:
-        size = os.fstat(fd).st_size
-        if size == 0:
-            return b""
-        data = os.pread(fd, size, 0)
-        while len(data) < size:  # a short read: the rest
-            data += os.pread(fd, size - len(data), len(data))
-        return data
+        return _pread_all(fd, os.fstat(fd).st_size, 0)
     finally:
         os.close(fd)
+
+
+def read_memfd_parts(fd: int) -> messages.Parts:
+    """A spilled request's or reply's slot header and body, each read into its own bytes
+    (one copy of the body, where a whole read then a slice made two); the memfd is
+    closed afterwards. A memfd shorter than a header (only a bug sends one) gives what
+    it holds as the header."""
+    try:
+        size = os.fstat(fd).st_size
+        head = min(size, messages.HEADER_SIZE)
+        return messages.Parts(_pread_all(fd, head, 0), _pread_all(fd, size - head, head))
+    finally:
+        os.close(fd)
+
+
+def _pread_all(fd: int, size: int, offset: int) -> bytes:
+    """``size`` bytes of ``fd`` from ``offset``, over as many reads as it takes."""
+    if size == 0:
+        return b""
+    data = os.pread(fd, size, offset)
+    while 0 < len(data) < size:  # a short read: the rest
+        more = os.pread(fd, size - len(data), offset + len(data))
+        if not more:
+            break
+        data += more
+    return data
 
 
 class Outgoing:
@@ -116,6 +140,13 @@ class Channel:
         flags = 0 if block else socket.MSG_DONTWAIT
         # socket.recv_fds would ignore ``flags`` (Python 3.11), so unpack SCM_RIGHTS here.
         data, ancillary, _, _ = self.sock.recvmsg(INLINE_LIMIT, _FD_SPACE, flags)
+        return self._unpacked(data, ancillary)
+
+    @staticmethod
+    def _unpacked(
+        data: bytes, ancillary: list[tuple[int, int, bytes]]
+    ) -> tuple[int, bytes, list[int]]:
+        """A received message's opcode, payload and fds; EOFError for the other side's EOF."""
         fds = _received_fds(ancillary)
         if not data:
             for fd in fds:
@@ -126,15 +157,23 @@ class Channel:
             return op & ~_SPILLED, read_memfd(fds[-1]), fds[:-1]
         return op, data[1:], fds
 
+    def _receive_parts(self) -> tuple[int, bytes | messages.Parts, list[int]]:
+        """``receive`` without blocking, a spilled request or reply read as its ``Parts``."""
+        data, ancillary, _, _ = self.sock.recvmsg(INLINE_LIMIT, _FD_SPACE, socket.MSG_DONTWAIT)
+        if data and data[0] & _SPILLED and data[0] & ~_SPILLED in messages.BINARY_OPS:
+            fds = _received_fds(ancillary)
+            return data[0] & ~_SPILLED, read_memfd_parts(fds[-1]), fds[:-1]
+        return self._unpacked(data, ancillary)
+
     def dispatch_pending(
-        self, dispatch: Callable[[int, bytes], object], limit: int | None = None
+        self, dispatch: Callable[[int, bytes | messages.Parts], object], limit: int | None = None
     ) -> bool:
         """Hand every message waiting (at most ``limit``) to ``dispatch(op, payload)``
         without blocking, and close the fds that came with each; False once the other
         side has gone."""
         for _ in itertools.repeat(None) if limit is None else range(limit):
             try:
-                op, payload, fds = self.receive(block=False)
+                op, payload, fds = self._receive_parts()
             except BlockingIOError:
                 return True
             except (EOFError, OSError):

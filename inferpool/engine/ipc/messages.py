@@ -432,6 +432,22 @@ _DECODERS: dict[int, msgspec.msgpack.Decoder[Any]] = {
 BINARY_OPS = frozenset({Op.REQUEST, Op.REPLY})
 
 
+class Parts(NamedTuple):
+    """A spilled request's or reply's payload as read from its memfd: the packed header
+    and the body apart, so that the body is not copied again to cut the header off."""
+
+    header: bytes
+    body: bytes
+
+
+def header_and_body(payload: bytes | Parts) -> tuple[bytes, bytes]:
+    """The packed header (``HEADER.unpack_from`` reads its start) and the body of a
+    request's or reply's payload: inline (one bytes) or spilled (``Parts``)."""
+    if isinstance(payload, Parts):
+        return payload
+    return payload, payload[HEADER_SIZE:]
+
+
 def encode(message: Control) -> bytes:
     """The payload of a control message (its opcode travels apart)."""
     return _ENCODER.encode(message)
@@ -462,9 +478,12 @@ class Dispatch:
     def __init__(self, handlers: Mapping[Op, Handler]) -> None:
         self._handlers = dict(handlers)
 
-    def __call__(self, op: int, payload: bytes) -> None:
+    def __call__(self, op: int, payload: bytes | Parts) -> None:
         handler = self._handlers.get(op)  # type: ignore[call-overload]
         if handler is None:
             logger.warning("dropping a control message nobody handles here (opcode %d)", op)
             return
-        handler(payload if op in BINARY_OPS else decode(op, payload))
+        if op in BINARY_OPS:
+            handler(payload)
+        elif isinstance(payload, bytes):  # only a request or a reply comes as Parts
+            handler(decode(op, payload))

@@ -172,12 +172,13 @@ class WorkerHandle:
             if future is not None and not future.done():  # else its caller went away
                 future.set_result(Reply.from_fields(fields, body))
 
-    def _on_reply(self, payload: bytes) -> None:
+    def _on_reply(self, payload: bytes | messages.Parts) -> None:
         """A reply too big for a slot (its own memfd, over the control channel)."""
-        header = ReplyHeader.unpack_from(payload)
+        packed, body = messages.header_and_body(payload)
+        header = ReplyHeader.unpack_from(packed)
         future = self.inflight.pop(header.request_id, None)
         if future is not None and not future.done():
-            future.set_result(Reply.from_header(header, payload[messages.HEADER_SIZE :]))
+            future.set_result(Reply.from_header(header, body))
 
     def _on_loaded(self, message: messages.Loaded) -> None:
         self.loading = None

@@ -223,9 +223,10 @@ class Worker:
         """Act on every pending control message; False when the frontend has gone."""
         return self.channel.dispatch_pending(self.dispatch)
 
-    def _on_request(self, payload: bytes) -> None:
-        level = messages.HEADER.unpack_from(payload)[4]  # its priority (``_take_requests``)
-        self._enqueue(RequestHeader.unpack_from(payload), payload[messages.HEADER_SIZE :], level)
+    def _on_request(self, payload: bytes | messages.Parts) -> None:
+        header, body = messages.header_and_body(payload)
+        level = messages.HEADER.unpack_from(header)[4]  # its priority (``_take_requests``)
+        self._enqueue(RequestHeader.unpack_from(header), body, level)
 
     def _on_unload(self, message: messages.Unload) -> None:
         # Requests pushed to the ring before the unload was sent are queued first (the

@@ -88,8 +88,11 @@ def unframe(
 ) -> bytes:
     """The one message of a unary call from its length-prefixed DATA, inflated by the
     call's ``grpc-encoding`` when flagged compressed (``compression.inflate``)."""
-    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    if len(body) < 5:
+    size = len(chunks[0]) if len(chunks) == 1 else sum(len(chunk) for chunk in chunks)
+    large = len(chunks) > 1 and size >= LARGE_MESSAGE
+    # A large message's first bytes only, for its prefix; it is copied once, below.
+    body = chunks[0] if len(chunks) == 1 else _prefix(chunks) if large else b"".join(chunks)
+    if size < 5 or len(body) < 5:
         raise CallError("INTERNAL", "a unary call needs exactly one request message")
     flag = body[0]
     if flag > 1:
@@ -97,14 +100,51 @@ def unframe(
     length = int.from_bytes(body[1:5], "big")
     if length > limit:
         raise CallError("RESOURCE_EXHAUSTED", too_large(length, limit))
-    if len(body) != 5 + length:
+    if size != 5 + length:
         raise CallError("INTERNAL", "a unary call needs exactly one request message")
+    if large:
+        body = _after_prefix(chunks)
+        if flag == 0:
+            return body
+        return _inflated(body, encoding, limit)
     if flag == 0:
         return body[5:]
+    return _inflated(body[5:], encoding, limit)
+
+
+def _inflated(message: bytes, encoding: bytes | None, limit: int) -> bytes:
     try:
-        return inflate(body[5:], encoding, limit)
+        return inflate(message, encoding, limit)
     except BadMessage as exc:
         raise CallError(exc.code, exc.message) from None
+
+
+# A message of this size or more in several DATA chunks is copied once into its own
+# buffer behind its 5-byte prefix (``_after_prefix``), not joined then sliced (twice).
+LARGE_MESSAGE = 1 << 20
+
+
+def _prefix(chunks: list[bytes]) -> bytes:
+    """The message's first 5 bytes (its compressed flag and length), however chunked."""
+    head = b""
+    for chunk in chunks:
+        head += chunk[: 5 - len(head)]
+        if len(head) == 5:
+            break
+    return head
+
+
+def _after_prefix(chunks: list[bytes]) -> bytes:
+    """The chunks' bytes after the message's 5-byte prefix, in one bytearray."""
+    buffer = bytearray(sum(len(chunk) for chunk in chunks) - 5)
+    at, skip = 0, 5
+    for chunk in chunks:
+        part = memoryview(chunk)[skip:] if skip else chunk
+        skip = max(0, skip - len(chunk))
+        buffer[at : at + len(part)] = part
+        at += len(part)
+    # A bytes-like that every reader of a message takes as bytes (protobuf, ``in``, writev).
+    return buffer  # type: ignore[return-value]
 
 
 def ok_trailers(request_id: bytes) -> bytes:

@@ -78,18 +78,30 @@ def scan_headers(headers: list[tuple[bytes, bytes]]) -> ScannedHeaders:
     return content_length, binary, timeout, encoding, request_id, priority
 
 
-async def read_body(
-    receive: Receive, content_length: bytes | None, limit: int, encoding: bytes | None = None
-) -> bytes:
-    """The whole body, refused (413) from its Content-Length or once it grows past ``limit``.
+# A body declared at least this large is read into one buffer of its Content-Length;
+# a smaller one keeps the hot path of small requests as it is (its chunks joined).
+LARGE_BODY = 1 << 20
 
+
+async def read_body(
+    receive: Receive,
+    content_length: bytes | None,
+    limit: int,
+    encoding: bytes | None = None,
+    prefix: bytes = b"",
+) -> bytes:
+    """``prefix`` then the whole body, refused (413) from its Content-Length or once it
+    grows past ``limit`` (which counts the body only).
+
+    A body with a Content-Length of ``LARGE_BODY`` or more is read into one buffer of that
+    size (a bytearray, behind ``prefix``): one copy of it, where chunks joined made two.
     A body with a Content-Encoding is decompressed as it arrives; ``limit`` then bounds the
     decompressed size as well, so a small bomb is refused after at most ``limit`` bytes.
     """
     if encoding is not None:
-        return await _read_encoded(receive, content_length, limit, encoding)
-    if content_length is not None:
-        _check_length(content_length, limit)
+        inflated = await _read_encoded(receive, content_length, limit, encoding)
+        return prefix + inflated if prefix else inflated
+    declared = _check_length(content_length, limit)
     message = await receive()
     if message["type"] != "http.request":
         raise client_gone("while its body was arriving")
@@ -97,11 +109,61 @@ async def read_body(
     if not message.get("more_body", False):
         if len(body) > limit:
             raise BodyTooLarge(too_large_message(len(body), limit))
-        return body
-    chunks = [body]
+        return prefix + body if prefix else body
+    if declared is not None and declared >= LARGE_BODY:
+        return await _read_into_buffer(receive, body, declared, limit, prefix)
+    chunks = [prefix, body] if prefix else [body]
     async for chunk in _next_chunks(receive, len(body), limit):
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+# The boundary a large body's first binary tensor is put on (``alignment``): large
+# buffers from malloc, and bytes' data, start on one, so the decoder's view of the tensor
+# is aligned and is not copied to be.
+ALIGN = 16
+
+
+def alignment(before: int, binary: bytes | None) -> int:
+    """Bytes of padding that put the first binary tensor of a body (its JSON header
+    ``binary`` bytes long: Inference-Header-Content-Length) read behind ``before`` bytes at
+    an ``ALIGN`` boundary; 0 without a valid binary header. Whitespace pads it (JSON
+    allows it around the document); the caller checks the body is large first."""
+    text = b"" if binary is None else binary.strip()
+    if not (0 < len(text) <= 18 and text.isdigit()):
+        return 0
+    return -(before + int(text)) % ALIGN
+
+
+async def _read_into_buffer(
+    receive: Receive, first: bytes, declared: int, limit: int, prefix: bytes
+) -> bytes:
+    """``prefix`` and the body (``first`` the chunk already received) in one bytearray
+    sized from the Content-Length; the servers enforce the framing, so the chunks fill it
+    exactly (a body that ends short is cut to what came)."""
+    buffer = bytearray(len(prefix) + declared)
+    view = memoryview(buffer)
+    view[: len(prefix)] = prefix
+    at = len(prefix)
+    try:
+        at = _fill(view, at, first)
+        async for chunk in _next_chunks(receive, len(first), limit):
+            at = _fill(view, at, chunk)
+    finally:
+        view.release()
+    if at < len(buffer):
+        del buffer[at:]
+    # A bytes-like that every reader of a body takes as bytes (the decoders, writev, ``in``).
+    return buffer  # type: ignore[return-value]
+
+
+def _fill(view: memoryview, at: int, chunk: bytes) -> int:
+    """``chunk`` copied into ``view`` at ``at``; where the next one goes."""
+    end = at + len(chunk)
+    if end > len(view):
+        raise BadRequest("request body is longer than its Content-Length")
+    view[at:end] = chunk
+    return end
 
 
 async def _next_chunks(receive: Receive, received: int, limit: int) -> AsyncIterator[bytes]:
@@ -188,11 +250,15 @@ class _Inflater:
         return b"".join(self.parts)
 
 
-def _check_length(content_length: bytes | None, limit: int) -> None:
-    if content_length is not None:
-        text = content_length.strip()
-        if len(text) > 18 or (text.isdigit() and int(text) > limit):
-            raise BodyTooLarge(too_large_message(text.decode("latin-1")[:40], limit))
+def _check_length(content_length: bytes | None, limit: int) -> int | None:
+    """The declared length (None: none, or not a number); 413 when over ``limit``."""
+    if content_length is None:
+        return None
+    text = content_length.strip()
+    declared = int(text) if text.isdigit() and len(text) <= 18 else None
+    if len(text) > 18 or (declared is not None and declared > limit):
+        raise BodyTooLarge(too_large_message(text.decode("latin-1")[:40], limit))
+    return declared
 
 
 def json_length(raw: bytes | None, body_size: int) -> int | None:
@@ -234,14 +300,13 @@ def client_gone(when: str) -> ClientGone:
     return ClientGone(f"the client went away {when}")
 
 
-async def read_request(
-    scope: Any, receive: Any, limit: int, default_timeout: float
-) -> tuple[bytes, bytes | None, float | None]:
-    """A request's body (``read_body``: at most ``limit`` bytes), its
-    Inference-Header-Content-Length and its timeout in seconds (None: no deadline), its
-    request id taken from its header first, its ``inferpool-priority`` level into the
-    scope (``PRIORITY``; 400 for a bad one): what the infer and custom endpoint routes
-    read before they call the engine."""
+def read_head(
+    scope: Any, default_timeout: float
+) -> tuple[bytes | None, bytes | None, float | None, bytes | None]:
+    """What a request's headers say before its body is read: its Content-Length,
+    Inference-Header-Content-Length, timeout in seconds (None: no deadline) and
+    Content-Encoding; its request id taken from its header first and its
+    ``inferpool-priority`` level into the scope (``PRIORITY``; 400 for a bad one)."""
     content_length, binary, timeout_header, encoding, given, priority = scan_headers(
         scope["headers"]
     )
@@ -249,5 +314,15 @@ async def read_request(
     timeout = request_timeout(timeout_header, default_timeout)
     if priority is not None:  # the infer route hands it to the dispatcher (``LEVEL``)
         scope[PRIORITY] = header_level(priority)
+    return content_length, binary, timeout, encoding
+
+
+async def read_request(
+    scope: Any, receive: Any, limit: int, default_timeout: float
+) -> tuple[bytes, bytes | None, float | None]:
+    """A request's body (``read_body``: at most ``limit`` bytes), its
+    Inference-Header-Content-Length and its timeout (``read_head``): what the custom
+    endpoint routes read before they call the engine."""
+    content_length, binary, timeout, encoding = read_head(scope, default_timeout)
     body = await read_body(receive, content_length, limit, encoding)
     return body, binary, timeout

@@ -25,12 +25,18 @@ from inferpool.errors import InferpoolError
 from inferpool.frontends.access_log import REQUEST_ID
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.rest.answer import answered, failed, header_lines, write
-from inferpool.frontends.rest.body import PRIORITY, json_length, read_request
+from inferpool.frontends.rest.body import (
+    PRIORITY,
+    alignment,
+    json_length,
+    read_body,
+    read_head,
+)
 from inferpool.frontends.rest.cloudevents import CloudEvents, served_namespace
 from inferpool.frontends.rest.gzip import answer_gzip
 from inferpool.frontends.rest.reply import await_reply
 from inferpool.protocol.priority import LEVEL
-from inferpool.protocol.request_headers import http_headers, unwrap, wrap
+from inferpool.protocol.request_headers import headers_block, http_headers, unwrap
 
 logger = logging.getLogger("inferpool.http")
 
@@ -121,15 +127,27 @@ class InferRoutes:
     async def _answer(
         self, scope: Any, receive: Any, name: str, version: str | None
     ) -> tuple[int, bytes, bytes]:
-        body, binary, timeout = await read_request(
-            scope, receive, self.max_body, self.default_timeout
-        )
-        header_length = json_length(binary, len(body))
+        content_length, binary, timeout, encoding = read_head(scope, self.default_timeout)
         kind: int = Kind.REST
         custom = self.find(name, version).custom
-        if custom:  # a user's runtime: the headers go along
-            body = wrap(http_headers(scope["headers"]), body)
+        # A large binary body (a million bytes or more) is read behind padding that
+        # aligns its first tensor; a small one as it is.
+        large = binary is not None and content_length is not None and len(content_length) > 6
+        if custom:  # a user's runtime: the headers go along, in front of the body
+            headers = http_headers(scope["headers"])
+            block = headers_block(headers)
+            if large and (pad := alignment(len(block), binary)):
+                block = headers_block(headers, pad)
+            body = await read_body(receive, content_length, self.max_body, encoding, block)
+            header_length = json_length(binary, len(body) - len(block))
             kind = Kind.REST_HEADERS
+        elif large and (pad := alignment(0, binary)):
+            body = await read_body(receive, content_length, self.max_body, encoding, b" " * pad)
+            length = json_length(binary, len(body) - pad)
+            header_length = None if length is None else pad + length
+        else:
+            body = await read_body(receive, content_length, self.max_body, encoding)
+            header_length = json_length(binary, len(body))
         if self.shm_regions and MARKER in body:  # some tensors are in shared memory
             kind, body = self.shared_memory.tagged(kind, body)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -147,7 +165,7 @@ class InferRoutes:
         if custom and reply.status == 200:
             # The headers the runtime's response set (parameters.headers), as MLServer
             # sends them: HTTP response headers, no longer in the JSON body.
-            headers, reply.body = unwrap(reply.body)
+            headers, reply.body = unwrap(reply.body, view=True)
             extra = header_lines(headers)
         status, head, body = answered(scope, reply)
         if self.cloudevents is not None and status == 200:

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.channel import INLINE_LIMIT, Channel, socket_pair
 
 
@@ -30,6 +31,26 @@ def test_big_message_travels_in_a_memfd(pair) -> None:
     left.send(6, b"head", big)
     op, payload, fds = right.receive()
     assert (op, payload, fds) == (6, b"head" + big, [])
+
+
+def test_a_spilled_request_or_reply_is_dispatched_as_its_header_and_body(pair) -> None:
+    """The parts go to the memfd in one writev and come back apart (``messages.Parts``):
+    the body is not copied again to cut the slot header off. Other ops, and a request
+    small enough to go inline, come as one bytes."""
+    left, right = pair
+    header = bytes(range(messages.HEADER_SIZE))
+    big = os.urandom(INLINE_LIMIT * 5)
+    left.send(messages.Op.REPLY, header, big)
+    left.send(messages.Op.REQUEST, header, b"small")
+    left.send(0x55, b"other", big)
+    got: list = []
+    assert right.dispatch_pending(lambda op, payload: got.append((op, payload)))
+    (reply_op, reply), (request_op, small), (other_op, other) = got
+    assert reply_op == messages.Op.REPLY and reply == messages.Parts(header, big)
+    assert messages.header_and_body(reply) == (header, big)
+    assert request_op == messages.Op.REQUEST and small == header + b"small"
+    assert messages.header_and_body(small) == (small, b"small")
+    assert other_op == 0x55 and other == b"other" + big
 
 
 def test_fds_cross_and_work(pair) -> None:

@@ -8,6 +8,7 @@ implementation), not by comparing with bytes computed the same way.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from types import SimpleNamespace
 from urllib.parse import unquote
 
@@ -141,6 +142,21 @@ def test_unframe_joins_a_message_split_anywhere():
         assert unframe([whole[:cut], whole[cut:]]) == bytes(range(256)) * 10
     assert unframe([bytes((b,)) for b in whole]) == bytes(range(256)) * 10
     assert unframe([b"", whole, b""]) == bytes(range(256)) * 10
+
+
+def test_unframe_copies_a_large_chunked_message_once_behind_its_prefix():
+    """From LARGE_MESSAGE on, the DATA chunks go into one buffer past the 5-byte prefix
+    (not joined, then sliced); the result reads as the message, split anywhere."""
+    message = bytes(range(256)) * (h2_call.LARGE_MESSAGE // 256 + 1)
+    whole = message_frame(message)
+    for cuts in ((1, 3, 4), (5,), (6, 70_000), (len(whole) - 1,)):
+        bounds = [0, *cuts, len(whole)]
+        chunks = [whole[a:b] for a, b in itertools.pairwise(bounds)]
+        got = unframe([b"", *chunks])
+        assert isinstance(got, bytearray) and got == message
+    with pytest.raises(CallError, match="exactly one request message"):
+        unframe([whole[:100], whole[100:] + b"x"])
+    assert unframe([whole]) == message  # one chunk: a slice, as before
 
 
 def test_unframe_inflates_a_message_by_its_grpc_encoding():

@@ -8,7 +8,13 @@ import asyncio
 import pytest
 
 from inferpool.errors import BadRequest, ClientGone, DeadlineExceeded, TooLarge
-from inferpool.frontends.rest.body import json_length, read_body, request_timeout, scan_headers
+from inferpool.frontends.rest.body import (
+    LARGE_BODY,
+    json_length,
+    read_body,
+    request_timeout,
+    scan_headers,
+)
 from inferpool.frontends.rest.reply import GONE, WATCH, WATCHING, await_reply
 
 
@@ -47,6 +53,39 @@ def test_read_body_joins_chunks_under_the_limit():
     receive = receiver(chunk(b"ab", True), chunk(b"cd", True), chunk(b"e", False))
     assert asyncio.run(read_body(receive, None, 5)) == b"abcde"
     assert asyncio.run(read_body(receiver(chunk(b"abc", False)), b"3", 5)) == b"abc"
+
+
+def test_a_large_body_is_read_into_one_buffer_of_its_length_behind_its_prefix():
+    """From LARGE_BODY on, the chunks are copied into one bytearray sized from the
+    Content-Length (no list of chunks then a join); below it, chunks are joined."""
+    parts = [bytes([n]) * (LARGE_BODY // 3) for n in range(4)]
+    body = b"".join(parts)
+    receive = receiver(*(chunk(part, n < 3) for n, part in enumerate(parts)))
+    read = asyncio.run(read_body(receive, str(len(body)).encode(), len(body), prefix=b"HEAD"))
+    assert isinstance(read, bytearray) and len(read) == 4 + len(body)
+    assert read == b"HEAD" + body
+    small = asyncio.run(read_body(receiver(chunk(b"ab", True), chunk(b"c", False)), b"3", 5))
+    assert type(small) is bytes and small == b"abc"
+    prefixed = asyncio.run(read_body(receiver(chunk(b"abc", False)), b"3", 5, prefix=b"P"))
+    assert prefixed == b"Pabc"
+
+
+def test_a_large_body_longer_than_its_content_length_is_400():
+    receive = receiver(chunk(b"x" * LARGE_BODY, True), chunk(b"y", False))
+    with pytest.raises(BadRequest, match="longer than its Content-Length"):
+        asyncio.run(read_body(receive, str(LARGE_BODY).encode(), 2 * LARGE_BODY))
+
+
+def test_a_large_body_that_ends_short_is_what_came():
+    receive = receiver(chunk(b"x" * LARGE_BODY, True), chunk(b"y", False))
+    read = asyncio.run(read_body(receive, str(LARGE_BODY + 10).encode(), 2 * LARGE_BODY))
+    assert read == b"x" * LARGE_BODY + b"y"
+
+
+def test_a_large_body_is_still_cut_at_the_limit():
+    receive = receiver(chunk(b"x" * LARGE_BODY, True), chunk(b"y", True), chunk(b"z", False))
+    with pytest.raises(TooLarge, match="--max-body-bytes"):
+        asyncio.run(read_body(receive, str(LARGE_BODY).encode(), LARGE_BODY))
 
 
 @pytest.mark.parametrize("length", [b"6", b"99999999999999999999999"])
