@@ -17,6 +17,9 @@ subclass adds, per connection:
 - header size and count limits (431), a Content-Length over ``max_body_bytes`` (413),
   both answered before the app runs, then a short lingering close so the client reads the
   answer instead of a reset;
+- admission from the headers (``admission``, ``early.py``): an infer request that would be
+  refused now (queues full, model not ready or unknown) is answered as those limits are,
+  its body dropped unread;
 - the shared connection registry (``Connections``): admitted on accept, released on close,
   evictable while no request is in flight;
 - a disconnect cancels the request's engine call when the app marked it as watched
@@ -31,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httptools
@@ -48,6 +52,9 @@ from inferpool.settings import ServerSettings
 from inferpool.transport.unsent import ANSWERS, SMALL
 
 logger = logging.getLogger("inferpool.http")
+
+# (url, headers) -> (status, message, extra header lines) to refuse the request now, or None.
+Admission = Callable[[bytes, list[tuple[bytes, bytes]]], tuple[int, str, bytes] | None]
 
 # Parser phases of a connection.
 _WAITING = 0  # no request begun: handshake (new connection) or idle keep-alive
@@ -68,22 +75,26 @@ _SLACK = 0.002
 class _Rejected(Exception):
     """Raised inside a parser callback to stop parsing and answer ``status``."""
 
-    def __init__(self, status: int, message: str, limit: str) -> None:
+    def __init__(self, status: int, message: str, limit: str | None, extra: bytes = b"") -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.limit = limit  # the setting's name, for the metrics
+        self.extra = extra  # header lines the answer adds
 
 
 class GuardedHttpTools(HttpToolsProtocol):
     """Uvicorn's httptools protocol with timeouts, limits and the connection registry.
 
-    ``settings``, ``registry`` and ``frontend`` are class attributes, set by ``protocol_class``.
+    ``settings``, ``registry``, ``frontend`` and ``admission`` are class attributes, set
+    by ``protocol_class``.
     """
 
     settings: ServerSettings
     registry: Connections
     frontend: str
+    # Refuses an infer request from its URL and headers, its body unread (``early.py``).
+    admission: Admission | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -169,7 +180,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         except httptools.HttpParserCallbackError as exc:
             rejected = exc.__context__
             if isinstance(rejected, _Rejected):
-                self._reject(rejected.status, rejected.message, rejected.limit)
+                self._reject(rejected.status, rejected.message, rejected.limit, rejected.extra)
             else:
                 self._reject(400, "invalid HTTP request")
             return
@@ -245,6 +256,16 @@ class GuardedHttpTools(HttpToolsProtocol):
             if len(length) > 18 or int(length) > limit:
                 message = too_large_message(length.decode("latin-1"), limit)
                 raise _Rejected(413, message, "max_body_bytes")
+        admission = self.admission
+        if (
+            admission is not None
+            and self._running_task is None  # not behind a pipelined request's answer
+            and not self.pipeline
+            and self.parser.get_method() == b"POST"
+        ):
+            refused = admission(self.url, self.headers)
+            if refused is not None:  # answered now, its body dropped unread (_linger)
+                raise _Rejected(refused[0], refused[1], None, refused[2])
         self._phase = _BODY
         # Not a key of Uvicorn's HTTPScope TypedDict: an extension key of ours.
         self.scope[WATCH] = 0  # type: ignore[literal-required]  # this server cancels a watched engine call on disconnect
@@ -378,9 +399,11 @@ class GuardedHttpTools(HttpToolsProtocol):
     def send_400_response(self, msg: str) -> None:
         self._reject(400, msg)
 
-    def _reject(self, status: int, message: str, limit: str | None = None) -> None:
+    def _reject(
+        self, status: int, message: str, limit: str | None = None, extra: bytes = b""
+    ) -> None:
         """Answer ``status`` ourselves (no app runs for this request), then close;
-        ``limit``: the setting refusing it, if a limit does."""
+        ``limit``: the setting refusing it, if a limit does; ``extra``: header lines."""
         logger.debug("HTTP %d to %s: %s", status, self.client, message)
         if limit is not None:
             count_rejected(self.frontend, limit)
@@ -389,14 +412,15 @@ class GuardedHttpTools(HttpToolsProtocol):
         if self._running_task is not None or self.pipeline:
             self._abort_unread()  # an answer is being written: cannot put ours in front
             return
-        self._write_error(status, message)
+        self._write_error(status, message, extra)
         self._linger()
 
-    def _write_error(self, status: int, message: str) -> None:
+    def _write_error(self, status: int, message: str, extra: bytes = b"") -> None:
         body = orjson.dumps({"error": message})
         head = [STATUS_LINE[status]]
         for name, value in self.server_state.default_headers:
             head += [name, b": ", value, b"\r\n"]
+        head.append(extra)
         head.append(
             b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
             % len(body)
@@ -475,9 +499,14 @@ class GuardedHttpTools(HttpToolsProtocol):
 
 
 def protocol_class(
-    settings: ServerSettings, registry: Connections, frontend: str = "rest"
+    settings: ServerSettings,
+    registry: Connections,
+    frontend: str = "rest",
+    admission: Admission | None = None,
 ) -> type[GuardedHttpTools]:
     """The protocol class Uvicorn instantiates per connection, bound to these settings;
-    ``frontend`` names its port in the metrics ("rest" or "metrics")."""
+    ``frontend`` names its port in the metrics ("rest" or "metrics"); ``admission``: the
+    check that refuses an infer request from its headers (``early.py``), or None."""
     bound = {"settings": settings, "registry": registry, "frontend": frontend}
+    bound["admission"] = admission
     return type("GuardedHttpTools", (GuardedHttpTools,), bound)
