@@ -46,7 +46,7 @@ from inferpool.frontends.connections import Connections
 from inferpool.frontends.metrics_server import count_rejected
 from inferpool.frontends.reclaim import collect_soon
 from inferpool.frontends.rest.answer import DIRECT
-from inferpool.frontends.rest.body import too_large_message
+from inferpool.frontends.rest.body import headers_refusal, too_large_message
 from inferpool.frontends.rest.reply import GONE, WATCH, WATCHING
 from inferpool.settings import ServerSettings
 from inferpool.transport.unsent import ANSWERS, SMALL
@@ -197,7 +197,7 @@ class GuardedHttpTools(HttpToolsProtocol):
             # httptools buffers a header until it is complete: bound what it may hold.
             self._head_raw += len(data)
             if self._head_raw > self.settings.max_header_bytes:
-                self._reject(431, self._headers_message(), self._header_limit())
+                self._reject(431, *headers_refusal(self.settings, self._header_count))
                 return
         self._sync_timer()
 
@@ -231,7 +231,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         self.url += url
         self._header_bytes += len(url)
         if self._header_bytes > self.settings.max_header_bytes:
-            raise _Rejected(431, self._headers_message(), self._header_limit())
+            raise _Rejected(431, *headers_refusal(self.settings, self._header_count))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
@@ -240,7 +240,7 @@ class GuardedHttpTools(HttpToolsProtocol):
             self._header_bytes > self.settings.max_header_bytes
             or self._header_count > self.settings.max_header_count
         ):
-            raise _Rejected(431, self._headers_message(), self._header_limit())
+            raise _Rejected(431, *headers_refusal(self.settings, self._header_count))
         name = name.lower()
         if name == b"content-length":
             self._content_length = value
@@ -438,18 +438,6 @@ class GuardedHttpTools(HttpToolsProtocol):
             return
         self._arm(min(LINGER_SECONDS, self.settings.body_timeout or LINGER_SECONDS))
         self._sync_timer()
-
-    def _header_limit(self) -> str:
-        if self._header_count > self.settings.max_header_count:
-            return "max_header_count"
-        return "max_header_bytes"
-
-    def _headers_message(self) -> str:
-        if self._header_count > self.settings.max_header_count:
-            limit = f"{self.settings.max_header_count} fields (--max-header-count)"
-        else:
-            limit = f"{self.settings.max_header_bytes} bytes (--max-header-bytes)"
-        return f"request headers exceed the limit of {limit}"
 
     # -- the one timer ----------------------------------------------------------------------
     def _arm(self, seconds: float) -> None:
