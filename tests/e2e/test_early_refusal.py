@@ -2,6 +2,9 @@
 bodies of several MiB (sent whole, cut short, or trickled) are refused with 503 at once,
 their bodies dropped unread, while another model keeps answering; nothing admitted is lost.
 
+The same over gRPC (the builtin HTTP/2 server): a ModelInfer refused from its first DATA
+frame, its message dropped unread.
+
 One server (two workers, ``--max-queue 2``): ``blocked`` has one replica, whose predict
 waits for a file to exist; ``fast`` sums its rows on both workers. Two requests fill
 ``blocked``'s queue; everything after them is refused from its headers. Before this
@@ -19,9 +22,11 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 
+from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from tests.support import Server, write_custom_model
 
 pytestmark = pytest.mark.timeout(300)
@@ -179,6 +184,28 @@ def refused_whole(url: str, body: bytes) -> float:
     return time.monotonic() - started
 
 
+def grpc_message(model: str) -> bytes:
+    """A ModelInferRequest whose tensor is ``BODY_MIB`` MiB of raw bytes."""
+    rows = BODY_MIB * MIB // 24
+    tensor = pb.ModelInferRequest.InferInputTensor(name="x", datatype="FP64", shape=[rows, 3])
+    raw = b"\x00" * (rows * 24)
+    request = pb.ModelInferRequest(model_name=model, inputs=[tensor], raw_input_contents=[raw])
+    return request.SerializeToString()
+
+
+def refused_grpc(address: str, message: bytes) -> float:
+    """ModelInfer of a large message: UNAVAILABLE with the queue-full text, at once."""
+    started = time.monotonic()
+    with grpc.insecure_channel(address) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        with pytest.raises(grpc.RpcError) as raised:
+            call(message, timeout=60)
+    error = raised.value
+    assert error.code() == grpc.StatusCode.UNAVAILABLE, error
+    assert "queue is full" in error.details()
+    return time.monotonic() - started
+
+
 def test_full_queues_refuse_large_bodies_unread_and_lose_nothing(
     server: tuple[Server, Path],
 ) -> None:
@@ -218,6 +245,8 @@ def test_full_queues_refuse_large_bodies_unread_and_lose_nothing(
         body = large_body()
         refusals = [pool.submit(refused_whole, url, body) for _ in range(8)]
         refusals += [pool.submit(refused_raw, port, i, trickle=i % 2 == 1) for i in range(16)]
+        message = grpc_message("blocked")
+        refusals += [pool.submit(refused_grpc, running.grpc_address, message) for _ in range(8)]
         seconds = [refusal.result(timeout=120) for refusal in refusals]
         _, peak = frontend_memory(pid)
         stop.set()
@@ -225,7 +254,7 @@ def test_full_queues_refuse_large_bodies_unread_and_lose_nothing(
 
         # Each refused within the bound, though a trickled body takes hours to arrive.
         assert max(seconds) < REFUSED_WITHIN, sorted(seconds)
-        # 8 whole bodies of 6 MiB arrived (16 more began): none was held.
+        # 8 whole bodies and 8 gRPC messages of 6 MiB arrived (16 more began): none held.
         assert peak - rss_before < 24 * MIB, (rss_before, peak)
         assert latencies and max(latencies) < REFUSED_WITHIN, max(latencies)
 
