@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -61,7 +62,7 @@ class Sum(Runtime):
         return {outputs[0]: payload.sum(axis=1)}
 """
 
-TENSORS = {
+TENSORS: dict[str, Any] = {
     "inputs": [{"name": "x", "datatype": "FP64", "shape": [-1, 3]}],
     "outputs": [{"name": "sum", "datatype": "FP64", "shape": [-1]}],
 }
@@ -190,7 +191,8 @@ def grpc_message(model: str) -> bytes:
     tensor = pb.ModelInferRequest.InferInputTensor(name="x", datatype="FP64", shape=[rows, 3])
     raw = b"\x00" * (rows * 24)
     request = pb.ModelInferRequest(model_name=model, inputs=[tensor], raw_input_contents=[raw])
-    return request.SerializeToString()
+    message: bytes = request.SerializeToString()
+    return message
 
 
 def refused_grpc(address: str, message: bytes) -> float:
