@@ -21,6 +21,7 @@ from inferpool.engine.client import EngineClient
 from inferpool.engine.ipc.messages import Kind
 from inferpool.errors import BadRequest, Overloaded
 from inferpool.frontends.grpc.h2_call import REQUEST_ID, RESPONSE_HEADERS, status_trailers
+from inferpool.frontends.grpc.service import SERVICE
 from inferpool.frontends.metrics_server import OVERLOAD, count_rejected
 from inferpool.frontends.request_context import checked, generate
 from inferpool.transport.http2_streams import Stream
@@ -112,3 +113,13 @@ def _request_id(stream: Stream) -> bytes:
             except BadRequest:
                 break
     return generate().encode()
+
+
+def call_admission(
+    client: EngineClient, keys: object | None, observed: bool
+) -> CallAdmission | None:
+    """The check for the builtin HTTP/2 server, or None where something must see the call
+    first: API keys (``keys``), the access log or spans (``observed``)."""
+    if keys is not None or observed:
+        return None
+    return CallAdmission(client, f"/{SERVICE}/ModelInfer".encode())

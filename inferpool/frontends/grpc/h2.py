@@ -30,7 +30,7 @@ from inferpool.frontends.grpc.compression import (
     response_gzip,
 )
 from inferpool.frontends.grpc.custom import ExtensionServices, extension_methods
-from inferpool.frontends.grpc.early import CallAdmission, path_of
+from inferpool.frontends.grpc.early import call_admission, path_of
 from inferpool.frontends.grpc.h2_call import (
     NOT_GRPC_HEADERS,
     OK_TRAILERS,
@@ -134,11 +134,7 @@ class GrpcH2Server:
         # grpc.health.v1.Health: Check is one more typed RPC, Watch streams (_watch).
         self.health = HealthService(self.service.plane)
         self.methods = unary_methods(self.service, self.health)
-        # ModelInfer refused from its first DATA frame when it would be now (early.py);
-        # not when API keys, the access log or spans must see the call first.
-        self.admission: CallAdmission | None = None
-        if keys is None and not self.observer.on:
-            self.admission = CallAdmission(client, f"/{SERVICE}/ModelInfer".encode())
+        self.admission = call_admission(client, keys, self.observer.on)  # early.py
         # ModelStreamInfer (bidirectional) starts at its headers: h2_stream.py.
         self.stream_path = f"/{SERVICE}/ModelStreamInfer".encode()
         # Server reflection (bidirectional, as ModelStreamInfer): reflection.py.
