@@ -288,3 +288,20 @@ def test_unknown_and_not_ready_models_are_refused_from_the_headers(
     assert status.startswith("HTTP/1.1 404"), status
     assert json.loads(body) == {"error": "model 'nobody' not found"}
     assert headers["connection"] == "close" and headers["x-request-id"]
+    # A small body is skipped instead, on a connection kept for the next request (here
+    # pipelined behind it, and another after).
+    small_body = small([1, 2, 3], "s")
+    refused = (
+        f"POST /v2/models/nobody/infer HTTP/1.1\r\nhost: x\r\n"
+        f"content-length: {len(small_body)}\r\n\r\n"
+    ).encode() + small_body
+    live = b"GET /v2/health/live HTTP/1.1\r\nhost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(refused + live)
+        status, headers, _ = read_answer(sock)
+        assert status.startswith("HTTP/1.1 404") and "connection" not in headers, headers
+        assert read_answer(sock)[0].startswith("HTTP/1.1 200")
+        sock.sendall(refused)
+        assert read_answer(sock)[0].startswith("HTTP/1.1 404")
+        sock.sendall(live)
+        assert read_answer(sock)[0].startswith("HTTP/1.1 200")

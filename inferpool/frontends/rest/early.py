@@ -18,6 +18,7 @@ middleware (``server.py`` decides). Rate limits and pipelines are left to the us
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from urllib.parse import unquote
 
 from inferpool.engine.client import EngineClient
@@ -33,6 +34,18 @@ _SUFFIX = b"/infer"
 
 # An early refusal: status, message, extra header lines (Retry-After, x-request-id).
 Refusal = tuple[int, str, bytes]
+# (url, headers) -> the refusal of the request now, or None (``http1.py`` asks).
+Admission = Callable[[bytes, list[tuple[bytes, bytes]]], Refusal | None]
+# A refused request's body up to this size is skipped through the parser (never held) and
+# the connection kept: a new connection per refusal costs the frontend more than the body
+# (RESULTS.md, 2026-12-07). Larger, chunked, or behind 100-continue: answered with
+# ``Connection: close``, the body dropped unread for a moment, then the connection closed.
+SKIP_BYTES = 1 << 20
+
+
+def skips(length: bytes | None, expects_continue: bool, keep_alive: bool) -> bool:
+    """Whether a refused request's body is skipped on a kept connection (else closed)."""
+    return keep_alive and not expects_continue and length is not None and int(length) <= SKIP_BYTES
 
 
 class HeaderAdmission:

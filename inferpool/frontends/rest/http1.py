@@ -17,9 +17,8 @@ subclass adds, per connection:
 - header size and count limits (431), a Content-Length over ``max_body_bytes`` (413),
   both answered before the app runs, then a short lingering close so the client reads the
   answer instead of a reset;
-- admission from the headers (``admission``, ``early.py``): an infer request that would be
-  refused now (queues full, model not ready or unknown) is answered as those limits are,
-  its body dropped unread;
+- admission from the headers (``early.py``): an infer request refused now is answered at
+  once, its body skipped (small, keep-alive) or dropped unread (then the connection closes);
 - the shared connection registry (``Connections``): admitted on accept, released on close,
   evictable while no request is in flight;
 - a disconnect cancels the request's engine call when the app marked it as watched
@@ -34,27 +33,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 import httptools
-import orjson
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from inferpool.frontends.connections import Connections
 from inferpool.frontends.metrics_server import count_rejected
 from inferpool.frontends.reclaim import collect_soon
-from inferpool.frontends.rest.answer import DIRECT
+from inferpool.frontends.rest.answer import DIRECT, error_answer
 from inferpool.frontends.rest.body import headers_refusal, too_large_message
+from inferpool.frontends.rest.early import Admission, skips
 from inferpool.frontends.rest.reply import GONE, WATCH, WATCHING
 from inferpool.settings import ServerSettings
 from inferpool.transport.unsent import ANSWERS, SMALL
 
 logger = logging.getLogger("inferpool.http")
-
-# (url, headers) -> (status, message, extra header lines) to refuse the request now, or None.
-Admission = Callable[[bytes, list[tuple[bytes, bytes]]], tuple[int, str, bytes] | None]
 
 # Parser phases of a connection.
 _WAITING = 0  # no request begun: handshake (new connection) or idle keep-alive
@@ -62,6 +57,7 @@ _HEAD = 1  # request line or headers arriving
 _BODY = 2  # headers done, body arriving
 _DONE = 3  # request fully received; the app answers it
 _LINGER = 4  # answered with an error before its body was read: drain a little, then close
+_SKIP = 5  # refused from its headers, keep-alive: its (small) body skipped, then the next
 
 # Seconds the rest of a body answered before it arrived is read and dropped before the
 # connection closes, so that the client reads the answer instead of a reset.
@@ -207,6 +203,8 @@ class GuardedHttpTools(HttpToolsProtocol):
         # over as it is (bytes() of a bytes is the object itself). A large JSON body is read
         # with two copies fewer; chunks that pile up are gathered as Uvicorn does.
         cycle: Any = self.cycle  # its body: bytes here, a bytearray in Uvicorn
+        if self._phase == _SKIP:
+            return  # a refused request's body: skipped
         if cycle.response_complete or (self.parser.should_upgrade() and self._should_upgrade()):
             return
         pending = cycle.body
@@ -264,8 +262,13 @@ class GuardedHttpTools(HttpToolsProtocol):
             and self.parser.get_method() == b"POST"
         ):
             refused = admission(self.url, self.headers)
-            if refused is not None:  # answered now, its body dropped unread (_linger)
-                raise _Rejected(refused[0], refused[1], None, refused[2])
+            if refused is not None:  # answered now; its body skipped, or dropped unread
+                if not skips(length, self.expect_100_continue, self.parser.should_keep_alive()):
+                    raise _Rejected(refused[0], refused[1], None, refused[2])  # _linger
+                self._write_error(*refused, close=False)
+                self._phase = _SKIP
+                self._arm(LINGER_SECONDS)  # a body slower than this: the connection closes
+                return
         self._phase = _BODY
         # Not a key of Uvicorn's HTTPScope TypedDict: an extension key of ours.
         self.scope[WATCH] = 0  # type: ignore[literal-required]  # this server cancels a watched engine call on disconnect
@@ -283,6 +286,10 @@ class GuardedHttpTools(HttpToolsProtocol):
             self._arm(self.settings.body_timeout)
 
     def on_message_complete(self) -> None:
+        if self._phase == _SKIP:  # refused from its headers: no app ran, the next may come
+            self._phase = _WAITING
+            self._arm(self.settings.idle_timeout)
+            return
         super().on_message_complete()
         if self._running_task is None and not self.pipeline:
             # Answered before its body ended (see on_response_complete): wait for the next.
@@ -415,17 +422,11 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._write_error(status, message, extra)
         self._linger()
 
-    def _write_error(self, status: int, message: str, extra: bytes = b"") -> None:
-        body = orjson.dumps({"error": message})
-        head = [STATUS_LINE[status]]
-        for name, value in self.server_state.default_headers:
-            head += [name, b": ", value, b"\r\n"]
-        head.append(extra)
-        head.append(
-            b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
-            % len(body)
-        )
-        self.transport.write(b"".join(head) + body)
+    def _write_error(
+        self, status: int, message: str, extra: bytes = b"", close: bool = True
+    ) -> None:
+        defaults = self.server_state.default_headers
+        self.transport.write(error_answer(defaults, status, message, extra, close))
 
     def _linger(self) -> None:
         """Drop what the peer still sends for a moment, so it reads our answer, then close."""
@@ -495,6 +496,5 @@ def protocol_class(
     """The protocol class Uvicorn instantiates per connection, bound to these settings;
     ``frontend`` names its port in the metrics ("rest" or "metrics"); ``admission``: the
     check that refuses an infer request from its headers (``early.py``), or None."""
-    bound = {"settings": settings, "registry": registry, "frontend": frontend}
-    bound["admission"] = admission
+    bound = dict(settings=settings, registry=registry, frontend=frontend, admission=admission)
     return type("GuardedHttpTools", (GuardedHttpTools,), bound)
