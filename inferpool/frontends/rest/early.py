@@ -44,7 +44,9 @@ SKIP_BYTES = 1 << 20
 
 
 def skips(length: bytes | None, expects_continue: bool, keep_alive: bool) -> bool:
-    """Whether a refused request's body is skipped on a kept connection (else closed)."""
+    """Whether a refused request's body is skipped on a kept connection (else closed).
+    ``keep_alive``: the client keeps it and reads its answers (a peer that does not would
+    pile up refusals in the transport: closed instead)."""
     return keep_alive and not expects_continue and length is not None and int(length) <= SKIP_BYTES
 
 

@@ -255,16 +255,13 @@ class GuardedHttpTools(HttpToolsProtocol):
                 message = too_large_message(length.decode("latin-1"), limit)
                 raise _Rejected(413, message, "max_body_bytes")
         admission = self.admission
-        if (
-            admission is not None
-            and self._running_task is None  # not behind a pipelined request's answer
-            and not self.pipeline
-            and self.parser.get_method() == b"POST"
-        ):
+        alone = self._running_task is None and not self.pipeline  # no answer ahead of ours
+        if admission is not None and alone and self.parser.get_method() == b"POST":
             refused = admission(self.url, self.headers)
-            if refused is not None:  # answered now; its body skipped, or dropped unread
-                if not skips(length, self.expect_100_continue, self.parser.should_keep_alive()):
-                    raise _Rejected(refused[0], refused[1], None, refused[2])  # _linger
+            if refused is not None:  # answered now; its body skipped or dropped unread
+                keep = self.parser.should_keep_alive() and not self.flow.write_paused
+                if not skips(length, self.expect_100_continue, keep):  # then _linger, close
+                    raise _Rejected(refused[0], refused[1], None, refused[2])
                 self._write_error(*refused, close=False)
                 self._phase = _SKIP
                 self._arm(LINGER_SECONDS)  # a body slower than this: the connection closes
