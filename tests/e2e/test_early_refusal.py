@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import grpc
 import httpx
@@ -126,21 +126,16 @@ def head(port: int, length: int, request_id: str) -> bytes:
     ).encode()
 
 
-def read_answer(sock: socket.socket) -> tuple[str, dict[str, str], bytes]:
-    """Status line, headers (lower-cased) and body of one HTTP/1.1 answer."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, f"connection closed before an answer: {data!r}"
-        data += chunk
-    raw_head, _, body = data.partition(b"\r\n\r\n")
-    status, *lines = raw_head.decode("latin-1").split("\r\n")
-    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
-    length = int(headers["content-length"])
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        assert chunk, "connection closed inside the answer"
-        body += chunk
+def read_answer(reader: BinaryIO) -> tuple[str, dict[str, str], bytes]:
+    """Status line, headers (lower-cased) and body of one HTTP/1.1 answer from ``reader``
+    (a socket's ``makefile("rb")``: what follows the answer stays in its buffer)."""
+    status = reader.readline().decode("latin-1").rstrip("\r\n")
+    assert status, "connection closed before an answer"
+    headers = {}
+    while (line := reader.readline().decode("latin-1").rstrip("\r\n")) != "":
+        name, _, value = line.partition(":")
+        headers[name.lower()] = value.strip()
+    body = reader.read(int(headers["content-length"]))
     return status, headers, body
 
 
@@ -153,19 +148,19 @@ def refused_raw(port: int, index: int, trickle: bool) -> float:
         started = time.monotonic()
         sock.sendall(head(port, len(body), f"raw-{index}"))
         answer: list[tuple[str, dict[str, str], bytes]] = []
-        reader = threading.Thread(target=lambda: answer.append(read_answer(sock)))
-        reader.start()
+        reading = threading.Thread(target=lambda: answer.append(read_answer(sock.makefile("rb"))))
+        reading.start()
         sent = 0
         try:
             if not trickle:
                 sock.sendall(body[: 256 * 1024])
-            while trickle and reader.is_alive() and time.monotonic() - started < 10:
+            while trickle and reading.is_alive() and time.monotonic() - started < 10:
                 sock.sendall(body[sent : sent + 16])
                 sent += 16
                 time.sleep(0.05)
         except OSError:
             pass  # the server closed after its answer: the rest is not wanted
-        reader.join(30)
+        reading.join(30)
         seconds = time.monotonic() - started
     assert answer, "no answer"
     status, headers, text = answer[0]
@@ -280,11 +275,12 @@ def test_unknown_and_not_ready_models_are_refused_from_the_headers(
     running, _ = server
     port = running.http_port
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        reader = sock.makefile("rb")
         sock.sendall(
             b"POST /v2/models/nobody/infer?x=1 HTTP/1.1\r\nhost: x\r\n"
             b"content-length: 50000000\r\n\r\n"
         )
-        status, headers, body = read_answer(sock)
+        status, headers, body = read_answer(reader)
     assert status.startswith("HTTP/1.1 404"), status
     assert json.loads(body) == {"error": "model 'nobody' not found"}
     assert headers["connection"] == "close" and headers["x-request-id"]
@@ -297,11 +293,12 @@ def test_unknown_and_not_ready_models_are_refused_from_the_headers(
     ).encode() + small_body
     live = b"GET /v2/health/live HTTP/1.1\r\nhost: x\r\n\r\n"
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        reader = sock.makefile("rb")
         sock.sendall(refused + live)
-        status, headers, _ = read_answer(sock)
+        status, headers, _ = read_answer(reader)
         assert status.startswith("HTTP/1.1 404") and "connection" not in headers, headers
-        assert read_answer(sock)[0].startswith("HTTP/1.1 200")
+        assert read_answer(reader)[0].startswith("HTTP/1.1 200")
         sock.sendall(refused)
-        assert read_answer(sock)[0].startswith("HTTP/1.1 404")
+        assert read_answer(reader)[0].startswith("HTTP/1.1 404")
         sock.sendall(live)
-        assert read_answer(sock)[0].startswith("HTTP/1.1 200")
+        assert read_answer(reader)[0].startswith("HTTP/1.1 200")

@@ -75,7 +75,7 @@ class CallAdmission:
     """``(stream, first payload) -> header block | None`` for ``Http2Connection``."""
 
     def __init__(self, client: EngineClient, path: bytes) -> None:
-        self.refusal = client.inference.refusal
+        self.client = client
         self.path = path  # ModelInfer's
 
     def __call__(self, stream: Stream, payload: bytes) -> bytes | None:
@@ -84,7 +84,7 @@ class CallAdmission:
         route = peek_route(payload)
         if route is None:
             return None
-        refused = self.refusal(route[0], route[1], Kind.GRPC)
+        refused = self.client.inference.refusal(route[0], route[1], Kind.GRPC)
         if refused is None:
             return None
         pushback = 0
