@@ -30,7 +30,8 @@ from inferpool.frontends.rest.answer import retry_line
 from inferpool.frontends.rest.infer import infer_target
 
 _PREFIX = b"/v2/models/"
-_SUFFIX = b"/infer"
+# Request targets remembered by ``HeaderAdmission`` (forgotten all at once past this).
+TARGETS_KEPT = 1024
 
 # An early refusal: status, message, extra header lines (Retry-After, x-request-id).
 Refusal = tuple[int, str, bytes]
@@ -55,19 +56,17 @@ class HeaderAdmission:
 
     def __init__(self, client: EngineClient) -> None:
         self.refusal = client.inference.refusal
+        # Request targets already read (a client sends the same few again and again):
+        # a dict look-up instead of a decode and a split per request; bounded.
+        self.targets: dict[bytes, tuple[str, str | None] | None] = {}
 
     def __call__(self, url: bytes, headers: list[tuple[bytes, bytes]]) -> Refusal | None:
         if not url.startswith(_PREFIX):
             return None
-        query = url.find(b"?")
-        if query >= 0:
-            url = url[:query]
-        if not url.endswith(_SUFFIX):
-            return None
-        path = url.decode("latin-1")
-        if "%" in path:  # as Uvicorn reads it for the app's ``path``
-            path = unquote(path)
-        target = infer_target(path, "")
+        try:
+            target = self.targets[url]
+        except KeyError:
+            target = self._read(url)
         if target is None:
             return None
         refused = self.refusal(target[0], target[1], Kind.REST)
@@ -79,6 +78,17 @@ class HeaderAdmission:
                 count_rejected("rest", OVERLOAD)
             lines = retry_line(refused.retry_seconds)
         return refused.status, refused.message, lines + _id_line(headers)
+
+    def _read(self, url: bytes) -> tuple[str, str | None] | None:
+        """The infer target of a request target (its query left out), remembered."""
+        path = url.split(b"?", 1)[0].decode("latin-1")
+        if "%" in path:  # as Uvicorn reads it for the app's ``path``
+            path = unquote(path)
+        target = infer_target(path, "") if path.endswith("/infer") else None
+        if len(self.targets) >= TARGETS_KEPT:
+            self.targets.clear()
+        self.targets[url] = target
+        return target
 
 
 def _id_line(headers: list[tuple[bytes, bytes]]) -> bytes:

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from inferpool.engine.ipc.messages import Kind
 from inferpool.errors import InferpoolError, ModelNotFound, Overloaded
 from inferpool.frontends.grpc.early import CallAdmission, peek_route
-from inferpool.frontends.rest.early import HeaderAdmission, header_admission
+from inferpool.frontends.rest.early import TARGETS_KEPT, HeaderAdmission, header_admission
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.transport.http2_streams import Stream
 
@@ -48,6 +48,15 @@ def test_only_infer_paths_are_asked_about_and_refusals_carry_retry_after_and_id(
         b"",
     )
     assert status == 503 and b"x-request-id: \x01" not in lines and b"x-request-id: " in lines
+
+
+def test_request_targets_read_are_remembered_within_a_bound() -> None:
+    fake, asked = client({})
+    admission = HeaderAdmission(fake)  # type: ignore[arg-type]
+    for index in range(TARGETS_KEPT + 10):
+        assert admission(b"/v2/models/m%d/infer" % index, []) is None
+    assert len(admission.targets) <= TARGETS_KEPT
+    assert admission(b"/v2/models/m5/infer", []) is None and asked[-1][0] == "m5"
 
 
 def test_no_header_admission_where_keys_or_middleware_must_see_the_request() -> None:
