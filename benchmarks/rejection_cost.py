@@ -28,6 +28,7 @@ import psutil
 
 from benchmarks.loadgen import openloop
 from benchmarks.ports import free_port
+from tests.support import wait_for_200
 
 RUNTIME = """
 import time
@@ -74,18 +75,6 @@ def start(repository: Path, checkout: Path, port: int, log: Path) -> subprocess.
         return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
-def wait_ready(url: str, server: subprocess.Popen[bytes], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and server.poll() is None:
-        try:
-            if httpx.get(url + "/v2/health/ready").status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"the server at {url} did not become ready")
-
-
 def measure(checkout: Path, rate: float, seconds: float) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="rejection-cost-"))
     repository = write_repository(work)
@@ -94,7 +83,7 @@ def measure(checkout: Path, rate: float, seconds: float) -> dict[str, Any]:
     url = f"http://127.0.0.1:{port}"
     server = start(repository, checkout, port, work / "server.log")
     try:
-        wait_ready(url, server)
+        wait_for_200(url + "/v2/health/ready", server, lambda: "(see server.log)", 120)
         for _ in range(2):  # one request on each worker: both queues full
             post = lambda: httpx.post(url + "/v2/models/sleeper/infer", content=body, timeout=60)  # noqa: E731
             threading.Thread(target=post, daemon=True).start()

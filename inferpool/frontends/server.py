@@ -43,8 +43,8 @@ from inferpool.frontends.listen import bind_socket
 from inferpool.frontends.metrics import build_metrics_app
 from inferpool.frontends.reclaim import trim_soon
 from inferpool.frontends.rest.app import build_app, middleware
-from inferpool.frontends.rest.early import header_admission
-from inferpool.frontends.rest.http1 import Admission, protocol_class
+from inferpool.frontends.rest.early import Admission, header_admission
+from inferpool.frontends.rest.http1 import protocol_class
 from inferpool.frontends.tls import ALPN_GRPC, ALPN_HTTP1, ALPN_HTTP2, ServerTls
 from inferpool.settings import ServerSettings
 from inferpool.transport.unsent import ANSWERS
