@@ -31,6 +31,7 @@ from inferpool.engine.lifecycle import Lifecycle, StartupFailed
 from inferpool.engine.pipelines.manager import Pipelines
 from inferpool.engine.shared_memory import SharedMemoryRegistry
 from inferpool.engine.states import ModelKey, ModelStatus, ModelTable
+from inferpool.errors import InferpoolError
 from inferpool.protocol import limits
 from inferpool.settings import ModelSettings, ServerSettings
 
@@ -60,8 +61,9 @@ class EngineClient(ABC):
             settings, self.table, self.accounting, self.pipelines, self.admin, self
         )
         self.inference = Inference(
-            settings, self.table, self.accounting, self.pipelines, self._infer, self._infer_stream
-        )
+            settings, self.table, self.accounting, self.pipelines, self._infer,
+            self._infer_stream, self.overload_refusal,
+        )  # fmt: skip
 
     def drop_shared_memory(self, serials: list[int]) -> None:
         """Unmap unregistered shared-memory regions wherever requests are decoded: this
@@ -209,6 +211,11 @@ class EngineClient(ABC):
         """Run one streamed request (``Inference.infer_stream``): its replies as they come;
         ``more``: the requests a client streams after it (``Kind.GRPC_STREAM_IN``)."""
         return self.inference.infer_stream(name, version, kind, body, json_length, deadline, more)
+
+    def overload_refusal(self, key: ModelKey) -> InferpoolError | None:
+        """The refusal a request for ``key`` would meet now where models run because every
+        queue that could take it is full, or None (in-process: no queue, never)."""
+        return None
 
     @abstractmethod
     async def _infer(

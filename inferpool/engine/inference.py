@@ -20,7 +20,7 @@ from inferpool.engine.ipc.stream_ops import MORE
 from inferpool.engine.pipelines.manager import Pipelines
 from inferpool.engine.states import ModelKey, ModelState, ModelStatus, ModelTable, describe_key
 from inferpool.engine.stats import PROTOCOL_OF_KIND, error_reason
-from inferpool.errors import DeadlineExceeded, InferpoolError
+from inferpool.errors import DeadlineExceeded, InferpoolError, ModelNotFound
 from inferpool.settings import ServerSettings
 
 # Seconds by which a deadline's timer may fire early (uvloop's timers are in milliseconds).
@@ -33,6 +33,8 @@ RunStream = Callable[
     [ModelKey, int, bytes, int | None, float | None, AsyncIterator[bytes] | None],
     AsyncGenerator[Reply, None],
 ]
+# The refusal a request for a version would meet now at a full queue, or None (``refusal``).
+Overload = Callable[[ModelKey], InferpoolError | None]
 
 
 class Inference:
@@ -46,6 +48,7 @@ class Inference:
         pipelines: Pipelines,
         run: Run,
         run_stream: RunStream,
+        overload: Overload,
     ) -> None:
         self.settings = settings
         self.table = table
@@ -53,6 +56,31 @@ class Inference:
         self.pipelines = pipelines
         self._run = run
         self._run_stream = run_stream
+        self._overload = overload
+
+    def refusal(self, name: str, version: str | None, kind: int) -> InferpoolError | None:
+        """The error a request would be refused with now, decided from its model name and
+        version alone (its body unread): unknown (404), not READY, or every queue that could
+        take it full (503); None when it would be admitted (its outcome is decided later).
+        A refusal is counted in the version's statistics, as ``infer`` counts it. Pipelines
+        and rate limits are left to ``infer`` (a limiter's check takes a token)."""
+        try:
+            status = self.table.find(name, version)
+        except ModelNotFound as exc:
+            return exc
+        key = status.key
+        if key in self.pipelines.plans:
+            return None
+        refusal: InferpoolError | None
+        if status.state is not ModelState.READY:
+            refusal = status.refusal()
+        else:
+            refusal = self._overload(key)
+            if refusal is None:
+                return None
+        stats = self.accounting.of(key)
+        stats.refuse(PROTOCOL_OF_KIND[kind], refusal.status, error_reason(refusal))
+        return refusal
 
     async def infer(
         self,

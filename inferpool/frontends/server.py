@@ -42,7 +42,8 @@ from inferpool.frontends.hypercorn_drain import DrainBodyFirst
 from inferpool.frontends.listen import bind_socket
 from inferpool.frontends.metrics import build_metrics_app
 from inferpool.frontends.reclaim import trim_soon
-from inferpool.frontends.rest.app import build_app
+from inferpool.frontends.rest.app import build_app, middleware
+from inferpool.frontends.rest.early import Admission, header_admission
 from inferpool.frontends.rest.http1 import protocol_class
 from inferpool.frontends.tls import ALPN_GRPC, ALPN_HTTP1, ALPN_HTTP2, ServerTls
 from inferpool.settings import ServerSettings
@@ -97,9 +98,12 @@ class RestServer:
         connections: Connections | None = None,
         frontend: str = "rest",
         tls: ssl.SSLContext | None = None,
+        admission: Admission | None = None,
     ) -> None:
         """``frontend``: what its connections are called in the metrics (rest, metrics);
-        ``tls``: the context of HTTPS on this port, or None (plain HTTP)."""
+        ``tls``: the context of HTTPS on this port, or None (plain HTTP); ``admission``:
+        the HTTP/1.1 protocol's check of infer requests from their headers (``early.py``)."""
+        self.admission = admission
         self.frontend = frontend
         self.tls = tls
         self.settings = settings
@@ -117,7 +121,7 @@ class RestServer:
             return
         config = uvicorn.Config(
             self.app,
-            http=protocol_class(self.settings, self.connections, self.frontend),
+            http=protocol_class(self.settings, self.connections, self.frontend, self.admission),
             loop="none",
             lifespan="off",
             # No WebSocket routes: nor the import of websockets (whose legacy module, which
@@ -254,10 +258,11 @@ def _servers(
     metrics_here = build_metrics_app(client).routes if settings.metrics_port == 0 else []
     rest_app = build_app(client, tracer, metrics_here, keys)
     http_alpn = ALPN_HTTP2 if settings.http2 else ALPN_HTTP1
+    admission = header_admission(client, bool(middleware(settings, tracer)), keys)
     servers: list[RestServer | GrpcServer | GrpcH2Server] = [
         RestServer(
             rest_app, settings, settings.http_port, settings.http2, connections,
-            tls=tls.context(http_alpn) if tls else None,
+            tls=tls.context(http_alpn) if tls else None, admission=admission,
         )
     ]  # fmt: skip
     if settings.grpc_port > 0:

@@ -70,6 +70,9 @@ if TYPE_CHECKING:
 BODY_HEAD = 5
 
 OnRequest = Callable[["Http2Connection", Stream], None]
+# A held stream's first DATA payload -> a whole header block to answer it with now (its
+# body then dropped unread), or None to read it whole as usual.
+OnBodyStart = Callable[[Stream, bytes], bytes | None]
 
 
 class Http2FrameReader(Http2Streams):
@@ -90,6 +93,8 @@ class Http2FrameReader(Http2Streams):
         # (``Stream.on_data``) instead of whole at its end (``on_request``).
         self.on_headers: OnRequest | None = None
         self.on_body_head = on_body_head
+        # Asked once with the first DATA payload of a body read whole (``OnBodyStart``).
+        self.on_body_start: OnBodyStart | None = None
         self.limits = limits
         self.max_body = limits.max_body if max_body is None else max_body
         self.last_stream_id = 0
@@ -345,6 +350,11 @@ class Http2FrameReader(Http2Streams):
                 out,
             )
             return
+        if not before and size and self.on_body_start is not None:
+            answer = self.on_body_start(stream, payload)
+            if answer is not None:
+                self._answer_now(stream, answer, out)
+                return
         if size:
             stream.body.append(payload)
             stream.held += size

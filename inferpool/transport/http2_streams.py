@@ -155,6 +155,17 @@ class Http2Streams(asyncio.Protocol):
         self._finish(stream)
         self._blocked.pop(stream.id, None)
 
+    def _answer_now(self, stream: Stream, headers: bytes, out: list[bytes]) -> None:
+        """Answer a request with ``headers`` alone (a gRPC trailers-only refusal) before
+        its body is read; the rest of its body is dropped (RST_STREAM NO_ERROR stops it)."""
+        self._drop(stream)
+        stream.closed = False  # still to be answered
+        self.respond(stream, headers, b"", b"")
+        if not stream.ended:
+            out.append(frame(RST_STREAM, 0, stream.id, U32.pack(NO_ERROR)))
+        self._finish(stream)
+        self._blocked.pop(stream.id, None)
+
     def _drop(self, stream: Stream) -> None:
         """Forget a stream's body (it counts no more against the connection) and cancel
         whoever is answering it."""

@@ -207,6 +207,36 @@ class Dispatcher:
                 worker, fewest = candidate, queued
         return worker
 
+    def overloaded(self, route: Route) -> Overloaded:
+        """The refusal of a request that finds every queue of ``route`` full."""
+        return Overloaded(
+            f"{route.describe()} is overloaded: every replica's queue is full "
+            f"({self.max_queue} requests per worker); retry later"
+        )
+
+    def refusal(self, key: ModelKey) -> Overloaded | None:
+        """The ``Overloaded`` a request for ``key`` would meet now, without waiting, or
+        None: ``_send``'s own tests (``pick``, ``least_loaded``, the bound on requests
+        waiting for a replica), with no side effect and no allocation when admitted, so
+        that a frontend can refuse a request from its headers before reading its body
+        (``frontends/rest/early.py``). A route not published is left to ``_send``."""
+        route = self.routes.get(key)
+        if route is None:
+            return None
+        limit = self.max_queue
+        if route.ready:
+            workers = route.ready
+        elif route.stalled and not route.standby_coming:
+            workers = route.stalled
+        else:
+            if route.waiting >= limit * self.worker_count:
+                return restarting(route)
+            return None
+        for worker in workers:
+            if len(worker.inflight) < limit:
+                return None
+        return self.overloaded(route)
+
     async def infer(
         self, key: ModelKey, kind: int, body: bytes, json_length: int | None, deadline: float | None
     ) -> Reply:
@@ -279,10 +309,7 @@ class Dispatcher:
         else:
             worker = await self._no_ready_replica(key, route, deadline)
         if worker is None:
-            raise Overloaded(
-                f"{route.describe()} is overloaded: every replica's queue is full "
-                f"({self.max_queue} requests per worker); retry later"
-            )
+            raise self.overloaded(route)
         request_id = next(self._ids)
         # Packed before anything is registered: a value it cannot carry is the client's
         # error (400) and leaves nothing behind.
@@ -327,7 +354,7 @@ class Dispatcher:
         if self.stopping():
             raise NotReady(f"{route.describe()} has no ready replica: the server is shutting down")
         if route.waiting >= self.max_queue * self.worker_count:
-            raise Overloaded(f"{route.describe()} is overloaded: its workers are restarting")
+            raise restarting(route)
         if route.back is None:
             route.back = asyncio.Event()
         wait = REPLICA_WAIT if deadline is None else min(REPLICA_WAIT, deadline - time.monotonic())
@@ -345,6 +372,11 @@ class Dispatcher:
         if status is not None and status.state is not ModelState.READY:
             raise NotReady(status.describe())  # e.g. quarantined meanwhile
         raise NotReady(f"{route.describe()} has no ready replica: its workers are restarting")
+
+
+def restarting(route: Route) -> Overloaded:
+    """The refusal of a request past the bound of those waiting for a replica."""
+    return Overloaded(f"{route.describe()} is overloaded: its workers are restarting")
 
 
 def send(worker: WorkerHandle, header: bytes, body: bytes) -> None:

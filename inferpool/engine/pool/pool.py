@@ -40,6 +40,7 @@ from inferpool.engine.pool.recycling import Recycler
 from inferpool.engine.pool.stalls import Stalls
 from inferpool.engine.pool.supervisor import Supervisor
 from inferpool.engine.states import ModelKey, ModelState, model_key, model_label
+from inferpool.errors import InferpoolError
 from inferpool.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -150,6 +151,9 @@ class PoolClient(EngineClient):
         if self.supervisor.template is not None:  # no worker holds it now
             self.supervisor.template.unpreload(key)
         self.supervisor.blame.crashes.forget(model_label(key))
+
+    def overload_refusal(self, key: ModelKey) -> InferpoolError | None:
+        return self.dispatcher.refusal(key)
 
     async def _infer(
         self, key: ModelKey, kind: int, body: bytes, json_length: int | None, deadline: float | None

@@ -30,6 +30,7 @@ from inferpool.frontends.grpc.compression import (
     response_gzip,
 )
 from inferpool.frontends.grpc.custom import ExtensionServices, extension_methods
+from inferpool.frontends.grpc.early import call_admission, path_of
 from inferpool.frontends.grpc.h2_call import (
     NOT_GRPC_HEADERS,
     OK_TRAILERS,
@@ -133,6 +134,7 @@ class GrpcH2Server:
         # grpc.health.v1.Health: Check is one more typed RPC, Watch streams (_watch).
         self.health = HealthService(self.service.plane)
         self.methods = unary_methods(self.service, self.health)
+        self.admission = call_admission(client, keys, self.observer.on)  # early.py
         # ModelStreamInfer (bidirectional) starts at its headers: h2_stream.py.
         self.stream_path = f"/{SERVICE}/ModelStreamInfer".encode()
         # Server reflection (bidirectional, as ModelStreamInfer): reflection.py.
@@ -167,6 +169,7 @@ class GrpcH2Server:
             on_body_head=self._check_prefix,
             on_headers=self._on_headers,
         )
+        connection.on_body_start = self.admission
         self.open.add(connection)
         return connection
 
@@ -203,7 +206,7 @@ class GrpcH2Server:
         """A call's headers, before its body: a method not served is answered at once (a
         client that streams would otherwise wait for its deadline), ModelStreamInfer
         starts; any other call is served whole at its end (``_on_request``)."""
-        path = _path_of(stream.headers)  # served methods go on at no more cost than this
+        path = path_of(stream.headers)  # served methods go on at no more cost than this
         if path in self.methods or path == WATCH_PATH:
             return
         headers = dict(stream.headers)
@@ -409,14 +412,6 @@ class _TlsConnection(Http2Connection):
             transport.abort()  # type: ignore[attr-defined]  # a stream server's transport
             return
         super().connection_made(transport)
-
-
-def _path_of(headers: list[tuple[bytes, bytes]]) -> bytes:
-    """A request's ``:path`` (a pseudo-header: among the first few)."""
-    for name, value in headers:
-        if name == b":path":
-            return value
-    return b""
 
 
 def _peer(connection: Http2Connection) -> str | None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 from starlette.responses import Response
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from inferpool.engine.ipc.messages import Reply
 from inferpool.errors import InferpoolError, Overloaded
@@ -118,6 +119,21 @@ def refusal_lines(exc: InferpoolError) -> bytes:
     if isinstance(exc, BodyTooLarge):
         count_rejected("rest", "max_body_bytes")
     return b""
+
+
+def error_answer(
+    defaults: list[tuple[bytes, bytes]], status: int, message: str, extra: bytes, close: bool
+) -> bytes:
+    """A whole HTTP/1.1 error answer written by the protocol itself (no app ran): status
+    line, the server's ``defaults`` headers, ``extra`` lines, the JSON error; with
+    ``Connection: close`` when ``close``."""
+    body = orjson.dumps({"error": message})
+    head = [STATUS_LINE[status]]
+    for name, value in defaults:
+        head += [name, b": ", value, b"\r\n"]
+    head += [extra, b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body)]
+    head.append(b"connection: close\r\n\r\n" if close else b"\r\n")
+    return b"".join(head) + body
 
 
 def retry_line(seconds: int) -> bytes:

@@ -17,6 +17,7 @@ from starlette.types import Receive
 from inferpool.errors import BadRequest, ClientGone, InferpoolError, TooLarge
 from inferpool.frontends.rest.ids import take_header_id
 from inferpool.protocol.priority import HEADER, header_level
+from inferpool.settings import ServerSettings
 
 logger = logging.getLogger("inferpool.http")
 
@@ -48,6 +49,16 @@ class BodyTooLarge(TooLarge):
 
 def too_large_message(size: int | str, limit: int) -> str:
     return f"request body of {size} bytes exceeds the limit of {limit} bytes (--max-body-bytes)"
+
+
+def headers_refusal(settings: ServerSettings, count: int) -> tuple[str, str]:
+    """The message of request headers over a limit, and the limit's setting: their count
+    (``count`` fields) if over, else their size."""
+    if count > settings.max_header_count:
+        limit = f"{settings.max_header_count} fields (--max-header-count)"
+        return f"request headers exceed the limit of {limit}", "max_header_count"
+    limit = f"{settings.max_header_bytes} bytes (--max-header-bytes)"
+    return f"request headers exceed the limit of {limit}", "max_header_bytes"
 
 
 _Header = bytes | None

@@ -17,6 +17,8 @@ subclass adds, per connection:
 - header size and count limits (431), a Content-Length over ``max_body_bytes`` (413),
   both answered before the app runs, then a short lingering close so the client reads the
   answer instead of a reset;
+- admission from the headers (``early.py``): an infer request refused now is answered at
+  once, its body skipped (small, keep-alive) or dropped unread (then the connection closes);
 - the shared connection registry (``Connections``): admitted on accept, released on close,
   evictable while no request is in flight;
 - a disconnect cancels the request's engine call when the app marked it as watched
@@ -34,15 +36,15 @@ import time
 from typing import Any
 
 import httptools
-import orjson
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from inferpool.frontends.connections import Connections
 from inferpool.frontends.metrics_server import count_rejected
 from inferpool.frontends.reclaim import collect_soon
-from inferpool.frontends.rest.answer import DIRECT
-from inferpool.frontends.rest.body import too_large_message
+from inferpool.frontends.rest.answer import DIRECT, error_answer
+from inferpool.frontends.rest.body import headers_refusal, too_large_message
+from inferpool.frontends.rest.early import Admission, skips
 from inferpool.frontends.rest.reply import GONE, WATCH, WATCHING
 from inferpool.settings import ServerSettings
 from inferpool.transport.unsent import ANSWERS, SMALL
@@ -55,6 +57,7 @@ _HEAD = 1  # request line or headers arriving
 _BODY = 2  # headers done, body arriving
 _DONE = 3  # request fully received; the app answers it
 _LINGER = 4  # answered with an error before its body was read: drain a little, then close
+_SKIP = 5  # refused from its headers, keep-alive: its (small) body skipped, then the next
 
 # Seconds the rest of a body answered before it arrived is read and dropped before the
 # connection closes, so that the client reads the answer instead of a reset.
@@ -68,22 +71,26 @@ _SLACK = 0.002
 class _Rejected(Exception):
     """Raised inside a parser callback to stop parsing and answer ``status``."""
 
-    def __init__(self, status: int, message: str, limit: str) -> None:
+    def __init__(self, status: int, message: str, limit: str | None, extra: bytes = b"") -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.limit = limit  # the setting's name, for the metrics
+        self.extra = extra  # header lines the answer adds
 
 
 class GuardedHttpTools(HttpToolsProtocol):
     """Uvicorn's httptools protocol with timeouts, limits and the connection registry.
 
-    ``settings``, ``registry`` and ``frontend`` are class attributes, set by ``protocol_class``.
+    ``settings``, ``registry``, ``frontend`` and ``admission`` are class attributes, set
+    by ``protocol_class``.
     """
 
     settings: ServerSettings
     registry: Connections
     frontend: str
+    # Refuses an infer request from its URL and headers, its body unread (``early.py``).
+    admission: Admission | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -169,7 +176,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         except httptools.HttpParserCallbackError as exc:
             rejected = exc.__context__
             if isinstance(rejected, _Rejected):
-                self._reject(rejected.status, rejected.message, rejected.limit)
+                self._reject(rejected.status, rejected.message, rejected.limit, rejected.extra)
             else:
                 self._reject(400, "invalid HTTP request")
             return
@@ -186,7 +193,7 @@ class GuardedHttpTools(HttpToolsProtocol):
             # httptools buffers a header until it is complete: bound what it may hold.
             self._head_raw += len(data)
             if self._head_raw > self.settings.max_header_bytes:
-                self._reject(431, self._headers_message(), self._header_limit())
+                self._reject(431, *headers_refusal(self.settings, self._header_count))
                 return
         self._sync_timer()
 
@@ -196,6 +203,8 @@ class GuardedHttpTools(HttpToolsProtocol):
         # over as it is (bytes() of a bytes is the object itself). A large JSON body is read
         # with two copies fewer; chunks that pile up are gathered as Uvicorn does.
         cycle: Any = self.cycle  # its body: bytes here, a bytearray in Uvicorn
+        if self._phase == _SKIP:
+            return  # a refused request's body: skipped
         if cycle.response_complete or (self.parser.should_upgrade() and self._should_upgrade()):
             return
         pending = cycle.body
@@ -220,7 +229,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         self.url += url
         self._header_bytes += len(url)
         if self._header_bytes > self.settings.max_header_bytes:
-            raise _Rejected(431, self._headers_message(), self._header_limit())
+            raise _Rejected(431, *headers_refusal(self.settings, self._header_count))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
@@ -229,7 +238,7 @@ class GuardedHttpTools(HttpToolsProtocol):
             self._header_bytes > self.settings.max_header_bytes
             or self._header_count > self.settings.max_header_count
         ):
-            raise _Rejected(431, self._headers_message(), self._header_limit())
+            raise _Rejected(431, *headers_refusal(self.settings, self._header_count))
         name = name.lower()
         if name == b"content-length":
             self._content_length = value
@@ -245,6 +254,18 @@ class GuardedHttpTools(HttpToolsProtocol):
             if len(length) > 18 or int(length) > limit:
                 message = too_large_message(length.decode("latin-1"), limit)
                 raise _Rejected(413, message, "max_body_bytes")
+        admission = self.admission
+        alone = self._running_task is None and not self.pipeline  # no answer ahead of ours
+        if admission is not None and alone and self.parser.get_method() == b"POST":
+            refused = admission(self.url, self.headers)
+            if refused is not None:  # answered now; its body skipped or dropped unread
+                keep = self.parser.should_keep_alive() and not self.flow.write_paused
+                if not skips(length, self.expect_100_continue, keep):  # then _linger, close
+                    raise _Rejected(refused[0], refused[1], None, refused[2])
+                self._write_error(*refused, close=False)
+                self._phase = _SKIP
+                self._arm(LINGER_SECONDS)  # a body slower than this: the connection closes
+                return
         self._phase = _BODY
         # Not a key of Uvicorn's HTTPScope TypedDict: an extension key of ours.
         self.scope[WATCH] = 0  # type: ignore[literal-required]  # this server cancels a watched engine call on disconnect
@@ -262,6 +283,10 @@ class GuardedHttpTools(HttpToolsProtocol):
             self._arm(self.settings.body_timeout)
 
     def on_message_complete(self) -> None:
+        if self._phase == _SKIP:  # refused from its headers: no app ran, the next may come
+            self._phase = _WAITING
+            self._arm(self.settings.idle_timeout)
+            return
         super().on_message_complete()
         if self._running_task is None and not self.pipeline:
             # Answered before its body ended (see on_response_complete): wait for the next.
@@ -378,9 +403,11 @@ class GuardedHttpTools(HttpToolsProtocol):
     def send_400_response(self, msg: str) -> None:
         self._reject(400, msg)
 
-    def _reject(self, status: int, message: str, limit: str | None = None) -> None:
+    def _reject(
+        self, status: int, message: str, limit: str | None = None, extra: bytes = b""
+    ) -> None:
         """Answer ``status`` ourselves (no app runs for this request), then close;
-        ``limit``: the setting refusing it, if a limit does."""
+        ``limit``: the setting refusing it, if a limit does; ``extra``: header lines."""
         logger.debug("HTTP %d to %s: %s", status, self.client, message)
         if limit is not None:
             count_rejected(self.frontend, limit)
@@ -389,19 +416,14 @@ class GuardedHttpTools(HttpToolsProtocol):
         if self._running_task is not None or self.pipeline:
             self._abort_unread()  # an answer is being written: cannot put ours in front
             return
-        self._write_error(status, message)
+        self._write_error(status, message, extra)
         self._linger()
 
-    def _write_error(self, status: int, message: str) -> None:
-        body = orjson.dumps({"error": message})
-        head = [STATUS_LINE[status]]
-        for name, value in self.server_state.default_headers:
-            head += [name, b": ", value, b"\r\n"]
-        head.append(
-            b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
-            % len(body)
-        )
-        self.transport.write(b"".join(head) + body)
+    def _write_error(
+        self, status: int, message: str, extra: bytes = b"", close: bool = True
+    ) -> None:
+        defaults = self.server_state.default_headers
+        self.transport.write(error_answer(defaults, status, message, extra, close))
 
     def _linger(self) -> None:
         """Drop what the peer still sends for a moment, so it reads our answer, then close."""
@@ -414,18 +436,6 @@ class GuardedHttpTools(HttpToolsProtocol):
             return
         self._arm(min(LINGER_SECONDS, self.settings.body_timeout or LINGER_SECONDS))
         self._sync_timer()
-
-    def _header_limit(self) -> str:
-        if self._header_count > self.settings.max_header_count:
-            return "max_header_count"
-        return "max_header_bytes"
-
-    def _headers_message(self) -> str:
-        if self._header_count > self.settings.max_header_count:
-            limit = f"{self.settings.max_header_count} fields (--max-header-count)"
-        else:
-            limit = f"{self.settings.max_header_bytes} bytes (--max-header-bytes)"
-        return f"request headers exceed the limit of {limit}"
 
     # -- the one timer ----------------------------------------------------------------------
     def _arm(self, seconds: float) -> None:
@@ -475,9 +485,13 @@ class GuardedHttpTools(HttpToolsProtocol):
 
 
 def protocol_class(
-    settings: ServerSettings, registry: Connections, frontend: str = "rest"
+    settings: ServerSettings,
+    registry: Connections,
+    frontend: str = "rest",
+    admission: Admission | None = None,
 ) -> type[GuardedHttpTools]:
     """The protocol class Uvicorn instantiates per connection, bound to these settings;
-    ``frontend`` names its port in the metrics ("rest" or "metrics")."""
-    bound = {"settings": settings, "registry": registry, "frontend": frontend}
+    ``frontend`` names its port in the metrics ("rest" or "metrics"); ``admission``: the
+    check that refuses an infer request from its headers (``early.py``), or None."""
+    bound = dict(settings=settings, registry=registry, frontend=frontend, admission=admission)
     return type("GuardedHttpTools", (GuardedHttpTools,), bound)

@@ -17,11 +17,17 @@ from inferpool.engine.ipc.stream_ops import MORE
 from inferpool.engine.pipelines.manager import Pipelines
 from inferpool.engine.states import ModelState, ModelStatus, ModelTable
 from inferpool.engine.stats import REST
-from inferpool.errors import DeadlineExceeded, ModelLoading, ModelNotFound
+from inferpool.errors import DeadlineExceeded, ModelLoading, ModelNotFound, Overloaded
 from inferpool.settings import ModelSettings, ServerSettings
 
 
-def path(*statuses: ModelStatus, hang: bool = False, model_timeout: float = 0) -> Inference:
+def path(
+    *statuses: ModelStatus,
+    hang: bool = False,
+    model_timeout: float = 0,
+    full: frozenset[str] = frozenset(),
+) -> Inference:
+    """``full``: the versions whose every queue is full (the overload check refuses)."""
     table = ModelTable()
     for status in statuses:
         table.set(status)
@@ -37,7 +43,12 @@ def path(*statuses: ModelStatus, hang: bool = False, model_timeout: float = 0) -
         yield Reply(200, b"", rows=1, execution=1)
 
     pipelines = Pipelines(SimpleNamespace(table=table))  # type: ignore[arg-type]
-    return Inference(settings, table, Accounting(settings, table), pipelines, run, run_stream)
+
+    def overload(key: str) -> Overloaded | None:
+        return Overloaded(f"{key} is full") if key in full else None
+
+    accounting = Accounting(settings, table)
+    return Inference(settings, table, accounting, pipelines, run, run_stream, overload)
 
 
 def codes(inference: Inference, key: str) -> dict[int, int]:
@@ -111,3 +122,23 @@ def test_the_chunk_timeout_is_the_model_s_else_the_server_s() -> None:
     assert path(model_timeout=7).chunk_timeout(own) == 2
     assert path(model_timeout=7).chunk_timeout(bare) == 7
     assert path(model_timeout=0).chunk_timeout(bare) is None  # 0: no limit
+
+
+def test_the_early_refusal_decides_from_the_name_and_counts_what_it_refuses() -> None:
+    """``refusal`` (a frontend asks it before reading a body): 404 unknown, 503 not READY
+    or every queue full, each counted as ``infer`` counts it; None admits."""
+    inference = path(
+        ModelStatus("m", None, ModelState.READY),
+        ModelStatus("full", None, ModelState.READY),
+        ModelStatus("loading", None, ModelState.LOADING),
+        full=frozenset({"full"}),
+    )
+    assert inference.refusal("m", None, Kind.REST) is None
+    assert isinstance(inference.refusal("nobody", None, Kind.REST), ModelNotFound)
+    assert isinstance(inference.refusal("loading", None, Kind.REST), ModelLoading)
+    refused = inference.refusal("full", None, Kind.REST)
+    assert isinstance(refused, Overloaded) and refused.status == 503
+    assert codes(inference, "full") == {503: 1}
+    assert inference.accounting.stats["full"].failures == {"overloaded": 1}
+    assert codes(inference, "loading") == {503: 1}
+    assert "m" not in inference.accounting.stats and "nobody" not in inference.accounting.stats

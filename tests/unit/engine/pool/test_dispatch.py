@@ -284,3 +284,33 @@ def test_a_lost_stalled_worker_leaves_the_stalled_replicas() -> None:
     route.stalled.append(workers[0])  # type: ignore[arg-type]
     dispatcher.worker_lost(workers[0])  # type: ignore[arg-type]
     assert route.stalled == [] and route.ready == [workers[1]]
+
+
+def test_the_early_check_refuses_exactly_what_dispatch_refuses() -> None:
+    """``refusal`` (a frontend's check from the headers) says Overloaded exactly when
+    ``infer`` would raise it now, with the same text, and changes nothing meanwhile."""
+    workers = [FakeWorker(0, busy=2), FakeWorker(1, busy=1)]
+    dispatcher, route = make(workers, max_queue=2)
+    assert dispatcher.refusal("m") is None and route.turn == 0  # no side effect
+    workers[1].inflight[-2] = None  # now every queue is full
+    refused = dispatcher.refusal("m")
+    assert refused is not None
+    with pytest.raises(Overloaded) as raised:
+        asyncio.run(dispatcher.infer("m", Kind.REST, b"{}", None, None))
+    assert raised.value.message == refused.message
+    assert "every replica's queue is full (2 requests per worker)" in refused.message
+    del workers[0].inflight[-1]
+    assert dispatcher.refusal("m") is None
+    assert dispatcher.refusal("unpublished") is None  # left to infer (NotReady)
+
+
+def test_the_early_check_follows_stalled_replicas_and_waiting_requests() -> None:
+    workers = [FakeWorker(0, busy=2)]
+    dispatcher, route = make(workers, max_queue=2)
+    route.stalled, route.ready = route.ready, []
+    assert dispatcher.refusal("m") is not None  # queues behind the stalled one: full
+    route.standby_coming = True  # it would wait for the standby worker instead
+    assert dispatcher.refusal("m") is None
+    route.waiting = 2  # past the bound of requests waiting for a replica
+    refused = dispatcher.refusal("m")
+    assert refused is not None and "its workers are restarting" in refused.message
