@@ -200,12 +200,17 @@ class WorkerStreams:
 
     async def _run(self, model: LoadedModel, job: Job, stream: _Stream) -> None:
         more = None if stream.input is None else stream.input.bodies()
+        replies = stream_replies(model, job, more)
         try:
-            async for reply in stream_replies(model, job, more):
+            async for reply in replies:
                 if reply.flags & MORE:
                     await stream.credit.acquire()
                 self._emit(job, reply)
         except asyncio.CancelledError:
+            # The runtime's generator is closed before the last reply says so (left to the
+            # loop's finalizer, it closed after the reply: a consumer could see it open).
+            with contextlib.suppress(Exception):
+                await replies.aclose()
             self._emit(job, Reply.from_error(ClientGone("the client went away")))
         finally:
             self._streams.pop(job.request_id, None)

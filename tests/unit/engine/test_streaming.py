@@ -4,6 +4,7 @@ generator, and the generate extension's wire format."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -33,6 +34,9 @@ class Chunks(RowSums):
         self.yielded = 0
         self.closed = False
 
+    #: seconds its generator takes to close (a runtime releasing what it holds)
+    closing = 0.0
+
     async def predict_stream(self, payloads: Any) -> Any:
         async for payload in payloads:
             try:
@@ -40,7 +44,13 @@ class Chunks(RowSums):
                     yield payload.sum(axis=1)
                     self.yielded += 1
             finally:
+                if self.closing:
+                    await asyncio.sleep(self.closing)
                 self.closed = True
+
+
+class SlowToClose(Chunks):
+    closing = 0.3
 
 
 def job(request_id: int, rows: list[list[float]]) -> Job:
@@ -85,8 +95,10 @@ def test_a_stream_sends_no_more_than_its_window_ahead_of_its_consumer() -> None:
     assert model.runtime.closed
 
 
-def test_cancelling_a_stream_closes_its_generator() -> None:
-    model = loaded_sums_model(Chunks)
+@pytest.mark.parametrize("runtime", [Chunks, SlowToClose])
+def test_cancelling_a_stream_closes_its_generator(runtime: type[Chunks]) -> None:
+    # Closed before the last reply is sent, however long the runtime takes to close.
+    model = loaded_sums_model(runtime)
     runner = WorkerStreams()
     runner.start(model, job(3, [[1.0, 1.0]]))
     assert len(take_until(runner, STREAM_WINDOW)) == STREAM_WINDOW  # then it waits
