@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.payloads import BINARY_HEADER
-from benchmarks.servers import process_tree
+from benchmarks.process_stats import process_tree
 
 MIB = 1 << 20
 MODEL = "identity"

@@ -28,9 +28,9 @@ from benchmarks.check import check
 from benchmarks.loadgen import openloop
 from benchmarks.loadgen.base import Job
 from benchmarks.ports import free_port
+from benchmarks.process_stats import cpu_between, tree_cpu
 from benchmarks.runner import Config, build_payloads, start_servers
 from benchmarks.scenarios import Scenario
-from benchmarks.servers import cpu_between, tree_cpu
 
 SCENARIO = Scenario("lightgbm", 256, "rest-json", 8)
 FRACTIONS = (0.5, 0.9, 1.5, 2.0)

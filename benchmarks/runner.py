@@ -21,21 +21,13 @@ from benchmarks.check import CheckFailed, check
 from benchmarks.loadgen import perf_analyzer
 from benchmarks.loadgen.base import Job
 from benchmarks.models import build_repository, features, load_predictor
+from benchmarks.otlp_sink import otlp_sink
 from benchmarks.payloads import Payload, batch_rows, build_payload
 from benchmarks.ports import ServerPorts, plan_from
+from benchmarks.process_stats import PeakRss, cpu_between, tree_cpu
 from benchmarks.results import FAILED, NOT_APPLICABLE, Cell, Measurement, Run
 from benchmarks.scenarios import Scenario
-from benchmarks.servers import (
-    INFERPOOL_MODULE,
-    PeakRss,
-    RunningServer,
-    ServerSpec,
-    attach,
-    cpu_between,
-    otlp_sink,
-    start,
-    tree_cpu,
-)
+from benchmarks.servers import INFERPOOL_MODULE, RunningServer, ServerSpec, attach, start
 
 Progress = Callable[[str], None]
 

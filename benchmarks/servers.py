@@ -1,7 +1,7 @@
 """Server profiles: start inferpool, MLServer, KServe or a native peer (BentoML, LitServe,
-Ray Serve: ``benchmarks/native_peers.py``) on free ports, wait until ready,
-measure the process tree (peak RSS, CPU), stop. An external ``--target`` is measured but not
-managed.
+Ray Serve: ``benchmarks/native_peers.py``) on free ports, wait until ready, stop (their
+process trees are measured by ``benchmarks/process_stats.py``). An external ``--target`` is
+measured but not managed.
 
 Each managed server gets its own folder: symlinks to the shared model folders plus, for
 MLServer, its settings.json. So several servers run side by side from one repository.
@@ -18,23 +18,22 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
-import psutil
 
 from benchmarks import native_env, native_peers
 from benchmarks.loadgen.base import Target
+from benchmarks.otlp_sink import otlp_sink
 from benchmarks.ports import HOST, ServerPorts, free_port
+from benchmarks.process_stats import tree_rss
 
 # inferpool-w2-grpcio: inferpool with --grpc-implementation grpcio (grpc.aio);
 # inferpool-w2-library: every tree model predicted by its own library, not the tree kernel
 # (model-settings ``parameters.extra.tree_kernel: false``); inferpool-w2-otel: with
-# --tracing, every span exported over OTLP/HTTP to a sink the harness runs (``OtlpSink``);
+# --tracing, every span exported over OTLP/HTTP to a sink the harness runs (otlp_sink.py);
 # inferpool-w2-base: inferpool run from another checkout (``--base-checkout``, e.g. a
 # worktree of the commit before a change), so two versions are measured side by side in
 # one run. All may be combined.
@@ -65,7 +64,7 @@ class ServerSpec:
     grpc_implementation: str | None = None  # inferpool's --grpc-implementation
     tree_kernel: bool = True  # False: models get parameters.extra.tree_kernel = false
     base: bool = False  # True: run from the --base-checkout, not from this checkout
-    tracing: bool = False  # True: --tracing, spans exported to the harness's OtlpSink
+    tracing: bool = False  # True: --tracing, spans exported to the harness's OTLP sink
 
     @classmethod
     def parse(cls, name: str) -> ServerSpec:
@@ -90,66 +89,6 @@ class ServerSpec:
 
     def supports(self, protocol: str) -> bool:
         return protocol not in UNSUPPORTED.get(self.kind, set())
-
-
-def process_tree(pid: int) -> list[psutil.Process]:
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-def tree_rss(pid: int) -> int:
-    """Resident bytes of a process and all its descendants (shared pages count per process)."""
-    total = 0
-    for proc in process_tree(pid):
-        try:
-            total += proc.memory_info().rss
-        except psutil.NoSuchProcess:
-            continue
-    return total
-
-
-def tree_cpu(pid: int) -> dict[int, float]:
-    """User+system CPU seconds per live process of the tree, keyed by pid."""
-    usage = {}
-    for proc in process_tree(pid):
-        try:
-            times = proc.cpu_times()
-            usage[proc.pid] = times.user + times.system
-        except psutil.NoSuchProcess:
-            continue
-    return usage
-
-
-def cpu_between(before: dict[int, float], after: dict[int, float]) -> float:
-    """CPU spent between two :func:`tree_cpu` snapshots (processes born since count whole)."""
-    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
-
-
-class PeakRss:
-    """Samples a tree's RSS on a thread while a measurement runs; ``peak`` is the maximum."""
-
-    def __init__(self, pid: int | None, interval: float = 0.2) -> None:
-        self.pid = pid
-        self.interval = interval
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while not self._stop.is_set() and self.pid is not None:
-            self.peak = max(self.peak, tree_rss(self.pid))
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 @dataclass
@@ -299,56 +238,6 @@ def command(
         *(["--grpc-implementation", spec.grpc_implementation] if spec.grpc_implementation else []),
         *(["--tracing"] if spec.tracing else []),
     ]
-
-
-class OtlpSink:
-    """An OTLP/HTTP endpoint that takes every export and keeps only counts: what a
-    ``-otel`` server's spans are sent to. A real collector would cost the machine's CPU
-    beside the server; this costs a read per batch (512 spans, the SDK's default)."""
-
-    def __init__(self) -> None:
-        self.exports = 0
-        self.bytes = 0
-        sink = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                size = int(self.headers.get("Content-Length", 0))
-                sink.bytes += len(self.rfile.read(size))
-                sink.exports += 1
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer((HOST, 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        self.endpoint = f"http://{HOST}:{self._server.server_address[1]}/v1/traces"
-
-    def env(self) -> dict[str, str]:
-        """The OTEL_* variables that point a server's OTLP/HTTP exporter here."""
-        return {
-            "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": self.endpoint,
-        }
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
-_SINK: OtlpSink | None = None
-
-
-def otlp_sink() -> OtlpSink:
-    """The harness's one sink, started with the first ``-otel`` server."""
-    global _SINK
-    if _SINK is None:
-        _SINK = OtlpSink()
-    return _SINK
 
 
 def start(

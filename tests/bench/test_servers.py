@@ -11,15 +11,8 @@ import pytest
 
 from benchmarks.loadgen.base import Target
 from benchmarks.ports import ServerPorts
-from benchmarks.servers import (
-    ServerSpec,
-    command,
-    cpu_between,
-    server_folder,
-    start,
-    tree_cpu,
-    tree_rss,
-)
+from benchmarks.process_stats import cpu_between, tree_cpu, tree_rss
+from benchmarks.servers import ServerSpec, command, server_folder, start
 
 
 def test_server_names_parse_and_mlserver_lacks_binary_tensors():

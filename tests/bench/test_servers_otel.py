@@ -7,7 +7,8 @@ import httpx
 import pytest
 
 from benchmarks.loadgen.base import Target
-from benchmarks.servers import ServerSpec, command, otlp_sink, start
+from benchmarks.otlp_sink import otlp_sink
+from benchmarks.servers import ServerSpec, command, start
 from tests.support.pool import sum_request, write_counting_model
 
 
