@@ -1,7 +1,9 @@
 """The alibi-detect runtime: drift and outlier detectors saved with alibi-detect's
 ``save_detector`` (a folder holding ``config.toml``, or a legacy one holding
 ``meta.dill``), loaded with its ``load_detector`` and answered as MLServer's
-``mlserver_alibi_detect.AlibiDetectRuntime`` answers them.
+``mlserver_alibi_detect.AlibiDetectRuntime`` answers them. A legacy IForest or
+Mahalanobis loads without TensorFlow, which alibi-detect's own legacy loader needs
+(alibi_detect_legacy.py).
 
 alibi-detect 0.13 requires numpy<2, which the server's own environment cannot hold: its
 models run in a per-model environment (docs/runtimes/alibi-detect.md), whose worker
@@ -10,7 +12,8 @@ imports this module on numpy 1.x.
 The settings are MLServer's, under ``parameters.extra``:
 
 - ``predict_parameters``: keyword arguments of the detector's ``predict``
-  (``{"return_p_val": true}``, ``{"drift_type": "feature"}``...);
+  (``{"return_p_val": true}``, ``{"drift_type": "feature"}``...); one its ``predict`` does
+  not take fails the load (MLServer's fails every request instead);
 - ``batch_size``: a detector that is not online runs once ``batch_size`` requests have
   arrived, on their rows together; each earlier request is answered with no output;
 - ``state_save_freq`` (default 100): an online detector (one with ``save_state``) writes
@@ -23,12 +26,14 @@ several rows), and its ``meta`` dict as the response's parameters, with MLServer
 None (``feature_score`` of an IForest, ``distance`` of a detector asked not to return it)
 are left out: a tensor has no None.
 
-State (an online detector's time and window, a ``batch_size`` detector's waiting rows)
-belongs to the replica that holds it: each replica sees only the requests routed to it.
+State (an online detector's time and window, Mahalanobis' running mean and covariance,
+a ``batch_size`` detector's waiting rows) belongs to the replica that holds it: each
+replica sees only the requests routed to it.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -38,6 +43,7 @@ import numpy as np
 from alibi_detect.saving import load_detector
 
 from inferpool.errors import ModelLoadError
+from inferpool.runtimes.alibi_detect_legacy import without_tensorflow
 from inferpool.runtimes.base import Answer, Runtime
 from inferpool.runtimes.load_errors import reading
 from inferpool.settings import ModelSettings
@@ -74,8 +80,12 @@ class AlibiDetectRuntime(Runtime):
             self.folder / name for name in DETECTOR_FILES if (self.folder / name).exists()
         )
         with reading(marker, LIBRARY):
-            self.detector = load_detector(str(self.folder))
+            self.detector = without_tensorflow(self.folder) or load_detector(str(self.folder))
+        check_predict_parameters(self.detector, self.predict_parameters)
         self.online = hasattr(self.detector, "save_state")
+        # Mahalanobis updates its mean and covariance at each predict, but saves no state:
+        # it is not online as MLServer counts (a request's rows are one predict call).
+        self.stateful = self.online or bool(getattr(self.detector, "meta", {}).get("online"))
         module = type(self.detector).__module__.split(".")
         self.headers = {
             "x-seldon-alibi-type": KINDS.get(module[-2] if len(module) > 1 else "", "unknown"),
@@ -87,8 +97,8 @@ class AlibiDetectRuntime(Runtime):
         self._waiting: list[np.ndarray] = []
 
     def predictor(self) -> str:
-        online = " (online: its state is this replica's)" if self.online else ""
-        return f"{type(self.detector).__name__} of alibi-detect{online}"
+        state = " (online: its state is this replica's)" if self.stateful else ""
+        return f"{type(self.detector).__name__} of alibi-detect{state}"
 
     def predict(self, payload: Any, outputs: Sequence[str]) -> Mapping[str, Any]:
         rows = np.asarray(payload)
@@ -138,6 +148,25 @@ def detector_folder(uri: str | None, settings: ModelSettings) -> Path:
             "write one with alibi_detect.saving.save_detector)"
         )
     return folder
+
+
+def check_predict_parameters(detector: Any, parameters: Mapping[str, Any]) -> None:
+    """A ModelLoadError unless the detector's ``predict`` takes ``parameters`` as keyword
+    arguments: else every request would fail alike (MLServer loads such a model and answers
+    each request with the TypeError)."""
+    signature = inspect.signature(detector.predict)
+    try:
+        signature.bind_partial(None, **parameters)  # None: the rows, its first argument
+    except TypeError as error:
+        takes = [
+            name
+            for name, parameter in list(signature.parameters.items())[1:]
+            if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+        ]
+        raise ModelLoadError(
+            f"parameters.extra.predict_parameters does not fit {type(detector).__name__}"
+            f".predict ({error}; it takes {', '.join(takes) or 'none'})"
+        ) from None
 
 
 def _mapping(value: Any, name: str) -> dict[str, Any]:

@@ -8,6 +8,8 @@ server then uses (so it is unpacked once), saves detectors with that environment
 python (``save_detector``), and computes there what the detectors answer; the server
 (two workers of that environment) must answer the same over REST and gRPC, with
 MLServer's settings (``predict_parameters``, ``batch_size``) and its response shape.
+Detectors: KSDrift, the online CVMDriftOnline, and the outlier detectors IForest and
+Mahalanobis (which keeps state), none of which needs TensorFlow or PyTorch to run.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -63,7 +66,50 @@ print(json.dumps({
     "meta": answers["same"]["meta"],
     "no_distance": plain(feature["data"]),
     "joined": plain(detector.predict(joined)["data"]),
+    "outliers": outliers(root, x_ref, arrays),
 }))
+"""
+
+# Run by the environment's python too: the outlier detectors. alibi-detect 0.13's
+# save_detector writes IForest and Mahalanobis only in its legacy format, and only with
+# TensorFlow installed (which the environment lacks): the script writes that format as
+# save_detector does, the detector's meta in meta.dill and the state alibi-detect keeps
+# for it in <name>.dill (checked 2026-12-07 with TensorFlow 2.18.1: folders save_detector
+# wrote hold these files and keys, and the runtime, without TensorFlow, loads them into
+# detectors answering as alibi-detect's own load_detector's). Their answers are the saved
+# detector's own, in memory.
+SAVE_OUTLIERS = """
+import copy, os
+import dill
+from alibi_detect.od import IForest, Mahalanobis
+KEPT = {"IForest": ("threshold", "isolationforest"),
+        "Mahalanobis": ("threshold", "n_components", "std_clip", "start_clip", "max_n",
+                        "cat_vars", "ohe", "d_abs", "clip", "mean", "C", "n")}
+def save_legacy(detector, folder):
+    os.makedirs(folder)
+    name = detector.meta["name"]
+    with open(folder + "/meta.dill", "wb") as f:
+        dill.dump(detector.meta, f)
+    with open(folder + "/" + name + ".dill", "wb") as f:
+        dill.dump({key: getattr(detector, key) for key in KEPT[name]}, f)
+def outliers(root, x_ref, arrays):
+    forest = IForest(n_estimators=50)
+    forest.fit(x_ref)
+    forest.infer_threshold(x_ref, threshold_perc=95)
+    save_legacy(forest, root + "/iforest/detector")
+    # Mahalanobis updates its mean and covariance at each predict (infer_threshold too).
+    distance = Mahalanobis(n_components=3, start_clip=50)
+    distance.infer_threshold(x_ref, threshold_perc=95)
+    save_legacy(distance, root + "/mahalanobis/detector")
+    fresh = copy.deepcopy(distance)
+    same, shifted = arrays["same"][:10], arrays["shifted"][:10]
+    return {
+        "iforest": {name: plain(forest.predict(rows)["data"]) for name, rows in arrays.items()},
+        "iforest_meta": forest.meta,
+        "no_score": plain(forest.predict(arrays["shifted"], return_instance_score=False)["data"]),
+        "mahalanobis": [plain(distance.predict(rows)["data"]) for rows in (same, shifted)],
+        "mahalanobis_fresh": plain(fresh.predict(shifted)["data"]),
+    }
 """
 
 
@@ -106,7 +152,7 @@ def repository(
     root = tmp_path_factory.mktemp("repo")
     environment = prepare(tarball, cache)  # the server finds it unpacked, under the same key
     done = subprocess.run(
-        [environment.python, "-c", SAVE, str(root), json.dumps(REQUESTS)],
+        [environment.python, "-c", SAVE_OUTLIERS + SAVE, str(root), json.dumps(REQUESTS)],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     expected = json.loads(done.stdout.strip().splitlines()[-1])
@@ -118,6 +164,18 @@ def repository(
     model(root / "ksdrift-batched", tarball, extra={"batch_size": 2}, replicas=1)
     # One replica: one detector sees the whole stream (docs/runtimes/alibi-detect.md).
     model(root / "online", tarball, "./detector", extra={"state_save_freq": 3}, replicas=1)
+    # Outlier detectors: IForest on every worker (two replicas, which must agree);
+    # Mahalanobis, whose running mean and covariance are its replica's, on one.
+    model(root / "iforest", tarball, "./detector")
+    model(
+        root / "iforest-no-score", tarball, "../iforest/detector", replicas=1,
+        extra={"predict_parameters": {"return_instance_score": False}},
+    )  # fmt: skip
+    model(
+        root / "iforest-outlier-type", tarball, "../iforest/detector", replicas=1,
+        extra={"predict_parameters": {"outlier_type": "feature"}},
+    )  # fmt: skip
+    model(root / "mahalanobis", tarball, "./detector", replicas=1)
     # Load errors: a folder save_detector did not write, and no environment at all.
     model(root / "not-a-detector", tarball)
     settings = json.loads((root / "not-a-detector" / "model-settings.json").read_text())
@@ -210,12 +268,12 @@ def test_a_drift_detector_answers_as_it_does_in_its_environment(
     assert index["ksdrift"]["state"] == "READY"
 
 
-def test_grpc_answers_the_same(server: Server, repository: tuple[Path, dict]) -> None:
-    _, expected = repository
-    data = np.asarray(REQUESTS["shifted"], dtype=np.float32)
-    request = pb.ModelInferRequest(model_name="ksdrift")
-    tensor = request.inputs.add(name="x", datatype="FP32", shape=data.shape)
-    tensor.contents.fp32_contents.extend(data.ravel().tolist())
+def infer_grpc(server: Server, name: str, data: list[list[float]]) -> tuple[list[dict], Any]:
+    """The outputs (as REST's, to compare) and the parameters of a gRPC ModelInfer."""
+    rows = np.asarray(data, dtype=np.float32)
+    request = pb.ModelInferRequest(model_name=name)
+    tensor = request.inputs.add(name="x", datatype="FP32", shape=rows.shape)
+    tensor.contents.fp32_contents.extend(rows.ravel().tolist())
     with stub_for(server) as stub:
         reply = stub.ModelInfer(request, timeout=60)
     decoded = response_from_message(reply)
@@ -223,8 +281,14 @@ def test_grpc_answers_the_same(server: Server, repository: tuple[Path, dict]) ->
         {"name": o.name, "shape": list(o.shape), "data": np.asarray(o.data).ravel().tolist()}
         for o in decoded.outputs
     ]
+    return outputs, reply.parameters
+
+
+def test_grpc_answers_the_same(server: Server, repository: tuple[Path, dict]) -> None:
+    _, expected = repository
+    outputs, parameters = infer_grpc(server, "ksdrift", REQUESTS["shifted"])
     assert_detector_data(outputs, expected["answers"]["shifted"])
-    assert reply.parameters["name"].string_param == "KSDrift"
+    assert parameters["name"].string_param == "KSDrift"
 
 
 def test_predict_parameters_reach_the_detector(
@@ -282,6 +346,76 @@ def test_an_online_detector_keeps_its_state_between_requests(
     answer = infer(server, "online", [REQUESTS["shifted"][0][:2]])
     assert_stream(answer["outputs"], second, simulated=SIMULATED)
     assert {o["name"]: o["data"] for o in answer["outputs"]}["time"] == [4]
+
+
+def test_an_iforest_answers_as_it_does_in_its_environment(
+    server: Server, repository: tuple[Path, dict]
+) -> None:
+    """IForest, saved in alibi-detect's legacy format, loads without TensorFlow; its
+    answer is its ``data`` (``feature_score``, None, left out), over REST and gRPC."""
+    _, expected = repository
+    outliers = expected["outliers"]
+    flagged = outliers["iforest"]["shifted"]["is_outlier"]
+    assert 0 < sum(flagged) < len(flagged)  # else the test proves little
+    for name in ("same", "shifted"):
+        for _ in range(4):  # two replicas: each answers the same
+            answer = infer(server, "iforest", REQUESTS[name])
+            assert_detector_data(answer["outputs"], outliers["iforest"][name])
+    assert [o["name"] for o in answer["outputs"]] == ["instance_score", "is_outlier"]
+    outputs = {o["name"]: o for o in answer["outputs"]}
+    assert outputs["is_outlier"]["datatype"] == "INT64"
+    assert outputs["instance_score"]["datatype"] == "FP64"
+    assert outputs["is_outlier"]["shape"] == [1, len(REQUESTS["shifted"])]
+    meta = outliers["iforest_meta"]
+    assert {k: answer["parameters"][k] for k in meta} == meta
+    assert answer["parameters"]["headers"] == {
+        "x-seldon-alibi-type": "outlier",
+        "x-seldon-alibi-method": "isolationforest",
+    }
+    outputs, parameters = infer_grpc(server, "iforest", REQUESTS["shifted"])
+    assert_detector_data(outputs, outliers["iforest"]["shifted"])
+    assert parameters["name"].string_param == "IForest"
+    assert json.loads(parameters["headers"].string_param)["x-seldon-alibi-type"] == "outlier"
+
+
+def test_outlier_predict_parameters_reach_the_detector_or_fail_its_load(
+    server: Server, repository: tuple[Path, dict]
+) -> None:
+    _, expected = repository
+    answer = infer(server, "iforest-no-score", REQUESTS["shifted"])
+    assert [o["name"] for o in answer["outputs"]] == ["is_outlier"]
+    assert_detector_data(answer["outputs"], expected["outliers"]["no_score"])
+    # alibi-detect 0.13's IForest.predict takes no outlier_type: every request would fail.
+    index = {e["name"]: e for e in httpx.post(f"{server.url}/v2/repository/index").json()}
+    assert index["iforest-outlier-type"]["state"] == "FAILED"
+    assert index["iforest-outlier-type"]["reason"] == (
+        "parameters.extra.predict_parameters does not fit IForest.predict (got an "
+        "unexpected keyword argument 'outlier_type'; it takes return_instance_score)"
+    )
+
+
+def test_mahalanobis_updates_its_state_at_each_request(
+    server: Server, repository: tuple[Path, dict]
+) -> None:
+    """Each predict moves Mahalanobis' mean and covariance: the second request is answered
+    by the detector the first one updated, whichever protocol each came by (one replica)."""
+    _, expected = repository
+    first, second = expected["outliers"]["mahalanobis"]
+    fresh = expected["outliers"]["mahalanobis_fresh"]
+    # else the test proves little: a detector that forgot the first request answers fresh.
+    assert not np.allclose(second["instance_score"], fresh["instance_score"], rtol=1e-6)
+    answer = infer(server, "mahalanobis", REQUESTS["same"][:10])
+    assert_detector_data(answer["outputs"], first)
+    # Not online as MLServer counts it (no save_state): ten rows are one predict call.
+    assert answer["outputs"][0]["shape"] == [1, 10]
+    assert answer["parameters"]["online"] is True  # its meta says so
+    assert answer["parameters"]["headers"]["x-seldon-alibi-method"] == "mahalanobis"
+    outputs, _ = infer_grpc(server, "mahalanobis", REQUESTS["shifted"][:10])
+    assert_detector_data(outputs, second)
+    # Its placement says the state is its replica's (docs/runtimes/alibi-detect.md).
+    assert "predicted by Mahalanobis of alibi-detect (online: its state is this replica's)" in (
+        server.output()
+    )
 
 
 def test_load_errors_are_one_sentence(server: Server, repository: tuple[Path, dict]) -> None:

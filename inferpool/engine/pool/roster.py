@@ -147,11 +147,13 @@ class GroupRoster:
         except InferpoolError as exc:
             raise ModelLoadError(exc.message) from None
         self.named[str(named)] = environment.key
-        group = self.environments.get(environment.key)
-        if group is not None:
-            return group
+        # While the group is being added, it is already in ``environments`` (from its probe
+        # on) but its first workers are not up: a load placed then found none of them.
         adding = self._adding.get(environment.key)
         if adding is None:
+            group = self.environments.get(environment.key)
+            if group is not None:
+                return group
             name = f"env-{environment.key[:8]}"
             workers = self.settings.environment_workers
             adding = asyncio.ensure_future(self.add_group(name, environment, workers, []))

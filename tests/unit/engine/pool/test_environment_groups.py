@@ -86,6 +86,40 @@ def test_a_model_naming_an_environment_gets_its_group_started_once(chief, tmp_pa
     assert supervisor.roster.environment_key(settings) == "abcdef0123456789"
 
 
+def test_a_load_arriving_while_the_group_starts_waits_for_its_workers(chief, tmp_path, monkeypatch):
+    """The group is known from its probe on, its workers only once started: a load that
+    asks then gets it with them (2026-12-07: eleven alibi-detect models in one
+    environment, three got it before its workers and failed: "2 run another environment")."""
+    supervisor, _ = chief
+    monkeypatch.setattr(unpack, "prepare", lambda named, cache: environment())
+    settings = model(tmp_path, environment_tarball="env.tar.gz")
+    spawning = asyncio.Event()
+
+    async def spawn(slot: int, installs: int | None) -> Worker:
+        await spawning.wait()
+        return Worker(slot)
+
+    monkeypatch.setattr(supervisor, "_spawn", spawn)
+
+    async def run() -> tuple[Any, int]:
+        roster = supervisor.roster
+        first = asyncio.ensure_future(roster.group_for(settings))
+        while "abcdef0123456789" not in roster.environments:  # probed, workers starting
+            await asyncio.sleep(0.001)
+        late = asyncio.ensure_future(roster.group_for(settings))
+        await asyncio.sleep(0.05)
+        assert not late.done()  # it waits for the workers
+        spawning.set()
+        group = await late
+        workers = len(supervisor.workers)
+        assert await first is group
+        return group, workers
+
+    group, workers = asyncio.run(asyncio.wait_for(run(), timeout=10))
+    assert group.name == "env-abcdef01"
+    assert workers == 3  # the default slot's worker and the group's two
+
+
 def test_an_environment_that_cannot_be_used_fails_the_load(chief, tmp_path, monkeypatch):
     supervisor, started = chief
 
