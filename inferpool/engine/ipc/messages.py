@@ -9,7 +9,8 @@
 - The control messages: typed structs (msgspec, MessagePack on the wire), one per
   opcode, and ``Dispatch``, the table that routes received messages to their handlers.
   Their base and opcodes are in ``ops.py``; a stream's flow control (its flags, windows
-  and input messages) in ``stream_ops.py``; a worker's custom-metrics report in
+  and input messages) in ``stream_ops.py``; a runtime's calls to other models in
+  ``call_ops.py``; a worker's custom-metrics report in
   ``metrics_report.py``. ``encode`` and ``decode`` here know them all.
 
 Nothing here imports the rest of the engine: every process loads it cheaply.
@@ -27,6 +28,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
+from inferpool.engine.ipc.call_ops import Call, CallReply
 from inferpool.engine.ipc.metrics_report import Metrics
 
 # The opcodes and the message base live apart so that the stream and metrics messages can
@@ -422,7 +424,7 @@ class Loading(Control, frozen=True):
 _CONTROLS: tuple[type[Control], ...] = (
     Hello, Load, Loaded, Unload, Stop, Spawn, Preload, Ping, Pong, Cancel, Exited, Log,
     Metrics, Preloaded, Unpreload, Credit, Recycle, Loading, Feed, EndInput, LogLevels,
-    DropRegions,
+    DropRegions, Call, CallReply,
 )  # fmt: skip
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS: dict[int, msgspec.msgpack.Decoder[Any]] = {

@@ -49,6 +49,10 @@ class Op(IntEnum):
     # frontend → worker: unmap unregistered shared-memory regions (ipc/shared_memory.py);
     # numbered apart too.
     SHM_DROP = 70
+    # worker → frontend: a runtime calls another model (``call_ops.py``), and the answer
+    # back; numbered apart too.
+    CALL = 80
+    CALL_REPLY = 81
 
 
 class Control(msgspec.Struct, frozen=True):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from inferpool import logs
 from inferpool.engine import custom_metrics_sum
 from inferpool.engine.ipc import messages, metrics_report
+from inferpool.engine.ipc.call_ops import Call, CallReply
 from inferpool.engine.ipc.channel import Channel, Outgoing, socket_pair
 from inferpool.engine.ipc.messages import Op, Reply, ReplyHeader
 from inferpool.engine.ipc.ring import Ring, create_ring_fd
@@ -86,8 +87,12 @@ class WorkerHandle:
                 Op.METRICS: self._on_metrics,
                 Op.RECYCLE: self._on_recycle,
                 Op.LOADING: self._on_loading,
+                Op.CALL: self._on_call,
             }
         )
+        # Runs a runtime's call to another model (``PoolClient.serve_call``); set by the
+        # supervisor.
+        self.on_call: Callable[[WorkerHandle, Call], None] | None = None
 
     def _on_loading(self, message: messages.Loading) -> None:
         if not message.file:
@@ -193,6 +198,12 @@ class WorkerHandle:
 
     def _on_metrics(self, message: metrics_report.Metrics) -> None:
         custom_metrics_sum.FRONTEND.update(self.pid, message)
+
+    def _on_call(self, message: Call) -> None:
+        if self.on_call is not None:
+            self.on_call(self, message)
+        else:  # (only a worker started outside a supervisor has no one to run it)
+            self.post_control(CallReply(call_id=message.call_id, status=500, body=b"no calls here"))
 
     def _on_recycle(self, message: messages.Recycle) -> None:
         self.recycle = message

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from inferpool.engine.ipc import messages
+from inferpool.engine.ipc.call_ops import Call
 from inferpool.engine.pool.crash_blame import CrashBlame
 from inferpool.engine.pool.groups import WorkerGroup
 from inferpool.engine.pool.handles import WorkerHandle
@@ -60,6 +61,9 @@ class PoolEvents(Protocol):
 
     def worker_replaced(self, worker: WorkerHandle) -> Awaitable[None]:
         """``worker`` took a dead one's slot: load the models that slot held."""
+
+    def serve_call(self, worker: WorkerHandle, message: Call) -> None:
+        """Run a runtime's call to another model, answering ``worker`` (``CallReply``)."""
 
     def shared_documents(self) -> list[dict[str, Any]]:
         """The settings (as JSON) of the model versions served now: a restarted template
@@ -205,6 +209,7 @@ class Supervisor:
         group = self.group_of(slot)
         template = await group.keeper.running()
         worker = WorkerHandle(slot, self.max_queue)
+        worker.on_call = self.events.serve_call
         if installs is not None:
             if installs != self.rolls_by_slot[slot]:
                 worker.close("superseded")
