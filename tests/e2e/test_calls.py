@@ -14,6 +14,7 @@ import httpx
 import numpy as np
 import pytest
 
+from inferpool.calls import MAX_DEPTH
 from tests.support import Server, build_iris_repository, iris_data, write_custom_model
 from tests.support.grpc import infer_request, needs_pool, running_server, stub_for
 
@@ -86,6 +87,12 @@ RUNTIMES = """
         target = "killer"
 
 
+    class Chain(Call):
+        # chain-0 calls chain-1, which calls chain-2, ...
+        def load(self):
+            self.target = "chain-" + str(int(self.settings.name.split("-")[1]) + 1)
+
+
     class Catcher(Base):
         # Catches the error of a call to a model that does not exist.
         def predict(self, payload, outputs):
@@ -98,7 +105,7 @@ RUNTIMES = """
 
     class Sleepy(Base):
         def predict(self, payload, outputs):
-            time.sleep(1.5)
+            time.sleep(2.5)
             return {"y": np.asarray(payload), "pid": np.array([os.getpid()])}
 
 
@@ -126,6 +133,7 @@ def repository(root: Path) -> Path:
         ("impatient", "Impatient", {}),
         ("catcher", "Catcher", {}),
         ("sleepy", "Sleepy", {}),
+        *[(f"chain-{number}", "Chain", {}) for number in range(MAX_DEPTH + 1)],
     ]:
         write_custom_model(root / name, RUNTIMES, cls, module=f"{cls.lower()}_rt", **settings)
     return root
@@ -205,10 +213,21 @@ def test_a_cycle_of_calls_is_refused_at_once(server: Server) -> None:
     assert "call cycle 'ping-a' -> 'ping-b' -> 'ping-a'" in response.json()["error"]
 
 
+def test_a_chain_of_calls_deeper_than_the_limit_is_refused(server: Server) -> None:
+    """chain-0 -> chain-1 -> ... -> chain-7 run (with --workers 0, each waiting in a
+    predict thread of its own), chain-7's call to chain-8 is refused."""
+    started = time.monotonic()
+    response = rest(server, "chain-0", np.ones((1, 2)))
+    assert time.monotonic() - started < 10
+    assert response.status_code == 400
+    path = " -> ".join(f"'chain-{number}'" for number in range(MAX_DEPTH + 1))
+    assert f"calls nest deeper than {MAX_DEPTH} models: {path}" in response.json()["error"]
+
+
 def test_a_call_past_its_timeout_is_a_504(server: Server) -> None:
     started = time.monotonic()
     response = rest(server, "impatient", np.ones((1, 2)))
-    assert time.monotonic() - started < 1.4  # the callee takes 1.5 s
+    assert time.monotonic() - started < 1.4  # the callee takes 2.5 s
     assert response.status_code == 504
     assert "model 'sleepy' did not answer within the call's timeout (0.5 s)" in response.text
     # The server goes on: the callee's late answer is dropped.
@@ -217,23 +236,30 @@ def test_a_call_past_its_timeout_is_a_504(server: Server) -> None:
 
 @needs_pool
 def test_the_callers_worker_answers_other_requests_during_a_call(tmp_path: Path) -> None:
-    """``waiter`` (one replica) waits 1.5 s in a call to ``sleepy`` (one replica, on the
-    other worker): requests sent to its worker meanwhile are answered at once."""
+    """``waiter`` (one replica) waits 2.5 s in a call to ``sleepy`` (one replica, on the
+    other worker): requests sent to its worker meanwhile are answered at once, and so are
+    its heartbeats (a worker silent for 1 s is killed; ``waiter`` has no timeout that
+    would excuse it, ``sleepy`` has one)."""
     build_iris_repository(tmp_path)
-    for name, cls in [("waiter", "Waiter"), ("sleepy", "Sleepy")]:
-        write_custom_model(tmp_path / name, RUNTIMES, cls, module=f"{cls.lower()}_rt", **ONE)
+    write_custom_model(tmp_path / "waiter", RUNTIMES, "Waiter", module="waiter_rt", **ONE)
+    write_custom_model(
+        tmp_path / "sleepy", RUNTIMES, "Sleepy", module="sleepy_rt", timeout=30, **ONE
+    )
     write_custom_model(tmp_path / "whoami", RUNTIMES, "WhoAmI", module="whoami_rt")
-    server_running = running_server(tmp_path, 2, "--stall-threshold", "30")
+    flags = ("--stall-threshold", "30", "--worker-heartbeat-timeout", "1", "--model-timeout", "0")
+    server_running = running_server(tmp_path, 2, *flags)
     with server_running as server, concurrent.futures.ThreadPoolExecutor(8) as pool:
         waiting = pool.submit(finished, rest, server, "waiter", np.ones((1, 2)))
         time.sleep(0.4)  # its call is in flight
         others = [pool.submit(timed_pid, server) for _ in range(6)]
         answered = [other.result() for other in others]
         response, waiter_done = waiting.result()
+        output = server.output()
+    assert "answered nothing" not in output, output
     answer = outputs(response)
     caller_pid, callee_pid = int(answer["pid"][0]), int(answer["callee_pid"][0])
     assert caller_pid != callee_pid, "the test needs the two models on different workers"
-    # Some went to the caller's worker (the others wait behind the callee's 1.5 s) ...
+    # Some went to the caller's worker (the others wait behind the callee's 2.5 s) ...
     by_caller = [(seconds, done) for pid, seconds, done in answered if pid == caller_pid]
     assert by_caller, answered
     # ... and were answered at once, while its predict waited for its call.
