@@ -6,6 +6,7 @@ keeps answering other requests."""
 from __future__ import annotations
 
 import concurrent.futures
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +16,15 @@ import numpy as np
 import pytest
 
 from inferpool.calls import MAX_DEPTH
-from tests.support import Server, build_iris_repository, iris_data, write_custom_model
+from tests.support import (
+    Server,
+    build_iris_repository,
+    iris_data,
+    write_custom_model,
+    write_sklearn_model,
+)
 from tests.support.grpc import infer_request, needs_pool, running_server, stub_for
+from tests.support.readme import page_section
 
 RUNTIMES = """
     import os
@@ -122,8 +130,23 @@ RUNTIMES = """
 ONE = {"replicas": 1}
 
 
+def docs_example(root: Path) -> None:
+    """The page's example (docs/custom-runtimes.md, "Calling other models"): the model
+    ``iris`` it calls, and ``iris-labels`` written from the page's two blocks."""
+    from sklearn.linear_model import LogisticRegression
+
+    X, y = iris_data()
+    write_sklearn_model(root / "iris", LogisticRegression(max_iter=1000).fit(X, y))
+    section = page_section("docs/custom-runtimes.md", "## Calling other models")
+    source, settings = re.findall(r"```(?:python|json)\n(.*?)```", section, re.DOTALL)
+    (root / "iris-labels").mkdir()
+    (root / "iris-labels" / "labeller.py").write_text(source)
+    (root / "iris-labels" / "model-settings.json").write_text(settings)
+
+
 def repository(root: Path) -> Path:
     build_iris_repository(root)
+    docs_example(root)
     for name, cls, settings in [
         ("post", "Post", {}),
         ("missing", "Missing", {}),
@@ -185,6 +208,20 @@ def test_a_runtime_calls_another_model_over_grpc(server: Server) -> None:
         assert labels == proba.argmax(axis=1).tolist()
         confidence = list(by_name["confidence"].contents.fp64_contents)
         np.testing.assert_allclose(confidence, proba.max(axis=1))
+
+
+def test_the_pages_example_answers_the_likeliest_species(server: Server) -> None:
+    from tests.support import rest_output
+
+    X, _ = iris_data()
+    rows = X[::25]
+    proba = rest_output(server.url, "iris", rows)
+    response = rest(server, "iris-labels", rows)
+    assert response.status_code == 200, response.text
+    answer = {output["name"]: output["data"] for output in response.json()["outputs"]}
+    species = ["setosa", "versicolor", "virginica"]
+    assert answer["species"] == [species[label] for label in proba.argmax(axis=1)]
+    np.testing.assert_allclose(answer["probability"], proba.max(axis=1))
 
 
 def test_an_unknown_model_raises_in_the_caller_naming_it(server: Server) -> None:
