@@ -20,6 +20,7 @@ Worker processes send their calls over their control channel (``PoolClient``).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import logging
 import time
@@ -94,6 +95,8 @@ class CallServer:
         finally:
             current_request_id.reset(token)
             del self.chains[request_id]
+        if reply.json_length is not None:  # binary tensors: the caller decodes JSON only
+            return 400, b"a call's response must be JSON: do not ask for binary_data_output"
         return reply.status, reply.body
 
 
@@ -125,6 +128,8 @@ class InProcessCalls:
             except TimeoutError:
                 future.cancel()
                 return 504, f"model '{model}' did not answer within {timeout:g} s".encode()
+            except concurrent.futures.CancelledError:  # the loop is closing
+                return 503, b"the server is shutting down"
 
 
 def _on_a_loop() -> bool:
