@@ -29,6 +29,7 @@ from tests.support.readme import page_section
 RUNTIMES = """
     import os
     import time
+    from concurrent.futures import ThreadPoolExecutor
 
     import numpy as np
 
@@ -50,6 +51,18 @@ RUNTIMES = """
             )
             proba = answer["outputs"][0]["data"]
             return {"label": proba.argmax(axis=1), "confidence": proba.max(axis=1)}
+
+
+    class Threaded(Base):
+        # Calls iris-logreg from threads of its own while its predict waits for them.
+        def predict(self, payload, outputs):
+            def proba(rows):
+                answer = infer("iris-logreg", {"x": rows}, outputs=["predict_proba"])
+                return answer["outputs"][0]["data"]
+
+            rows = np.array_split(np.asarray(payload, dtype=np.float64), 2)
+            with ThreadPoolExecutor(2) as pool:
+                return {"proba": np.concatenate(list(pool.map(proba, rows)))}
 
 
     class Call(Base):
@@ -149,6 +162,7 @@ def repository(root: Path) -> Path:
     docs_example(root)
     for name, cls, settings in [
         ("post", "Post", {}),
+        ("threaded", "Threaded", {}),
         ("missing", "Missing", {}),
         ("selfish", "Selfish", {}),
         ("ping-a", "PingA", {}),
@@ -208,6 +222,18 @@ def test_a_runtime_calls_another_model_over_grpc(server: Server) -> None:
         assert labels == proba.argmax(axis=1).tolist()
         confidence = list(by_name["confidence"].contents.fp64_contents)
         np.testing.assert_allclose(confidence, proba.max(axis=1))
+
+
+def test_threads_of_a_runtime_call_while_its_predict_waits_for_them(server: Server) -> None:
+    """In a worker, the loop is busy in the predict: the threads' calls go on sockets
+    of their own (their threads end with each request: new ones the next time)."""
+    from tests.support import rest_output
+
+    X, _ = iris_data()
+    rows = X[::10]
+    for _ in range(2):
+        answer = outputs(rest(server, "threaded", rows))
+        np.testing.assert_allclose(answer["proba"], rest_output(server.url, "iris-logreg", rows))
 
 
 def test_the_pages_example_answers_the_likeliest_species(server: Server) -> None:
@@ -273,15 +299,14 @@ def test_a_call_past_its_timeout_is_a_504(server: Server) -> None:
 
 @needs_pool
 def test_the_callers_worker_answers_other_requests_during_a_call(tmp_path: Path) -> None:
-    """``waiter`` (one replica) waits 2.5 s in a call to ``sleepy`` (one replica, on the
-    other worker): requests sent to its worker meanwhile are answered at once, and so are
+    """``waiter`` (one replica) waits 2.5 s in a call to ``sleepy`` (on the other
+    worker): requests sent to its worker meanwhile are answered at once, and so are
     its heartbeats (a worker silent for 1 s is killed; ``waiter`` has no timeout that
     would excuse it, ``sleepy`` has one)."""
     build_iris_repository(tmp_path)
     write_custom_model(tmp_path / "waiter", RUNTIMES, "Waiter", module="waiter_rt", **ONE)
-    write_custom_model(
-        tmp_path / "sleepy", RUNTIMES, "Sleepy", module="sleepy_rt", timeout=30, **ONE
-    )
+    # On both workers: the call goes to the least loaded, the one not running ``waiter``.
+    write_custom_model(tmp_path / "sleepy", RUNTIMES, "Sleepy", module="sleepy_rt", timeout=30)
     write_custom_model(tmp_path / "whoami", RUNTIMES, "WhoAmI", module="whoami_rt")
     flags = ("--stall-threshold", "30", "--worker-heartbeat-timeout", "1", "--model-timeout", "0")
     server_running = running_server(tmp_path, 2, *flags)

@@ -36,7 +36,7 @@ from inferpool.engine.ipc.shared_memory import DropRegions
 from inferpool.engine.pool.dispatch import Dispatcher, Route
 from inferpool.engine.pool.generations import Generations
 from inferpool.engine.pool.groups import names_environment
-from inferpool.engine.pool.handles import WorkerHandle
+from inferpool.engine.pool.handles import Answer, WorkerHandle
 from inferpool.engine.pool.placement import Placement, set_state
 from inferpool.engine.pool.recycling import Recycler
 from inferpool.engine.pool.stalls import Stalls
@@ -197,19 +197,19 @@ class PoolClient(EngineClient):
     async def worker_replaced(self, worker: WorkerHandle) -> None:
         await self.placement.reload(worker)
 
-    def serve_call(self, worker: WorkerHandle, message: Call) -> None:
-        task = asyncio.ensure_future(self._answer_call(worker, message))
+    def serve_call(self, worker: WorkerHandle, message: Call, answer: Answer) -> None:
+        task = asyncio.ensure_future(self._answer_call(worker, message, answer))
         self._calls.add(task)  # (a task nobody holds may be collected before it ends)
         task.add_done_callback(self._calls.discard)
 
-    async def _answer_call(self, worker: WorkerHandle, message: Call) -> None:
+    async def _answer_call(self, worker: WorkerHandle, message: Call, answer: Answer) -> None:
         parents = [resolve_internal(request_id) for request_id in message.parents]
         status, body = await self.call_server.serve(
             message.model, message.version, message.body, message.caller, parents, message.timeout
         )
         if worker.alive:  # else it died meanwhile: nobody waits for the answer
             with contextlib.suppress(OSError):
-                worker.post_control(CallReply(call_id=message.call_id, status=status, body=body))
+                answer(CallReply(call_id=message.call_id, status=status, body=body))
 
     def shared_documents(self) -> list[dict[str, Any]]:
         documents = [route.settings.model_dump(mode="json") for route in self.routes.values()]

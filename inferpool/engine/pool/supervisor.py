@@ -32,7 +32,7 @@ from inferpool.engine.ipc import messages
 from inferpool.engine.ipc.call_ops import Call
 from inferpool.engine.pool.crash_blame import CrashBlame
 from inferpool.engine.pool.groups import WorkerGroup
-from inferpool.engine.pool.handles import WorkerHandle
+from inferpool.engine.pool.handles import Answer, WorkerHandle
 from inferpool.engine.pool.outages import CRASH_WINDOW, Outages
 from inferpool.engine.pool.roster import GroupRoster, shared_preloads, shared_slots
 from inferpool.engine.pool.template_keeper import TemplateKeeper
@@ -62,8 +62,8 @@ class PoolEvents(Protocol):
     def worker_replaced(self, worker: WorkerHandle) -> Awaitable[None]:
         """``worker`` took a dead one's slot: load the models that slot held."""
 
-    def serve_call(self, worker: WorkerHandle, message: Call) -> None:
-        """Run a runtime's call to another model, answering ``worker`` (``CallReply``)."""
+    def serve_call(self, worker: WorkerHandle, message: Call, answer: Answer) -> None:
+        """Run a runtime's call to another model; ``answer`` its ``CallReply``."""
 
     def shared_documents(self) -> list[dict[str, Any]]:
         """The settings (as JSON) of the model versions served now: a restarted template

@@ -9,8 +9,10 @@ own replicas; a model waiting in a call is never entered twice), answers streams
 cancellations, and keeps a load or an unload for after the predict returns. The running
 record the frontend reads (which model runs since when) is put back after each request
 run meanwhile, so the caller's timeout still applies to its predict as a whole. A call
-from another thread (a stream's, a runtime's own) sends the same message and waits for
-the worker's loop to hand it the answer.
+from another thread (a stream's, a runtime's own) cannot count on the worker's loop,
+which may be busy in the very predict that waits for this thread: it sends its calls on
+a socket of its own (``CallChannel``, sent to the frontend at its first call) and reads
+their answers there.
 
 The call's parents are the ring ids of the requests the caller is running (from the
 running record): the frontend finds the chain of calls through them. A call from a
@@ -27,7 +29,9 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from inferpool.engine.ipc.call_ops import Call, CallReply
+from inferpool.engine.ipc import messages
+from inferpool.engine.ipc.call_ops import Call, CallChannel, CallReply
+from inferpool.engine.ipc.channel import Channel, socket_pair
 
 if TYPE_CHECKING:
     from inferpool.engine.worker.process import Worker
@@ -43,11 +47,10 @@ class WorkerCalls:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self.loop_thread = threading.get_ident()  # the worker's loop: it runs the predicts
-        self._ids = itertools.count(1)
-        self._lock = threading.Lock()
-        # Per call waiting: its answer once in, and the event a thread's call waits on.
+        self._ids = itertools.count(1)  # (a count's next is atomic under the GIL)
+        # Per call waiting on the loop: its answer once in.
         self._answers: dict[int, CallReply | None] = {}
-        self._events: dict[int, threading.Event] = {}
+        self._local = threading.local()  # another thread's own channel (``CallChannel``)
         # The model indexes whose predict waits in a call on the loop, innermost last.
         self.busy: list[int] = []
 
@@ -63,43 +66,46 @@ class WorkerCalls:
             held = worker.models.get(index)
             caller = held.name if held is not None else ""
         call_id = next(self._ids)
-        event = None if here else threading.Event()
-        with self._lock:
-            self._answers[call_id] = None
-            if event is not None:
-                self._events[call_id] = event
         message = Call(
             call_id=call_id, model=model, version=version, body=body, caller=caller,
             parents=parents, timeout=timeout,
         )  # fmt: skip
         deadline = time.monotonic() + timeout + GRACE
         try:
-            try:
+            if here:
+                self._answers[call_id] = None
                 worker.channel.send_control(message)
-            except OSError:
-                return 503, b"the server went away"
-            if event is None:
                 answer = self.wait_here(call_id, index, deadline)
             else:
-                event.wait(timeout + GRACE)
-                answer = self._answers.get(call_id)
+                channel = self._thread_channel()
+                channel.send_control(message)
+                answer = _wait_on(channel, call_id, deadline)
+        except (OSError, EOFError):
+            return 503, b"the server went away"
         finally:
-            with self._lock:
-                answer = self._answers.pop(call_id, None)
-                self._events.pop(call_id, None)
+            self._answers.pop(call_id, None)
         if answer is None:
             return 504, f"model '{model}' did not answer within {timeout:g} s".encode()
         return answer.status, answer.body
 
+    def _thread_channel(self) -> Channel:
+        """This thread's socket for its calls, sent to the frontend at its first call (it
+        closes with the thread)."""
+        channel: Channel | None = getattr(self._local, "channel", None)
+        if channel is None:
+            ours, theirs = socket_pair()
+            try:
+                self.worker.channel.send_control(CallChannel(), fds=[theirs.fileno()])
+            finally:
+                theirs.close()
+            channel = self._local.channel = Channel(ours)
+        return channel
+
     def replied(self, message: CallReply) -> None:
-        """A ``CallReply`` came in (on the worker's loop): hand it to its caller."""
-        with self._lock:
-            if message.call_id not in self._answers:
-                return  # its caller gave up
+        """A ``CallReply`` came in on the worker's channel: its caller waits in
+        ``wait_here`` (else it gave up, and the answer is dropped)."""
+        if message.call_id in self._answers:
             self._answers[message.call_id] = message
-            event = self._events.get(message.call_id)
-        if event is not None:
-            event.set()
 
     def wait_here(self, call_id: int, index: int, deadline: float) -> CallReply | None:
         """Run the worker's loop until the call's answer comes in (None: past ``deadline``,
@@ -149,3 +155,20 @@ class WorkerCalls:
         finally:
             self.busy.pop()
         return self._answers.get(call_id)
+
+
+def _wait_on(channel: Channel, call_id: int, deadline: float) -> CallReply | None:
+    """The answer of ``call_id`` on a thread's own channel (None: past ``deadline``);
+    the late answer of an earlier call that gave up is skipped."""
+    poller = select.poll()
+    poller.register(channel.fileno(), select.POLLIN)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not poller.poll(max(1, int(left * 1000))):
+            return None
+        op, payload, fds = channel.receive(block=False)
+        for fd in fds:
+            os.close(fd)
+        answer = messages.decode(op, payload)
+        if isinstance(answer, CallReply) and answer.call_id == call_id:
+            return answer

@@ -37,6 +37,7 @@ EXAMPLES: list[messages.Control] = [
         timeout=1.5,
     ),
     messages.CallReply(call_id=3, status=404, body=b"model 'iris' not found"),
+    messages.CallChannel(),
     messages.Load(index=7, settings={"name": "iris", "parameters": {"x": [1, 2]}}),
     messages.Loaded(index=7, ok=True, metadata={"name": "iris"}, size=1 << 40, predictor="tree"),
     messages.Loaded(index=8, ok=False, error="no model artefact"),
@@ -96,6 +97,7 @@ def test_kinds_and_opcodes_keep_their_wire_values() -> None:
         "SHM_DROP": 70,
         "CALL": 80,
         "CALL_REPLY": 81,
+        "CALL_CHANNEL": 82,
     }  # fmt: skip
 
 
