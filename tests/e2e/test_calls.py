@@ -83,6 +83,10 @@ RUNTIMES = """
         target = "no-such-model"
 
 
+    class ToRf(Call):
+        target = "iris-rf"
+
+
     class Selfish(Call):
         target = "selfish"
 
@@ -165,6 +169,7 @@ def repository(root: Path) -> Path:
         ("threaded", "Threaded", {}),
         ("missing", "Missing", {}),
         ("selfish", "Selfish", {}),
+        ("to-rf", "ToRf", {}),
         ("ping-a", "PingA", {}),
         ("ping-b", "PingB", {}),
         ("impatient", "Impatient", {}),
@@ -258,6 +263,27 @@ def test_an_unknown_model_raises_in_the_caller_naming_it(server: Server) -> None
     response = rest(server, "missing", np.ones((1, 2)))
     assert response.status_code == 404
     assert "call to model 'no-such-model' failed" in response.json()["error"]
+
+
+def test_a_model_unloaded_raises_in_the_caller_as_a_client_would_be_answered(
+    server: Server,
+) -> None:
+    rows = iris_data()[0][:2]
+    assert outputs(rest(server, "to-rf", rows))["y"].shape == (2,)
+    unloaded = httpx.post(f"{server.url}/v2/repository/models/iris-rf/unload", timeout=60)
+    assert unloaded.status_code == 200, unloaded.text
+    try:
+        direct = rest(server, "iris-rf", rows)  # what a client asking it directly gets
+        assert direct.status_code in (404, 503), direct.text
+        response = rest(server, "to-rf", rows)
+        assert response.status_code == direct.status_code, response.text
+        reason = direct.json()["error"]
+        assert "iris-rf" in reason
+        assert response.json()["error"] == f"call to model 'iris-rf' failed: {reason}"
+    finally:
+        loaded = httpx.post(f"{server.url}/v2/repository/models/iris-rf/load", timeout=120)
+        assert loaded.status_code == 200, loaded.text
+    assert outputs(rest(server, "to-rf", rows))["y"].shape == (2,)
 
 
 def test_a_model_calling_itself_is_refused_at_once(server: Server) -> None:
