@@ -8,7 +8,8 @@ together (``batching.py``: joined up to its rows, never waiting unless its setti
 and rings the response doorbell once per execution it answers. It exits when told to stop
 (after finishing what is queued) or at once when the frontend's end of the control
 channel closes (the frontend was killed); SIGTERM and SIGINT, sent to the whole process
-group, are ignored.
+group, are ignored. A predict that calls another model (``calls.py``) runs this loop
+itself while it waits for the answer.
 """
 
 from __future__ import annotations
@@ -88,19 +89,19 @@ class Worker:
         # The runtimes' custom metrics, sent batched: never one message per request.
         self.metrics = Reporter(self.channel.send_control)
         handlers: dict[Op, messages.Handler] = {
-                Op.REQUEST: self._on_request,
-                Op.LOAD: self._load,
-                Op.UNLOAD: self._on_unload,
-                Op.CANCEL: self._on_cancel,
-                Op.CREDIT: self._on_credit,
-                Op.FEED: self._on_feed,
-                Op.END_INPUT: self._on_end_input,
-                Op.PING: self._on_ping,
-                Op.STOP: self._on_stop,
-                Op.LOG_LEVELS: lambda message: logs.set_levels(message.levels),
-                Op.SHM_DROP: lambda message: shm_regions.drop(message.serials),
-                Op.CALL_REPLY: lambda message: self.calls.replied(message),
-        }  # fmt: skip
+            Op.REQUEST: self._on_request,
+            Op.LOAD: self._load,
+            Op.UNLOAD: self._on_unload,
+            Op.CANCEL: self._on_cancel,
+            Op.CREDIT: self._on_credit,
+            Op.FEED: self._on_feed,
+            Op.END_INPUT: self._on_end_input,
+            Op.PING: self._on_ping,
+            Op.STOP: self._on_stop,
+            Op.LOG_LEVELS: lambda message: logs.set_levels(message.levels),
+            Op.SHM_DROP: lambda message: shm_regions.drop(message.serials),
+            Op.CALL_REPLY: lambda message: self.calls.replied(message),
+        }
         self.dispatch = messages.Dispatch(handlers)
         # While a predict waits in a call to another model (``calls.py``), the channel is
         # read by that wait: a load or an unload is kept for after the predict returns.
