@@ -2,9 +2,9 @@
 
 ``CallServer.serve`` runs one call as any request of the engine client (``infer``: the
 model table, readiness, rate limits, the dispatcher's least-loaded worker, statistics)
-and answers ``(status, body)``. It refuses, before anything runs, a call that would close
-a cycle (a model calling itself, or one that called it) or nest deeper than
-``MAX_DEPTH``: it knows the chain of models behind each call it runs by the request id
+and answers ``(status, body, json_length)``. It refuses, before anything runs, a call
+that would close a cycle (a model calling itself, or one that called it) or nest deeper
+than ``MAX_DEPTH``: it knows the chain of models behind each call it runs by the request id
 it gives the callee's request (``request_ids.current_request_id``, which the
 dispatcher records for the callee's worker and which that worker's own calls name
 through their parents' ring ids); a request that came from a client starts a chain.
@@ -41,6 +41,10 @@ logger = logging.getLogger(__name__)
 # Seconds a caller waits past its call's timeout for the frontend's answer (which comes
 # at the timeout) before it gives up on its own.
 GRACE = 5.0
+_ON_THE_LOOP = (
+    b"calls to other models need predict threads: with --workers 0 and "
+    b"--stall-threshold 0 a predict runs on the event loop, which cannot wait for one"
+)
 
 
 class CallServer:
@@ -62,20 +66,21 @@ class CallServer:
         model: str,
         version: str | None,
         body: bytes,
+        json_length: int | None,
         caller: str,
         parents: list[str | None],
         timeout: float,
-    ) -> tuple[int, bytes]:
-        """The callee's status and body (its V2 JSON response, or the error's message)."""
+    ) -> tuple[int, bytes, int | None]:
+        """The callee's status, body (its V2 REST response, or the error's message) and
+        the length of the body's JSON part when binary tensors follow (else None)."""
         chain = self.chain_of(parents) + ((caller,) if caller else ())
         if model in chain:
             path = " -> ".join(f"'{name}'" for name in (*chain, model))
-            return 400, (
-                f"call cycle {path}: a model may not call itself or a model that called it"
-            ).encode()
+            message = f"call cycle {path}: a model may not call itself or a model that called it"
+            return 400, message.encode(), None
         if len(chain) >= calls.MAX_DEPTH:
             path = " -> ".join(f"'{name}'" for name in (*chain, model))
-            return 400, f"calls nest deeper than {calls.MAX_DEPTH} models: {path}".encode()
+            return 400, f"calls nest deeper than {calls.MAX_DEPTH} models: {path}".encode(), None
         outer = next((request_id for request_id in parents if request_id), None) or "call"
         request_id = f"{outer}/{model}-{next(self._numbers)}"
         self.chains[request_id] = chain
@@ -83,21 +88,21 @@ class CallServer:
         deadline = time.monotonic() + timeout
         try:
             async with asyncio.timeout(timeout):
-                reply = await self.client.infer(model, version, Kind.REST, body, None, deadline)
+                reply = await self.client.infer(
+                    model, version, Kind.REST, body, json_length, deadline
+                )
         except TimeoutError:
             message = f"model '{model}' did not answer within the call's timeout ({timeout:g} s)"
-            return 504, message.encode()
+            return 504, message.encode(), None
         except InferpoolError as exc:
-            return exc.status, exc.message.encode()
+            return exc.status, exc.message.encode(), None
         except Exception as exc:  # a bug of ours: the caller still gets an answer
             logger.exception("call to model %r failed", model)
-            return 500, f"internal error: {type(exc).__name__}: {exc}".encode()
+            return 500, f"internal error: {type(exc).__name__}: {exc}".encode(), None
         finally:
             current_request_id.reset(token)
             del self.chains[request_id]
-        if reply.json_length is not None:  # binary tensors: the caller decodes JSON only
-            return 400, b"a call's response must be JSON: do not ask for binary_data_output"
-        return reply.status, reply.body
+        return reply.status, reply.body, reply.json_length
 
 
 class InProcessCalls:
@@ -111,25 +116,22 @@ class InProcessCalls:
         self.threads = threads
 
     def call(
-        self, model: str, version: str | None, body: bytes, timeout: float
-    ) -> tuple[int, bytes]:
+        self, model: str, version: str | None, body: bytes, json_length: int | None, timeout: float
+    ) -> tuple[int, bytes, int | None]:
         if self.threads is None or _on_a_loop():
-            return 500, (
-                b"calls to other models need predict threads: with --workers 0 and "
-                b"--stall-threshold 0 a predict runs on the event loop, which cannot wait for one"
-            )
+            return 500, _ON_THE_LOOP, None
         caller = (self.threads.current_key() or "").partition("\x00")[0]  # (a ModelKey)
         parent = current_request_id.get()  # the predict's own request (copied into its thread)
-        serving = self.server.serve(model, version, body, caller, [parent], timeout)
+        serving = self.server.serve(model, version, body, json_length, caller, [parent], timeout)
         with self.threads.blocked():
             future = asyncio.run_coroutine_threadsafe(serving, self.loop)
             try:
                 return future.result(timeout + GRACE)
             except TimeoutError:
                 future.cancel()
-                return 504, f"model '{model}' did not answer within {timeout:g} s".encode()
+                return 504, f"model '{model}' did not answer within {timeout:g} s".encode(), None
             except concurrent.futures.CancelledError:  # the loop is closing
-                return 503, b"the server is shutting down"
+                return 503, b"the server is shutting down", None
 
 
 def _on_a_loop() -> bool:

@@ -14,18 +14,18 @@ from inferpool.calls import CallError
 class Recording:
     """A backend that answers ``(status, body)`` and notes what it was asked."""
 
-    def __init__(self, status: int, body: bytes) -> None:
-        self.answer = (status, body)
-        self.asked: list[tuple[str, str | None, dict, float]] = []
+    def __init__(self, answer: tuple[int, bytes, int | None]) -> None:
+        self.answer = answer
+        self.asked: list[tuple[str, str | None, bytes, int | None, float]] = []
 
-    def call(self, model: str, version: str | None, body: bytes, timeout: float):
-        self.asked.append((model, version, orjson.loads(body), timeout))
+    def call(self, model, version, body, json_length, timeout):
+        self.asked.append((model, version, body, json_length, timeout))
         return self.answer
 
 
 @pytest.fixture
 def backend(request: pytest.FixtureRequest):
-    installed = Recording(*request.param)
+    installed = Recording((*request.param, None))
     calls.install(installed)
     yield installed
     calls.install(None)
@@ -43,20 +43,41 @@ RESPONSE = orjson.dumps(
 
 
 @pytest.mark.parametrize("backend", [(200, RESPONSE)], indirect=True)
-def test_arrays_go_as_v2_tensors_and_outputs_come_back_as_arrays(backend) -> None:
+def test_arrays_go_as_binary_tensors_and_json_outputs_come_back_as_arrays(backend) -> None:
     rows = np.arange(6, dtype=np.int32).reshape(3, 2)
     names = np.array(["x", "y"])
     answer = calls.infer("iris", {"rows": rows, "names": names}, version="2", outputs=["p"])
-    ((model, version, body, timeout),) = backend.asked
+    ((model, version, body, json_length, timeout),) = backend.asked
     assert (model, version, timeout) == ("iris", "2", calls.DEFAULT_TIMEOUT)
-    assert body["inputs"] == [
-        {"name": "rows", "shape": [3, 2], "datatype": "INT32", "data": [0, 1, 2, 3, 4, 5]},
+    document = orjson.loads(body[:json_length])
+    assert document["inputs"] == [
+        {"name": "rows", "shape": [3, 2], "datatype": "INT32",
+         "parameters": {"binary_data_size": 24}},
         {"name": "names", "shape": [2], "datatype": "BYTES", "data": ["x", "y"]},
-    ]
-    assert body["outputs"] == [{"name": "p"}]
+    ]  # fmt: skip
+    assert body[json_length:] == rows.astype("<i4").tobytes()
+    assert document["outputs"] == [{"name": "p"}]
+    assert document["parameters"] == {"binary_data_output": True}
     p, label = answer["outputs"]
     assert p["data"].dtype == np.float32 and p["data"].tolist() == [[1, 2], [3, 4]]
     assert label["data"].dtype == object and label["data"].tolist() == ["a", "b"]
+
+
+def test_binary_outputs_are_read_after_the_json() -> None:
+    proba = np.array([[0.25, 0.75], [1.0, 0.0]])
+    words = b"".join(len(w).to_bytes(4, "little") + w for w in (b"yes", b"\xff"))
+    head = orjson.dumps(
+        {"outputs": [
+            {"name": "p", "datatype": "FP64", "shape": [2, 2],
+             "parameters": {"binary_data_size": proba.nbytes}},
+            {"name": "w", "datatype": "BYTES", "shape": [2],
+             "parameters": {"binary_data_size": len(words)}},
+        ]}
+    )  # fmt: skip
+    response = calls.decode_response(head + proba.tobytes() + words, len(head))
+    p, w = response["outputs"]
+    assert p["data"].tolist() == proba.tolist() and p["data"].flags.writeable
+    assert w["data"].tolist() == ["yes", b"\xff"]
 
 
 @pytest.mark.parametrize("backend", [(404, b"model 'nope' not found")], indirect=True)

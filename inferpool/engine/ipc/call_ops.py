@@ -18,10 +18,11 @@ class Call(Control, frozen=True):
     call_id: int  # the worker's, echoed in the reply
     model: str
     version: str | None
-    body: bytes  # a V2 JSON request
+    body: bytes  # a V2 REST request
     caller: str  # the calling model's name ("" when unknown)
     parents: list[int]  # ring ids of the requests the caller is running
     timeout: float  # seconds
+    json_length: int = -1  # of the body's JSON part when binary tensors follow (-1: none)
 
 
 class CallChannel(Control, frozen=True):
@@ -37,4 +38,5 @@ class CallReply(Control, frozen=True):
     op = Op.CALL_REPLY
     call_id: int
     status: int
-    body: bytes  # 200: the V2 JSON response; else the error's message
+    body: bytes  # 200: the V2 REST response; else the error's message
+    json_length: int = -1  # of the body's JSON part when binary tensors follow (-1: none)

@@ -204,12 +204,18 @@ class PoolClient(EngineClient):
 
     async def _answer_call(self, worker: WorkerHandle, message: Call, answer: Answer) -> None:
         parents = [resolve_internal(request_id) for request_id in message.parents]
-        status, body = await self.call_server.serve(
-            message.model, message.version, message.body, message.caller, parents, message.timeout
-        )
+        json_length = None if message.json_length < 0 else message.json_length
+        status, body, answer_json = await self.call_server.serve(
+            message.model, message.version, message.body, json_length, message.caller, parents,
+            message.timeout,
+        )  # fmt: skip
+        reply = CallReply(
+            call_id=message.call_id, status=status, body=body,
+            json_length=-1 if answer_json is None else answer_json,
+        )  # fmt: skip
         if worker.alive:  # else it died meanwhile: nobody waits for the answer
             with contextlib.suppress(OSError):
-                answer(CallReply(call_id=message.call_id, status=status, body=body))
+                answer(reply)
 
     def shared_documents(self) -> list[dict[str, Any]]:
         documents = [route.settings.model_dump(mode="json") for route in self.routes.values()]

@@ -55,8 +55,8 @@ class WorkerCalls:
         self.busy: list[int] = []
 
     def call(
-        self, model: str, version: str | None, body: bytes, timeout: float
-    ) -> tuple[int, bytes]:
+        self, model: str, version: str | None, body: bytes, json_length: int | None, timeout: float
+    ) -> tuple[int, bytes, int | None]:
         worker = self.worker
         here = threading.get_ident() == self.loop_thread
         running = worker.requests.running() if here else None
@@ -69,6 +69,7 @@ class WorkerCalls:
         message = Call(
             call_id=call_id, model=model, version=version, body=body, caller=caller,
             parents=parents, timeout=timeout,
+            json_length=-1 if json_length is None else json_length,
         )  # fmt: skip
         deadline = time.monotonic() + timeout + GRACE
         try:
@@ -81,12 +82,13 @@ class WorkerCalls:
                 channel.send_control(message)
                 answer = _wait_on(channel, call_id, deadline)
         except (OSError, EOFError):
-            return 503, b"the server went away"
+            return 503, b"the server went away", None
         finally:
             self._answers.pop(call_id, None)
         if answer is None:
-            return 504, f"model '{model}' did not answer within {timeout:g} s".encode()
-        return answer.status, answer.body
+            return 504, f"model '{model}' did not answer within {timeout:g} s".encode(), None
+        json = None if answer.json_length < 0 else answer.json_length
+        return answer.status, answer.body, json
 
     def _thread_channel(self) -> Channel:
         """This thread's socket for its calls, sent to the frontend at its first call (it
