@@ -9,7 +9,7 @@ it gives the callee's request (``request_ids.current_request_id``, which the
 dispatcher records for the callee's worker and which that worker's own calls name
 through their parents' ring ids); a request that came from a client starts a chain.
 Past its timeout a call is cancelled (its request is dropped if it has not started)
-and answered 504.
+and answered 504; a call made by a callee gets at most what is left of its caller's.
 
 ``InProcessCalls`` is the backend of ``--workers 0``: a runtime's predict runs in a
 predict thread (``predict_threads.py``), which hands the call to the event loop and
@@ -23,6 +23,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import logging
+import math
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -52,14 +53,17 @@ class CallServer:
 
     def __init__(self, client: EngineClient) -> None:
         self.client = client
-        # The chain of models behind each call running now, by its request id.
-        self.chains: dict[str, tuple[str, ...]] = {}
+        # The chain of models behind each call running now, and its deadline (monotonic),
+        # by its request id.
+        self.chains: dict[str, tuple[tuple[str, ...], float]] = {}
         self._numbers = itertools.count(1)
 
-    def chain_of(self, request_ids: Iterable[str | None]) -> tuple[str, ...]:
-        """The longest chain of calls any of these requests belongs to (a client's: none)."""
-        chains = [self.chains.get(request_id, ()) for request_id in request_ids if request_id]
-        return max(chains, key=len, default=())
+    def chain_of(self, request_ids: Iterable[str | None]) -> tuple[tuple[str, ...], float]:
+        """The longest chain of calls any of these requests belongs to (a client's: none),
+        and the earliest deadline among those calls (infinity: none)."""
+        known = [self.chains[request_id] for request_id in request_ids if request_id in self.chains]
+        chain = max((chain for chain, _ in known), key=len, default=())
+        return chain, min((deadline for _, deadline in known), default=math.inf)
 
     async def serve(
         self,
@@ -73,7 +77,8 @@ class CallServer:
     ) -> tuple[int, bytes, int | None]:
         """The callee's status, body (its V2 REST response, or the error's message) and
         the length of the body's JSON part when binary tensors follow (else None)."""
-        chain = self.chain_of(parents) + ((caller,) if caller else ())
+        chain, outer_deadline = self.chain_of(parents)
+        chain += (caller,) if caller else ()
         if model in chain:
             path = " -> ".join(f"'{name}'" for name in (*chain, model))
             message = f"call cycle {path}: a model may not call itself or a model that called it"
@@ -81,11 +86,15 @@ class CallServer:
         if len(chain) >= calls.MAX_DEPTH:
             path = " -> ".join(f"'{name}'" for name in (*chain, model))
             return 400, f"calls nest deeper than {calls.MAX_DEPTH} models: {path}".encode(), None
+        # A call made by a callee never outlives the call that made it.
+        timeout = min(timeout, outer_deadline - time.monotonic())
+        if timeout <= 0:
+            return 504, b"the call that made this one ran out of time", None
         outer = next((request_id for request_id in parents if request_id), None) or "call"
         request_id = f"{outer}/{model}-{next(self._numbers)}"
-        self.chains[request_id] = chain
-        token = current_request_id.set(request_id)
         deadline = time.monotonic() + timeout
+        self.chains[request_id] = (chain, deadline)
+        token = current_request_id.set(request_id)
         try:
             async with asyncio.timeout(timeout):
                 reply = await self.client.infer(
