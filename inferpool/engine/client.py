@@ -25,6 +25,7 @@ from typing import Any
 
 from inferpool.engine.accounting import Accounting
 from inferpool.engine.admin import AdminPolicy
+from inferpool.engine.call_server import CallServer
 from inferpool.engine.inference import Inference
 from inferpool.engine.ipc.messages import Reply
 from inferpool.engine.lifecycle import Lifecycle, StartupFailed
@@ -60,6 +61,7 @@ class EngineClient(ABC):
         self.lifecycle = Lifecycle(
             settings, self.table, self.accounting, self.pipelines, self.admin, self
         )
+        self.call_server = CallServer(self)  # runtimes' calls to other models
         self.inference = Inference(
             settings, self.table, self.accounting, self.pipelines, self._infer,
             self._infer_stream, self.overload_refusal,

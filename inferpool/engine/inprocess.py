@@ -20,6 +20,8 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from inferpool import calls
+from inferpool.engine.call_server import InProcessCalls
 from inferpool.engine.client import EngineClient
 from inferpool.engine.daemon_thread import in_daemon_thread
 from inferpool.engine.environments.capabilities import here, importable_here
@@ -64,9 +66,15 @@ class InProcessClient(EngineClient):
             self.threads = PredictThreads(1 + settings.max_standby_workers)
         self.probe = LoadProbe(settings.model_load_timeout)
 
+    async def _start_workers(self) -> None:
+        # A runtime's calls to other models, from its predict thread (call_server.py).
+        self.calls = InProcessCalls(self.call_server, asyncio.get_running_loop(), self.threads)
+        calls.install(self.calls)
+
     async def close(self) -> None:
         await super().close()
         await self.probe.close()
+        calls.uninstall(getattr(self, "calls", None))
 
     async def _load(self, settings: ModelSettings) -> dict[str, Any]:
         from inferpool.engine.worker.model import failure_reason, unload_model

@@ -23,12 +23,13 @@ import contextlib
 import contextvars
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from inferpool.errors import DeadlineExceeded
 
 _Result = TypeVar("_Result")
+_PREFIX = "inferpool-predict-"
 
 
 class _Job:
@@ -64,6 +65,10 @@ class PredictThreads:
         # alone; the metrics' queued gauge counts the rest as waiting.
         self.running: list[tuple[str, int] | None] = [None] * self.count
         self._started = False
+        # Threads started, and those blocked in a call to another model (``blocked``).
+        self._threads = 0
+        self._blocked = 0
+        self._lock = threading.Lock()
 
     def submit(
         self, function: Callable[..., _Result], *args: Any, key: str, count: int = 1
@@ -72,9 +77,8 @@ class PredictThreads:
         thread, once the version's previous predict has ended; its result in the future."""
         if not self._started:
             self._started = True
-            for number in range(self.count):
-                name = f"inferpool-predict-{number}"
-                threading.Thread(target=self._serve, args=(number,), name=name, daemon=True).start()
+            for _ in range(self.count):
+                self._start_thread()
         future: asyncio.Future[_Result] = asyncio.get_running_loop().create_future()
         job = _Job(function, args, future, key, count)
         waiting = self._waiting.get(key)
@@ -127,6 +131,39 @@ class PredictThreads:
                     f"{self.count} predict threads until it returns"
                 )
             )
+
+    def _start_thread(self) -> None:
+        with self._lock:
+            number = self._threads
+            self._threads += 1
+            if number >= len(self.running):
+                self.running.append(None)
+        name = f"{_PREFIX}{number}"
+        threading.Thread(target=self._serve, args=(number,), name=name, daemon=True).start()
+
+    def current_key(self) -> str | None:
+        """The model version whose predict runs in this thread (None: not a predict thread)."""
+        name = threading.current_thread().name
+        if not name.startswith(_PREFIX):
+            return None
+        entry = self.running[int(name[len(_PREFIX) :])]
+        return None if entry is None else entry[0]
+
+    @contextlib.contextmanager
+    def blocked(self) -> Iterator[None]:
+        """This thread waits for another model's predict (``engine/call_server.py``): one
+        more thread is started while fewer than ``count`` are free of such waits, so that
+        the callee (and other models) find one. The threads started so stay."""
+        with self._lock:
+            self._blocked += 1
+            short = self._threads - self._blocked < self.count
+        if short:
+            self._start_thread()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._blocked -= 1
 
     def _serve(self, number: int) -> None:
         while True:

@@ -178,6 +178,9 @@ class Channel:
                 return True
             except (EOFError, OSError):
                 return False
+            if fds and op in messages.FD_OPS:  # its handler takes (and owns) them
+                dispatch(op, messages.WithFds(payload, fds))  # type: ignore[arg-type]
+                continue
             for fd in fds:
                 os.close(fd)
             dispatch(op, payload)

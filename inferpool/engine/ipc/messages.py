@@ -9,7 +9,8 @@
 - The control messages: typed structs (msgspec, MessagePack on the wire), one per
   opcode, and ``Dispatch``, the table that routes received messages to their handlers.
   Their base and opcodes are in ``ops.py``; a stream's flow control (its flags, windows
-  and input messages) in ``stream_ops.py``; a worker's custom-metrics report in
+  and input messages) in ``stream_ops.py``; a runtime's calls to other models in
+  ``call_ops.py``; a worker's custom-metrics report in
   ``metrics_report.py``. ``encode`` and ``decode`` here know them all.
 
 Nothing here imports the rest of the engine: every process loads it cheaply.
@@ -18,6 +19,7 @@ Nothing here imports the rest of the engine: every process loads it cheaply.
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import time
 from collections.abc import Callable, Mapping
@@ -27,12 +29,15 @@ from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
+from inferpool.engine.ipc.call_ops import Call, CallChannel, CallReply
 from inferpool.engine.ipc.metrics_report import Metrics
 
 # The opcodes and the message base live apart so that the stream and metrics messages can
 # build on them; both are part of this vocabulary, re-exported here.
+from inferpool.engine.ipc.ops import FD_OPS as FD_OPS
 from inferpool.engine.ipc.ops import Control as Control
 from inferpool.engine.ipc.ops import Op as Op
+from inferpool.engine.ipc.ops import WithFds as WithFds
 from inferpool.engine.ipc.shared_memory import DropRegions
 from inferpool.engine.ipc.stream_ops import Credit, EndInput, Feed
 from inferpool.errors import InferpoolError
@@ -422,7 +427,7 @@ class Loading(Control, frozen=True):
 _CONTROLS: tuple[type[Control], ...] = (
     Hello, Load, Loaded, Unload, Stop, Spawn, Preload, Ping, Pong, Cancel, Exited, Log,
     Metrics, Preloaded, Unpreload, Credit, Recycle, Loading, Feed, EndInput, LogLevels,
-    DropRegions,
+    DropRegions, Call, CallReply, CallChannel,
 )  # fmt: skip
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS: dict[int, msgspec.msgpack.Decoder[Any]] = {
@@ -472,7 +477,8 @@ class Dispatch:
     """Routes received control messages to handlers by opcode.
 
     A handler of ``Op.REQUEST`` / ``Op.REPLY`` gets the raw payload (header and body);
-    any other gets the decoded struct. A message with no handler is logged and dropped.
+    any other gets the decoded struct, and one of ``FD_OPS`` the fds that came along too.
+    A message with no handler is logged and dropped (its fds closed).
     """
 
     def __init__(self, handlers: Mapping[Op, Handler]) -> None:
@@ -482,8 +488,13 @@ class Dispatch:
         handler = self._handlers.get(op)  # type: ignore[call-overload]
         if handler is None:
             logger.warning("dropping a control message nobody handles here (opcode %d)", op)
+            if isinstance(payload, WithFds):
+                for fd in payload.fds:
+                    os.close(fd)
             return
         if op in BINARY_OPS:
             handler(payload)
         elif isinstance(payload, bytes):  # only a request or a reply comes as Parts
             handler(decode(op, payload))
+        elif isinstance(payload, WithFds):
+            handler(decode(op, payload.payload), payload.fds)  # type: ignore[call-arg]

@@ -8,7 +8,7 @@ encodes and decodes them all. Nothing here imports the rest of the engine.
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import msgspec
 
@@ -49,6 +49,24 @@ class Op(IntEnum):
     # frontend → worker: unmap unregistered shared-memory regions (ipc/shared_memory.py);
     # numbered apart too.
     SHM_DROP = 70
+    # worker → frontend: a runtime calls another model (``call_ops.py``), and the answer
+    # back; numbered apart too.
+    CALL = 80
+    CALL_REPLY = 81
+    # worker → frontend: a socket of its own (its fd comes along) for the calls of one
+    # thread that is not the worker's loop, answered on it
+    CALL_CHANNEL = 82
+
+
+# Ops whose handler takes the fds that came along (and owns them) beside the struct.
+FD_OPS = frozenset({Op.CALL_CHANNEL})
+
+
+class WithFds(NamedTuple):
+    """A message of ``FD_OPS`` as received: its payload and the fds that came along."""
+
+    payload: bytes
+    fds: list[int]
 
 
 class Control(msgspec.Struct, frozen=True):

@@ -11,6 +11,7 @@ import asyncio
 import collections
 import contextlib
 import os
+import socket
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from inferpool import logs
 from inferpool.engine import custom_metrics_sum
 from inferpool.engine.ipc import messages, metrics_report
+from inferpool.engine.ipc.call_ops import Call, CallChannel, CallReply
 from inferpool.engine.ipc.channel import Channel, Outgoing, socket_pair
 from inferpool.engine.ipc.messages import Op, Reply, ReplyHeader
 from inferpool.engine.ipc.ring import Ring, create_ring_fd
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
 # A bigger body travels in its own memfd, which costs the frontend ~100 µs (create, write,
 # send the fd): 256 KiB holds a 256-row batch of 50 features as JSON (~140 KB). The ring's
 # pages are only allocated as slots are written, so small requests keep it small.
+# How a call is answered (``WorkerHandle.on_call``).
+Answer = Callable[[CallReply], None]
 SLOT_SIZE = 256 * 1024
 RECEIVE_BATCH = 64  # control messages taken from a worker per wake-up (the rest: next one)
 
@@ -86,8 +90,15 @@ class WorkerHandle:
                 Op.METRICS: self._on_metrics,
                 Op.RECYCLE: self._on_recycle,
                 Op.LOADING: self._on_loading,
+                Op.CALL: self._on_call,
+                Op.CALL_CHANNEL: self._on_call_channel,
             }
         )
+        # Runs a runtime's call to another model, and answers it with the function given
+        # (``PoolClient.serve_call``); set by the supervisor.
+        self.on_call: Callable[[WorkerHandle, Call, Answer], None] | None = None
+        # The sockets the worker's threads send their calls on (``CallChannel``).
+        self.call_channels: list[Channel] = []
 
     def _on_loading(self, message: messages.Loading) -> None:
         if not message.file:
@@ -194,6 +205,40 @@ class WorkerHandle:
     def _on_metrics(self, message: metrics_report.Metrics) -> None:
         custom_metrics_sum.FRONTEND.update(self.pid, message)
 
+    def _on_call(self, message: Call) -> None:
+        if self.on_call is not None:
+            self.on_call(self, message, self.post_control)
+        else:  # (only a worker started outside a supervisor has no one to run it)
+            self.post_control(CallReply(call_id=message.call_id, status=500, body=b"no calls here"))
+
+    def _on_call_channel(self, message: CallChannel, fds: list[int]) -> None:
+        """A socket for one thread's calls: read here, answered on it."""
+        for fd in fds[1:]:
+            os.close(fd)
+        channel = Channel(socket.socket(fileno=fds[0]))
+        self.call_channels.append(channel)
+
+        def answer(reply: CallReply) -> None:
+            # Never blocks the loop: its thread waits for it (else it gave up: dropped).
+            with contextlib.suppress(OSError):
+                channel.send_packed(Outgoing(reply.op, [messages.encode(reply)]), block=False)
+
+        def on_call(call: Call) -> None:
+            if self.on_call is not None:
+                self.on_call(self, call, answer)
+
+        calls = messages.Dispatch({Op.CALL: on_call})
+        asyncio.get_running_loop().add_reader(channel.fileno(), self._receive_calls, channel, calls)
+
+    def _receive_calls(self, channel: Channel, calls: messages.Dispatch) -> None:
+        if not channel.dispatch_pending(calls, RECEIVE_BATCH):  # its thread has ended
+            self._close_call_channel(channel)
+
+    def _close_call_channel(self, channel: Channel) -> None:
+        asyncio.get_running_loop().remove_reader(channel.fileno())
+        channel.close()
+        self.call_channels.remove(channel)
+
     def _on_recycle(self, message: messages.Recycle) -> None:
         self.recycle = message
 
@@ -224,6 +269,8 @@ class WorkerHandle:
         loop.remove_reader(self.channel.fileno())
         loop.remove_writer(self.channel.fileno())
         loop.remove_reader(self.reply_bell)
+        for channel in list(self.call_channels):
+            self._close_call_channel(channel)
         for message in self.outbox:
             message.release()
         self.outbox.clear()

@@ -21,6 +21,7 @@ replica is being replaced stays READY for ``REPLICA_WAIT``, then turns LOADING).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -29,18 +30,20 @@ from typing import Any
 
 from inferpool.engine.client import EngineClient
 from inferpool.engine.ipc import messages
+from inferpool.engine.ipc.call_ops import Call, CallReply
 from inferpool.engine.ipc.messages import Reply
 from inferpool.engine.ipc.shared_memory import DropRegions
 from inferpool.engine.pool.dispatch import Dispatcher, Route
 from inferpool.engine.pool.generations import Generations
 from inferpool.engine.pool.groups import names_environment
-from inferpool.engine.pool.handles import WorkerHandle
+from inferpool.engine.pool.handles import Answer, WorkerHandle
 from inferpool.engine.pool.placement import Placement, set_state
 from inferpool.engine.pool.recycling import Recycler
 from inferpool.engine.pool.stalls import Stalls
 from inferpool.engine.pool.supervisor import Supervisor
 from inferpool.engine.states import ModelKey, ModelState, model_key, model_label
 from inferpool.errors import InferpoolError
+from inferpool.request_ids import resolve_internal
 from inferpool.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -65,6 +68,7 @@ class PoolClient(EngineClient):
         self.stalls = Stalls(settings, self.supervisor, self.dispatcher, self.placement)
         self._stop_deadline: float | None = None
         self._closed = False
+        self._calls: set[asyncio.Future[None]] = set()  # runtimes' calls being served
 
     # -- what metrics and tests read ---------------------------------------------------------
     @property
@@ -192,6 +196,26 @@ class PoolClient(EngineClient):
 
     async def worker_replaced(self, worker: WorkerHandle) -> None:
         await self.placement.reload(worker)
+
+    def serve_call(self, worker: WorkerHandle, message: Call, answer: Answer) -> None:
+        task = asyncio.ensure_future(self._answer_call(worker, message, answer))
+        self._calls.add(task)  # (a task nobody holds may be collected before it ends)
+        task.add_done_callback(self._calls.discard)
+
+    async def _answer_call(self, worker: WorkerHandle, message: Call, answer: Answer) -> None:
+        parents = [resolve_internal(request_id) for request_id in message.parents]
+        json_length = None if message.json_length < 0 else message.json_length
+        status, body, answer_json = await self.call_server.serve(
+            message.model, message.version, message.body, json_length, message.caller, parents,
+            message.timeout,
+        )  # fmt: skip
+        reply = CallReply(
+            call_id=message.call_id, status=status, body=body,
+            json_length=-1 if answer_json is None else answer_json,
+        )  # fmt: skip
+        if worker.alive:  # else it died meanwhile: nobody waits for the answer
+            with contextlib.suppress(OSError):
+                answer(reply)
 
     def shared_documents(self) -> list[dict[str, Any]]:
         documents = [route.settings.model_dump(mode="json") for route in self.routes.values()]

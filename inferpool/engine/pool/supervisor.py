@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from inferpool.engine.ipc import messages
+from inferpool.engine.ipc.call_ops import Call
 from inferpool.engine.pool.crash_blame import CrashBlame
 from inferpool.engine.pool.groups import WorkerGroup
-from inferpool.engine.pool.handles import WorkerHandle
+from inferpool.engine.pool.handles import Answer, WorkerHandle
 from inferpool.engine.pool.outages import CRASH_WINDOW, Outages
 from inferpool.engine.pool.roster import GroupRoster, shared_preloads, shared_slots
 from inferpool.engine.pool.template_keeper import TemplateKeeper
@@ -60,6 +61,9 @@ class PoolEvents(Protocol):
 
     def worker_replaced(self, worker: WorkerHandle) -> Awaitable[None]:
         """``worker`` took a dead one's slot: load the models that slot held."""
+
+    def serve_call(self, worker: WorkerHandle, message: Call, answer: Answer) -> None:
+        """Run a runtime's call to another model; ``answer`` its ``CallReply``."""
 
     def shared_documents(self) -> list[dict[str, Any]]:
         """The settings (as JSON) of the model versions served now: a restarted template
@@ -205,6 +209,7 @@ class Supervisor:
         group = self.group_of(slot)
         template = await group.keeper.running()
         worker = WorkerHandle(slot, self.max_queue)
+        worker.on_call = self.events.serve_call
         if installs is not None:
             if installs != self.rolls_by_slot[slot]:
                 worker.close("superseded")

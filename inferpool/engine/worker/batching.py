@@ -26,7 +26,8 @@ so that ``max_batch_size`` counts requests as in MLServer.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+import contextlib
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -149,6 +150,17 @@ class Batcher:
             if not jobs:
                 del self._queues[index]
         return groups
+
+    @contextlib.contextmanager
+    def holding(self, indexes: Iterable[int]) -> Iterator[None]:
+        """Within, the queues of these model indexes are out of sight (``due`` and
+        ``timeout`` skip them): their model waits in a call (``calls.py``). Nothing may be
+        added within."""
+        held = {index: self._queues.pop(index) for index in indexes if index in self._queues}
+        try:
+            yield
+        finally:
+            self._queues.update(held)
 
     def timeout(self, now_ns: int) -> float | None:
         """Seconds until the next partial batch is due, or None when nothing waits."""

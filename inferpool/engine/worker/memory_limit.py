@@ -107,13 +107,16 @@ class MemoryLimit:
         if self.cap != resource.RLIM_INFINITY and soft >= self.cap:
             yield  # the worker's limit is the lower: it is what an allocation hits
             return
+        # What was in force before: the worker's limit, or an outer call's (a predict that
+        # waits in a call to another model runs other models' calls meanwhile: calls.py).
+        outer_limit, outer = self.model_limit, resource.getrlimit(resource.RLIMIT_AS)
         self.model_limit = max_memory * MIB
         resource.setrlimit(resource.RLIMIT_AS, (soft, self.cap))
         try:
             yield
         finally:
-            self.model_limit = 0
-            resource.setrlimit(resource.RLIMIT_AS, (self.cap, self.cap))
+            self.model_limit = outer_limit
+            resource.setrlimit(resource.RLIMIT_AS, outer)
 
     def out_of_memory(self, exc: MemoryError, model: str) -> InferpoolError | MemoryError:
         """The error a call answers when it ran out of memory: a 500 naming the model and

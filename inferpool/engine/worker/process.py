@@ -8,20 +8,23 @@ together (``batching.py``: joined up to its rows, never waiting unless its setti
 and rings the response doorbell once per execution it answers. It exits when told to stop
 (after finishing what is queued) or at once when the frontend's end of the control
 channel closes (the frontend was killed); SIGTERM and SIGINT, sent to the whole process
-group, are ignored.
+group, are ignored. A predict that calls another model (``calls.py``) runs this loop
+itself while it waits for the answer.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
 import select
 import signal
 import socket
+import threading
 import time
 
-from inferpool import logs
+from inferpool import calls, logs
 from inferpool.engine.ipc import messages, stream_ops
 from inferpool.engine.ipc.channel import Channel
 from inferpool.engine.ipc.messages import Kind, Op, Reply, RequestHeader
@@ -29,6 +32,7 @@ from inferpool.engine.ipc.ring import Ring
 from inferpool.engine.worker import shm_regions
 from inferpool.engine.worker.announce import announcing
 from inferpool.engine.worker.batching import Batcher
+from inferpool.engine.worker.calls import WorkerCalls
 from inferpool.engine.worker.heap import release_freed_memory
 from inferpool.engine.worker.memory_limit import MemoryLimit, install
 from inferpool.engine.worker.metrics_reporter import Reporter
@@ -84,26 +88,41 @@ class Worker:
         self.stopping = False
         # The runtimes' custom metrics, sent batched: never one message per request.
         self.metrics = Reporter(self.channel.send_control)
-        self.dispatch = messages.Dispatch(
+        handlers: dict[Op, messages.Handler] = {
+            Op.REQUEST: self._on_request,
+            Op.LOAD: self._load,
+            Op.UNLOAD: self._on_unload,
+            Op.CANCEL: self._on_cancel,
+            Op.CREDIT: self._on_credit,
+            Op.FEED: self._on_feed,
+            Op.END_INPUT: self._on_end_input,
+            Op.PING: self._on_ping,
+            Op.STOP: self._on_stop,
+            Op.LOG_LEVELS: lambda message: logs.set_levels(message.levels),
+            Op.SHM_DROP: lambda message: shm_regions.drop(message.serials),
+            Op.CALL_REPLY: lambda message: self.calls.replied(message),
+        }
+        self.dispatch = messages.Dispatch(handlers)
+        # While a predict waits in a call to another model (``calls.py``), the channel is
+        # read by that wait: a load or an unload is kept for after the predict returns.
+        self.deferred: collections.deque[tuple[messages.Handler, messages.Control]] = (
+            collections.deque()
+        )
+        self.nested_dispatch = messages.Dispatch(
             {
-                Op.REQUEST: self._on_request,
-                Op.LOAD: self._load,
-                Op.UNLOAD: self._on_unload,
-                Op.CANCEL: self._on_cancel,
-                Op.CREDIT: self._on_credit,
-                Op.FEED: self._on_feed,
-                Op.END_INPUT: self._on_end_input,
-                Op.PING: self._on_ping,
-                Op.STOP: self._on_stop,
-                Op.LOG_LEVELS: lambda message: logs.set_levels(message.levels),
-                Op.SHM_DROP: lambda message: shm_regions.drop(message.serials),
+                **handlers,
+                Op.LOAD: lambda message: self.deferred.append((self._load, message)),
+                Op.UNLOAD: lambda message: self.deferred.append((self._on_unload, message)),
             }
         )
+        self.calls = WorkerCalls(self)
 
     # -- main loop -------------------------------------------------------------------------
     def run(self) -> None:
         limit_native_threads(self.threads)
         install(self.memory)  # after the rings are mapped: they count as shared
+        self.calls.loop_thread = threading.get_ident()
+        calls.install(self.calls)  # a runtime's calls to other models (inferpool.calls)
         self.channel.send_control(messages.Hello(pid=os.getpid(), epoch=self.epoch))
         poller = select.poll()
         poller.register(self.request_bell, select.POLLIN)
@@ -129,15 +148,18 @@ class Worker:
                     with contextlib.suppress(BlockingIOError):
                         os.eventfd_read(self.request_bell)
                 elif fd == self.streams.bell:
-                    self._answer_streams()
+                    self.answer_streams()
                 elif fd == control:  # a message, or the frontend gone (POLLHUP)
                     controlled = True
             # The ring first: requests sent before a control message (an unload) are
             # queued before that message is acted on.
-            self._take_requests()
+            self.take_requests()
             if controlled and not self._take_control():
                 return
             self._run_due()
+            while self.deferred:  # kept while a predict waited in a call
+                handler, message = self.deferred.popleft()
+                handler(message)
             idle = not self.batcher and not self.requests.pending() and not self.streams
             if self.stopping and idle:
                 self.metrics.report(force=True)
@@ -147,7 +169,10 @@ class Worker:
     def _run_due(self) -> None:
         """Run the groups that are due. (In a method of its own so that no local of the
         main loop keeps the last model run alive after it is unloaded.)"""
-        due = self.batcher.due(time.monotonic_ns(), flush=self.stopping)
+        self.run_groups(self.batcher.due(time.monotonic_ns(), flush=self.stopping))
+
+    def run_groups(self, due: list[tuple[LoadedModel, list[Job]]]) -> None:
+        """Run groups taken from the batcher (also while a predict waits in a call)."""
         for model, jobs in due:
             if model.batching.joins:
                 self._run(model, jobs)
@@ -196,7 +221,7 @@ class Worker:
         self.requests.mark_running(jobs[0].model_index, running, time.monotonic_ns())
         self.log.running = running  # the requests its log records name
 
-    def _take_requests(self) -> None:
+    def take_requests(self) -> None:
         for fields, body in self.requests.pop_all():
             self._enqueue(RequestHeader.of(fields), body, fields[4])
 
@@ -231,7 +256,7 @@ class Worker:
     def _on_unload(self, message: messages.Unload) -> None:
         # Requests pushed to the ring before the unload was sent are queued first (the
         # ring was read before this message, but more may have come since).
-        self._take_requests()
+        self.take_requests()
         model = self.models.pop(message.index, None)
         # (A reload of unchanged files took the same template copy under a new index.)
         if model is None or any(held is model for held in self.models.values()):
@@ -253,14 +278,14 @@ class Worker:
 
     def _on_feed(self, message: stream_ops.Feed) -> None:
         # Its stream's first request may still be in the ring: started before it is fed.
-        self._take_requests()
+        self.take_requests()
         self.streams.feed(message.request_id, message.body)
 
     def _on_end_input(self, message: stream_ops.EndInput) -> None:
-        self._take_requests()
+        self.take_requests()
         self.streams.feed(message.request_id, None)
 
-    def _answer_streams(self) -> None:
+    def answer_streams(self) -> None:
         ready = self.streams.take()
         if ready:
             self._answer([job for job, _ in ready], [reply for _, reply in ready])

@@ -193,3 +193,24 @@ def test_duplicate_inputs_in_a_batch_are_400_for_that_request_only() -> None:
     assert [r.status for r in replies] == [200, 400, 200]
     assert replies[1].body == b"input 'x' appears twice"
     assert model.runtime.calls == [2]
+
+
+def test_holding_hides_the_queue_of_a_model_waiting_in_a_call_and_gives_it_back() -> None:
+    """While a model's predict waits in a call (``worker/calls.py``), the other models'
+    requests run; its own stay queued, in order, for after."""
+    waiting = make_model(max_batch_size=3, max_batch_time=0)
+    other = make_model(max_batch_size=1, max_batch_time=0)
+    batcher = Batcher()
+    held = [job(0, [[1, 1]]), job(1, [[2, 2]])]  # model index 1
+    for queued in held:
+        batcher.add(waiting, queued)
+    free = job(2, [[3, 3]])
+    free.model_index = 2
+    batcher.add(other, free)
+    now = time.monotonic_ns()
+    with batcher.holding([1]):
+        assert batcher.timeout(now) == 0
+        groups = batcher.due(now)
+    assert [(model, jobs) for model, jobs in groups] == [(other, [free])]
+    assert len(batcher) == 2
+    assert batcher.due(now) == [(waiting, held)]

@@ -36,6 +36,36 @@ print("done")
 """
 
 
+NESTED = """
+import numpy as np
+
+from inferpool.engine.ipc.messages import Reply
+from inferpool.engine.worker.memory_limit import MIB, MemoryLimit, install
+
+limit = MemoryLimit(256 * MIB, threads=2)
+install(limit)
+with limit.call(64):  # a model capped at 64 MiB, whose predict waits in a call ...
+    with limit.call(8):  # ... while the worker runs another model's call
+        pass
+    try:
+        np.ones(128 * MIB // 8)
+    except MemoryError as exc:
+        print(Reply.from_error(exc, "outer").body.decode())
+    else:
+        print("not capped")
+"""
+
+
+def test_a_call_run_inside_another_gives_the_outer_its_cap_back() -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(NESTED)], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith(
+        "model 'outer' ran out of memory: its calls may allocate 64 MiB (its max_memory)"
+    ), run.stdout
+
+
 def test_the_limit_caps_allocations_and_max_memory_caps_a_call() -> None:
     run = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(CHILD)], capture_output=True, text=True, timeout=60

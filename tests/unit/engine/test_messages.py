@@ -27,6 +27,17 @@ HISTOGRAM = metrics_report.MetricFamily(
 # One example of every control struct, with a value in each field.
 EXAMPLES: list[messages.Control] = [
     messages.Hello(pid=4242, epoch=5),
+    messages.Call(
+        call_id=3,
+        model="iris",
+        version=None,
+        body=b'{"inputs": []}',
+        caller="post",
+        parents=[2**63, 5],
+        timeout=1.5,
+    ),
+    messages.CallReply(call_id=3, status=404, body=b"model 'iris' not found"),
+    messages.CallChannel(),
     messages.Load(index=7, settings={"name": "iris", "parameters": {"x": [1, 2]}}),
     messages.Loaded(index=7, ok=True, metadata={"name": "iris"}, size=1 << 40, predictor="tree"),
     messages.Loaded(index=8, ok=False, error="no model artefact"),
@@ -84,6 +95,9 @@ def test_kinds_and_opcodes_keep_their_wire_values() -> None:
         "FEED": 50, "END_INPUT": 51,
         "LOG_LEVELS": 60,
         "SHM_DROP": 70,
+        "CALL": 80,
+        "CALL_REPLY": 81,
+        "CALL_CHANNEL": 82,
     }  # fmt: skip
 
 

@@ -77,3 +77,25 @@ def test_past_its_timeout_a_call_is_deadline_exceeded_and_a_waiting_one_never_ru
 
     asyncio.run(run())
     assert ran == [1, 3]  # the second was given up on before its turn
+
+
+def test_a_thread_waiting_in_a_call_gets_a_spare_and_knows_its_model() -> None:
+    """One thread: a predict that waits for another model's predict (a call,
+    ``engine/call_server.py``) would hold it; ``blocked`` starts another."""
+    threads = PredictThreads(1)
+
+    async def run() -> tuple[str | None, str | None]:
+        loop = asyncio.get_running_loop()
+
+        async def callee() -> str | None:
+            return await threads.submit(threads.current_key, key="callee")
+
+        def caller() -> tuple[str | None, str | None]:
+            key = threads.current_key()
+            with threads.blocked():
+                return key, asyncio.run_coroutine_threadsafe(callee(), loop).result(5)
+
+        return await threads.submit(caller, key="caller")
+
+    assert asyncio.run(run()) == ("caller", "callee")
+    assert threads.current_key() is None  # not a predict thread
