@@ -470,7 +470,7 @@ def decode(op: int, payload: bytes) -> Control:
     return message
 
 
-Handler = Callable[[Any], object]
+Handler = Callable[..., object]  # a message; and its fds, for one of FD_OPS
 
 
 class Dispatch:
@@ -497,4 +497,4 @@ class Dispatch:
         elif isinstance(payload, bytes):  # only a request or a reply comes as Parts
             handler(decode(op, payload))
         elif isinstance(payload, WithFds):
-            handler(decode(op, payload.payload), payload.fds)  # type: ignore[call-arg]
+            handler(decode(op, payload.payload), payload.fds)

@@ -100,6 +100,9 @@ class Pool:
     async def worker_replaced(self, worker: Worker) -> None:
         self.replaced.append(worker)
 
+    def serve_call(self, worker: Worker, message: object, answer: object) -> None:
+        raise AssertionError("no call to another model here")
+
     def shared_documents(self) -> list[dict[str, Any]]:
         return []
 
