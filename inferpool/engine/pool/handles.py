@@ -34,10 +34,10 @@ if TYPE_CHECKING:
 # A bigger body travels in its own memfd, which costs the frontend ~100 µs (create, write,
 # send the fd): 256 KiB holds a 256-row batch of 50 features as JSON (~140 KB). The ring's
 # pages are only allocated as slots are written, so small requests keep it small.
-# How a call is answered (``WorkerHandle.on_call``).
-Answer = Callable[[CallReply], None]
 SLOT_SIZE = 256 * 1024
 RECEIVE_BATCH = 64  # control messages taken from a worker per wake-up (the rest: next one)
+# How a call is answered (``WorkerHandle.on_call``).
+Answer = Callable[[CallReply], None]
 
 
 class WorkerHandle:

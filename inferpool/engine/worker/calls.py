@@ -21,7 +21,6 @@ thread other than the worker's starts a chain of its own.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import select
@@ -115,9 +114,7 @@ class WorkerCalls:
         worker = self.worker
         record = worker.requests.running()
         log_running = worker.log.running
-        poller = select.poll()
-        for fd in (worker.request_bell, worker.channel.fileno(), worker.streams.bell):
-            poller.register(fd, select.POLLIN)
+        poller = worker.poller()
         self.busy.append(index)
         try:
             while self._answers.get(call_id) is None:
@@ -129,21 +126,7 @@ class WorkerCalls:
                     due = worker.batcher.timeout(time.monotonic_ns())
                 if due is not None:
                     wait = min(wait, due)
-                timeout = max(1, int(wait * 1000 + 0.999))
-                if not worker.requests.may_sleep():
-                    timeout = 0
-                events = poller.poll(timeout)
-                worker.requests.awake()
-                controlled = False
-                for fd, _ in events:
-                    if fd == worker.request_bell:
-                        with contextlib.suppress(BlockingIOError):
-                            os.eventfd_read(worker.request_bell)
-                    elif fd == worker.streams.bell:
-                        worker.answer_streams()
-                    else:
-                        controlled = True
-                worker.take_requests()
+                controlled = worker.wake(poller, wait)
                 if controlled and not worker.channel.dispatch_pending(worker.nested_dispatch):
                     return None  # the frontend has gone: the worker's loop exits after
                 with worker.batcher.holding(self.busy):

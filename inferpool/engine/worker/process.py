@@ -124,36 +124,14 @@ class Worker:
         self.calls.loop_thread = threading.get_ident()
         calls.install(self.calls)  # a runtime's calls to other models (inferpool.calls)
         self.channel.send_control(messages.Hello(pid=os.getpid(), epoch=self.epoch))
-        poller = select.poll()
-        poller.register(self.request_bell, select.POLLIN)
-        control = self.channel.fileno()
-        poller.register(control, select.POLLIN)
-        poller.register(self.streams.bell, select.POLLIN)
+        poller = self.poller()
         while True:
             now = time.monotonic_ns()
             wait = self.batcher.timeout(now)
             report = self.metrics.wait(now)
             if report is not None and (wait is None or report < wait):
                 wait = report
-            timeout = None if wait is None else max(1, int(wait * 1000 + 0.999))
-            # The frontend rings the request bell only while this says it may block: a
-            # request pushed since the ring was last read has no bell coming.
-            if not self.requests.may_sleep():
-                timeout = 0
-            events = poller.poll(timeout)
-            self.requests.awake()
-            controlled = False
-            for fd, _ in events:
-                if fd == self.request_bell:
-                    with contextlib.suppress(BlockingIOError):
-                        os.eventfd_read(self.request_bell)
-                elif fd == self.streams.bell:
-                    self.answer_streams()
-                elif fd == control:  # a message, or the frontend gone (POLLHUP)
-                    controlled = True
-            # The ring first: requests sent before a control message (an unload) are
-            # queued before that message is acted on.
-            self.take_requests()
+            controlled = self.wake(poller, wait)
             if controlled and not self._take_control():
                 return
             self._run_due()
@@ -165,6 +143,40 @@ class Worker:
                 self.metrics.report(force=True)
                 return
             self.metrics.report()
+
+    def poller(self) -> select.poll:
+        """What the worker waits on: the request bell, the control channel, the streams'
+        bell."""
+        poller = select.poll()
+        for fd in (self.request_bell, self.channel.fileno(), self.streams.bell):
+            poller.register(fd, select.POLLIN)
+        return poller
+
+    def wake(self, poller: select.poll, wait: float | None) -> bool:
+        """Wait on ``poller`` up to ``wait`` seconds (None: until woken), read the bells
+        that rang, answer the streams, take the ring's requests; True if the control
+        channel has something (a message, or the frontend gone: POLLHUP). Also the loop a
+        predict runs while it waits in a call (``calls.py``)."""
+        timeout = None if wait is None else max(1, int(wait * 1000 + 0.999))
+        # The frontend rings the request bell only while this says it may block: a
+        # request pushed since the ring was last read has no bell coming.
+        if not self.requests.may_sleep():
+            timeout = 0
+        events = poller.poll(timeout)
+        self.requests.awake()
+        controlled = False
+        for fd, _ in events:
+            if fd == self.request_bell:
+                with contextlib.suppress(BlockingIOError):
+                    os.eventfd_read(self.request_bell)
+            elif fd == self.streams.bell:
+                self.answer_streams()
+            else:  # the control channel
+                controlled = True
+        # The ring first: requests sent before a control message (an unload) are
+        # queued before that message is acted on.
+        self.take_requests()
+        return controlled
 
     def _run_due(self) -> None:
         """Run the groups that are due. (In a method of its own so that no local of the
