@@ -52,6 +52,10 @@ class InProcessClient(EngineClient):
         # Requests of a batching version waiting for the loop's next turn (or for the
         # model's max_batch_time), per version.
         self._queued: dict[ModelKey, _Queue] = {}
+        # Batching versions with a joined predict in a thread now: their next queue waits
+        # for it to end, as a worker drains its ring only between predicts, so that the
+        # requests arriving meanwhile join one predict rather than one each.
+        self._predicting: set[ModelKey] = set()
         # Never the server process itself: it serves every model, and the API.
         if max(settings.worker_memory_limit, settings.worker_max_requests, settings.worker_max_rss):
             logger.warning(
@@ -199,20 +203,34 @@ class InProcessClient(EngineClient):
         to the model's rows. A request whose caller went away meanwhile is left out."""
         from inferpool.engine.worker.path import run_executions
 
-        queue = self._queued.pop(key, None)
+        queue = self._queued.get(key)
         if queue is None:
             return
+        if key in self._predicting:  # run when that predict ends (_after_predict)
+            queue.due = True
+            return
+        del self._queued[key]
         queue.timer.cancel()
         waiting = [(job, future) for job, future in queue.waiting if not future.done()]
         jobs = [job for job, _ in waiting]
         if self.threads is not None:
             done = self.threads.submit(run_all, queue.model, jobs, key=key, count=len(jobs))
-            done.add_done_callback(lambda done: _answer(waiting, done))
+            self._predicting.add(key)
+            done.add_done_callback(lambda done: self._after_predict(key, waiting, done))
             return
         try:
             _answer_executions(waiting, run_executions(queue.model, jobs))
         except Exception as exc:  # a bug of the path: answer every caller, never hang one
             _fail(waiting, exc)
+
+    def _after_predict(self, key: ModelKey, waiting: _Waiting, done: asyncio.Future) -> None:
+        """A joined predict came back: answer its requests, then run the queue that
+        waited for it (if its own time has come)."""
+        self._predicting.discard(key)
+        _answer(waiting, done)
+        queue = self._queued.get(key)
+        if queue is not None and queue.due:
+            self._run_queued(key)
 
     def running_requests(self) -> dict[ModelKey, int]:
         """In-flight requests that are running: those a predict thread runs now (the
@@ -261,12 +279,15 @@ class _Queue:
     """The requests of one batching version waiting to run together: they run at the
     loop's next turn (every request that reached the engine in this turn joins them), or
     after the model's ``max_batch_time`` when it sets one, or at once when they are as
-    many as its rows (``batching.Batcher``'s rule for the workers)."""
+    many as its rows (``batching.Batcher``'s rule for the workers); in predict threads,
+    not before the version's previous joined predict has ended."""
 
-    __slots__ = ("model", "timer", "waiting")
+    __slots__ = ("due", "model", "timer", "waiting")
 
     def __init__(self, model: LoadedModel, run: Callable[[ModelKey], None], key: ModelKey) -> None:
         self.model = model
+        # Its time came while the version's previous predict ran: it runs when that ends.
+        self.due = False
         self.waiting: list[tuple[Job, asyncio.Future[Reply]]] = []
         loop = asyncio.get_running_loop()
         wait = model.batching.wait_ns / 1e9

@@ -61,8 +61,9 @@ def test_no_exit_on_error_stays_up_and_reports_the_failed_model(tmp_path):
         server.wait_live()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
+            # Before the repository lists the model, metadata is a 404 with an error body.
             metadata = httpx.get(f"{server.url}/v2/models/broken").json()
-            if metadata["state"] == "FAILED":
+            if metadata.get("state") == "FAILED":
                 break
             time.sleep(0.1)
         assert metadata["state"] == "FAILED"
