@@ -9,10 +9,12 @@ would be refused now (model unknown, not READY, every queue full: the engine's
 ``Inference.refusal``, as REST's ``rest/early.py``), answers trailers-only at once: the
 rest of the body is dropped unread (RST_STREAM NO_ERROR), never buffered.
 
-When the first payload cannot tell (a compressed message, a name split across frames,
-fields in another order) the call is read whole and routed as before. A message that
-repeats ``model_name`` later is refused by its first name here (protobuf's "last one
-wins" applies only on the usual path); no client library writes one.
+When the first payload holds the whole message, or cannot tell (a compressed message, a
+name split across frames, fields in another order), the call is read whole and routed as
+before: a small message's refusal there costs no more, and admitted calls skip the
+check. A message that repeats ``model_name`` later is refused by its first name here
+(protobuf's "last one wins" applies only on the usual path); no client library writes
+one.
 """
 
 from __future__ import annotations
@@ -79,6 +81,11 @@ class CallAdmission:
         self.path = path  # ModelInfer's
 
     def __call__(self, stream: Stream, payload: bytes) -> bytes | None:
+        # A message whole in its first DATA frame (every small request) has nothing left
+        # to drop unread: the usual path refuses it just as well, and an admitted one (the
+        # common case) is not asked about twice (a few µs of iris's ~70 a request).
+        if len(payload) >= 5 and len(payload) - 5 >= int.from_bytes(payload[1:5], "big"):
+            return None
         if path_of(stream.headers) != self.path:
             return None
         route = peek_route(payload)

@@ -95,9 +95,15 @@ def test_a_refused_model_infer_is_answered_trailers_only_with_its_status() -> No
     admission = CallAdmission(fake, b"/inference.GRPCInferenceService/ModelInfer")  # type: ignore[arg-type]
     stream = Stream(1, 65535)
     stream.headers = [(b":path", b"/inference.GRPCInferenceService/ModelInfer")]
-    message = framed(pb.ModelInferRequest(model_name="gone").SerializeToString())
-    block = admission(stream, message)
+    tensor = pb.ModelInferRequest.InferInputTensor(name="x", datatype="FP32", shape=[1000])
+    request = pb.ModelInferRequest(
+        model_name="gone", inputs=[tensor], raw_input_contents=[b"0" * 4000]
+    )
+    message = framed(request.SerializeToString())
+    block = admission(stream, message[:100])  # its first frame: more of it to come
     assert block is not None and b"grpc-status" in block and b"x-request-id" in block
+    # Whole in its first frame: nothing to drop unread, the usual path answers it.
+    assert admission(stream, message) is None
     stream.headers = [(b":path", b"/inference.GRPCInferenceService/ModelReady")]
-    assert admission(stream, message) is None  # only ModelInfer
+    assert admission(stream, message[:100]) is None  # only ModelInfer
     assert asked == [("gone", None, Kind.GRPC)]
