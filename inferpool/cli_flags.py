@@ -118,6 +118,7 @@ FIELD_GROUPS: dict[str, str] = {
     "cors_settings": "compatibility",
     "cloudevents": "compatibility",
     "gzip_enabled": "network",
+    "grpc_response_gzip": "network",
     "gzip_min_bytes": "network",
     "gzip_level": "network",
 }

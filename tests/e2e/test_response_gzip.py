@@ -2,10 +2,11 @@
 answer of ``--gzip-min-bytes`` or more goes out gzipped to a client that accepts gzip
 (``Content-Encoding: gzip``, ``Vary: Accept-Encoding``) and decompresses to the plain
 answer; a smaller one, a client that does not accept gzip and a server with the setting
-off get plain JSON. gRPC: the builtin server gzips a large ModelInfer response for a
-client whose ``grpc-accept-encoding`` lists gzip, and so does grpc.aio
-(``--grpc-implementation grpcio``, ``grpc/aio_gzip.py``); both implementations read
-gzip-compressed requests."""
+off get plain JSON. gRPC: by default no response is compressed (as Triton and MLServer),
+even for grpcio clients, which list gzip in every call's ``grpc-accept-encoding``; with
+``--grpc-response-gzip`` the builtin server gzips a large ModelInfer response for a
+client that lists gzip, and so does grpc.aio (``--grpc-implementation grpcio``,
+``grpc/aio_gzip.py``); both implementations read gzip-compressed requests."""
 
 from __future__ import annotations
 
@@ -76,20 +77,33 @@ def aio_server(repository) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="module")
+def grpc_gzip_server(repository) -> Iterator[Server]:
+    yield from serving(repository, "--grpc-response-gzip")
+
+
+@pytest.fixture(scope="module")
+def aio_grpc_gzip_server(repository) -> Iterator[Server]:
+    yield from serving(repository, "--grpc-implementation", "grpcio", "--grpc-response-gzip")
+
+
+# gzip_enabled off turns gRPC's compression off too, --grpc-response-gzip or not.
+@pytest.fixture(scope="module")
 def off_server(repository) -> Iterator[Server]:
-    yield from serving(repository, env={"INFERPOOL_GZIP_ENABLED": "false"})
+    yield from serving(repository, "--grpc-response-gzip", env={"INFERPOOL_GZIP_ENABLED": "false"})
 
 
 @pytest.fixture(scope="module")
 def aio_off_server(repository) -> Iterator[Server]:
     off = {"INFERPOOL_GZIP_ENABLED": "false"}
-    yield from serving(repository, "--grpc-implementation", "grpcio", env=off)
+    args = ("--grpc-implementation", "grpcio", "--grpc-response-gzip")
+    yield from serving(repository, *args, env=off)
 
 
 @pytest.fixture(params=["builtin", "grpcio"])
 def grpc_server(request: pytest.FixtureRequest) -> Server:
-    """Each gRPC implementation's server, gzip on."""
-    return request.getfixturevalue("server" if request.param == "builtin" else "aio_server")
+    """Each gRPC implementation's server, gRPC response gzip on."""
+    name = "grpc_gzip_server" if request.param == "builtin" else "aio_grpc_gzip_server"
+    return request.getfixturevalue(name)
 
 
 def post(server: Server, body: bytes, accept: str) -> httpx.Response:
@@ -251,14 +265,17 @@ def test_grpcio_clients_send_and_receive_gzip(server, aio_server, implementation
 
 
 @pytest.mark.parametrize("implementation", ["builtin", "grpcio"])
-def test_a_grpcio_client_receives_the_large_answer_compressed(request, implementation):
+def test_a_grpcio_client_receives_the_large_answer_compressed_only_when_asked(
+    request, implementation
+):
     """What a real grpcio client (it sends ``grpc-accept-encoding: identity,deflate,gzip``)
-    receives on the wire for the same answer, from a server with gzip on and one with it
-    off: a small fraction of the bytes, decoding to the same answer."""
+    receives on the wire for the same answer, from a server with --grpc-response-gzip and
+    one with the defaults: a small fraction of the bytes, decoding to the same answer, and
+    the plain message."""
     names = (
-        ("server", "off_server")
+        ("grpc_gzip_server", "server")
         if implementation == "builtin"
-        else ("aio_server", "aio_off_server")
+        else ("aio_grpc_gzip_server", "aio_server")
     )
     received, answers = [], []
     for name in names:
@@ -270,8 +287,8 @@ def test_a_grpcio_client_receives_the_large_answer_compressed(request, implement
                 answers.append(stub.ModelInfer(request_message, timeout=60))
             received.append(relay.received)
     assert same_answer(answers[0], answers[1])
-    assert received[1] > answers[1].ByteSize() > 50_000  # off: the plain message
-    assert received[0] < received[1] // 2, received  # on: gzipped
+    assert received[1] > answers[1].ByteSize() > 50_000  # the defaults: the plain message
+    assert received[0] < received[1] // 2, received  # --grpc-response-gzip: gzipped
 
 
 def test_the_builtin_server_reads_gzip_requests(server):

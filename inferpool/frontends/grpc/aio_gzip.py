@@ -1,6 +1,7 @@
 """Response compression on the grpc.aio server (``--grpc-implementation grpcio``).
 
-The same rule as the builtin server's (``compression.py``): with ``gzip_enabled``, a
+The same rule as the builtin server's (``compression.py``): with ``gzip_enabled`` and
+``grpc_response_gzip`` (off by default), a
 response message of at least ``gzip_min_bytes`` goes out gzipped when the call's
 ``grpc-accept-encoding`` lists gzip; smaller ones, and every one to a client that did not
 ask, stay identity.
@@ -21,6 +22,7 @@ from typing import Any
 
 import grpc
 
+from inferpool.frontends.grpc.compression import compresses_grpc
 from inferpool.settings import ServerSettings
 
 # grpc_compression_level's GRPC_COMPRESS_LEVEL_LOW: the first algorithm the peer accepts.
@@ -54,9 +56,9 @@ OFF = AioGzip()
 
 
 def aio_gzip(settings: ServerSettings) -> AioGzip:
-    return AioGzip(settings.gzip_min_bytes) if settings.gzip_enabled else OFF
+    return AioGzip(settings.gzip_min_bytes) if compresses_grpc(settings) else OFF
 
 
 def gzip_options(settings: ServerSettings) -> list[tuple[str, int]]:
     """The server options that compress answers for clients that accept it."""
-    return [("grpc.default_compression_level", _LEVEL_LOW)] if settings.gzip_enabled else []
+    return [("grpc.default_compression_level", _LEVEL_LOW)] if compresses_grpc(settings) else []

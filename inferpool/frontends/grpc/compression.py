@@ -1,10 +1,12 @@
-"""gRPC message compression on the builtin HTTP/2 server (``gzip_enabled``).
+"""gRPC message compression on the builtin HTTP/2 server.
 
 Requests: a message whose compressed flag is set is inflated by its call's
 ``grpc-encoding`` (gzip, or deflate: zlib's format), its inflated size bounded by the
 message limit; a flagged message without an encoding is INTERNAL, an encoding not served
-UNIMPLEMENTED, as gRPC's PROTOCOL-HTTP2.md says. Responses: when the client's
-``grpc-accept-encoding`` lists gzip and the setting is on, a response message of at least
+UNIMPLEMENTED, as gRPC's PROTOCOL-HTTP2.md says. Responses (``grpc_response_gzip``, off
+by default as in Triton and MLServer: grpcio clients list gzip on every call, and tensors
+barely compress): when the client's ``grpc-accept-encoding`` lists gzip and the settings
+are on, a response message of at least
 ``gzip_min_bytes`` goes out gzipped (flag 1, ``grpc-encoding: gzip`` in the response
 headers, which also advertise ``grpc-accept-encoding``); smaller ones stay identity.
 
@@ -88,4 +90,9 @@ class ResponseGzip:
 
 
 def response_gzip(settings: ServerSettings) -> ResponseGzip | None:
-    return ResponseGzip(settings) if settings.gzip_enabled else None
+    return ResponseGzip(settings) if compresses_grpc(settings) else None
+
+
+def compresses_grpc(settings: ServerSettings) -> bool:
+    """Whether gRPC response messages are gzipped for clients that accept it."""
+    return settings.gzip_enabled and settings.grpc_response_gzip
