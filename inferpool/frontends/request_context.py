@@ -142,8 +142,9 @@ def _string_end(body: bytes, start: int) -> int:
 
 
 def echoed_grpc_id(body: bytes) -> str | None:
-    """The ``id`` (field 3) of a serialized ModelInferResponse. A serializer writes fields
-    in number order, so only model_name (1) and model_version (2) come before it."""
+    """The ``id`` (field 3) of a serialized ModelInferResponse (bytes, or a view of a large
+    one). A serializer writes fields in number order, so only model_name (1) and
+    model_version (2) come before it."""
     try:
         # The usual reply: a short name, maybe a short version, then a short id.
         if body[0] == _NAME_KEY and body[1] < 0x80:
@@ -151,7 +152,7 @@ def echoed_grpc_id(body: bytes) -> str | None:
             if body[pos] == _VERSION_KEY and body[pos + 1] < 0x80:
                 pos += 2 + body[pos + 1]
             if body[pos] == _ID_KEY and body[pos + 1] < 0x80:
-                return body[pos + 2 : pos + 2 + body[pos + 1]].decode() or None
+                return str(body[pos + 2 : pos + 2 + body[pos + 1]], "utf-8") or None
         return _walk_to_id(body)
     except (IndexError, ValueError, UnicodeDecodeError):
         return None
@@ -166,6 +167,6 @@ def _walk_to_id(body: bytes) -> str | None:
             return None
         length, pos = read_varint(body, pos + 1)
         if key == _ID_KEY:
-            return body[pos : pos + length].decode() or None
+            return str(body[pos : pos + length], "utf-8") or None
         pos += length
     return None

@@ -86,6 +86,21 @@ def test_a_64_mib_tensor_over_raw_grpc(server, raw) -> None:
     assert grown < bound * PAYLOAD, f"grew {grown / MIB:.0f} MiB, {grown / PAYLOAD:.2f}x"
 
 
+def test_a_large_custom_answer_over_grpcio(tmp_path) -> None:
+    """grpc.aio sends bytes only: a large custom runtime's answer (a view of its reply
+    past the headers block) is handed to it as bytes, whole."""
+    write_model(tmp_path)
+    raw = np.arange(MIB, dtype=np.float32).tobytes()  # 4 MiB, over the view threshold
+    args = ("--workers", "0", "--grpc-implementation", "grpcio")
+    with Server(tmp_path, *args) as server:
+        server.wait_ready(timeout=120)
+        client = GrpcClient("127.0.0.1", server.grpc_port, raw)
+        try:
+            assert client.call() == raw
+        finally:
+            client.close()
+
+
 def _answer(sock: socket.socket) -> tuple[int, dict]:
     """The status and JSON body of the one answer ``sock`` gets (the server closes it)."""
     sock.settimeout(60)

@@ -83,6 +83,8 @@ def guarded(
                 return response
             reply = await handler(request, context)
             body = ok_body(reply)
+            if not isinstance(body, bytes):  # a view of a large custom answer (unwrap)
+                body = bytes(body)  # grpcio sends bytes only
             context.set_trailing_metadata(((HEADER, infer_request_id()), *response_metadata.get()))
             gzip.small(context, len(body))
             return body

@@ -175,7 +175,7 @@ class InferenceService:
             reply = await self.plane.infer(name, version, kind, body, None, deadline)
         response_metadata.set(())
         if custom and reply.status == 200:
-            headers, reply.body = unwrap(reply.body)
+            headers, reply.body = unwrap(reply.body, view=True)  # framed copies it once
             response_metadata.set(trailing_metadata(headers))
         if request_id is None:
             settle_id((reply.status == 200 and echoed_grpc_id(reply.body)) or generate())
@@ -310,7 +310,8 @@ def trailing_metadata(headers: dict[str, str]) -> tuple[tuple[str, str], ...]:
 
 
 def ok_body(reply: Reply) -> bytes:
-    """A ModelInfer reply's response bytes, or raises with the status it failed with."""
+    """A ModelInfer reply's response bytes (a view of a large custom runtime's), or raises
+    with the status it failed with."""
     if reply.status != 200:
         raise from_status(reply.status, reply.body.decode("utf-8", "replace"))
     return reply.body

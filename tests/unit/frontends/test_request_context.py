@@ -110,6 +110,9 @@ def test_the_grpc_reply_echoes_the_id():
     assert echoed_grpc_id(long.SerializeToString()) == "i" * 256  # lengths over one byte
     assert echoed_grpc_id(pb.ModelInferResponse(model_name="m").SerializeToString()) is None
     assert echoed_grpc_id(b"\xff\xff") is None
+    # A large custom runtime's answer arrives as a view of the reply (unwrap(view=True)).
+    assert echoed_grpc_id(memoryview(response.SerializeToString())) == "the-id"
+    assert echoed_grpc_id(memoryview(long.SerializeToString())) == "i" * 256
 
 
 # -- the tracer hook -------------------------------------------------------------------------
