@@ -10,7 +10,8 @@ Settings are MLServer's (``alibi_explain_settings.py``). A black-box explainer
 names through the engine (``inferpool.calls.infer``: never HTTP to this server); a
 white-box one (TreeShap, the tree partial dependences) holds its model, loaded from the
 file its ``infer_uri`` names. The explainer is the one ``explainer.save`` wrote in the
-model's ``uri``, or one built from ``init_parameters``.
+model's ``uri``, or one built from ``init_parameters``. As MLServer's, the explainer also
+answers the explanation's plain JSON at its ``explain`` endpoint.
 
 alibi 0.9 requires numpy<2: its models run in a per-model environment
 (docs/runtimes/alibi-explain.md), whose worker imports this module on numpy 1.x.
@@ -48,6 +49,11 @@ class AlibiExplainRuntime(Runtime):
     accepts = "request"  # the request's parameters carry explain_parameters
     # alibi raises these for instances of the wrong shape or bad explain parameters.
     input_errors = (ValueError, IndexError, TypeError, KeyError)
+
+    # MLServer also answers the explanation's own JSON (no V2 encoding) at ``/explain``,
+    # for its legacy clients: here at /v2/models/{name}/explain, and at /explain while
+    # this is the only explainer loaded.
+    bare_endpoints = True
 
     explain_settings: ExplainSettings
 
@@ -103,6 +109,16 @@ class AlibiExplainRuntime(Runtime):
         method = type(self.explainer).__module__.rsplit(".", 1)[-1]
         headers = {"x-seldon-alibi-type": "explanation", "x-seldon-alibi-method": method}
         return Answer({OUTPUT: [explanation.to_json()]}, {"headers": headers})
+
+    def custom_endpoints(self) -> dict[str, Any]:
+        return {"explain": self._plain_explanation}
+
+    def _plain_explanation(self, body: bytes) -> bytes:
+        """A V2 request's explanation as its own JSON document."""
+        from inferpool.protocol import rest_json
+
+        answer = self.predict(rest_json.decode_request(body), [OUTPUT])
+        return str(answer[OUTPUT][0]).encode()
 
     def _build(self, predictor: Any, loading: bool = True) -> Any:
         """The explainer, loaded from its folder or built from ``init_parameters``; a

@@ -257,6 +257,23 @@ def test_a_models_explain_endpoint_forwards_to_its_explainer(
     assert got["data"]["anchor"] == expected["anchors"][0]["data"]["anchor"]
 
 
+def test_the_explainers_own_explain_endpoint_answers_plain_json(
+    server: Server, repository: tuple[Path, dict]
+) -> None:
+    """MLServer's ``/explain`` of an explainer: the explanation's JSON, no V2 encoding;
+    at the root only while one explainer is loaded (here several: 409 naming them)."""
+    _, expected = repository
+    url = f"{server.url}/v2/models/iris-kernel-shap/explain"
+    answer = httpx.post(url, json=body(ROWS), timeout=120)
+    assert answer.status_code == 200, answer.text
+    got = answer.json()
+    assert got["meta"]["name"] == "KernelShap"
+    want = expected["kernel_shap"]["data"]["shap_values"]
+    np.testing.assert_allclose(got["data"]["shap_values"], want, atol=1e-6)
+    bare = httpx.post(f"{server.url}/explain", json=body(ROWS), timeout=60)
+    assert bare.status_code == 409 and "'iris-anchor' and " in bare.json()["error"], bare.text
+
+
 def test_an_explainer_of_a_missing_model_answers_503_saying_so(server: Server) -> None:
     answer = httpx.post(
         f"{server.url}/v2/models/lost-anchor/infer", json=body([ROWS[0]]), timeout=60
