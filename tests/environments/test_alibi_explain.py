@@ -9,7 +9,8 @@ explainers (two workers of the alibi environment), which call it through the eng
 The explanations must be alibi's own, over REST and gRPC, with MLServer's settings
 and answer: anchors are sampled, so their rules and predictions are compared and their
 precision bounded; KernelShap (four features: every coalition, no sampling) and
-TreeShap are compared value by value.
+TreeShap are compared value by value. AnchorText explains a text classifier (strings
+both ways) with a blank spaCy pipeline: nothing downloaded.
 
 A per-model environment runs in worker processes only: ``--workers 0`` cannot hold it.
 """
@@ -45,7 +46,7 @@ from alibi.saving import load_explainer
 from sklearn.datasets import load_iris
 from sklearn.linear_model import LogisticRegression
 from sklearn.tree import DecisionTreeClassifier
-root, rows = sys.argv[1], json.loads(sys.argv[2])
+root, rows, SENTENCE = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
 X, y = load_iris(return_X_y=True)
 names = ["sepal_length", "sepal_width", "petal_length", "petal_width"]
 model = LogisticRegression(max_iter=1000).fit(X, y)
@@ -71,7 +72,21 @@ tree = load_explainer(root + "/iris-tree-shap/explainer", predictor=single)
 # Path-dependent (no background data), as init_parameters build it.
 fresh = TreeShap(single, model_output="raw")
 fresh.fit()
+# AnchorText of a text classifier, with a blank spaCy pipeline (a tokenizer: nothing
+# to download) and the "unknown" sampling strategy (words masked, no language model).
+import spacy
+from alibi.explainers import AnchorText
+from sklearn.feature_extraction.text import CountVectorizer
+from sklearn.pipeline import make_pipeline
+texts = ["a good movie", "a bad movie", "good acting", "bad plot", "really good fun",
+         "really bad and boring", "good story", "bad story"]
+reviews = make_pipeline(CountVectorizer(), LogisticRegression()).fit(texts, [1, 0] * 4)
+joblib.dump(reviews, root + "/reviews/model.joblib")
+words = AnchorText(reviews.predict, sampling_strategy="unknown", nlp=spacy.blank("en"), seed=0)
+words.save(root + "/reviews-anchor/explainer")
+words = load_explainer(root + "/reviews-anchor/explainer", predictor=reviews.predict)
 print(json.dumps({
+    "text": json.loads(words.explain(SENTENCE).to_json()),
     "numpy": np.__version__,
     "anchors": [json.loads(anchor.explain(row).to_json()) for row in x],
     "kernel_shap": json.loads(shap.explain(x).to_json()),
@@ -80,6 +95,7 @@ print(json.dumps({
 }))
 """
 
+SENTENCE = "the story was good and long"
 # Iris rows: a setosa (one clear rule: a short petal), a versicolor, a virginica.
 ROWS = [[5.1, 3.5, 1.4, 0.2], [6.4, 3.2, 4.5, 1.5], [7.7, 3.8, 6.7, 2.2]]
 
@@ -104,10 +120,11 @@ def repository(tmp_path_factory: pytest.TempPathFactory, tarball: Path) -> tuple
     root = tmp_path_factory.mktemp("repo")
     cache = root.parent / "environments"
     environment = prepare(tarball, cache)  # the server finds it unpacked, under the same key
-    for name in ("iris", "iris-anchor", "iris-kernel-shap", "iris-tree-shap"):
+    for name in ("iris", "iris-anchor", "iris-kernel-shap", "iris-tree-shap", "reviews",
+                 "reviews-anchor"):  # fmt: skip
         (root / name).mkdir()
     done = subprocess.run(
-        [environment.python, "-c", SAVE, str(root), json.dumps(ROWS)],
+        [environment.python, "-c", SAVE, str(root), json.dumps(ROWS), SENTENCE],
         capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -125,6 +142,10 @@ def repository(tmp_path_factory: pytest.TempPathFactory, tarball: Path) -> tuple
               infer_uri="iris", infer_output="predict_proba", explainer_batch=True)  # fmt: skip
     explainer(root / "iris-tree-shap", tarball, explainer_type="tree_shap",
               infer_uri="./tree.joblib", explainer_batch=True)  # fmt: skip
+    settings(root / "reviews", {"implementation": "mlserver_sklearn.SKLearnModel",
+                                "parameters": {"uri": "./model.joblib"}})  # fmt: skip
+    explainer(root / "reviews-anchor", tarball, explainer_type="anchor_text",
+              infer_uri=URL.format("reviews"))  # fmt: skip
     # Built from init_parameters (path-dependent: no background data).
     explainer(root / "iris-tree-shap-init", tarball, uri="", explainer_type="tree_shap",
               infer_uri="../iris-tree-shap/tree.joblib", explainer_batch=True,
@@ -223,6 +244,26 @@ def test_an_anchor_explains_the_model_it_calls(
     got = explain_grpc(server, "iris-anchor", [ROWS[0]])
     assert_anchor(got, setosa)
     assert got["data"]["anchor"] == setosa["data"]["anchor"]
+
+
+def test_an_anchor_text_explains_a_text_classifier(
+    server: Server, repository: tuple[Path, dict]
+) -> None:
+    """Strings to the explainer (BYTES) and from it to the model it calls (BYTES, content
+    type str), as MLServer sends them; the anchor is the one word deciding the class."""
+    _, expected = repository
+    want = expected["text"]
+    assert want["data"]["anchor"] == ["good"]  # else the test proves little
+    text = {"name": "text", "datatype": "BYTES", "shape": [1], "data": [SENTENCE]}
+    answer = httpx.post(f"{server.url}/v2/models/reviews-anchor/infer",
+                        json={"inputs": [text]}, timeout=120)  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    got = json.loads(answer.json()["outputs"][0]["data"][0])
+    assert got["meta"]["name"] == "AnchorText"
+    assert got["meta"]["params"] == want["meta"]["params"]
+    assert got["data"]["anchor"] == want["data"]["anchor"]
+    assert got["data"]["raw"]["prediction"] == want["data"]["raw"]["prediction"]
+    assert got["data"]["precision"] >= 0.95
 
 
 def test_kernel_shap_values_are_alibis(server: Server, repository: tuple[Path, dict]) -> None:
