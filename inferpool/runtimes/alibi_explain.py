@@ -66,15 +66,19 @@ class AlibiExplainRuntime(Runtime):
         self._lock = threading.Lock()
         self.explainer: Any = None
         self._failed_call: calls.CallError | None = None
+        self._loading = False
         if found.black_box:
             self.model, self.version = model_of(found.infer_uri)
-            # An anchor explainer calls its predictor while it is built, and the model it
-            # explains may still be loading: built on the first request, unless it can be
-            # built now without calling the model (_NotYet says it could not).
+            # Anchors and KernelShap call their predictor while they are built, and the
+            # model they explain may still be loading: built on the first request, unless
+            # built now without calling the model (the predictor raises _NotYet meanwhile).
+            self._loading = True
             try:
-                self.explainer = self._build(_refuse_calls)
+                self.explainer = self._build(self._call_model)
             except _NotYet:
                 self.explainer = None
+            finally:
+                self._loading = False
         else:
             self.model, self.version = found.infer_uri, None
             self.explainer = self._build(self._white_box_model())
@@ -177,6 +181,8 @@ class AlibiExplainRuntime(Runtime):
     def _call_model(self, instances: Any) -> np.ndarray:
         """The explained model's answer for the explainer's instances, as alibi takes it:
         its first (or ``infer_output``) output, a trailing dimension of 1 dropped."""
+        if self._loading:
+            raise _NotYet
         output = self.explain_settings.infer_output
         try:
             answer = calls.infer(
@@ -203,10 +209,6 @@ class AlibiExplainRuntime(Runtime):
 class _NotYet(BaseException):
     """Building the explainer needs the explained model's answers (a BaseException:
     ``reading`` turns Exceptions into load errors, alibi catches none of this)."""
-
-
-def _refuse_calls(instances: Any) -> Any:
-    raise _NotYet
 
 
 def instances_of(request: InferenceRequest) -> Any:
