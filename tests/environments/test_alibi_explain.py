@@ -156,6 +156,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory, tarball: Path) -> tuple
     explainer(root / "wrong-type", tarball, uri="../iris-anchor/explainer",
               explainer_type="kernel_shap", infer_uri="iris")  # fmt: skip
     explainer(root / "unknown-type", tarball, explainer_type="counterfactual", infer_uri="iris")
+    explainer(root / "lost-tree", tarball, uri="../iris-tree-shap/explainer",
+              explainer_type="tree_shap", infer_uri="./nothing.joblib")  # fmt: skip
     return root, expected
 
 
@@ -266,6 +268,17 @@ def test_an_anchor_text_explains_a_text_classifier(
     assert got["data"]["precision"] >= 0.95
 
 
+def test_a_requests_explain_parameters_reach_the_explainer(server: Server) -> None:
+    """MLServer's place for them: the request's ``parameters.explain_parameters``."""
+    asked = body([ROWS[0]], explain_parameters={"threshold": 0.8, "beam_size": 2})
+    answer = httpx.post(f"{server.url}/v2/models/iris-anchor/infer", json=asked, timeout=120)
+    assert answer.status_code == 200, answer.text
+    got = json.loads(answer.json()["outputs"][0]["data"][0])
+    assert got["meta"]["params"]["threshold"] == 0.8
+    assert got["meta"]["params"]["beam_size"] == 2
+    assert explain(server, "iris-anchor", [ROWS[0]])["meta"]["params"]["threshold"] == 0.95
+
+
 def test_kernel_shap_values_are_alibis(server: Server, repository: tuple[Path, dict]) -> None:
     _, expected = repository
     want = expected["kernel_shap"]
@@ -340,6 +353,19 @@ def test_bad_settings_fail_the_load_in_one_sentence(
     assert index["unknown-type"]["reason"].startswith(
         "parameters.extra.explainer_type must be one of anchor_tabular, anchor_text"
     )
+    assert index["lost-tree"]["state"] == "FAILED"
+    assert index["lost-tree"]["reason"] == (
+        f"parameters.extra.infer_uri './nothing.joblib': no model file "
+        f"{root / 'lost-tree' / 'nothing.joblib'} (a white-box explainer holds its model: "
+        "a joblib or pickle file)"
+    )
+    # Rows of two features, not four: the explainer's data has four (a 400 saying so).
     answer = httpx.post(f"{server.url}/v2/models/iris-kernel-shap/infer",
                         json=body([[1.0, 2.0]]), timeout=60)  # fmt: skip
     assert answer.status_code == 400 and set(answer.json()) == {"error"}, answer.text
+    assert "model 'iris-kernel-shap' rejected input 'x'" in answer.json()["error"]
+    # explain_parameters of a bad type: a 400 saying so.
+    asked = body([ROWS[0]], explain_parameters=[0.8])
+    answer = httpx.post(f"{server.url}/v2/models/iris-anchor/infer", json=asked, timeout=60)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"].endswith("explain_parameters must be an object, not [0.8]")
