@@ -72,6 +72,8 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 out: dict[str, Any] = {}
                 for model in ("iris-logreg", "iris-rf", "explainer"):
                     out[model] = await http.post(f"/v2/models/{model}/explain", json=BODY)
+                binary = {**BODY, "parameters": {"binary_data_output": True}}
+                out["binary"] = await http.post("/v2/models/iris-logreg/explain", json=binary)
                 out["direct"] = await http.post("/v2/models/iris-logreg/infer", json={
                     **BODY, "outputs": [{"name": "predict_proba"}]})  # fmt: skip
                 services = ExtensionServices(DataPlane(client))
@@ -102,6 +104,21 @@ def test_explain_is_the_named_explainers_inference(answers: dict[str, Any]) -> N
     direct = answers["direct"].json()["outputs"][0]["data"]
     explained = json.loads(output["data"][0])["explained"]
     assert [p for row in explained for p in row] == pytest.approx(direct)
+
+
+def test_binary_outputs_come_in_tritons_form_as_from_infer(answers: dict[str, Any]) -> None:
+    answer = answers["binary"]
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"] == "application/octet-stream"
+    length = int(answer.headers["inference-header-content-length"])
+    [output] = json.loads(answer.content[:length])["outputs"]
+    size = output["parameters"]["binary_data_size"]
+    assert len(answer.content) == length + size
+    # One BYTES element: its 4-byte length, then the explanation's JSON.
+    explanation = answer.content[length + 4 :]
+    assert json.loads(explanation) == json.loads(
+        answers["iris-logreg"].json()["outputs"][0]["data"][0]
+    )
 
 
 def test_grpc_custom_service_forwards_the_same(answers: dict[str, Any]) -> None:
