@@ -8,6 +8,12 @@ there (409 naming them when several do). It starts the engine call and counts wh
 back in the version's statistics: per registered path, method and status, and each
 feedback with its reward (``/metrics`` reads them). The frontends only read their
 request and write the answer.
+
+``explain`` of a model whose settings name an explainer model (``parameters.extra.explainer``,
+an alibi explainer: docs/runtimes/alibi-explain.md) is that explainer's inference of the
+same V2 request body, answered as the endpoint's answer: run from here, the explainer's
+calls to the model are a chain of their own (from the model's worker they would close a
+cycle).
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ from inferpool.errors import InferpoolError, ModelNotFound
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.protocol.endpoints import (
     EXPLAIN,
+    Answer,
     MethodNotAllowed,
+    answer_head,
     call_body,
     normalize,
     read_answer,
@@ -31,6 +39,8 @@ from inferpool.protocol.mlflow_endpoints import INVOCATIONS
 # Every model answers MLflow's JSON scoring endpoint (``codecs.mlflow_scoring``) and
 # ``explain`` (``engine/worker/explain.py``: 400 from a model that cannot explain).
 _EVERY_MODEL = {INVOCATIONS: ["POST"], EXPLAIN: ["POST"]}
+# The key of a model's parameters.extra naming the model that answers its ``explain``.
+EXPLAINER = "explainer"
 
 
 class Conflict(InferpoolError):
@@ -98,8 +108,29 @@ class EndpointRouter:
         deadline: float | None,
     ) -> Coroutine[Any, Any, Reply]:
         """The engine call of an endpoint ``route`` (or ``bare``) resolved."""
+        explainer = explainer_of(status) if path == EXPLAIN else None
+        if explainer is not None:
+            return self._explained(status.name, explainer, body, deadline)
         payload = call_body(path, body, method, query, headers)
         return self.plane.infer(status.name, status.version, Kind.CUSTOM, payload, None, deadline)
+
+    async def _explained(
+        self, model: str, explainer: str, body: bytes, deadline: float | None
+    ) -> Reply:
+        """The explainer's answer to the request, as a handler's answer (its head in front)."""
+        try:
+            reply = await self.plane.infer(explainer, None, Kind.REST, body, None, deadline)
+        except InferpoolError as exc:
+            message = f"model '{model}' names explainer '{explainer}': {exc.message}"
+            return Reply(exc.status, message.encode())
+        if reply.status != 200:
+            return reply  # an error's reply: its message
+        if reply.json_length is None:
+            head = answer_head(Answer())
+        else:  # binary outputs asked for: Triton's binary form, as /infer answers it
+            length = [("inference-header-content-length", str(reply.json_length))]
+            head = answer_head(Answer("application/octet-stream", length))
+        return Reply(200, head + reply.body, len(head), reply.times, reply.rows, reply.execution)
 
     def feedback(
         self, name: str, version: str | None, kind: str, body: bytes, deadline: float | None
@@ -125,6 +156,13 @@ class EndpointRouter:
         if stats is not None:
             stats.feedback_count += 1
             stats.feedback_reward += answer[0].reward
+
+
+def explainer_of(status: ModelStatus) -> str | None:
+    """The explainer model a model's settings name (``parameters.extra.explainer``)."""
+    settings = status.settings
+    named = settings.parameters.extra.get(EXPLAINER) if settings is not None else None
+    return named if isinstance(named, str) and named else None
 
 
 def endpoint_path(path: str) -> str:

@@ -205,6 +205,18 @@ RUNTIMES: dict[str, RuntimeEntry] = {
                 "docs/runtimes/alibi-detect.md"
             ),
         ),
+        # alibi 0.9 requires numpy<2 too: its explainers run in a per-model environment
+        # (docs/runtimes/alibi-explain.md); a saved explainer's meta.dill and explainer.dill
+        # are names too common to choose a runtime by: its settings name the implementation.
+        RuntimeEntry(
+            "alibi-explain",
+            "inferpool.runtimes.alibi_explain.AlibiExplainRuntime",
+            extra="alibi-explain",
+            mlserver="mlserver_alibi_explain.AlibiExplainRuntime",
+            install=(
+                "run the model in an environment holding alibi: docs/runtimes/alibi-explain.md"
+            ),
+        ),
         # Loads the model it explains (any runtime): in each worker, as that may need.
         RuntimeEntry(
             "explainer",

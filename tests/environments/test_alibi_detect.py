@@ -2,14 +2,15 @@
 
 alibi-detect 0.13 requires numpy<2, which the server's environment cannot hold. tox's
 ``environments`` environment packs one with ``inferpool env pack`` from
-``alibi-detect-requirements.txt`` (as users do, docs/runtimes/alibi-detect.md) and names
-the tarball in ``INFERPOOL_TEST_ALIBI_DETECT_ENV``. The test unpacks it into the cache the
-server then uses (so it is unpacked once), saves detectors with that environment's
-python (``save_detector``), and computes there what the detectors answer; the server
-(two workers of that environment) must answer the same over REST and gRPC, with
-MLServer's settings (``predict_parameters``, ``batch_size``) and its response shape.
-Detectors: KSDrift, the online CVMDriftOnline, and the outlier detectors IForest and
-Mahalanobis (which keeps state), none of which needs TensorFlow or PyTorch to run.
+``alibi-requirements.txt`` (as users do, docs/runtimes/alibi-detect.md; it holds alibi
+too, for test_alibi_explain.py) and names the tarball in ``INFERPOOL_TEST_ALIBI_ENV``.
+The test unpacks it into the cache the server then uses (so it is unpacked once), saves
+detectors with that environment's python (``save_detector``), and computes there what
+the detectors answer; the server (two workers of that environment) must answer the same
+over REST and gRPC, with MLServer's settings (``predict_parameters``, ``batch_size``)
+and its response shape. Detectors: KSDrift, the online CVMDriftOnline, and the outlier
+detectors IForest and Mahalanobis (which keeps state), none of which needs TensorFlow or
+PyTorch to run.
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def tarball() -> Path:
-    return named_by("INFERPOOL_TEST_ALIBI_DETECT_ENV", "tarball")
+    return named_by("INFERPOOL_TEST_ALIBI_ENV", "tarball")
 
 
 def model(

@@ -40,6 +40,7 @@ RUNTIME_LIBRARIES = {
     "catboost": "catboost",
     "r": "rpy2",
     "alibi-detect": "alibi_detect",
+    "alibi-explain": "alibi",
 }
 # Distributions that provide a module under another name, first found wins.
 MODULE_DISTRIBUTIONS = {

@@ -224,7 +224,8 @@ OPERATIONS: dict[str, dict[str, Op]] = {
 # Every model's own endpoints (``frontends/endpoints.py``), under ``{model}/``.
 EVERY_MODEL: dict[str, Op] = {
     "explain": Op(
-        "Per-feature attributions of the model's score for a V2 request's rows",
+        "Per-feature attributions of the model's score for a V2 request's rows (or the "
+        "answer of the explainer model its parameters.extra.explainer names)",
         "inference",
         "InferenceResponse",
         body="InferenceRequest",

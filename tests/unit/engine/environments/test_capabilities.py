@@ -155,8 +155,8 @@ def test_importable_here_finds_without_importing_and_survives_a_refusing_finder(
 
 
 def test_a_library_no_extra_installs_says_what_to_do_instead() -> None:
-    """alibi-detect needs numpy<2: no extra installs it beside the server, an environment
-    holds it (docs/runtimes/alibi-detect.md)."""
+    """alibi-detect and alibi need numpy<2: no extra installs them beside the server, an
+    environment holds them (docs/runtimes/alibi-detect.md, alibi-explain.md)."""
     library = runtime_library(
         ModelSettings(name="m", implementation="mlserver_alibi_detect.AlibiDetectRuntime")
     )
@@ -164,4 +164,11 @@ def test_a_library_no_extra_installs_says_what_to_do_instead() -> None:
     assert refusal(own, None, [], library) == (
         "lack 'alibi_detect' (run the model in an environment holding alibi-detect: "
         "docs/runtimes/alibi-detect.md)"
+    )
+    explainer = runtime_library(
+        ModelSettings(name="e", implementation="mlserver_alibi_explain.AlibiExplainRuntime")
+    )
+    assert refusal(own, None, [], explainer) == (
+        "lack 'alibi' (run the model in an environment holding alibi: "
+        "docs/runtimes/alibi-explain.md)"
     )
