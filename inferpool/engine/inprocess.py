@@ -223,7 +223,9 @@ class InProcessClient(EngineClient):
         except Exception as exc:  # a bug of the path: answer every caller, never hang one
             _fail(waiting, exc)
 
-    def _after_predict(self, key: ModelKey, waiting: _Waiting, done: asyncio.Future) -> None:
+    def _after_predict(
+        self, key: ModelKey, waiting: _Waiting, done: asyncio.Future[_Executions]
+    ) -> None:
         """A joined predict came back: answer its requests, then run the queue that
         waited for it (if its own time has come)."""
         self._predicting.discard(key)
@@ -318,6 +320,8 @@ def run_all(model: LoadedModel, jobs: list[Job]) -> list[tuple[list[int], list[R
 
 
 _Waiting = list[tuple["Job", asyncio.Future[Reply]]]
+# Each execution of a joined predict: the positions of its requests, and their replies.
+_Executions = list[tuple[list[int], list[Reply]]]
 
 
 def _answer_executions(
@@ -331,7 +335,7 @@ def _answer_executions(
                 future.set_result(reply)
 
 
-def _answer(waiting: _Waiting, done: asyncio.Future[list[tuple[list[int], list[Reply]]]]) -> None:
+def _answer(waiting: _Waiting, done: asyncio.Future[_Executions]) -> None:
     """The queued requests' executions came back from a predict thread."""
     if done.cancelled():
         return
