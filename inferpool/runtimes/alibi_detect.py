@@ -25,7 +25,7 @@ several rows), and its ``meta`` dict as the response's parameters, with MLServer
 ``headers`` (``x-seldon-alibi-type``, ``x-seldon-alibi-method``). Keys whose value is
 None (``feature_score`` of an IForest, ``distance`` of a detector asked not to return it)
 or an object (ClassifierDrift's trained ``model``) are left out: a tensor holds neither
-(MLServer's response cannot carry the model: its requests fail).
+(MLServer would put the model in a BYTES tensor its JSON encoder cannot write).
 
 State (an online detector's time and window, Mahalanobis' running mean and covariance,
 a drift detector's reference data that ``update_x_ref`` updates, a ``batch_size``
