@@ -9,9 +9,10 @@ IForest, Mahalanobis and SpectralResidual only in its legacy format, and only wi
 TensorFlow installed (which the environment lacks): ``save_legacy`` writes that format
 as ``save_detector`` does, the detector's meta in meta.dill and the state alibi-detect
 keeps for it in <name>.dill (its ``state_iforest``, ``state_mahalanobis`` and
-``state_sr``; checked 2026-12-07 with TensorFlow 2.18.1 for the first two: folders
-save_detector wrote hold these files and keys). Their answers are the saved detector's
-own, in memory.
+``state_sr``; checked 2026-12-07 with TensorFlow 2.18.1 and tf-keras 2.18.0: folders
+save_detector wrote hold these files and keys, and the runtime, without TensorFlow, loads
+them into detectors answering as alibi-detect's own load_detector's; SpectralResidual's
+scores bit for bit). Their answers are the saved detector's own, in memory.
 """
 
 import copy

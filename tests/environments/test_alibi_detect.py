@@ -9,7 +9,8 @@ python (``save_detector``), and computes there what the detectors answer; the se
 (two workers of that environment) must answer the same over REST and gRPC, with
 MLServer's settings (``predict_parameters``, ``batch_size``) and its response shape.
 Detectors: KSDrift, ChiSquareDrift, TabularDrift (also updating its reference data),
-FETDrift, CVMDrift, the online CVMDriftOnline, and the outlier detectors IForest,
+FETDrift, CVMDrift, ClassifierDrift (scikit-learn's backend), the online CVMDriftOnline,
+and the outlier detectors IForest,
 Mahalanobis (which keeps state) and SpectralResidual (time series), none of which needs
 TensorFlow or PyTorch to run (alibi_detect_detectors.py saves them).
 """
