@@ -9,8 +9,8 @@ python (``save_detector``), and computes there what the detectors answer; the se
 (two workers of that environment) must answer the same over REST and gRPC, with
 MLServer's settings (``predict_parameters``, ``batch_size``) and its response shape.
 Detectors: KSDrift, ChiSquareDrift, TabularDrift (also updating its reference data),
-FETDrift, CVMDrift, ClassifierDrift (scikit-learn's backend), the online CVMDriftOnline,
-and the outlier detectors IForest,
+FETDrift, CVMDrift, ClassifierDrift (scikit-learn's backend), the online CVMDriftOnline
+and FETDriftOnline, and the outlier detectors IForest,
 Mahalanobis (which keeps state) and SpectralResidual (time series), none of which needs
 TensorFlow or PyTorch to run (alibi_detect_detectors.py saves them).
 """
@@ -87,6 +87,8 @@ DRIFT = {
     "cvm": {"datatype": "FP32", **REQUESTS},
     "classifier": {"datatype": "FP32", **REQUESTS},
 }  # fmt: skip
+# FETDriftOnline's request: six steps of two 0-or-1 features (its window: four steps).
+BINARY_STREAM = categories(9, [0.3, 0.7], features=2)[:6].tolist()
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +121,7 @@ def repository(
 ) -> tuple[Path, dict]:
     root = tmp_path_factory.mktemp("repo")
     environment = prepare(tarball, cache)  # the server finds it unpacked, under the same key
-    requests = {**REQUESTS, "series": SERIES, "drift": DRIFT}
+    requests = {**REQUESTS, "series": SERIES, "drift": DRIFT, "binary_stream": BINARY_STREAM}
     done = subprocess.run(
         [environment.python, str(SCRIPT), str(root), json.dumps(requests)],
         check=True, capture_output=True, text=True,
@@ -133,6 +135,7 @@ def repository(
     model(root / "ksdrift-batched", tarball, extra={"batch_size": 2}, replicas=1)
     # One replica: one detector sees the whole stream (docs/runtimes/alibi-detect.md).
     model(root / "online", tarball, "./detector", extra={"state_save_freq": 3}, replicas=1)
+    model(root / "fet-online", tarball, "./detector", replicas=1)
     # Outlier detectors: IForest on every worker (two replicas, which must agree);
     # Mahalanobis, whose running mean and covariance are its replica's, on one.
     model(root / "iforest", tarball, "./detector")
@@ -329,6 +332,23 @@ def test_an_online_detector_keeps_its_state_between_requests(
     answer = infer(server, "online", [REQUESTS["shifted"][0][:2]])
     assert_stream(answer["outputs"], second, simulated=SIMULATED)
     assert {o["name"]: o["data"] for o in answer["outputs"]}["time"] == [4]
+
+
+def test_fet_drift_online_steps_through_a_requests_rows(
+    server: Server, repository: tuple[Path, dict]
+) -> None:
+    """FETDriftOnline (numba, 0s and 1s): six rows are six steps; once its window of four
+    has filled, its test statistic is the detector's own."""
+    _, expected = repository
+    steps = expected["fet_online"]
+    assert not np.isnan(steps[-1]["test_stat"]).any()  # else the test proves little
+    answer = infer(server, "fet-online", BINARY_STREAM, "INT64")
+    assert [o["name"] for o in answer["outputs"]] == [
+        k for k, v in steps[0].items() if v is not None
+    ]
+    assert_stream(answer["outputs"], steps, simulated=SIMULATED)
+    assert {o["name"]: o["data"] for o in answer["outputs"]}["time"] == [1, 2, 3, 4, 5, 6]
+    assert answer["parameters"]["headers"]["x-seldon-alibi-method"] == "fet_online"
 
 
 def test_an_iforest_answers_as_it_does_in_its_environment(
