@@ -28,9 +28,10 @@ or an object (ClassifierDrift's trained ``model``) are left out: a tensor holds 
 (MLServer would put the model in a BYTES tensor its JSON encoder cannot write).
 
 State (an online detector's time and window, Mahalanobis' running mean and covariance,
-a drift detector's reference data that ``update_x_ref`` updates, a ``batch_size``
-detector's waiting rows) belongs to the replica that holds it: each
-replica sees only the requests routed to it.
+a drift detector's reference data that ``update_x_ref`` updates, or its model trained on
+from call to call (``retrain_from_scratch=False``), a ``batch_size`` detector's waiting
+rows) belongs to the replica that holds it: each replica sees only the requests routed
+to it.
 """
 
 from __future__ import annotations
@@ -166,7 +167,10 @@ def updated_by_predict(detector: Any) -> bool:
         return True
     # MMDDrift, LSDDDrift... hold their backend's detector, which holds the setting.
     inner = getattr(detector, "_detector", detector)
-    return any(isinstance(getattr(inner, name, None), dict) for name in UPDATE_SETTINGS)
+    if any(isinstance(getattr(inner, name, None), dict) for name in UPDATE_SETTINGS):
+        return True
+    # ClassifierDrift, LearnedKernelDrift: a model trained on from the previous predict's.
+    return getattr(inner, "retrain_from_scratch", True) is False
 
 
 def is_tensor(value: Any) -> bool:
