@@ -1,9 +1,9 @@
 """The alibi-detect runtime: drift and outlier detectors saved with alibi-detect's
 ``save_detector`` (a folder holding ``config.toml``, or a legacy one holding
 ``meta.dill``), loaded with its ``load_detector`` and answered as MLServer's
-``mlserver_alibi_detect.AlibiDetectRuntime`` answers them. A legacy IForest or
-Mahalanobis loads without TensorFlow, which alibi-detect's own legacy loader needs
-(alibi_detect_legacy.py).
+``mlserver_alibi_detect.AlibiDetectRuntime`` answers them. A legacy IForest, Mahalanobis
+or SpectralResidual loads without TensorFlow, which alibi-detect's own legacy loader
+needs (alibi_detect_legacy.py).
 
 alibi-detect 0.13 requires numpy<2, which the server's own environment cannot hold: its
 models run in a per-model environment (docs/runtimes/alibi-detect.md), whose worker
@@ -24,11 +24,14 @@ list (one element per ``predict`` call: one, or one per row of an online detecto
 several rows), and its ``meta`` dict as the response's parameters, with MLServer's
 ``headers`` (``x-seldon-alibi-type``, ``x-seldon-alibi-method``). Keys whose value is
 None (``feature_score`` of an IForest, ``distance`` of a detector asked not to return it)
-are left out: a tensor has no None.
+or an object (ClassifierDrift's trained ``model``) are left out: a tensor holds neither
+(MLServer would put the model in a BYTES tensor its JSON encoder cannot write).
 
 State (an online detector's time and window, Mahalanobis' running mean and covariance,
-a ``batch_size`` detector's waiting rows) belongs to the replica that holds it: each
-replica sees only the requests routed to it.
+a drift detector's reference data that ``update_x_ref`` updates, or its model trained on
+from call to call (``retrain_from_scratch=False``), a ``batch_size`` detector's waiting
+rows) belongs to the replica that holds it: each replica sees only the requests routed
+to it.
 """
 
 from __future__ import annotations
@@ -55,6 +58,12 @@ DETECTOR_FILES = ("config.toml", "meta.dill")
 KINDS = {"cd": "drift", "od": "outlier", "ad": "adversarial"}
 STATE_FOLDER = "state"  # where an online detector's state is saved, in its folder
 DEFAULT_STATE_SAVE_FREQ = 100
+# Detectors without ``save_state`` whose ``predict`` always changes them (alibi-detect 0.13).
+UPDATED_BY_PREDICT = frozenset({"Mahalanobis"})
+# A drift detector's setting that makes its ``predict`` update its reference data with the
+# rows it tests (``{"last": n}`` or ``{"reservoir_sampling": n}``; ``update_ref`` for
+# ContextMMDDrift).
+UPDATE_SETTINGS = ("update_x_ref", "update_ref")
 
 
 class AlibiDetectRuntime(Runtime):
@@ -85,7 +94,8 @@ class AlibiDetectRuntime(Runtime):
         self.online = hasattr(self.detector, "save_state")
         # Mahalanobis updates its mean and covariance at each predict, but saves no state:
         # it is not online as MLServer counts (a request's rows are one predict call).
-        self.stateful = self.online or bool(getattr(self.detector, "meta", {}).get("online"))
+        # SpectralResidual's meta says online too (it scores a stream), but it keeps none.
+        self.stateful = self.online or updated_by_predict(self.detector)
         module = type(self.detector).__module__.split(".")
         self.headers = {
             "x-seldon-alibi-type": KINDS.get(module[-2] if len(module) > 1 else "", "unknown"),
@@ -97,7 +107,7 @@ class AlibiDetectRuntime(Runtime):
         self._waiting: list[np.ndarray] = []
 
     def predictor(self) -> str:
-        state = " (online: its state is this replica's)" if self.stateful else ""
+        state = " (keeps state: each replica its own)" if self.stateful else ""
         return f"{type(self.detector).__name__} of alibi-detect{state}"
 
     def predict(self, payload: Any, outputs: Sequence[str]) -> Mapping[str, Any]:
@@ -127,7 +137,7 @@ class AlibiDetectRuntime(Runtime):
         tensors = {
             key: np.asarray([answer["data"][key] for answer in answers])
             for key, value in first["data"].items()
-            if value is not None
+            if is_tensor(value)
         }
         meta = dict(first.get("meta", {}))
         meta["headers"] = dict(self.headers)
@@ -148,6 +158,27 @@ def detector_folder(uri: str | None, settings: ModelSettings) -> Path:
             "write one with alibi_detect.saving.save_detector)"
         )
     return folder
+
+
+def updated_by_predict(detector: Any) -> bool:
+    """Whether ``detector.predict`` changes the detector (beyond an online detector's
+    ``save_state``-able state): its answers then depend on the requests before."""
+    if type(detector).__name__ in UPDATED_BY_PREDICT:
+        return True
+    # MMDDrift, LSDDDrift... hold their backend's detector, which holds the setting.
+    inner = getattr(detector, "_detector", detector)
+    if any(isinstance(getattr(inner, name, None), dict) for name in UPDATE_SETTINGS):
+        return True
+    # ClassifierDrift, LearnedKernelDrift: a model trained on from the previous predict's.
+    return getattr(inner, "retrain_from_scratch", True) is False
+
+
+def is_tensor(value: Any) -> bool:
+    """Whether a value of a detector's ``data`` is numbers a tensor holds: not None (an
+    IForest's ``feature_score``), nor an object (ClassifierDrift's trained ``model``)."""
+    if isinstance(value, np.ndarray | np.generic):
+        return value.dtype != object
+    return isinstance(value, bool | int | float | list | tuple)
 
 
 def check_predict_parameters(detector: Any, parameters: Mapping[str, Any]) -> None:

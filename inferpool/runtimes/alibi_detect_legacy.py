@@ -1,10 +1,11 @@
-"""Loading the two outlier detectors that compute with scikit-learn and numpy only,
-``IForest`` and ``Mahalanobis``, from the legacy folder ``save_detector`` writes for them
-(``meta.dill`` and ``<name>.dill``), in an environment without TensorFlow.
+"""Loading the three outlier detectors that compute with scikit-learn and numpy only,
+``IForest``, ``Mahalanobis`` and ``SpectralResidual``, from the legacy folder
+``save_detector`` writes for them (``meta.dill`` and ``<name>.dill``), in an environment
+without TensorFlow.
 
-alibi-detect 0.13 saves these two only in its legacy format, and reads that format only
-through its TensorFlow module (``load_detector`` fails with "install
-alibi-detect[tensorflow]" without it), although neither detector uses TensorFlow. A
+alibi-detect 0.13 saves these three only in its legacy format, and reads that format
+only through its TensorFlow module (``load_detector`` fails with "install
+alibi-detect[tensorflow]" without it), although none of them uses TensorFlow. A
 detector saved where TensorFlow is installed is served here from an environment of
 ``alibi-detect`` alone (docs/runtimes/alibi-detect.md), rebuilt as alibi-detect's legacy
 loader rebuilds it: the constructor's settings, then the fitted state, then the saved
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import dill
-from alibi_detect.od import IForest, Mahalanobis
+from alibi_detect.od import IForest, Mahalanobis, SpectralResidual
 
 from inferpool.errors import ModelLoadError
 
@@ -29,6 +30,10 @@ META_FILE = "meta.dill"
 MAHALANOBIS_SETTINGS = ("threshold", "n_components", "std_clip", "start_clip", "max_n",
                         "cat_vars", "ohe")  # fmt: skip
 MAHALANOBIS_STATE = ("d_abs", "clip", "mean", "C", "n")
+# All SpectralResidual's saved state: alibi-detect 0.13 saves no padding settings, so its
+# loader (and this one) rebuilds the detector with the constructor's default paddings.
+SPECTRAL_RESIDUAL_SETTINGS = ("threshold", "window_amp", "window_local", "n_est_points",
+                              "n_grad_points")  # fmt: skip
 
 
 def _iforest(state: dict[str, Any]) -> Any:
@@ -44,16 +49,21 @@ def _mahalanobis(state: dict[str, Any]) -> Any:
     return detector
 
 
+def _spectral_residual(state: dict[str, Any]) -> Any:
+    return SpectralResidual(**{key: state[key] for key in SPECTRAL_RESIDUAL_SETTINGS})
+
+
 BUILDERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "IForest": _iforest,
     "Mahalanobis": _mahalanobis,
+    "SpectralResidual": _spectral_residual,
 }
 
 
 def without_tensorflow(folder: Path) -> Any | None:
-    """The IForest or Mahalanobis saved (legacy format) in ``folder``, when TensorFlow is
-    not importable; None when alibi-detect's ``load_detector`` should load the folder (any
-    other folder or detector, or TensorFlow present)."""
+    """The IForest, Mahalanobis or SpectralResidual saved (legacy format) in ``folder``,
+    when TensorFlow is not importable; None when alibi-detect's ``load_detector`` should
+    load the folder (any other folder or detector, or TensorFlow present)."""
     meta_file = folder / META_FILE
     if not meta_file.is_file() or importlib.util.find_spec("tensorflow") is not None:
         return None

@@ -8,9 +8,11 @@ The test unpacks it into the cache the server then uses (so it is unpacked once)
 detectors with that environment's python (``save_detector``), and computes there what
 the detectors answer; the server (two workers of that environment) must answer the same
 over REST and gRPC, with MLServer's settings (``predict_parameters``, ``batch_size``)
-and its response shape. Detectors: KSDrift, the online CVMDriftOnline, and the outlier
-detectors IForest and Mahalanobis (which keeps state), none of which needs TensorFlow or
-PyTorch to run.
+and its response shape. Detectors: KSDrift, ChiSquareDrift, TabularDrift (also updating
+its reference data), FETDrift, CVMDrift, ClassifierDrift (scikit-learn's backend), the
+online CVMDriftOnline and FETDriftOnline, and the outlier detectors IForest,
+Mahalanobis (which keeps state) and SpectralResidual (time series), none of which needs
+TensorFlow or PyTorch to run (alibi_detect_detectors.py saves them).
 """
 
 from __future__ import annotations
@@ -35,83 +37,7 @@ from tests.support.grpc import stub_for
 IMPLEMENTATION = "mlserver_alibi_detect.AlibiDetectRuntime"
 
 # Run by the environment's python: saves the detectors and prints their own answers.
-SAVE = """
-import json, sys
-import numpy as np
-from alibi_detect.cd import CVMDriftOnline, KSDrift
-from alibi_detect.saving import load_detector, save_detector
-root, requests = sys.argv[1], json.loads(sys.argv[2])
-rng = np.random.default_rng(0)
-x_ref = rng.normal(size=(200, 4)).astype(np.float32)
-save_detector(KSDrift(x_ref, p_val=0.05), root + "/ksdrift/detector")
-def plain(d):
-    return {k: (np.asarray(v).tolist() if v is not None else None) for k, v in d.items()}
-detector = load_detector(root + "/ksdrift/detector")
-arrays = {name: np.asarray(rows, dtype=np.float32) for name, rows in requests.items()}
-answers = {name: detector.predict(rows) for name, rows in arrays.items()}
-feature = detector.predict(arrays["shifted"], return_distance=False)
-joined = np.concatenate([arrays["same"], arrays["shifted"]])
-# An online detector, fed as the server feeds it: a request of several rows is one
-# predict per row (each of shape [features]), a request of one row one predict.
-save_detector(
-    CVMDriftOnline(x_ref[:100, :2], ert=50, window_sizes=[2], n_bootstraps=300, verbose=False),
-    root + "/online/detector",
-)
-online = load_detector(root + "/online/detector")
-stream = [[plain(online.predict(x)["data"]) for x in arrays["same"][:3, :2]],
-          [plain(online.predict(arrays["shifted"][:1, :2])["data"])]]
-print(json.dumps({
-    "numpy": np.__version__,
-    "online": stream,
-    "answers": {name: plain(a["data"]) for name, a in answers.items()},
-    "meta": answers["same"]["meta"],
-    "no_distance": plain(feature["data"]),
-    "joined": plain(detector.predict(joined)["data"]),
-    "outliers": outliers(root, x_ref, arrays),
-}))
-"""
-
-# Run by the environment's python too: the outlier detectors. alibi-detect 0.13's
-# save_detector writes IForest and Mahalanobis only in its legacy format, and only with
-# TensorFlow installed (which the environment lacks): the script writes that format as
-# save_detector does, the detector's meta in meta.dill and the state alibi-detect keeps
-# for it in <name>.dill (checked 2026-12-07 with TensorFlow 2.18.1: folders save_detector
-# wrote hold these files and keys, and the runtime, without TensorFlow, loads them into
-# detectors answering as alibi-detect's own load_detector's). Their answers are the saved
-# detector's own, in memory.
-SAVE_OUTLIERS = """
-import copy, os
-import dill
-from alibi_detect.od import IForest, Mahalanobis
-KEPT = {"IForest": ("threshold", "isolationforest"),
-        "Mahalanobis": ("threshold", "n_components", "std_clip", "start_clip", "max_n",
-                        "cat_vars", "ohe", "d_abs", "clip", "mean", "C", "n")}
-def save_legacy(detector, folder):
-    os.makedirs(folder)
-    name = detector.meta["name"]
-    with open(folder + "/meta.dill", "wb") as f:
-        dill.dump(detector.meta, f)
-    with open(folder + "/" + name + ".dill", "wb") as f:
-        dill.dump({key: getattr(detector, key) for key in KEPT[name]}, f)
-def outliers(root, x_ref, arrays):
-    forest = IForest(n_estimators=50)
-    forest.fit(x_ref)
-    forest.infer_threshold(x_ref, threshold_perc=95)
-    save_legacy(forest, root + "/iforest/detector")
-    # Mahalanobis updates its mean and covariance at each predict (infer_threshold too).
-    distance = Mahalanobis(n_components=3, start_clip=50)
-    distance.infer_threshold(x_ref, threshold_perc=95)
-    save_legacy(distance, root + "/mahalanobis/detector")
-    fresh = copy.deepcopy(distance)
-    same, shifted = arrays["same"][:10], arrays["shifted"][:10]
-    return {
-        "iforest": {name: plain(forest.predict(rows)["data"]) for name, rows in arrays.items()},
-        "iforest_meta": forest.meta,
-        "no_score": plain(forest.predict(arrays["shifted"], return_instance_score=False)["data"]),
-        "mahalanobis": [plain(distance.predict(rows)["data"]) for rows in (same, shifted)],
-        "mahalanobis_fresh": plain(fresh.predict(shifted)["data"]),
-    }
-"""
+SCRIPT = Path(__file__).with_name("alibi_detect_detectors.py")
 
 
 def rows(seed: int, shift: float) -> list[list[float]]:
@@ -120,6 +46,49 @@ def rows(seed: int, shift: float) -> list[list[float]]:
 
 
 REQUESTS = {"same": rows(1, 0.0), "shifted": rows(2, 0.7)}
+
+
+def series(seed: int, spikes: list[int]) -> list[float]:
+    """200 steps of a noisy sine wave (period 50), with a jump of 3 at ``spikes``."""
+    values = np.sin(2 * np.pi * np.arange(200) / 50)
+    values += 0.1 * np.random.default_rng(seed).normal(size=200)
+    values[spikes] += 3
+    return values.astype(np.float32).tolist()
+
+
+# SpectralResidual's requests: one time series each.
+SERIES = {"calm": series(11, []), "spiked": series(12, [50, 120])}
+
+
+def categories(seed: int, frequencies: list[float], features: int = 3) -> np.ndarray:
+    generator = np.random.default_rng(seed)
+    return generator.choice(len(frequencies), size=(50, features), p=frequencies)
+
+
+def mixed(seed: int, frequencies: list[float], shift: float) -> list[list[float]]:
+    """A category (0 to 3) beside two continuous features, as one FP32 tensor."""
+    continuous = np.random.default_rng(seed).normal(size=(50, 2)) + shift
+    columns = [categories(seed + 100, frequencies, 1), continuous]
+    return np.column_stack(columns).astype(np.float32).tolist()
+
+
+FREQUENCIES = [0.4, 0.3, 0.2, 0.1]  # the reference data's (alibi_detect_detectors.py)
+# The other drift detectors' requests (one model each), with the data each tests:
+# categories (ChiSquareDrift), a category beside continuous features (TabularDrift), 0s and
+# 1s (FETDrift), continuous features (CVMDrift, ClassifierDrift); like the reference data,
+# then not.
+DRIFT = {
+    "chisquare": {"datatype": "INT64", "same": categories(3, FREQUENCIES).tolist(),
+                  "shifted": categories(4, FREQUENCIES[::-1]).tolist()},
+    "tabular": {"datatype": "FP32", "same": mixed(5, FREQUENCIES, 0.0),
+                "shifted": mixed(6, FREQUENCIES[::-1], 0.7)},
+    "fet": {"datatype": "INT64", "same": categories(7, [0.7, 0.3]).tolist(),
+            "shifted": categories(8, [0.4, 0.6]).tolist()},
+    "cvm": {"datatype": "FP32", **REQUESTS},
+    "classifier": {"datatype": "FP32", **REQUESTS},
+}  # fmt: skip
+# FETDriftOnline's request: six steps of two 0-or-1 features (its window: four steps).
+BINARY_STREAM = categories(9, [0.3, 0.7], features=2)[:6].tolist()
 
 
 @pytest.fixture(scope="module")
@@ -152,8 +121,9 @@ def repository(
 ) -> tuple[Path, dict]:
     root = tmp_path_factory.mktemp("repo")
     environment = prepare(tarball, cache)  # the server finds it unpacked, under the same key
+    requests = {**REQUESTS, "series": SERIES, "drift": DRIFT, "binary_stream": BINARY_STREAM}
     done = subprocess.run(
-        [environment.python, "-c", SAVE_OUTLIERS + SAVE, str(root), json.dumps(REQUESTS)],
+        [environment.python, str(SCRIPT), str(root), json.dumps(requests)],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     expected = json.loads(done.stdout.strip().splitlines()[-1])
@@ -165,6 +135,7 @@ def repository(
     model(root / "ksdrift-batched", tarball, extra={"batch_size": 2}, replicas=1)
     # One replica: one detector sees the whole stream (docs/runtimes/alibi-detect.md).
     model(root / "online", tarball, "./detector", extra={"state_save_freq": 3}, replicas=1)
+    model(root / "fet-online", tarball, "./detector", replicas=1)
     # Outlier detectors: IForest on every worker (two replicas, which must agree);
     # Mahalanobis, whose running mean and covariance are its replica's, on one.
     model(root / "iforest", tarball, "./detector")
@@ -177,6 +148,16 @@ def repository(
         extra={"predict_parameters": {"outlier_type": "feature"}},
     )  # fmt: skip
     model(root / "mahalanobis", tarball, "./detector", replicas=1)
+    # SpectralResidual keeps no state: two replicas, which must agree.
+    model(root / "spectral", tarball, "./detector")
+    model(
+        root / "spectral-no-score", tarball, "../spectral/detector", replicas=1,
+        extra={"predict_parameters": {"return_instance_score": False}},
+    )  # fmt: skip
+    # The other drift detectors; TabularDrift updating its reference data on one replica.
+    for name in DRIFT:
+        model(root / name, tarball, "./detector", replicas=1)
+    model(root / "tabular-updated", tarball, "./detector", replicas=1)
     # Load errors: a folder save_detector did not write, and no environment at all.
     model(root / "not-a-detector", tarball)
     settings = json.loads((root / "not-a-detector" / "model-settings.json").read_text())
@@ -213,14 +194,18 @@ def wait_settled(server: Server) -> dict[str, dict]:
     raise TimeoutError(f"models still loading: {index}")
 
 
-def body(data: list[list[float]]) -> dict:
-    shape = [len(data), len(data[0])]
-    flat = np.asarray(data, dtype=np.float32).ravel().tolist()
-    return {"inputs": [{"name": "x", "datatype": "FP32", "shape": shape, "data": flat}]}
+DTYPES = {"FP32": np.float32, "INT64": np.int64}
 
 
-def infer(server: Server, name: str, data: list[list[float]]) -> dict:
-    answer = httpx.post(f"{server.url}/v2/models/{name}/infer", json=body(data), timeout=60)
+def body(data: list, datatype: str = "FP32") -> dict:
+    values = np.asarray(data, dtype=DTYPES[datatype])
+    tensor = {"name": "x", "datatype": datatype, "shape": list(values.shape)}
+    return {"inputs": [{**tensor, "data": values.ravel().tolist()}]}
+
+
+def infer(server: Server, name: str, data: list, datatype: str = "FP32") -> dict:
+    request = body(data, datatype)
+    answer = httpx.post(f"{server.url}/v2/models/{name}/infer", json=request, timeout=60)
     assert answer.status_code == 200, answer.text
     return answer.json()
 
@@ -269,8 +254,8 @@ def test_a_drift_detector_answers_as_it_does_in_its_environment(
     assert index["ksdrift"]["state"] == "READY"
 
 
-def infer_grpc(server: Server, name: str, data: list[list[float]]) -> tuple[list[dict], Any]:
-    """The outputs (as REST's, to compare) and the parameters of a gRPC ModelInfer."""
+def infer_grpc(server: Server, name: str, data: list) -> tuple[list[dict], Any]:
+    """The outputs (as REST's, to compare) and the parameters of a gRPC ModelInfer (FP32)."""
     rows = np.asarray(data, dtype=np.float32)
     request = pb.ModelInferRequest(model_name=name)
     tensor = request.inputs.add(name="x", datatype="FP32", shape=rows.shape)
@@ -349,6 +334,23 @@ def test_an_online_detector_keeps_its_state_between_requests(
     assert {o["name"]: o["data"] for o in answer["outputs"]}["time"] == [4]
 
 
+def test_fet_drift_online_steps_through_a_requests_rows(
+    server: Server, repository: tuple[Path, dict]
+) -> None:
+    """FETDriftOnline (numba, 0s and 1s): six rows are six steps; once its window of four
+    has filled, its test statistic is the detector's own."""
+    _, expected = repository
+    steps = expected["fet_online"]
+    assert not np.isnan(steps[-1]["test_stat"]).any()  # else the test proves little
+    answer = infer(server, "fet-online", BINARY_STREAM, "INT64")
+    assert [o["name"] for o in answer["outputs"]] == [
+        k for k, v in steps[0].items() if v is not None
+    ]
+    assert_stream(answer["outputs"], steps, simulated=SIMULATED)
+    assert {o["name"]: o["data"] for o in answer["outputs"]}["time"] == [1, 2, 3, 4, 5, 6]
+    assert answer["parameters"]["headers"]["x-seldon-alibi-method"] == "fet_online"
+
+
 def test_an_iforest_answers_as_it_does_in_its_environment(
     server: Server, repository: tuple[Path, dict]
 ) -> None:
@@ -414,7 +416,104 @@ def test_mahalanobis_updates_its_state_at_each_request(
     outputs, _ = infer_grpc(server, "mahalanobis", REQUESTS["shifted"][:10])
     assert_detector_data(outputs, second)
     # Its placement says the state is its replica's (docs/runtimes/alibi-detect.md).
-    assert "predicted by Mahalanobis of alibi-detect (online: its state is this replica's)" in (
+    assert "predicted by Mahalanobis of alibi-detect (keeps state: each replica its own)" in (
+        server.output()
+    )
+
+
+def test_spectral_residual_scores_a_time_series_as_it_does_in_its_environment(
+    server: Server, repository: tuple[Path, dict]
+) -> None:
+    """SpectralResidual, saved in alibi-detect's legacy format, loads without TensorFlow;
+    a request is one time series (shape [steps] or [steps, 1]), scored step by step."""
+    _, expected = repository
+    spectral = expected["spectral"]
+    flagged = np.flatnonzero(spectral["answers"]["spiked"]["is_outlier"]).tolist()
+    assert {50, 120} <= set(flagged) and len(flagged) < 10, flagged  # else it proves little
+    for name in ("calm", "spiked"):
+        for _ in range(4):  # two replicas: each answers the same
+            answer = infer(server, "spectral", SERIES[name])
+            assert_detector_data(answer["outputs"], spectral["answers"][name])
+    assert [o["name"] for o in answer["outputs"]] == ["instance_score", "is_outlier"]
+    assert [o["shape"] for o in answer["outputs"]] == [[1, 200], [1, 200]]
+    assert {k: answer["parameters"][k] for k in spectral["meta"]} == spectral["meta"]
+    assert answer["parameters"]["headers"] == {
+        "x-seldon-alibi-type": "outlier",
+        "x-seldon-alibi-method": "sr",
+    }
+    column = infer(server, "spectral", [[value] for value in SERIES["spiked"]])
+    assert_detector_data(column["outputs"], spectral["answers"]["spiked"])
+    outputs, parameters = infer_grpc(server, "spectral", SERIES["spiked"])
+    assert_detector_data(outputs, spectral["answers"]["spiked"])
+    assert parameters["name"].string_param == "SpectralResidual"
+    # Its meta says online (it scores a stream), but it keeps no state between requests.
+    assert "predicted by SpectralResidual of alibi-detect" in server.output()
+    assert "SpectralResidual of alibi-detect (keeps state" not in server.output()
+
+
+def test_spectral_residual_takes_its_predict_parameters_and_refuses_other_series(
+    server: Server, repository: tuple[Path, dict]
+) -> None:
+    _, expected = repository
+    answer = infer(server, "spectral-no-score", SERIES["spiked"])
+    assert [o["name"] for o in answer["outputs"]] == ["is_outlier"]
+    assert_detector_data(answer["outputs"], expected["spectral"]["no_score"])
+    url = f"{server.url}/v2/models/spectral/infer"
+    # No longer than its local window (20 steps), or several series side by side.
+    short = httpx.post(url, json=body(SERIES["calm"][:20]), timeout=60)
+    assert short.status_code == 400, short.text
+    assert "greater than the local window" in short.json()["error"]
+    two = httpx.post(url, json=body([SERIES["calm"], SERIES["spiked"]]), timeout=60)
+    assert two.status_code == 400, two.text
+    assert "Only uni-variate time series allowed" in two.json()["error"]
+
+
+# The names their meta says (ClassifierDrift's: its backend's detector's).
+METHODS = {"chisquare": "ChiSquareDrift", "tabular": "TabularDrift", "fet": "FETDrift",
+           "cvm": "CVMDrift", "classifier": "ClassifierDriftSklearn"}  # fmt: skip
+
+
+def test_the_other_numpy_drift_detectors_answer_as_they_do_in_their_environment(
+    server: Server, repository: tuple[Path, dict]
+) -> None:
+    """ChiSquareDrift, TabularDrift, FETDrift, CVMDrift and ClassifierDrift (scikit-learn's
+    backend), saved as config.toml, each with its kind of data (INT64 categories and 0s and
+    1s, FP32 otherwise)."""
+    _, expected = repository
+    for name, data in DRIFT.items():
+        same, shifted = expected["drift"][name]
+        assert (same["is_drift"], shifted["is_drift"]) == (0, 1), name  # else it proves little
+        for step, answers in (("same", same), ("shifted", shifted)):
+            answer = infer(server, name, data[step], data["datatype"])
+            assert_detector_data(answer["outputs"], answers)
+        assert answer["parameters"]["name"] == METHODS[name]
+        assert answer["parameters"]["headers"] == {
+            "x-seldon-alibi-type": "drift",
+            "x-seldon-alibi-method": name,
+        }
+    # ClassifierDrift answers its out-of-fold probabilities and rows too, and its trained
+    # model, which no tensor holds: left out.
+    assert "model" in expected["drift"]["classifier_keys"]
+    names = [o["name"] for o in answer["outputs"]]
+    assert names == [key for key in expected["drift"]["classifier_keys"] if key != "model"]
+    assert {o["name"]: o["shape"] for o in answer["outputs"]}["x_ref_oof"] == [1, 200, 4]
+
+
+def test_a_drift_detector_updating_its_reference_data_keeps_it_in_its_replica(
+    server: Server, repository: tuple[Path, dict]
+) -> None:
+    """TabularDrift with ``update_x_ref``: each predict adds the rows it tests to its
+    reference data, so the second request is tested against the first one's rows too."""
+    _, expected = repository
+    first, second = expected["drift"]["tabular-updated"]
+    fresh = expected["drift"]["tabular"][1]
+    # else the test proves little: a detector that forgot the first request answers fresh.
+    assert not np.allclose(second["p_val"], fresh["p_val"], rtol=1e-6)
+    answer = infer(server, "tabular-updated", DRIFT["tabular"]["same"])
+    assert_detector_data(answer["outputs"], first)
+    answer = infer(server, "tabular-updated", DRIFT["tabular"]["shifted"])
+    assert_detector_data(answer["outputs"], second)
+    assert "predicted by TabularDrift of alibi-detect (keeps state: each replica its own)" in (
         server.output()
     )
 
