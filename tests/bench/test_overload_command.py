@@ -43,5 +43,10 @@ def test_overload_measures_every_load_against_the_measured_capacity(tmp_path: Pa
         assert answered + row["errors"] >= 0.9 * row["offered"] * TINY.duration
         assert row["server_cores"] > 0
     checks = result["verdict"]["inferpool-w0"]
-    assert not math.isnan(checks["p99_2x_over_0.5x"])
+    # The ratio of two loads' admitted p99s: a number when both admitted requests, NaN
+    # (never a made-up figure) when one admitted none, as a slow CI host can make a 0.6 s
+    # run at 2x (every request refused; ci17, beside a helper's installs: load 8-9).
+    admitted = {row["load"]: row["admitted_rps"] for row in rows}
+    both = admitted["0.5x"] > 0 and admitted["2.0x"] > 0
+    assert math.isnan(checks["p99_2x_over_0.5x"]) is not both, (admitted, checks)
     assert "| inferpool-w0 | 2.0x |" in overload.markdown(result)
