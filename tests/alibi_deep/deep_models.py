@@ -6,8 +6,9 @@ line, what they answer in that environment to the requests given (JSON) as its s
 - MMDDrift on its PyTorch backend, saved with ``save_detector`` (config.toml) and loaded
   back with ``load_detector``; its permutation test draws with torch's generator, seeded
   here (``SEEDS``: the spread of what is random, for the test's tolerances);
-- ModelDistillation, an adversarial detector of a Keras classifier, saved with
-  ``save_detector`` (alibi-detect's legacy format: meta.dill and the Keras models);
+- ModelDistillation and AdversarialAE, adversarial detectors of a Keras classifier,
+  saved with ``save_detector`` (alibi-detect's legacy format: meta.dill and the Keras
+  models);
 - IntegratedGradients of that classifier, saved with ``explainer.save``; the classifier
   itself saved as an HDF5 file, the white-box explainer's ``infer_uri``.
 """
@@ -20,7 +21,7 @@ import tensorflow as tf
 import torch
 from alibi.explainers import IntegratedGradients
 from alibi.saving import load_explainer
-from alibi_detect.ad import ModelDistillation
+from alibi_detect.ad import AdversarialAE, ModelDistillation
 from alibi_detect.cd import MMDDrift
 from alibi_detect.saving import load_detector, save_detector
 from sklearn.datasets import load_iris
@@ -77,6 +78,21 @@ def distillation(root: str, model, x: np.ndarray, rows: np.ndarray) -> dict:
     return {"data": plain(loaded.predict(rows)["data"]), "meta": loaded.meta}
 
 
+def autoencoder(root: str, model, x: np.ndarray, rows: np.ndarray) -> dict:
+    def dense(inputs: int, units: int, **options) -> tf.keras.Model:
+        layer = tf.keras.layers.Dense(units, **options)
+        return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(inputs,)), layer])
+
+    detector = AdversarialAE(
+        encoder_net=dense(4, 2, activation="relu"), decoder_net=dense(2, 4), model=model
+    )
+    detector.fit(x, epochs=5, batch_size=32, verbose=False)
+    detector.infer_threshold(x, threshold_perc=95)
+    save_detector(detector, root + "/autoencoder/detector")
+    loaded = load_detector(root + "/autoencoder/detector")
+    return {"data": plain(loaded.predict(rows)["data"]), "meta": loaded.meta}
+
+
 def gradients(root: str, model, rows: np.ndarray) -> dict:
     model.save(root + "/iris-ig/model.h5")
     explainer = IntegratedGradients(model, n_steps=20, method="gausslegendre")
@@ -103,6 +119,7 @@ def main() -> None:
         "tensorflow": tf.__version__,
         "mmd": mmd(root, requests),
         "distillation": distillation(root, model, x, iris),
+        "autoencoder": autoencoder(root, model, x, iris),
         "ig": gradients(root, model, iris),
     }))  # fmt: skip
 

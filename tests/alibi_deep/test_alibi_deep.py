@@ -1,6 +1,7 @@
 """alibi-detect detectors and alibi explainers of PyTorch and TensorFlow models, served
 from a per-model environment (issue 40, points 4 and 5): MMDDrift on its PyTorch backend,
-ModelDistillation (an adversarial detector of a Keras classifier) and IntegratedGradients
+ModelDistillation and AdversarialAE (adversarial detectors of a Keras classifier) and
+IntegratedGradients
 (white-box, of that classifier).
 
 tox's ``alibi-deep`` environment packs ``tests/environments/alibi-deep-requirements.txt``
@@ -17,7 +18,8 @@ that environment) must answer the same over REST and gRPC:
   distance_threshold must lie within the spread of ten seeded runs in the environment,
   widened by 0.05 (p_val's standard deviation at 1000 permutations is at most 0.016) and
   by a fifth (the threshold);
-- ModelDistillation's scores and flags equal (no randomness at predict);
+- ModelDistillation's and AdversarialAE's scores and flags equal (no randomness at
+  predict);
 - IntegratedGradients' attributions equal to alibi's own for the class the model predicts
   (MLServer's target), or the target a request names, from the saved explainer and from
   ``init_parameters``.
@@ -75,7 +77,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     tarball = named_by("INFERPOOL_TEST_ALIBI_DEEP_ENV", "tarball")
     root = tmp_path_factory.mktemp("repo")
     environment = prepare(tarball, root.parent / "environments")  # unpacked once
-    for name in ("mmd", "distillation", "iris-ig"):
+    for name in ("mmd", "distillation", "autoencoder", "iris-ig"):
         (root / name).mkdir()
     done = subprocess.run(
         [environment.python, str(SCRIPT), str(root), json.dumps({**MMD, "iris": IRIS})],
@@ -87,6 +89,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     assert expected["torch"].endswith("+cpu"), expected["torch"]
     model(root, "mmd", DETECT, tarball, "./detector")
     model(root, "distillation", DETECT, tarball, "./detector")
+    model(root, "autoencoder", DETECT, tarball, "./detector")
     model(root, "iris-ig", EXPLAIN, tarball, "./explainer",
           explainer_type="integrated_gradients", infer_uri="./model.h5")  # fmt: skip
     model(root, "iris-ig-init", EXPLAIN, tarball, "",
@@ -205,24 +208,26 @@ def test_mmd_drift_on_torch_answers_as_in_its_environment(
     }
 
 
+@pytest.mark.parametrize(
+    ("name", "method"),
+    [("distillation", "model_distillation"), ("autoencoder", "adversarialae")],
+)
 def test_an_adversarial_detector_of_a_keras_model_answers_as_in_its_environment(
-    server: Server, repository: tuple[Path, dict]
+    server: Server, repository: tuple[Path, dict], name: str, method: str
 ) -> None:
     _, expected = repository
-    want = expected["distillation"]["data"]
-    for answer in [infer(server, "distillation", IRIS) for _ in range(2)] + [
-        infer_grpc(server, "distillation", IRIS)
-    ]:
+    want = expected[name]["data"]
+    for answer in [infer(server, name, IRIS) for _ in range(2)] + [infer_grpc(server, name, IRIS)]:
         got = outputs_of(answer)
         assert sorted(got) == sorted(k for k, v in want.items() if v is not None)
         # One predict call: each value in a list of one, as MLServer answers.
         np.testing.assert_allclose(got["instance_score"][0], want["instance_score"], rtol=1e-5)
         assert got["is_adversarial"][0].tolist() == want["is_adversarial"]
-    assert answer["parameters"]["name"] == expected["distillation"]["meta"]["name"]
+    assert answer["parameters"]["name"] == expected[name]["meta"]["name"]
     assert answer["parameters"]["detector_type"] == "adversarial"
     assert answer["parameters"]["headers"] == {
         "x-seldon-alibi-type": "adversarial",
-        "x-seldon-alibi-method": "model_distillation",
+        "x-seldon-alibi-method": method,
     }
 
 
