@@ -63,6 +63,7 @@ ENVIRONMENT_FOLDERS = {
     "tests/storage": "storage",  # s3fs, moto's S3 server: models fetched from remote stores
     "tests/spark": "spark",  # pyspark and a JDK: PipelineModels in a Spark session per worker
     "tests/huggingface": "huggingface",  # transformers and a CPU torch: text pipelines
+    "tests/alibi_deep": "alibi_deep",  # alibi(-detect) on torch and TensorFlow, packed env
 }
 
 

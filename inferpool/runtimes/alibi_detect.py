@@ -1,9 +1,11 @@
-"""The alibi-detect runtime: drift and outlier detectors saved with alibi-detect's
-``save_detector`` (a folder holding ``config.toml``, or a legacy one holding
+"""The alibi-detect runtime: drift, outlier and adversarial detectors saved with
+alibi-detect's ``save_detector`` (a folder holding ``config.toml``, or a legacy one holding
 ``meta.dill``), loaded with its ``load_detector`` and answered as MLServer's
 ``mlserver_alibi_detect.AlibiDetectRuntime`` answers them. A legacy IForest, Mahalanobis
 or SpectralResidual loads without TensorFlow, which alibi-detect's own legacy loader
-needs (alibi_detect_legacy.py).
+needs (alibi_detect_legacy.py); the PyTorch and TensorFlow detectors (MMDDrift's torch
+backend, ModelDistillation) load with ``load_detector`` from an environment holding their
+framework, which this module never imports itself.
 
 alibi-detect 0.13 requires numpy<2, which the server's own environment cannot hold: its
 models run in a per-model environment (docs/runtimes/alibi-detect.md), whose worker

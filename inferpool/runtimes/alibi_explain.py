@@ -8,10 +8,14 @@ module of the explainer).
 Settings are MLServer's (``alibi_explain_settings.py``). A black-box explainer
 (AnchorTabular, AnchorText, AnchorImage, KernelShap) calls the model its ``infer_uri``
 names through the engine (``inferpool.calls.infer``: never HTTP to this server); a
-white-box one (TreeShap, the tree partial dependences) holds its model, loaded from the
-file its ``infer_uri`` names. The explainer is the one ``explainer.save`` wrote in the
-model's ``uri``, or one built from ``init_parameters``. As MLServer's, the explainer also
-answers the explanation's plain JSON at its ``explain`` endpoint.
+white-box one (TreeShap, the tree partial dependences, IntegratedGradients) holds its
+model, loaded from the file its ``infer_uri`` names. IntegratedGradients explains a
+Keras model (its environment holds TensorFlow: docs/runtimes/alibi-explain.md), every row
+of a request, each for the class the model predicts unless the request's
+``explain_parameters`` name a ``target``, as MLServer's does. The explainer is the one
+``explainer.save`` wrote in the model's ``uri``, or one built from ``init_parameters``. As
+MLServer's, the explainer also answers the explanation's plain JSON at its ``explain``
+endpoint.
 
 alibi 0.9 requires numpy<2: its models run in a per-model environment
 (docs/runtimes/alibi-explain.md), whose worker imports this module on numpy 1.x.
@@ -42,6 +46,7 @@ LIBRARY = "alibi"  # as load errors name it
 OUTPUT = "explanation"
 SAVED = "meta.dill"  # what ``explainer.save(path)`` writes beside explainer.dill
 INPUT = "predict"  # the input name of MLServer's calls to a model that declares none
+GRADIENTS = "IntegratedGradients"  # the white-box explainer of a Keras model
 
 
 class AlibiExplainRuntime(Runtime):
@@ -81,7 +86,8 @@ class AlibiExplainRuntime(Runtime):
                 self._loading = False
         else:
             self.model, self.version = found.infer_uri, None
-            self.explainer = self._build(self._white_box_model())
+            self.white_box = self._white_box_model()
+            self.explainer = self._build(self.white_box)
 
     def predictor(self) -> str:
         return f"{self.explain_settings.alibi_class} of alibi explaining '{self.model}'"
@@ -95,11 +101,16 @@ class AlibiExplainRuntime(Runtime):
         parameters = explain_parameters(
             self.explain_settings.explain_parameters, request.parameters
         )
-        if not self.explain_settings.explainer_batch:
-            # Anchors explain one instance: MLServer explains the request's first.
+        gradients = self.explain_settings.alibi_class == GRADIENTS
+        if not self.explain_settings.explainer_batch and not gradients:
+            # Anchors explain one instance: MLServer explains the request's first (and
+            # every row for IntegratedGradients, whatever explainer_batch says).
             instances = instances[0]
         with self._lock:  # one build; alibi's explainers keep state while explaining
             self._failed_call = None
+            if gradients and "target" not in parameters:
+                # MLServer's target: the class the model predicts for each row.
+                parameters["target"] = np.asarray(self.white_box(instances)).argmax(axis=1)
             try:
                 if self.explainer is None:
                     self.explainer = self._build(self._call_model, loading=False)
@@ -168,6 +179,8 @@ class AlibiExplainRuntime(Runtime):
 
     def _white_box_model(self) -> Any:
         path = self.settings.resolve(self.explain_settings.infer_uri)
+        if self.explain_settings.alibi_class == GRADIENTS:
+            return keras_model(path, self.explain_settings.infer_uri)
         if not path.is_file():
             raise ModelLoadError(
                 f"parameters.extra.infer_uri {self.explain_settings.infer_uri!r}: no model file "
@@ -204,6 +217,23 @@ class AlibiExplainRuntime(Runtime):
         if data.ndim > 1 and data.shape[-1] == 1:
             data = data.squeeze(axis=-1)
         return data
+
+
+def keras_model(path: Path, infer_uri: str) -> Any:
+    """The Keras model IntegratedGradients explains: an HDF5 or .keras file, or a
+    SavedModel folder. TensorFlow is imported only here: alibi's other explainers run in
+    environments without it."""
+    if not path.exists():
+        raise ModelLoadError(
+            f"parameters.extra.infer_uri {infer_uri!r}: no Keras model {path} "
+            "(IntegratedGradients holds its model: an HDF5 or .keras file, or a SavedModel "
+            "folder)"
+        )
+    with reading(path, "TensorFlow"):
+        import tensorflow as tf
+
+        # Not compiled: explaining needs its layers and weights, not its optimizer.
+        return tf.keras.models.load_model(str(path), compile=False)
 
 
 class _NotYet(BaseException):

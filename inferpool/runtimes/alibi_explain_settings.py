@@ -6,7 +6,8 @@ without importing alibi: MLServer's ``parameters.extra`` of
 - ``infer_uri``: for a black-box explainer, the explained model: MLServer's
   ``http://host:port/v2/models/<name>[/versions/<v>]/infer`` (host and port are ignored:
   the model is this server's, called through the engine) or the model's name alone; for a
-  white-box one, the model file it holds (joblib or pickle), relative to the model's
+  white-box one, the model file it holds (joblib or pickle; for IntegratedGradients a
+  Keras model: an HDF5 or .keras file, or a SavedModel folder), relative to the model's
   folder;
 - ``infer_output``: the explained model's output to explain (default: its first);
 - ``explainer_batch``: explain every row of a request at once (default: the first row
@@ -39,9 +40,9 @@ EXPLAINERS: dict[str, tuple[str, str]] = {
     "tree_shap": ("TreeShap", WHITE_BOX),
     "tree_partial_dependence": ("TreePartialDependence", WHITE_BOX),
     "tree_partial_dependence_variance": ("PartialDependenceVariance", WHITE_BOX),
+    # A TensorFlow (Keras) model's: its environment needs TensorFlow beside alibi.
+    "integrated_gradients": ("IntegratedGradients", WHITE_BOX),
 }
-# MLServer's, which need TensorFlow (not installed beside alibi here).
-UNSUPPORTED = {"integrated_gradients": "IntegratedGradients needs a TensorFlow model"}
 KNOWN = ("explainer_type", "infer_uri", "infer_output", "explainer_batch", "init_parameters",
          "explain_parameters", "ssl_verify_path")  # fmt: skip
 
@@ -74,11 +75,6 @@ def read_settings(extra: Mapping[str, Any]) -> ExplainSettings:
     """``parameters.extra`` of an explainer model, checked; else a one-sentence
     ModelLoadError naming the setting."""
     explainer_type = extra.get("explainer_type")
-    if explainer_type in UNSUPPORTED:
-        raise ModelLoadError(
-            f"parameters.extra.explainer_type '{explainer_type}' is not served here: "
-            f"{UNSUPPORTED[explainer_type]}"
-        )
     if explainer_type not in EXPLAINERS:
         raise ModelLoadError(
             f"parameters.extra.explainer_type must be one of {', '.join(EXPLAINERS)}, "

@@ -63,6 +63,9 @@ def test_mlservers_settings_are_read() -> None:
                           "explain_parameters": {"check_additivity": False}})  # fmt: skip
     assert not tree.black_box and tree.init_parameters == {"model_output": "raw"}
     assert tree.explain_parameters == {"check_additivity": False}
+    gradients = read_settings({"explainer_type": "integrated_gradients",
+                               "infer_uri": "./model.h5"})  # fmt: skip
+    assert gradients.alibi_class == "IntegratedGradients" and not gradients.black_box
 
 
 @pytest.mark.parametrize(
@@ -70,10 +73,6 @@ def test_mlservers_settings_are_read() -> None:
     [
         ({"infer_uri": "m"}, "explainer_type must be one of anchor_tabular, anchor_text"),
         ({"explainer_type": "cfproto", "infer_uri": "m"}, "not 'cfproto'"),
-        (
-            {"explainer_type": "integrated_gradients", "infer_uri": "m"},
-            "'integrated_gradients' is not served here: IntegratedGradients needs a TensorFlow",
-        ),
         ({"explainer_type": "kernel_shap"}, "infer_uri must name the explained model, not None"),
         ({"explainer_type": "tree_shap", "infer_uri": ""}, "name the explained model file"),
         ({"explainer_type": "kernel_shap", "infer_uri": "m", "infer_output": 3}, "infer_output"),
