@@ -30,7 +30,7 @@ import pytest
 from inferpool.engine.environments.unpack import prepare
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.grpc_wire import response_from_message
-from tests.environments import named_by
+from tests.environments import named_by, serving_settled
 from tests.support import Server
 from tests.support.grpc import stub_for
 
@@ -173,25 +173,7 @@ def repository(
 
 @pytest.fixture(scope="module")
 def server(repository: tuple[Path, dict], cache: Path) -> Iterator[Server]:
-    root, _ = repository
-    arguments = ("--workers", "2", "--environment-workers", "2",
-                 "--environments-dir", str(cache), "--no-exit-on-error")  # fmt: skip
-    with Server(root, *arguments) as running:
-        running.wait_live(timeout=120)
-        wait_settled(running)
-        yield running
-
-
-def wait_settled(server: Server) -> dict[str, dict]:
-    import time
-
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        index = {e["name"]: e for e in httpx.post(f"{server.url}/v2/repository/index").json()}
-        if index and all(e["state"] not in ("LOADING", "UNAVAILABLE") for e in index.values()):
-            return index
-        time.sleep(0.2)
-    raise TimeoutError(f"models still loading: {index}")
+    yield from serving_settled(repository[0], cache)
 
 
 DTYPES = {"FP32": np.float32, "INT64": np.int64}

@@ -28,7 +28,7 @@ import pytest
 
 from inferpool.engine.environments.unpack import prepare
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
-from tests.environments import named_by
+from tests.environments import named_by, serving_settled
 from tests.support import Server
 from tests.support.grpc import stub_for
 
@@ -164,25 +164,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory, tarball: Path) -> tuple
 @pytest.fixture(scope="module")
 def server(repository: tuple[Path, dict]) -> Iterator[Server]:
     root, _ = repository
-    arguments = ("--workers", "2", "--environment-workers", "2",
-                 "--environments-dir", str(root.parent / "environments"),
-                 "--no-exit-on-error")  # fmt: skip
-    with Server(root, *arguments) as running:
-        running.wait_live(timeout=120)
-        wait_settled(running)
-        yield running
-
-
-def wait_settled(server: Server) -> dict[str, dict]:
-    import time
-
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        index = {e["name"]: e for e in httpx.post(f"{server.url}/v2/repository/index").json()}
-        if index and all(e["state"] not in ("LOADING", "UNAVAILABLE") for e in index.values()):
-            return index
-        time.sleep(0.2)
-    raise TimeoutError(f"models still loading: {index}")
+    yield from serving_settled(root, root.parent / "environments")
 
 
 def flat(rows: list[list[float]]) -> list[float]:
