@@ -34,6 +34,11 @@ from tests.environments import named_by, serving_settled
 from tests.support import Server
 from tests.support.grpc import stub_for
 
+# The fixture unpacks a 1.3 GB environment, fits and saves models with its python and
+# starts a server whose environment workers import alibi: in ci19 (tox -e alibi-deep
+# unpacking its own beside it) the explainers' setup ran past pytest's default 300 s.
+pytestmark = pytest.mark.timeout(600)
+
 IMPLEMENTATION = "mlserver_alibi_detect.AlibiDetectRuntime"
 
 # Run by the environment's python: saves the detectors and prints their own answers.
@@ -173,7 +178,7 @@ def repository(
 
 @pytest.fixture(scope="module")
 def server(repository: tuple[Path, dict], cache: Path) -> Iterator[Server]:
-    yield from serving_settled(repository[0], cache)
+    yield from serving_settled(repository[0], cache, timeout=420)
 
 
 DTYPES = {"FP32": np.float32, "INT64": np.int64}

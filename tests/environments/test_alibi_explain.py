@@ -32,6 +32,11 @@ from tests.environments import named_by, serving_settled
 from tests.support import Server
 from tests.support.grpc import stub_for
 
+# The fixture unpacks a 1.3 GB environment, fits and saves models with its python and
+# starts a server whose environment workers import alibi: in ci19 (tox -e alibi-deep
+# unpacking its own beside it) the explainers' setup ran past pytest's default 300 s.
+pytestmark = pytest.mark.timeout(600)
+
 IMPLEMENTATION = "mlserver_alibi_explain.AlibiExplainRuntime"
 URL = "http://localhost:8080/v2/models/{}/infer"  # MLServer's form: host and port ignored
 
@@ -78,6 +83,7 @@ import spacy
 from alibi.explainers import AnchorText
 from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.pipeline import make_pipeline
+
 texts = ["a good movie", "a bad movie", "good acting", "bad plot", "really good fun",
          "really bad and boring", "good story", "bad story"]
 reviews = make_pipeline(CountVectorizer(), LogisticRegression()).fit(texts, [1, 0] * 4)
@@ -164,7 +170,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory, tarball: Path) -> tuple
 @pytest.fixture(scope="module")
 def server(repository: tuple[Path, dict]) -> Iterator[Server]:
     root, _ = repository
-    yield from serving_settled(root, root.parent / "environments")
+    yield from serving_settled(root, root.parent / "environments", timeout=420)
 
 
 def flat(rows: list[list[float]]) -> list[float]:
