@@ -78,13 +78,7 @@ def build_repository(root: Path, spark: Any) -> dict[str, Any]:
     ).fit(data)
     regressor.save(str(root / "petal" / "pipeline"))
     _settings(root / "petal", "mlserver_mllib.MLlibModel", uri="./pipeline")
-    points = [LabeledPoint(row[-1], row[:-1]) for row in data.collect()]
-    rdd_model = LogisticRegressionWithLBFGS.train(
-        spark.sparkContext.parallelize(points), iterations=10, numClasses=3
-    )
-    rdd_model.save(spark.sparkContext, str(root / "iris-rdd" / "model"))
-    mlserver = "mlserver_mllib.MLlibModel"
-    _settings(root / "iris-rdd", mlserver, uri="./model", format="LogisticRegression")
+    rdd_model = save_iris_rdd(root / "iris-rdd", spark, data)
     # MLServer's own documentation example (docs/examples/mllib): a binary RDD-based
     # LogisticRegressionModel of 692 features saved at the folder's root, named by the
     # runtime's distribution ("mlserver-mllib", which MLServer cannot import), a version.
@@ -122,6 +116,21 @@ def build_repository(root: Path, spark: Any) -> dict[str, Any]:
             "predict": [float(docs_model.predict(row)) for row in features[:3]],
         },
     }
+
+
+def save_iris_rdd(folder: Path, spark: Any, data: Any) -> Any:
+    """An RDD-based ``pyspark.mllib`` LogisticRegressionModel of iris's three species, in
+    MLServer's layout (``model/`` and ``parameters.format``): the model."""
+    from pyspark.mllib.classification import LogisticRegressionWithLBFGS
+    from pyspark.mllib.regression import LabeledPoint
+
+    points = [LabeledPoint(row[-1], row[:-1]) for row in data.collect()]
+    model = LogisticRegressionWithLBFGS.train(
+        spark.sparkContext.parallelize(points), iterations=10, numClasses=3
+    )
+    model.save(spark.sparkContext, str(folder / "model"))
+    _settings(folder, "mlserver_mllib.MLlibModel", uri="./model", format="LogisticRegression")
+    return model
 
 
 def _settings(folder: Path, implementation: str, **parameters: str) -> None:
