@@ -102,9 +102,10 @@ class AlibiExplainRuntime(Runtime):
             self.explain_settings.explain_parameters, request.parameters
         )
         gradients = self.explain_settings.alibi_class == GRADIENTS
-        if not self.explain_settings.explainer_batch and not gradients:
-            # Anchors explain one instance: MLServer explains the request's first (and
-            # every row for IntegratedGradients, whatever explainer_batch says).
+        if not self.explain_settings.explainer_batch and self.explain_settings.black_box:
+            # Anchors explain one instance: MLServer's black-box explainers explain the
+            # request's first row; its white-box ones (TreeShap, IntegratedGradients...)
+            # are handed every row, whatever explainer_batch says.
             instances = instances[0]
         with self._lock:  # one build; alibi's explainers keep state while explaining
             self._failed_call = None

@@ -10,8 +10,9 @@ without importing alibi: MLServer's ``parameters.extra`` of
   Keras model: an HDF5 or .keras file, or a SavedModel folder), relative to the model's
   folder;
 - ``infer_output``: the explained model's output to explain (default: its first);
-- ``explainer_batch``: explain every row of a request at once (default: the first row
-  only, as anchors explain one instance);
+- ``explainer_batch``: a black-box explainer explains every row of a request at once
+  (default: the first row only, as anchors explain one instance); white-box explainers
+  explain every row whatever it says, as MLServer's do;
 - ``init_parameters``: build the explainer from these keyword arguments instead of
   loading the one saved (``explainer.save``) in the model's ``uri``;
 - ``explain_parameters`` (inferpool's): default keyword arguments of ``explain``, which

@@ -152,9 +152,10 @@ def repository(tmp_path_factory: pytest.TempPathFactory, tarball: Path) -> tuple
                                 "parameters": {"uri": "./model.joblib"}})  # fmt: skip
     explainer(root / "reviews-anchor", tarball, explainer_type="anchor_text",
               infer_uri=URL.format("reviews"))  # fmt: skip
-    # Built from init_parameters (path-dependent: no background data).
+    # Built from init_parameters (path-dependent: no background data); explainer_batch
+    # left false: a white-box explainer explains every row all the same, as MLServer's.
     explainer(root / "iris-tree-shap-init", tarball, uri="", explainer_type="tree_shap",
-              infer_uri="../iris-tree-shap/tree.joblib", explainer_batch=True,
+              infer_uri="../iris-tree-shap/tree.joblib",
               init_parameters={"model_output": "raw"})  # fmt: skip
     # Bad settings and a missing model.
     explainer(root / "lost-anchor", tarball, uri="../iris-anchor/explainer",
