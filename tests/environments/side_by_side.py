@@ -17,11 +17,13 @@ from tests.support.venvs import venv_from
 HERE = Path(__file__).parent
 
 
-def mlserver_python(runtime: str) -> Path:
+def mlserver_python(runtime: str, *then: str) -> Path:
     """The python of the virtualenv holding MLServer and its ``runtime`` (``alibi-detect``
-    or ``alibi-explain``): made from mlserver-<runtime>-requirements.txt unless a run
-    before made it (tox -e environments makes it before the tests)."""
-    return venv_from(HERE / f"mlserver-{runtime}-requirements.txt") / "bin" / "python"
+    or ``alibi-explain``): made from mlserver-<runtime>-requirements.txt, then the files
+    ``then`` names, unless a run before made it (tox -e environments makes it before the
+    tests)."""
+    files = [HERE / f"mlserver-{runtime}-requirements.txt", *(HERE / name for name in then)]
+    return venv_from(*files) / "bin" / "python"
 
 
 def mlserver_model(folder: Path, implementation: str, uri: str, extra: dict) -> None:

@@ -15,6 +15,7 @@ detectors' folders are copies: each server writes its own state into its own.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from collections.abc import Iterator
@@ -168,6 +169,9 @@ def test_the_alibi_headers_are_a_parameter_of_inferpools_and_http_headers_of_mls
     assert "headers" not in theirs.json()["parameters"]
     assert {k: theirs.headers.get(k) for k in want} == want
     assert {k: ours.headers.get(k) for k in want} == dict.fromkeys(want)
+    # The CloudEvents headers MLServer adds to every answer: inferpool's too.
+    cloudevent = ("ce-specversion", "ce-source", "ce-type", "ce-modelid", "ce-endpoint")
+    assert {k: ours.headers[k] for k in cloudevent} == {k: theirs.headers[k] for k in cloudevent}
 
 
 def test_classifier_drift_is_a_500_of_mlservers(server: Server, mlserver: MLServer) -> None:
@@ -215,8 +219,9 @@ def test_online_detectors_step_through_rows_as_mlservers_runtime_does(
         assert_as_mlserver(*answers(server, mlserver, "online", data), skip=SIMULATED)
     ours, theirs = answers(server, mlserver, "fet-online", BINARY_STREAM, "INT64")
     assert_as_mlserver(ours, theirs, skip=SIMULATED)
-    # The statistic is NaN until the window fills: MLServer's null.
+    # The statistic is NaN until the window fills: MLServer's null, inferpool's NaN.
     assert {o["name"]: o["data"] for o in theirs["outputs"]}["test_stat"][0] is None
+    assert math.isnan({o["name"]: o["data"] for o in ours["outputs"]}["test_stat"][0])
 
 
 def test_outlier_detectors_answer_as_mlservers_runtime_does(

@@ -24,15 +24,20 @@ def venvs_folder() -> Path:
     return Path(named) if named else Path(tempfile.gettempdir()) / "inferpool-test-venvs"
 
 
-def venv_from(requirements: Path, folder: Path | None = None, timeout: float = 1800) -> Path:
-    """The virtualenv holding ``requirements`` (pip, from the configured index), made under
-    ``folder`` (``venvs_folder()``) unless a run before made it from the same file: its
-    name holds the hash of the file and of the interpreter's version. Two processes asking
-    for it at once make it once (a lock file); one that was cut short is made again."""
+def venv_from(
+    requirements: Path, *then: Path, folder: Path | None = None, timeout: float = 1800
+) -> Path:
+    """The virtualenv holding ``requirements``, then each file of ``then`` installed over
+    it (one pip command each, from the configured index: a later file may override what
+    an earlier one's packages require), made under ``folder`` (``venvs_folder()``) unless a
+    run before made it from the same files: its name holds the hash of the files and of
+    the interpreter's version. Two processes asking for it at once make it once (a lock
+    file); one that was cut short is made again."""
     folder = folder or venvs_folder()
     folder.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256(requirements.read_bytes() + sys.version.encode()).hexdigest()
-    venv = folder / f"{requirements.stem}-{digest[:12]}"
+    files = (requirements, *then)
+    content = b"".join(f.read_bytes() for f in files) + sys.version.encode()
+    venv = folder / f"{requirements.stem}-{hashlib.sha256(content).hexdigest()[:12]}"
     complete = venv / "installed.txt"
     with open(folder / f"{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -43,11 +48,12 @@ def venv_from(requirements: Path, folder: Path | None = None, timeout: float = 1
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
         # --no-compile: the tests import a small part of what is installed (TensorFlow's
         # byte-compiling alone would take minutes of CPU the other lanes of CI share).
-        install = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                   "--no-compile", "-r", str(requirements)]  # fmt: skip
-        done = subprocess.run(install, capture_output=True, text=True, timeout=timeout)
-        if done.returncode != 0:
-            raise RuntimeError(f"pip install -r {requirements} failed:\n{done.stderr[-4000:]}")
+        for file in files:
+            install = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                       "--no-compile", "-r", str(file)]  # fmt: skip
+            done = subprocess.run(install, capture_output=True, text=True, timeout=timeout)
+            if done.returncode != 0:
+                raise RuntimeError(f"pip install -r {file} failed:\n{done.stderr[-4000:]}")
         listed = subprocess.run(
             [str(venv / "bin" / "python"), "-m", "pip", "freeze"],
             check=True, capture_output=True, text=True,
@@ -64,18 +70,19 @@ def installed(venv: Path) -> dict[str, str]:
     return {name.lower().replace("_", "-"): version for name, version in pairs}
 
 
-def main(files: list[str]) -> None:
-    """Make the virtualenvs of these requirements files at once (tox's commands_pre),
-    printing how long each took."""
+def main(arguments: list[str]) -> None:
+    """Make the virtualenvs of these requirements files at once (tox's commands_pre), one
+    per argument (files installed one after the other joined by commas), printing how
+    long each took."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def make(name: str) -> str:
+    def make(names: str) -> str:
         started = time.monotonic()
-        venv = venv_from(Path(name))
+        venv = venv_from(*(Path(name) for name in names.split(",")))
         return f"{venv}: {time.monotonic() - started:.0f} s"
 
-    with ThreadPoolExecutor(len(files)) as pool:
-        for line in pool.map(make, files):
+    with ThreadPoolExecutor(len(arguments)) as pool:
+        for line in pool.map(make, arguments):
             print(line)
 
 
