@@ -198,9 +198,9 @@ def test_anchor_text_fails_in_mlserver(server: Server, mlserver: MLServer) -> No
 
 def test_the_explain_endpoints(server: Server, mlserver: MLServer) -> None:
     """MLServer's plain ``/explain`` is one route for the whole server (its custom
-    handler's path), answered by one of the explainers loaded, whichever registered it
-    last; it has no ``/v2/models/{name}/explain``. inferpool answers the latter, and the
-    former while one explainer only is loaded (here several: a 409 naming them)."""
+    handler's path), answered by one of the explainers loaded; it has no
+    ``/v2/models/{name}/explain``. inferpool answers the latter, and the former while one
+    explainer only is loaded (here several: a 409 naming them)."""
     url = f"{server.url}/v2/models/iris-kernel-shap/explain"
     ours = httpx.post(url, json=body(ROWS), timeout=120)
     assert ours.status_code == 200 and ours.json()["meta"]["name"] == "KernelShap"
