@@ -21,9 +21,9 @@ import pytest
 
 from inferpool.protocol.generated.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 from tests.mlserver.runtimes import grpc_outputs, grpc_request
-from tests.mlserver.test_mlmodel_installed import running_mlserver
 from tests.runtimes.catboost_models import tensor
 from tests.support import Server
+from tests.support.mlserver import running_mlserver
 
 catboost = pytest.importorskip("catboost")
 pytest.importorskip("mlserver_catboost")

@@ -6,13 +6,9 @@ Run by tox's ``mlserver`` environment (marker ``mlserver``, tests/conftest.py).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -26,8 +22,9 @@ from tests.mlserver.runtimes import (
     grpc_request,
     write_repository,
 )
-from tests.support import Server, free_port
+from tests.support import Server
 from tests.support.grpc import stub_for
+from tests.support.mlserver import running_mlserver
 
 IDS = [case[0] for case in CASES]
 
@@ -49,44 +46,6 @@ def mlserver(repository: Path) -> Iterator[str]:
     """MLServer 1.7.1 itself on the same repository: its REST address."""
     with running_mlserver(repository) as (url, _):
         yield url
-
-
-@contextmanager
-def running_mlserver(repository: Path) -> Iterator[tuple[str, str]]:
-    """MLServer 1.7.1 serving ``repository`` in-process: its REST URL and gRPC address."""
-    http_port, grpc_port = free_port(), free_port()
-    env = {
-        **os.environ,
-        "MLSERVER_HTTP_PORT": str(http_port),
-        "MLSERVER_GRPC_PORT": str(grpc_port),
-        "MLSERVER_METRICS_PORT": str(free_port()),
-        "MLSERVER_PARALLEL_WORKERS": "0",
-        "MLSERVER_HOST": "127.0.0.1",
-    }
-    command = [sys.executable, "-m", "mlserver.cli.main", "start", str(repository)]
-    with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            url = _wait_ready(f"http://127.0.0.1:{http_port}", process, log)
-            yield url, f"127.0.0.1:{grpc_port}"
-        finally:
-            process.terminate()
-            process.wait(30)
-
-
-def _wait_ready(url: str, process: subprocess.Popen, log) -> str:
-    deadline = time.monotonic() + 300  # generous: a loaded machine
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            log.seek(0)
-            raise RuntimeError(f"mlserver exited:\n{log.read().decode(errors='replace')}")
-        try:
-            if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
-                return url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError("MLServer not ready after 300 s")
 
 
 def test_the_runtimes_subclass_mlservers_own_mlmodel(repository: Path) -> None:

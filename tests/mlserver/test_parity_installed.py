@@ -28,8 +28,8 @@ from tests.mlserver.parity_cases import (  # noqa: F401 - collected here
     test_unload_is_awaited_async_or_sync,
 )
 from tests.mlserver.parity_runtimes import write_repository
-from tests.mlserver.test_mlmodel_installed import running_mlserver
 from tests.support import Server
+from tests.support.mlserver import running_mlserver
 
 served, server, repository = fixtures(rewrite=False)
 

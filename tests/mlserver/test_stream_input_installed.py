@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.mlserver.test_mlmodel_installed import running_mlserver
 from tests.support import Server
+from tests.support.mlserver import running_mlserver
 from tests.support.stream_calls import Conversation, totals, typed_request
 
 RUNNING_TOTAL = """
