@@ -46,9 +46,11 @@ SAVE = """
 import json, sys
 import joblib
 import numpy as np
-from alibi.explainers import AnchorTabular, KernelShap, TreeShap
+from alibi.explainers import (AnchorTabular, KernelShap, PartialDependenceVariance,
+                               TreePartialDependence, TreeShap)
 from alibi.saving import load_explainer
 from sklearn.datasets import load_iris
+from sklearn.ensemble import GradientBoostingClassifier
 from sklearn.linear_model import LogisticRegression
 from sklearn.tree import DecisionTreeClassifier
 root, rows, SENTENCE = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
@@ -77,6 +79,14 @@ tree = load_explainer(root + "/iris-tree-shap/explainer", predictor=single)
 # Path-dependent (no background data), as init_parameters build it.
 fresh = TreeShap(single, model_output="raw")
 fresh.fit()
+# Partial dependences of a boosted model (TreePartialDependence takes gradient boosting
+# and regression trees only). alibi 0.9.6 cannot save a PartialDependenceVariance (it has
+# no predictor attribute): it is built from init_parameters.
+boost = GradientBoostingClassifier(n_estimators=10, max_depth=2, random_state=0).fit(X, y)
+joblib.dump(boost, root + "/iris-tree-pd/boost.joblib")
+TreePartialDependence(boost, feature_names=names).save(root + "/iris-tree-pd/explainer")
+dependence = load_explainer(root + "/iris-tree-pd/explainer", predictor=boost)
+variance = PartialDependenceVariance(boost, feature_names=names)
 # AnchorText of a text classifier, with a blank spaCy pipeline (a tokenizer: nothing
 # to download) and the "unknown" sampling strategy (words masked, no language model).
 import spacy
@@ -98,10 +108,13 @@ print(json.dumps({
     "kernel_shap": json.loads(shap.explain(x).to_json()),
     "tree_shap": json.loads(tree.explain(x).to_json()),
     "tree_shap_fresh": json.loads(fresh.explain(x).to_json()),
+    "tree_pd": json.loads(dependence.explain(x).to_json()),
+    "pd_variance": json.loads(variance.explain(x).to_json()),
 }))
 """
 
 SENTENCE = "the story was good and long"
+COLUMNS = ["sepal_length", "sepal_width", "petal_length", "petal_width"]
 # Iris rows: a setosa (one clear rule: a short petal), a versicolor, a virginica.
 ROWS = [[5.1, 3.5, 1.4, 0.2], [6.4, 3.2, 4.5, 1.5], [7.7, 3.8, 6.7, 2.2]]
 
@@ -126,8 +139,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory, tarball: Path) -> tuple
     root = tmp_path_factory.mktemp("repo")
     cache = root.parent / "environments"
     environment = prepare(tarball, cache)  # the server finds it unpacked, under the same key
-    for name in ("iris", "iris-anchor", "iris-kernel-shap", "iris-tree-shap", "reviews",
-                 "reviews-anchor"):  # fmt: skip
+    for name in ("iris", "iris-anchor", "iris-kernel-shap", "iris-tree-shap", "iris-tree-pd",
+                 "reviews", "reviews-anchor"):  # fmt: skip
         (root / name).mkdir()
     done = subprocess.run(
         [environment.python, "-c", SAVE, str(root), json.dumps(ROWS), SENTENCE],
@@ -157,6 +170,13 @@ def repository(tmp_path_factory: pytest.TempPathFactory, tarball: Path) -> tuple
     explainer(root / "iris-tree-shap-init", tarball, uri="", explainer_type="tree_shap",
               infer_uri="../iris-tree-shap/tree.joblib",
               init_parameters={"model_output": "raw"})  # fmt: skip
+    # The partial dependences of a boosted model: one saved, one built (init_parameters).
+    explainer(root / "iris-tree-pd", tarball, explainer_type="tree_partial_dependence",
+              infer_uri="./boost.joblib")  # fmt: skip
+    explainer(root / "iris-pd-variance", tarball, uri="",
+              explainer_type="tree_partial_dependence_variance",
+              infer_uri="../iris-tree-pd/boost.joblib",
+              init_parameters={"feature_names": COLUMNS})  # fmt: skip
     # Bad settings and a missing model.
     explainer(root / "lost-anchor", tarball, uri="../iris-anchor/explainer",
               explainer_type="anchor_tabular", infer_uri=URL.format("no-such-model"))  # fmt: skip
@@ -289,6 +309,25 @@ def test_tree_shap_holds_its_own_model(server: Server, repository: tuple[Path, d
             assert got["meta"]["name"] == "TreeShap"
             np.testing.assert_allclose(got["data"]["shap_values"], want["data"]["shap_values"],
                                        rtol=1e-9, atol=1e-12)  # fmt: skip
+
+
+def test_the_partial_dependences_hold_their_own_model(
+    server: Server, repository: tuple[Path, dict]
+) -> None:
+    """TreePartialDependence (saved) and PartialDependenceVariance (built from
+    init_parameters) of a boosted model: alibi's values, over REST and gRPC; every row
+    asked is their data (white-box explainers, whatever explainer_batch says)."""
+    _, expected = repository
+    for name, want, keys in (
+        ("iris-tree-pd", expected["tree_pd"], ("pd_values", "feature_values")),
+        ("iris-pd-variance", expected["pd_variance"], ("pd_values", "feature_importance")),
+    ):
+        for got in (explain(server, name, ROWS), explain_grpc(server, name, ROWS)):
+            assert got["meta"]["name"] == want["meta"]["name"]
+            assert got["data"]["feature_names"] == COLUMNS
+            for key in keys:
+                for mine, theirs in zip(got["data"][key], want["data"][key], strict=True):
+                    np.testing.assert_allclose(mine, theirs, rtol=1e-9, atol=1e-12)
 
 
 def test_a_models_explain_endpoint_forwards_to_its_explainer(

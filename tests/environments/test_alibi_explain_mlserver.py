@@ -166,6 +166,18 @@ def test_tree_shap_values_are_mlservers(server: Server, mlserver: MLServer) -> N
     np.testing.assert_allclose(ours["data"]["shap_values"], theirs["data"]["shap_values"])
 
 
+def test_partial_dependences_are_mlservers(server: Server, mlserver: MLServer) -> None:
+    """TreePartialDependence (saved) and PartialDependenceVariance (built from
+    init_parameters): the same values, every row asked explained on both."""
+    for name, keys in (("iris-tree-pd", ("pd_values", "feature_values")),
+                       ("iris-pd-variance", ("pd_values", "feature_importance"))):  # fmt: skip
+        ours, theirs = explanations(server, mlserver, name, body(ROWS))
+        assert_same_meta(ours, theirs)
+        for key in keys:
+            for mine, other in zip(ours["data"][key], theirs["data"][key], strict=True):
+                np.testing.assert_allclose(mine, other, rtol=1e-9, atol=1e-12)
+
+
 def test_tree_shap_from_init_parameters_is_unfitted_in_mlserver(
     server: Server, mlserver: MLServer
 ) -> None:

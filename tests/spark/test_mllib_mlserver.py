@@ -24,9 +24,9 @@ pytest.importorskip("mlserver_mllib")
 
 from inferpool.protocol.generated.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 from tests.mlserver.runtimes import grpc_outputs, grpc_request
-from tests.mlserver.test_mlmodel_installed import running_mlserver
 from tests.spark.models import ROWS, iris_frame, save_iris_rdd, spark_session
 from tests.support import Server
+from tests.support.mlserver import running_mlserver
 
 # A Spark start and a model's first load take a minute each on a busy two-core host.
 pytestmark = pytest.mark.timeout(900)
