@@ -23,7 +23,8 @@ The settings are MLServer's, under ``parameters.extra``:
 
 The answer is the detector's ``data`` dict, one output per key, each value wrapped in a
 list (one element per ``predict`` call: one, or one per row of an online detector fed
-several rows), and its ``meta`` dict as the response's parameters, with MLServer's
+several rows; a number per call is a column, ``[calls, 1]``, as MLServer's NumpyCodec
+answers it), and its ``meta`` dict as the response's parameters, with MLServer's
 ``headers`` (``x-seldon-alibi-type``, ``x-seldon-alibi-method``). Keys whose value is
 None (``feature_score`` of an IForest, ``distance`` of a detector asked not to return it)
 or an object (ClassifierDrift's trained ``model``) are left out: a tensor holds neither
@@ -137,13 +138,19 @@ class AlibiDetectRuntime(Runtime):
     def _answer(self, answers: list[dict[str, Any]]) -> Answer:
         first = answers[0]
         tensors = {
-            key: np.asarray([answer["data"][key] for answer in answers])
+            key: as_mlserver_answers(np.asarray([answer["data"][key] for answer in answers]))
             for key, value in first["data"].items()
             if is_tensor(value)
         }
         meta = dict(first.get("meta", {}))
         meta["headers"] = dict(self.headers)
         return Answer(tensors, meta)
+
+
+def as_mlserver_answers(values: np.ndarray) -> np.ndarray:
+    """``values`` as MLServer's NumpyCodec answers them: a one-dimensional array (a
+    number per predict call: ``is_drift``, ``threshold``...) as a column, ``[calls, 1]``."""
+    return values[:, None] if values.ndim == 1 else values
 
 
 def detector_folder(uri: str | None, settings: ModelSettings) -> Path:

@@ -93,7 +93,7 @@ class AlibiExplainRuntime(Runtime):
         return f"{self.explain_settings.alibi_class} of alibi explaining '{self.model}'"
 
     def outputs(self) -> list[TensorSpec]:
-        return [TensorSpec(OUTPUT, "BYTES", [1], {"content_type": "str"})]
+        return [TensorSpec(OUTPUT, "BYTES", [1, 1], {"content_type": "str"})]
 
     def predict(self, payload: Any, outputs: Sequence[str]) -> Mapping[str, Any]:
         request: InferenceRequest = payload
@@ -124,7 +124,9 @@ class AlibiExplainRuntime(Runtime):
                 raise
         method = type(self.explainer).__module__.rsplit(".", 1)[-1]
         headers = {"x-seldon-alibi-type": "explanation", "x-seldon-alibi-method": method}
-        return Answer({OUTPUT: [explanation.to_json()]}, {"headers": headers})
+        # MLServer's StringCodec makes a list of one string a [1, 1] tensor: its shape.
+        answer = np.array([[explanation.to_json()]], dtype=object)
+        return Answer({OUTPUT: answer}, {"headers": headers})
 
     def custom_endpoints(self) -> dict[str, Any]:
         return {"explain": self._plain_explanation}
@@ -134,7 +136,7 @@ class AlibiExplainRuntime(Runtime):
         from inferpool.protocol import rest_json
 
         answer = self.predict(rest_json.decode_request(body), [OUTPUT])
-        return str(answer[OUTPUT][0]).encode()
+        return str(answer[OUTPUT][0, 0]).encode()
 
     def _build(self, predictor: Any, loading: bool = True) -> Any:
         """The explainer, loaded from its folder or built from ``init_parameters``; a

@@ -169,7 +169,8 @@ def test_mmd_drift_on_torch_answers_as_in_its_environment(
         ]:
             got = outputs_of(answer)
             assert sorted(got) == sorted(k for k, v in runs[0].items() if v is not None)
-            assert all(value.shape == (1,) for value in got.values()), got  # MLServer's [1]
+            assert all(value.shape == (1, 1) for value in got.values()), got  # MLServer's
+            got = {key: value.ravel() for key, value in got.items()}
             np.testing.assert_allclose(got["distance"][0], runs[0]["distance"], rtol=1e-6)
             assert got["threshold"][0] == pytest.approx(0.05)
             p_val = float(got["p_val"][0])

@@ -199,22 +199,26 @@ def infer(server: Server, name: str, data: list, datatype: str = "FP32") -> dict
 
 def assert_detector_data(outputs: list[dict], data: dict) -> None:
     """The outputs are the detector's ``data``: one per key (None left out), each value
-    as a list of one (MLServer's shape), equal to the detector's own."""
+    as a list of one (a number as ``[1, 1]``: MLServer's shapes), equal to the detector's
+    own."""
     assert [o["name"] for o in outputs] == [k for k, v in data.items() if v is not None]
     assert_stream(outputs, [data])
 
 
 def assert_stream(outputs: list[dict], steps: list[dict], simulated: tuple = ()) -> None:
-    """The outputs hold one value per step (predict call), each equal to the detector's;
-    those ``simulated`` anew by each load (an online detector's thresholds) of its shape."""
+    """The outputs hold one value per step (predict call), each equal to the detector's
+    (a number per step: a column, ``[steps, 1]``, as MLServer answers it); those
+    ``simulated`` anew by each load (an online detector's thresholds) of its shape."""
     for output in outputs:
+        values = [step[output["name"]] for step in steps]
+        shape = list(np.shape(values))
+        shape = [*shape, 1] if len(shape) == 1 else shape
+        assert output["shape"] == shape, output
         if output["name"] in simulated:
-            assert output["shape"] == list(np.shape([step[output["name"]] for step in steps]))
             continue
-        want = np.asarray([step[output["name"]] for step in steps], dtype=np.float64)
-        assert output["shape"] == list(want.shape), output
+        want = np.asarray(values, dtype=np.float64).reshape(shape)
         # NaN (an online detector's statistic before its window fills) is JSON's null.
-        got = np.asarray(output["data"], dtype=np.float64).reshape(want.shape)
+        got = np.asarray(output["data"], dtype=np.float64).reshape(shape)
         np.testing.assert_allclose(got, want, rtol=1e-6)
 
 

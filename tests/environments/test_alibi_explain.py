@@ -211,7 +211,7 @@ def explain(server: Server, name: str, rows: list[list[float]], path: str = "inf
     document = answer.json()
     [output] = document["outputs"]
     assert output["name"] == "explanation" and output["datatype"] == "BYTES"
-    assert output["shape"] == [1] and output["parameters"]["content_type"] == "str"
+    assert output["shape"] == [1, 1] and output["parameters"]["content_type"] == "str"
     assert document["parameters"]["headers"]["x-seldon-alibi-type"] == "explanation"
     return json.loads(output["data"][0])
 
