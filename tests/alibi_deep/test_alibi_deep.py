@@ -130,7 +130,8 @@ def infer_grpc(server: Server, name: str, data: list) -> dict:
     decoded = response_from_message(reply)
     outputs = [
         {"name": o.name, "datatype": o.datatype, "shape": list(o.shape),
-         "data": [bytes(v) for v in o.data] if o.datatype == "BYTES"
+         "data": [bytes(v) for v in np.asarray(o.data, dtype=object).ravel()]
+         if o.datatype == "BYTES"
          else np.asarray(o.data).ravel().tolist()}
         for o in decoded.outputs
     ]  # fmt: skip
