@@ -292,7 +292,7 @@ class Lifecycle:
             status.state, status.reason = ModelState.FAILED, exc.message
         else:
             status.state, status.reason = ModelState.READY, ""
-            status.custom = is_custom(settings)
+            status.exchanges_headers = exchanges_headers(settings)
             status.limiter = model_bucket(settings, self.settings)
         finally:
             seconds = time.perf_counter() - loading
@@ -321,9 +321,11 @@ class NamedLocks:
         return len(self._entries)
 
 
-def is_custom(settings: ModelSettings) -> bool:
-    """The model's runtime is not one of inferpool's own (a user's class)."""
+def exchanges_headers(settings: ModelSettings) -> bool:
+    """The model's runtime takes the call's headers and may answer some
+    (``parameters.headers``): a user's class, or a built-in runtime whose entry says so."""
     try:
-        return runtime_name_for(settings) not in RUNTIMES
+        entry = RUNTIMES.get(runtime_name_for(settings))
     except InferpoolError:
         return False
+    return entry is None or entry.headers

@@ -85,8 +85,9 @@ class ModelStatus:
     metadata: dict[str, Any] = field(default_factory=dict)
     # Counts for the server's readiness: asked for at start-up, or has served once.
     required: bool = False
-    # Its runtime is not a built-in one (a user's class): computed once at load.
-    custom: bool = False
+    # Its runtime takes the call's headers and may answer some (parameters.headers): a
+    # user's class, or a built-in runtime whose registry entry says so; computed at load.
+    exchanges_headers: bool = False
     # Its runtime's custom endpoints (methods by path), as its load announced them.
     endpoints: Announced = field(default_factory=Announced)
     # What it was loaded with (None: its settings could not be read); the model

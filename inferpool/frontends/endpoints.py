@@ -35,6 +35,7 @@ from inferpool.protocol.endpoints import (
     read_answer,
 )
 from inferpool.protocol.mlflow_endpoints import INVOCATIONS
+from inferpool.protocol.request_headers import unwrap, wrap
 
 # Every model answers MLflow's JSON scoring endpoint (``codecs.mlflow_scoring``) and
 # ``explain`` (``engine/worker/explain.py``: 400 from a model that cannot explain).
@@ -117,20 +118,27 @@ class EndpointRouter:
     async def _explained(
         self, model: str, explainer: str, body: bytes, deadline: float | None
     ) -> Reply:
-        """The explainer's answer to the request, as a handler's answer (its head in front)."""
+        """The explainer's answer to the request, as a handler's answer (its head in front):
+        the headers an alibi explainer answers (``x-seldon-alibi-*``) are the answer's
+        headers, as its ``/infer`` sends them."""
         try:
-            reply = await self.plane.infer(explainer, None, Kind.REST, body, None, deadline)
+            exchanges = self.client.table.find(explainer, None).exchanges_headers
+            kind, payload = (Kind.REST_HEADERS, wrap({}, body)) if exchanges else (Kind.REST, body)
+            reply = await self.plane.infer(explainer, None, kind, payload, None, deadline)
         except InferpoolError as exc:
             message = f"model '{model}' names explainer '{explainer}': {exc.message}"
             return Reply(exc.status, message.encode())
         if reply.status != 200:
             return reply  # an error's reply: its message
+        answered, headers = reply.body, {}
+        if exchanges:
+            headers, answered = unwrap(reply.body)
         if reply.json_length is None:
-            head = answer_head(Answer())
+            head = answer_head(Answer(headers=list(headers.items())))
         else:  # binary outputs asked for: Triton's binary form, as /infer answers it
             length = [("inference-header-content-length", str(reply.json_length))]
-            head = answer_head(Answer("application/octet-stream", length))
-        return Reply(200, head + reply.body, len(head), reply.times, reply.rows, reply.execution)
+            head = answer_head(Answer("application/octet-stream", length + list(headers.items())))
+        return Reply(200, head + answered, len(head), reply.times, reply.rows, reply.execution)
 
     def feedback(
         self, name: str, version: str | None, kind: str, body: bytes, deadline: float | None

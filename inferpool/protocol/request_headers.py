@@ -1,12 +1,13 @@
 """How a request's HTTP headers or gRPC metadata reach a runtime that takes the request:
 as ``parameters.headers`` (a name → value object), MLServer's place for them.
 
-Only a model whose runtime is a user's class (``ModelStatus.custom``) gets them, so the
-built-in runtimes never pay: for such a model the frontend sends the body as
-``Kind.REST_HEADERS`` / ``Kind.GRPC_HEADERS``, the headers block in front of the V2 body
-(``wrap``), and the worker's wire format for that kind (``rest_headers_wire``,
-``grpc_headers_wire`` beside this module) decodes the body as usual and sets the headers
-(``with_headers``).
+Only a model whose runtime is a user's class, or a built-in one whose registry entry says
+so (``RuntimeEntry.headers``: the alibi runtimes), gets them
+(``ModelStatus.exchanges_headers``), so the other built-in runtimes never pay: for such a
+model the frontend sends the body as ``Kind.REST_HEADERS`` / ``Kind.GRPC_HEADERS``, the
+headers block in front of the V2 body (``wrap``), and the worker's wire format for that
+kind (``rest_headers_wire``, ``grpc_headers_wire`` beside this module) decodes the body as
+usual and sets the headers (``with_headers``).
 As MLServer does, they replace whatever ``parameters.headers`` the request carried.
 
 The way back is the same block: a response's ``parameters.headers`` (a name → value

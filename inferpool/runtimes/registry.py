@@ -52,6 +52,12 @@ class RuntimeEntry:
     #: how to get the library when ``pip install inferpool[extra]`` cannot (a library
     #: whose requirements the server's own environment cannot hold); "" for the extra
     install: str = ""
+    #: its responses may set ``parameters.headers``, which then leave the body as HTTP
+    #: response headers or gRPC trailing metadata, as MLServer sends them (MLServer's
+    #: alibi runtimes name themselves in ``x-seldon-alibi-*``); its requests get the
+    #: call's headers as ``parameters.headers``. A user's runtime always does; a built-in
+    #: one without this pays nothing for it (``protocol/request_headers.py``)
+    headers: bool = False
 
     def how_to_install(self) -> str:
         """What a model whose library is missing is told to do."""
@@ -204,6 +210,7 @@ RUNTIMES: dict[str, RuntimeEntry] = {
                 "run the model in an environment holding alibi-detect: "
                 "docs/runtimes/alibi-detect.md"
             ),
+            headers=True,
         ),
         # alibi 0.9 requires numpy<2 too: its explainers run in a per-model environment
         # (docs/runtimes/alibi-explain.md); a saved explainer's meta.dill and explainer.dill
@@ -216,6 +223,7 @@ RUNTIMES: dict[str, RuntimeEntry] = {
             install=(
                 "run the model in an environment holding alibi: docs/runtimes/alibi-explain.md"
             ),
+            headers=True,
         ),
         # Loads the model it explains (any runtime): in each worker, as that may need.
         RuntimeEntry(

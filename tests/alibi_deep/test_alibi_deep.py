@@ -41,6 +41,7 @@ from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.grpc_wire import response_from_message
 from tests.environments import named_by, serving_settled
 from tests.support import Server
+from tests.support.alibi_headers import alibi_headers, answer_with_headers
 from tests.support.grpc import stub_for
 
 # The first test's setup unpacks the 936 MiB tarball (3.3 GB), runs deep_models.py and
@@ -114,20 +115,22 @@ def body(data: list, **parameters: object) -> dict:
 
 def infer(server: Server, name: str, data: list, **parameters: object) -> dict:
     request = body(data, **parameters)
-    answer = httpx.post(f"{server.url}/v2/models/{name}/infer", json=request, timeout=120)
-    assert answer.status_code == 200, answer.text
-    return answer.json()
+    return answer_with_headers(
+        httpx.post(f"{server.url}/v2/models/{name}/infer", json=request, timeout=120)
+    )
 
 
 def infer_grpc(server: Server, name: str, data: list) -> dict:
-    """A gRPC ModelInfer (FP32), its response as REST's JSON."""
+    """A gRPC ModelInfer (FP32), its response as REST's JSON, with its alibi headers (trailing
+    metadata, as MLServer sends them) as ``answer_with_headers`` has them."""
     values = np.asarray(data, dtype=np.float32)
     request = pb.ModelInferRequest(model_name=name)
     tensor = request.inputs.add(name="x", datatype="FP32", shape=list(values.shape))
     tensor.contents.fp32_contents.extend(values.ravel().tolist())
     with stub_for(server) as stub:
-        reply = stub.ModelInfer(request, timeout=120)
+        reply, call = stub.ModelInfer.with_call(request, timeout=120)
     decoded = response_from_message(reply)
+    assert "headers" not in decoded.parameters
     outputs = [
         {"name": o.name, "datatype": o.datatype, "shape": list(o.shape),
          "data": [bytes(v) for v in np.asarray(o.data, dtype=object).ravel()]
@@ -135,12 +138,8 @@ def infer_grpc(server: Server, name: str, data: list) -> dict:
          else np.asarray(o.data).ravel().tolist()}
         for o in decoded.outputs
     ]  # fmt: skip
-    # Parameters that are no scalar (headers) travel as JSON strings.
-    parameters = {
-        key: json.loads(value) if key == "headers" else value
-        for key, value in decoded.parameters.items()
-    }
-    return {"outputs": outputs, "parameters": parameters}
+    headers = alibi_headers(call.trailing_metadata())
+    return {"outputs": outputs, "parameters": dict(decoded.parameters), "alibi_headers": headers}
 
 
 def outputs_of(answer: dict) -> dict[str, np.ndarray]:
@@ -186,7 +185,7 @@ def test_mmd_drift_on_torch_answers_as_in_its_environment(
     # The detector's meta (MMDDrift's names its backend's class, MMDDriftTorch).
     for key in ("name", "backend", "version", "detector_type"):
         assert answer["parameters"][key] == expected["mmd"]["meta"][key], key
-    assert answer["parameters"]["headers"] == {
+    assert answer["alibi_headers"] == {
         "x-seldon-alibi-type": "drift",
         "x-seldon-alibi-method": "mmd",
     }
@@ -209,7 +208,7 @@ def test_an_adversarial_detector_of_a_keras_model_answers_as_in_its_environment(
         assert got["is_adversarial"][0].tolist() == want["is_adversarial"]
     assert answer["parameters"]["name"] == expected[name]["meta"]["name"]
     assert answer["parameters"]["detector_type"] == "adversarial"
-    assert answer["parameters"]["headers"] == {
+    assert answer["alibi_headers"] == {
         "x-seldon-alibi-type": "adversarial",
         "x-seldon-alibi-method": method,
     }
@@ -218,7 +217,7 @@ def test_an_adversarial_detector_of_a_keras_model_answers_as_in_its_environment(
 def explanation(answer: dict) -> dict:
     [output] = answer["outputs"]
     assert output["name"] == "explanation" and output["datatype"] == "BYTES"
-    assert answer["parameters"]["headers"]["x-seldon-alibi-method"] == "integrated_gradients"
+    assert answer["alibi_headers"]["x-seldon-alibi-method"] == "integrated_gradients"
     data = output["data"][0]
     return json.loads(data if isinstance(data, str) else bytes(data).decode())
 

@@ -1,6 +1,6 @@
 """Repository layouts without a server: what ``discover`` finds in MLServer's and Triton's
 layouts, which version answers a request naming none, and the client's bookkeeping of
-versions (load and unload by name, the poll watcher, ``ModelStatus.custom``)."""
+versions (load and unload by name, the poll watcher, ``ModelStatus.exchanges_headers``)."""
 
 from __future__ import annotations
 
@@ -185,8 +185,9 @@ def test_load_and_unload_by_name_take_every_version(tmp_path: Path) -> None:
         client = FakeClient(tmp_path)
         await client.start()
         assert client.loaded == {"m:1", "m:2", "builtin:None"}
-        assert client.table.find("m", "1").custom and client.table.find("m").custom
-        assert not client.table.find("builtin").custom
+        assert client.table.find("m", "1").exchanges_headers
+        assert client.table.find("m").exchanges_headers
+        assert not client.table.find("builtin").exchanges_headers
         await client.unload_model("m")
         assert client.loaded == {"builtin:None"}
         # Still in the repository: listed as unloaded (as Triton's index).

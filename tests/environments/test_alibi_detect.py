@@ -32,6 +32,7 @@ from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.grpc_wire import response_from_message
 from tests.environments import named_by, serving_settled
 from tests.support import Server
+from tests.support.alibi_headers import alibi_headers, answer_with_headers
 from tests.support.grpc import stub_for
 
 # The fixture unpacks a 1.3 GB environment, fits and saves models with its python and
@@ -192,9 +193,9 @@ def body(data: list, datatype: str = "FP32") -> dict:
 
 def infer(server: Server, name: str, data: list, datatype: str = "FP32") -> dict:
     request = body(data, datatype)
-    answer = httpx.post(f"{server.url}/v2/models/{name}/infer", json=request, timeout=60)
-    assert answer.status_code == 200, answer.text
-    return answer.json()
+    return answer_with_headers(
+        httpx.post(f"{server.url}/v2/models/{name}/infer", json=request, timeout=60)
+    )
 
 
 def assert_detector_data(outputs: list[dict], data: dict) -> None:
@@ -235,7 +236,7 @@ def test_a_drift_detector_answers_as_it_does_in_its_environment(
     assert expected["answers"]["same"]["is_drift"] == 0
     assert answer["parameters"]["name"] == "KSDrift"
     assert answer["parameters"]["version"] == expected["meta"]["version"]
-    assert answer["parameters"]["headers"] == {
+    assert answer["alibi_headers"] == {
         "x-seldon-alibi-type": "drift",
         "x-seldon-alibi-method": "ks",
     }
@@ -245,27 +246,31 @@ def test_a_drift_detector_answers_as_it_does_in_its_environment(
     assert index["ksdrift"]["state"] == "READY"
 
 
-def infer_grpc(server: Server, name: str, data: list) -> tuple[list[dict], Any]:
-    """The outputs (as REST's, to compare) and the parameters of a gRPC ModelInfer (FP32)."""
+def infer_grpc(server: Server, name: str, data: list) -> tuple[list[dict], Any, dict]:
+    """The outputs (as REST's, to compare), the parameters and the alibi headers of a gRPC
+    ModelInfer (FP32)."""
     rows = np.asarray(data, dtype=np.float32)
     request = pb.ModelInferRequest(model_name=name)
     tensor = request.inputs.add(name="x", datatype="FP32", shape=rows.shape)
     tensor.contents.fp32_contents.extend(rows.ravel().tolist())
     with stub_for(server) as stub:
-        reply = stub.ModelInfer(request, timeout=60)
+        reply, call = stub.ModelInfer.with_call(request, timeout=60)
     decoded = response_from_message(reply)
     outputs = [
         {"name": o.name, "shape": list(o.shape), "data": np.asarray(o.data).ravel().tolist()}
         for o in decoded.outputs
     ]
-    return outputs, reply.parameters
+    # As MLServer sends them: trailing metadata, not a parameter.
+    assert "headers" not in reply.parameters
+    return outputs, reply.parameters, alibi_headers(call.trailing_metadata())
 
 
 def test_grpc_answers_the_same(server: Server, repository: tuple[Path, dict]) -> None:
     _, expected = repository
-    outputs, parameters = infer_grpc(server, "ksdrift", REQUESTS["shifted"])
+    outputs, parameters, headers = infer_grpc(server, "ksdrift", REQUESTS["shifted"])
     assert_detector_data(outputs, expected["answers"]["shifted"])
     assert parameters["name"].string_param == "KSDrift"
+    assert headers == {"x-seldon-alibi-type": "drift", "x-seldon-alibi-method": "ks"}
 
 
 def test_predict_parameters_reach_the_detector(
@@ -339,7 +344,7 @@ def test_fet_drift_online_steps_through_a_requests_rows(
     ]
     assert_stream(answer["outputs"], steps, simulated=SIMULATED)
     assert {o["name"]: o["data"] for o in answer["outputs"]}["time"] == [1, 2, 3, 4, 5, 6]
-    assert answer["parameters"]["headers"]["x-seldon-alibi-method"] == "fet_online"
+    assert answer["alibi_headers"]["x-seldon-alibi-method"] == "fet_online"
 
 
 def test_an_iforest_answers_as_it_does_in_its_environment(
@@ -362,14 +367,14 @@ def test_an_iforest_answers_as_it_does_in_its_environment(
     assert outputs["is_outlier"]["shape"] == [1, len(REQUESTS["shifted"])]
     meta = outliers["iforest_meta"]
     assert {k: answer["parameters"][k] for k in meta} == meta
-    assert answer["parameters"]["headers"] == {
+    assert answer["alibi_headers"] == {
         "x-seldon-alibi-type": "outlier",
         "x-seldon-alibi-method": "isolationforest",
     }
-    outputs, parameters = infer_grpc(server, "iforest", REQUESTS["shifted"])
+    outputs, parameters, headers = infer_grpc(server, "iforest", REQUESTS["shifted"])
     assert_detector_data(outputs, outliers["iforest"]["shifted"])
     assert parameters["name"].string_param == "IForest"
-    assert json.loads(parameters["headers"].string_param)["x-seldon-alibi-type"] == "outlier"
+    assert headers["x-seldon-alibi-type"] == "outlier"
 
 
 def test_outlier_predict_parameters_reach_the_detector_or_fail_its_load(
@@ -403,8 +408,8 @@ def test_mahalanobis_updates_its_state_at_each_request(
     # Not online as MLServer counts it (no save_state): ten rows are one predict call.
     assert answer["outputs"][0]["shape"] == [1, 10]
     assert answer["parameters"]["online"] is True  # its meta says so
-    assert answer["parameters"]["headers"]["x-seldon-alibi-method"] == "mahalanobis"
-    outputs, _ = infer_grpc(server, "mahalanobis", REQUESTS["shifted"][:10])
+    assert answer["alibi_headers"]["x-seldon-alibi-method"] == "mahalanobis"
+    outputs, _, _ = infer_grpc(server, "mahalanobis", REQUESTS["shifted"][:10])
     assert_detector_data(outputs, second)
     # Its placement says the state is its replica's (docs/runtimes/alibi-detect.md).
     assert "predicted by Mahalanobis of alibi-detect (keeps state: each replica its own)" in (
@@ -428,13 +433,13 @@ def test_spectral_residual_scores_a_time_series_as_it_does_in_its_environment(
     assert [o["name"] for o in answer["outputs"]] == ["instance_score", "is_outlier"]
     assert [o["shape"] for o in answer["outputs"]] == [[1, 200], [1, 200]]
     assert {k: answer["parameters"][k] for k in spectral["meta"]} == spectral["meta"]
-    assert answer["parameters"]["headers"] == {
+    assert answer["alibi_headers"] == {
         "x-seldon-alibi-type": "outlier",
         "x-seldon-alibi-method": "sr",
     }
     column = infer(server, "spectral", [[value] for value in SERIES["spiked"]])
     assert_detector_data(column["outputs"], spectral["answers"]["spiked"])
-    outputs, parameters = infer_grpc(server, "spectral", SERIES["spiked"])
+    outputs, parameters, _ = infer_grpc(server, "spectral", SERIES["spiked"])
     assert_detector_data(outputs, spectral["answers"]["spiked"])
     assert parameters["name"].string_param == "SpectralResidual"
     # Its meta says online (it scores a stream), but it keeps no state between requests.
@@ -478,7 +483,7 @@ def test_the_other_numpy_drift_detectors_answer_as_they_do_in_their_environment(
             answer = infer(server, name, data[step], data["datatype"])
             assert_detector_data(answer["outputs"], answers)
         assert answer["parameters"]["name"] == METHODS[name]
-        assert answer["parameters"]["headers"] == {
+        assert answer["alibi_headers"] == {
             "x-seldon-alibi-type": "drift",
             "x-seldon-alibi-method": name,
         }

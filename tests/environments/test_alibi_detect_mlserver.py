@@ -46,6 +46,7 @@ from tests.environments.test_alibi_detect import (
     body,
 )
 from tests.support import Server
+from tests.support.alibi_headers import alibi_headers, answer_with_headers
 from tests.support.grpc import stub_for
 from tests.support.mlserver import running_mlserver
 
@@ -120,14 +121,14 @@ def assert_as_mlserver(ours: dict, theirs: dict, skip: tuple = ()) -> None:
     docs/runtimes/alibi-detect.md: the same outputs, datatypes and values (NaN: MLServer's
     null) and shapes (a number per predict call: ``[1, 1]``), but MLServer also answers
     each key whose value is None (a BYTES output of nulls); the parameters are the
-    detector's meta, MLServer's without the keys whose value is None, and without the
-    headers (HTTP headers of MLServer's: test_headers). ``skip``: outputs compared by
+    detector's meta, MLServer's without the keys whose value is None (the alibi headers:
+    test_the_alibi_headers_are_http_headers_of_both). ``skip``: outputs compared by
     name, datatype and shape."""
     nulls = [o for o in theirs["outputs"] if o["name"] not in {x["name"] for x in ours["outputs"]}]
     assert all(o["datatype"] == "BYTES" and set(o["data"]) == {None} for o in nulls), nulls
     kept = [o for o in theirs["outputs"] if o not in nulls]
     assert_same_outputs(ours["outputs"], kept, skip)
-    meta = {k: v for k, v in ours["parameters"].items() if k != "headers" and v is not None}
+    meta = {k: v for k, v in ours["parameters"].items() if v is not None}
     assert meta == theirs["parameters"]
     assert ours["model_name"] == theirs["model_name"]
     assert ours.get("model_version") == theirs.get("model_version") is None
@@ -153,17 +154,13 @@ def test_drift_detectors_answer_as_mlservers_runtime_does(
             assert_as_mlserver(*answers(server, mlserver, name, data[step], data["datatype"]))
 
 
-def test_the_alibi_headers_are_a_parameter_of_inferpools_and_http_headers_of_mlservers(
-    server: Server, mlserver: MLServer
-) -> None:
-    """MLServer moves a response's ``parameters.headers`` to its HTTP headers; inferpool
-    answers the alibi runtimes' headers in the JSON, as a parameter."""
+def test_the_alibi_headers_are_http_headers_of_both(server: Server, mlserver: MLServer) -> None:
+    """MLServer moves a response's ``parameters.headers`` to its HTTP headers: so does
+    inferpool for the alibi runtimes (neither leaves them in the JSON)."""
     ours, theirs = both(server.url, mlserver.url, "ksdrift", body(REQUESTS["same"]))
     want = {"x-seldon-alibi-type": "drift", "x-seldon-alibi-method": "ks"}
-    assert ours.json()["parameters"]["headers"] == want
-    assert "headers" not in theirs.json()["parameters"]
-    assert {k: theirs.headers.get(k) for k in want} == want
-    assert {k: ours.headers.get(k) for k in want} == dict.fromkeys(want)
+    assert answer_with_headers(ours)["alibi_headers"] == want
+    assert answer_with_headers(theirs)["alibi_headers"] == want
     # The CloudEvents headers MLServer adds to every answer: inferpool's too.
     cloudevent = ("ce-specversion", "ce-source", "ce-type", "ce-modelid", "ce-endpoint")
     assert {k: ours.headers[k] for k in cloudevent} == {k: theirs.headers[k] for k in cloudevent}
@@ -250,7 +247,8 @@ def grpc_answer(stub: GRPCInferenceServiceStub, name: str, data: list) -> dict:
     request = pb.ModelInferRequest(model_name=name)
     tensor = request.inputs.add(name="x", datatype="FP32", shape=[len(data), len(data[0])])
     tensor.contents.fp32_contents.extend(value for row in data for value in row)
-    decoded = response_from_message(stub.ModelInfer(request, timeout=60))
+    reply, call = stub.ModelInfer.with_call(request, timeout=60)
+    decoded = response_from_message(reply)
     outputs = [
         {"name": o.name, "datatype": o.datatype, "shape": list(o.shape),
          "data": np.asarray(o.data).ravel().tolist()}
@@ -258,21 +256,30 @@ def grpc_answer(stub: GRPCInferenceServiceStub, name: str, data: list) -> dict:
     ]  # fmt: skip
     parameters = dict(decoded.parameters or {})
     return {"model_name": name, "model_version": None, "outputs": outputs,
-            "parameters": parameters}  # fmt: skip
+            "parameters": parameters,
+            "alibi_headers": alibi_headers(call.trailing_metadata())}  # fmt: skip
 
 
 def test_grpc_answers_as_mlservers_does_or_where_mlservers_fails(
     server: Server, mlserver: MLServer
 ) -> None:
-    """Over gRPC the same answers (inferpool's headers parameter travels as a JSON
-    string); MLServer cannot send an output of nulls there: a detector answering a None
+    """Over gRPC the same answers, the alibi headers as trailing metadata of both;
+    MLServer cannot send an output of nulls there: a detector answering a None
     (IForest's feature_score) is an INTERNAL error of MLServer's ("expected bytes,
     NoneType found"), inferpool leaves the key out."""
     with stub_for(server) as ours, grpc.insecure_channel(mlserver.address) as channel:
         theirs = GRPCInferenceServiceStub(channel)
         one = grpc_answer(ours, "ksdrift", REQUESTS["shifted"])
-        assert json.loads(one["parameters"].pop("headers"))["x-seldon-alibi-method"] == "ks"
-        assert_as_mlserver(one, grpc_answer(theirs, "ksdrift", REQUESTS["shifted"]))
+        other = grpc_answer(theirs, "ksdrift", REQUESTS["shifted"])
+        assert (
+            one.pop("alibi_headers")
+            == other.pop("alibi_headers")
+            == {
+                "x-seldon-alibi-type": "drift",
+                "x-seldon-alibi-method": "ks",
+            }
+        )
+        assert_as_mlserver(one, other)
         answer = grpc_answer(ours, "iforest", REQUESTS["shifted"])
         assert [o["name"] for o in answer["outputs"]] == ["instance_score", "is_outlier"]
         with pytest.raises(grpc.RpcError) as failed:

@@ -30,6 +30,7 @@ from inferpool.engine.environments.unpack import prepare
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from tests.environments import named_by, serving_settled
 from tests.support import Server
+from tests.support.alibi_headers import alibi_headers, answer_with_headers
 from tests.support.grpc import stub_for
 
 # The fixture unpacks a 1.3 GB environment, fits and saves models with its python and
@@ -207,12 +208,11 @@ def body(rows: list[list[float]], **parameters: object) -> dict:
 def explain(server: Server, name: str, rows: list[list[float]], path: str = "infer") -> dict:
     """The explanation a model answers over REST, parsed, after checking MLServer's shape."""
     answer = httpx.post(f"{server.url}/v2/models/{name}/{path}", json=body(rows), timeout=120)
-    assert answer.status_code == 200, answer.text
-    document = answer.json()
+    document = answer_with_headers(answer)  # /infer and /explain: HTTP headers, as MLServer
     [output] = document["outputs"]
     assert output["name"] == "explanation" and output["datatype"] == "BYTES"
     assert output["shape"] == [1, 1] and output["parameters"]["content_type"] == "str"
-    assert document["parameters"]["headers"]["x-seldon-alibi-type"] == "explanation"
+    assert document["alibi_headers"]["x-seldon-alibi-type"] == "explanation"
     return json.loads(output["data"][0])
 
 
@@ -221,9 +221,11 @@ def explain_grpc(server: Server, name: str, rows: list[list[float]]) -> dict:
     tensor = request.inputs.add(name="x", datatype="FP64", shape=[len(rows), len(rows[0])])
     tensor.contents.fp64_contents.extend(flat(rows))
     with stub_for(server) as stub:
-        reply = stub.ModelInfer(request, timeout=120)
+        reply, call = stub.ModelInfer.with_call(request, timeout=120)
     assert [o.name for o in reply.outputs] == ["explanation"]
-    assert json.loads(reply.parameters["headers"].string_param)["x-seldon-alibi-method"]
+    # As MLServer sends them: trailing metadata, not a parameter.
+    assert "headers" not in reply.parameters
+    assert alibi_headers(call.trailing_metadata())["x-seldon-alibi-type"] == "explanation"
     if reply.raw_output_contents:
         return json.loads(reply.raw_output_contents[0][4:])
     return json.loads(reply.outputs[0].contents.bytes_contents[0])

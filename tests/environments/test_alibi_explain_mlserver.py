@@ -32,6 +32,7 @@ from tests.environments import test_alibi_explain as explain
 from tests.environments.side_by_side import both, mlserver_model, mlserver_python
 from tests.environments.test_alibi_explain import IMPLEMENTATION, ROWS, SENTENCE, body
 from tests.support import Server, free_port
+from tests.support.alibi_headers import answer_with_headers
 from tests.support.mlserver import running_mlserver
 
 if not os.environ.get("INFERPOOL_TEST_ALIBI_ENV"):
@@ -104,20 +105,19 @@ def mlserver(
 def explanations(server: Server, mlserver: MLServer, name: str, request: dict) -> list[dict]:
     """The explanation each answers 200 (inferpool's, then MLServer's), parsed, after
     checking that both answer it in one BYTES output ``explanation`` of shape [1, 1] and
-    name the explainer in their headers (MLServer's HTTP headers, inferpool's ``headers``
-    parameter)."""
+    name the explainer in the same HTTP headers (neither in the JSON)."""
     ours, theirs = both(server.url, mlserver.url, name, request)
     assert ours.status_code == 200, ours.text
     parsed = []
-    for answer in (ours.json(), theirs.json()):
+    answers = answer_with_headers(ours), answer_with_headers(theirs)
+    assert answers[0]["alibi_headers"] == answers[1]["alibi_headers"]
+    assert answers[0]["alibi_headers"]["x-seldon-alibi-type"] == "explanation"
+    for answer in answers:
         [output] = answer["outputs"]
         head = (output["name"], output["datatype"], output["shape"])
         assert head == ("explanation", "BYTES", [1, 1]), output
         assert output["parameters"]["content_type"] == "str"
         parsed.append(json.loads(output["data"][0]))
-    method = ours.json()["parameters"]["headers"]["x-seldon-alibi-method"]
-    assert theirs.headers["x-seldon-alibi-method"] == method
-    assert "headers" not in theirs.json().get("parameters", {})
     return parsed
 
 

@@ -159,8 +159,8 @@ class InferenceService:
         level = 0 if priority is None else header_level(priority)
         kind: int = Kind.GRPC
         client = self.plane.client
-        custom = client.table.find(name, version).custom
-        if custom:
+        exchanges = client.table.find(name, version).exchanges_headers
+        if exchanges:
             body = wrap(grpc_metadata(_call_metadata(metadata)), body)
             kind = Kind.GRPC_HEADERS
         if client.shared_memory.regions and MARKER in body:  # tensors in shared memory
@@ -174,7 +174,7 @@ class InferenceService:
         else:
             reply = await self.plane.infer(name, version, kind, body, None, deadline)
         response_metadata.set(())
-        if custom and reply.status == 200:
+        if exchanges and reply.status == 200:
             headers, reply.body = unwrap(reply.body, view=True)  # framed copies it once
             response_metadata.set(trailing_metadata(headers))
         if request_id is None:

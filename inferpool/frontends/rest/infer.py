@@ -129,11 +129,11 @@ class InferRoutes:
     ) -> tuple[int, bytes, bytes]:
         content_length, binary, timeout, encoding = read_head(scope, self.default_timeout)
         kind: int = Kind.REST
-        custom = self.find(name, version).custom
+        exchanges = self.find(name, version).exchanges_headers
         # A large binary body (a million bytes or more) is read behind padding that
         # aligns its first tensor; a small one as it is.
         large = binary is not None and content_length is not None and len(content_length) > 6
-        if custom:  # a user's runtime: the headers go along, in front of the body
+        if exchanges:  # a user's runtime (or alibi's): the headers go in front of the body
             headers = http_headers(scope["headers"])
             block = headers_block(headers)
             if large and (pad := alignment(len(block), binary)):
@@ -162,7 +162,7 @@ class InferRoutes:
             finally:
                 LEVEL.reset(token)
         extra = b""
-        if custom and reply.status == 200:
+        if exchanges and reply.status == 200:
             # The headers the runtime's response set (parameters.headers), as MLServer
             # sends them: HTTP response headers, no longer in the JSON body.
             headers, reply.body = unwrap(reply.body, view=True)

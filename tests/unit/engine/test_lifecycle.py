@@ -11,7 +11,7 @@ import pytest
 
 from inferpool.engine.accounting import Accounting
 from inferpool.engine.admin import AdminPolicy
-from inferpool.engine.lifecycle import Lifecycle, NamedLocks, StartupFailed
+from inferpool.engine.lifecycle import Lifecycle, NamedLocks, StartupFailed, exchanges_headers
 from inferpool.engine.pipelines.manager import Pipelines
 from inferpool.engine.repository import Discovered
 from inferpool.engine.states import UNLOADED, ModelKey, ModelState, ModelTable, model_key
@@ -70,7 +70,7 @@ def test_a_new_version_is_listed_loading_then_ready_with_statistics() -> None:
     life, host = lifecycle()
     status = asyncio.run(life.load_discovered(found("a")))
     assert host.seen["a"] == [ModelState.LOADING]  # listed while it loads
-    assert status.state is ModelState.READY and status.required and status.custom
+    assert status.state is ModelState.READY and status.required and status.exchanges_headers
     assert life.table.get("a") is status and status.metadata == {"name": "a"}
     assert "a" in life.accounting.stats and life.accounting.load_seconds["a"] >= 0
     assert len(life.locks) == 0
@@ -210,3 +210,18 @@ def test_named_locks_serialise_one_name_and_forget_it_after() -> None:
     assert order.index("1 out") < order.index("2 in")  # one model: one at a time
     assert order.index("3 in") < order.index("1 out")  # another model: alongside
     assert len(locks) == 0
+
+
+@pytest.mark.parametrize(
+    ("named", "exchanges"),
+    [
+        ({"implementation": "my_models.Custom"}, True),  # a user's class
+        ({"implementation": "mlserver_alibi_detect.AlibiDetectRuntime"}, True),
+        ({"runtime": "alibi-explain"}, True),  # x-seldon-alibi-* as HTTP headers
+        ({"implementation": "mlserver_sklearn.SKLearnModel"}, False),
+        ({"runtime": "lightgbm"}, False),
+    ],
+)
+def test_headers_go_to_a_users_runtime_and_alibis_only(named: dict, exchanges: bool) -> None:
+    """The built-in runtimes other than alibi's never pay for the headers block."""
+    assert exchanges_headers(ModelSettings(name="m", **named)) is exchanges

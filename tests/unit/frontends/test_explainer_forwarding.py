@@ -30,6 +30,7 @@ EXPLAINER = """
 
     from inferpool import Runtime
     from inferpool.calls import infer
+    from inferpool.runtimes.base import Answer
 
 
     class Explainer(Runtime):
@@ -42,7 +43,9 @@ EXPLAINER = """
             rows = np.asarray(request.inputs[0].data).reshape(request.inputs[0].shape)
             answer = infer("iris-logreg", {"x": rows}, outputs=["predict_proba"])
             proba = answer["outputs"][0]["data"].tolist()
-            return {"explanation": [json.dumps({"explained": proba})]}
+            # An alibi explainer's headers (parameters.headers, as MLServer's sets them).
+            headers = {"x-seldon-alibi-type": "explanation"}
+            return Answer({"explanation": [json.dumps({"explained": proba})]}, {"headers": headers})
 """
 
 ROWS = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]
@@ -98,6 +101,10 @@ def test_explain_is_the_named_explainers_inference(answers: dict[str, Any]) -> N
     assert answer.status_code == 200, answer.text
     document = answer.json()
     assert document["model_name"] == "explainer"  # answered by the explainer
+    # The headers it set are HTTP headers, as /infer sends them, not in the JSON.
+    assert answer.headers["x-seldon-alibi-type"] == "explanation"
+    assert "headers" not in document.get("parameters", {})
+    assert answers["binary"].headers["x-seldon-alibi-type"] == "explanation"
     [output] = document["outputs"]
     assert output["name"] == "explanation"
     # The explainer called the model it explains: its probabilities, through the engine.
