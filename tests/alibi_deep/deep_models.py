@@ -3,9 +3,11 @@ by pytest: saves the detectors and explainers of PyTorch and TensorFlow models t
 serves into the repository folder given as its first argument, and prints, as one JSON
 line, what they answer in that environment to the requests given (JSON) as its second.
 
-- MMDDrift on its PyTorch backend, saved with ``save_detector`` (config.toml) and loaded
-  back with ``load_detector``; its permutation test draws with torch's generator, seeded
-  here (``SEEDS``: the spread of what is random, for the test's tolerances);
+- MMDDrift on its PyTorch and its TensorFlow backend, saved with ``save_detector``
+  (config.toml) and loaded back with ``load_detector``; its permutation test draws with
+  the backend's generator, seeded here (``SEEDS``: the spread of what is random, for the
+  test's tolerances);
+- OutlierAE, the outlier detector of a Keras autoencoder (no randomness at predict);
 - ModelDistillation and AdversarialAE, adversarial detectors of a Keras classifier,
   saved with ``save_detector`` (alibi-detect's legacy format: meta.dill and the Keras
   models);
@@ -23,6 +25,7 @@ from alibi.explainers import IntegratedGradients
 from alibi.saving import load_explainer
 from alibi_detect.ad import AdversarialAE, ModelDistillation
 from alibi_detect.cd import MMDDrift
+from alibi_detect.od import OutlierAE
 from alibi_detect.saving import load_detector, save_detector
 from sklearn.datasets import load_iris
 
@@ -34,17 +37,19 @@ def plain(data: dict) -> dict:
     return {k: None if v is None else np.asarray(v).tolist() for k, v in data.items()}
 
 
-def mmd(root: str, requests: dict) -> dict:
+def mmd(root: str, requests: dict, backend: str, folder: str) -> dict:
     x_ref = np.random.default_rng(0).normal(size=(100, 4)).astype(np.float32)
-    detector = MMDDrift(x_ref, backend="pytorch", p_val=0.05, n_permutations=N_PERMUTATIONS)
-    save_detector(detector, root + "/mmd/detector")
-    loaded = load_detector(root + "/mmd/detector")
+    detector = MMDDrift(x_ref, backend=backend, p_val=0.05, n_permutations=N_PERMUTATIONS)
+    save_detector(detector, f"{root}/{folder}/detector")
+    loaded = load_detector(f"{root}/{folder}/detector")
     answers = {}
     for name, rows in requests.items():
         x = np.asarray(rows, dtype=np.float32)
         seeded = []
         for seed in SEEDS:
             torch.manual_seed(seed)
+            tf.random.set_seed(seed)
+            np.random.seed(seed)
             seeded.append(plain(loaded.predict(x)["data"]))
         answers[name] = seeded
     return {"answers": answers, "meta": loaded.meta}
@@ -78,11 +83,12 @@ def distillation(root: str, model, x: np.ndarray, rows: np.ndarray) -> dict:
     return {"data": plain(loaded.predict(rows)["data"]), "meta": loaded.meta}
 
 
-def autoencoder(root: str, model, x: np.ndarray, rows: np.ndarray) -> dict:
-    def dense(inputs: int, units: int, **options) -> tf.keras.Model:
-        layer = tf.keras.layers.Dense(units, **options)
-        return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(inputs,)), layer])
+def dense(inputs: int, units: int, **options) -> tf.keras.Model:
+    layer = tf.keras.layers.Dense(units, **options)
+    return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(inputs,)), layer])
 
+
+def autoencoder(root: str, model, x: np.ndarray, rows: np.ndarray) -> dict:
     detector = AdversarialAE(
         encoder_net=dense(4, 2, activation="relu"), decoder_net=dense(2, 4), model=model
     )
@@ -90,6 +96,15 @@ def autoencoder(root: str, model, x: np.ndarray, rows: np.ndarray) -> dict:
     detector.infer_threshold(x, threshold_perc=95)
     save_detector(detector, root + "/autoencoder/detector")
     loaded = load_detector(root + "/autoencoder/detector")
+    return {"data": plain(loaded.predict(rows)["data"]), "meta": loaded.meta}
+
+
+def outlier_ae(root: str, x: np.ndarray, rows: np.ndarray) -> dict:
+    detector = OutlierAE(encoder_net=dense(4, 2, activation="relu"), decoder_net=dense(2, 4))
+    detector.fit(x, epochs=5, batch_size=32, verbose=False)
+    detector.infer_threshold(x, threshold_perc=95)
+    save_detector(detector, root + "/outlier-ae/detector")
+    loaded = load_detector(root + "/outlier-ae/detector")
     return {"data": plain(loaded.predict(rows)["data"]), "meta": loaded.meta}
 
 
@@ -117,7 +132,9 @@ def main() -> None:
         "numpy": np.__version__,
         "torch": torch.__version__,
         "tensorflow": tf.__version__,
-        "mmd": mmd(root, requests),
+        "mmd": mmd(root, requests, "pytorch", "mmd"),
+        "mmd-tf": mmd(root, requests, "tensorflow", "mmd-tf"),
+        "outlier-ae": outlier_ae(root, x, iris),
         "distillation": distillation(root, model, x, iris),
         "autoencoder": autoencoder(root, model, x, iris),
         "ig": gradients(root, model, iris),

@@ -1,7 +1,7 @@
 """alibi-detect detectors and alibi explainers of PyTorch and TensorFlow models, served
-from a per-model environment (issue 40, points 4 and 5): MMDDrift on its PyTorch backend,
-ModelDistillation and AdversarialAE (adversarial detectors of a Keras classifier) and
-IntegratedGradients
+from a per-model environment (issue 40, points 4 and 5): MMDDrift on its PyTorch and its
+TensorFlow backend, OutlierAE (an outlier detector, a Keras autoencoder), ModelDistillation
+and AdversarialAE (adversarial detectors of a Keras classifier) and IntegratedGradients
 (white-box, of that classifier).
 
 tox's ``alibi-deep`` environment packs ``tests/environments/alibi-deep-requirements.txt``
@@ -18,8 +18,8 @@ that environment) must answer the same over REST and gRPC:
   distance_threshold must lie within the spread of ten seeded runs in the environment,
   widened by 0.05 (p_val's standard deviation at 1000 permutations is at most 0.016) and
   by a fifth (the threshold);
-- ModelDistillation's and AdversarialAE's scores and flags equal (no randomness at
-  predict);
+- OutlierAE's, ModelDistillation's and AdversarialAE's scores and flags equal (no
+  randomness at predict);
 - IntegratedGradients' attributions equal to alibi's own for the class the model predicts
   (MLServer's target), or the target a request names, from the saved explainer and from
   ``init_parameters``.
@@ -78,7 +78,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     tarball = named_by("INFERPOOL_TEST_ALIBI_DEEP_ENV", "tarball")
     root = tmp_path_factory.mktemp("repo")
     environment = prepare(tarball, root.parent / "environments")  # unpacked once
-    for name in ("mmd", "distillation", "autoencoder", "iris-ig"):
+    for name in ("mmd", "mmd-tf", "outlier-ae", "distillation", "autoencoder", "iris-ig"):
         (root / name).mkdir()
     done = subprocess.run(
         [environment.python, str(SCRIPT), str(root), json.dumps({**MMD, "iris": IRIS})],
@@ -89,6 +89,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     assert expected["numpy"].startswith("1."), expected["numpy"]
     assert expected["torch"].endswith("+cpu"), expected["torch"]
     model(root, "mmd", DETECT, tarball, "./detector")
+    model(root, "mmd-tf", DETECT, tarball, "./detector")
+    model(root, "outlier-ae", DETECT, tarball, "./detector")
     model(root, "distillation", DETECT, tarball, "./detector")
     model(root, "autoencoder", DETECT, tarball, "./detector")
     model(root, "iris-ig", EXPLAIN, tarball, "./explainer",
@@ -151,12 +153,13 @@ def spread(runs: list[dict], key: str) -> tuple[float, float]:
     return min(values), max(values)
 
 
-def test_mmd_drift_on_torch_answers_as_in_its_environment(
-    server: Server, repository: tuple[Path, dict]
+@pytest.mark.parametrize(("detector", "backend"), [("mmd", "pytorch"), ("mmd-tf", "tensorflow")])
+def test_mmd_drift_answers_as_in_its_environment(
+    server: Server, repository: tuple[Path, dict], detector: str, backend: str
 ) -> None:
     _, expected = repository
-    answers = expected["mmd"]["answers"]
-    assert expected["mmd"]["meta"]["backend"] == "pytorch"
+    answers = expected[detector]["answers"]
+    assert expected[detector]["meta"]["backend"] == backend
     for name in ("same", "shifted"):
         runs = answers[name]
         # The distance does not depend on the seed; the test, random, on it only.
@@ -164,8 +167,8 @@ def test_mmd_drift_on_torch_answers_as_in_its_environment(
         low, high = spread(runs, "p_val")
         cut_low, cut_high = spread(runs, "distance_threshold")
         # Two replicas (one per worker), each asked twice; and once over gRPC.
-        for answer in [infer(server, "mmd", MMD[name]) for _ in range(4)] + [
-            infer_grpc(server, "mmd", MMD[name])
+        for answer in [infer(server, detector, MMD[name]) for _ in range(4)] + [
+            infer_grpc(server, detector, MMD[name])
         ]:
             got = outputs_of(answer)
             assert sorted(got) == sorted(k for k, v in runs[0].items() if v is not None)
@@ -184,10 +187,32 @@ def test_mmd_drift_on_torch_answers_as_in_its_environment(
     assert spread(answers["same"], "p_val")[0] > 0.15
     # The detector's meta (MMDDrift's names its backend's class, MMDDriftTorch).
     for key in ("name", "backend", "version", "detector_type"):
-        assert answer["parameters"][key] == expected["mmd"]["meta"][key], key
+        assert answer["parameters"][key] == expected[detector]["meta"][key], key
     assert answer["alibi_headers"] == {
         "x-seldon-alibi-type": "drift",
         "x-seldon-alibi-method": "mmd",
+    }
+
+
+def test_a_keras_outlier_detector_answers_as_in_its_environment(
+    server: Server, repository: tuple[Path, dict]
+) -> None:
+    _, expected = repository
+    want = expected["outlier-ae"]["data"]
+    answers = [infer(server, "outlier-ae", IRIS) for _ in range(4)]  # two replicas
+    for answer in [*answers, infer_grpc(server, "outlier-ae", IRIS)]:
+        got = outputs_of(answer)
+        assert sorted(got) == sorted(k for k, v in want.items() if v is not None)
+        # One predict call: each value in a list of one, as MLServer answers.
+        assert got["feature_score"].shape == (1, len(IRIS), 4)
+        for key in ("instance_score", "feature_score"):
+            np.testing.assert_allclose(got[key][0], want[key], rtol=1e-5, atol=1e-6)
+        assert got["is_outlier"][0].tolist() == want["is_outlier"]
+    assert answers[0]["parameters"]["name"] == "OutlierAE"
+    assert answers[0]["parameters"]["detector_type"] == "outlier"
+    assert answers[0]["alibi_headers"] == {
+        "x-seldon-alibi-type": "outlier",
+        "x-seldon-alibi-method": "ae",
     }
 
 
