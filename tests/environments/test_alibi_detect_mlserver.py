@@ -31,12 +31,7 @@ from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.generated.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 from inferpool.protocol.grpc_wire import response_from_message
 from tests.environments import test_alibi_detect as detect
-from tests.environments.side_by_side import (
-    assert_same_outputs,
-    both,
-    mlserver_model,
-    mlserver_python,
-)
+from tests.environments.side_by_side import both, mlserver_model, mlserver_python
 from tests.environments.test_alibi_detect import (
     BINARY_STREAM,
     DRIFT,
@@ -49,6 +44,7 @@ from tests.support import Server
 from tests.support.alibi_headers import alibi_headers, answer_with_headers
 from tests.support.grpc import stub_for
 from tests.support.mlserver import running_mlserver
+from tests.support.same_outputs import assert_same_outputs
 
 if not os.environ.get("INFERPOOL_TEST_ALIBI_ENV"):
     pytest.skip("INFERPOOL_TEST_ALIBI_ENV names no tarball: tox -e environments packs it",

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import grpc
 import httpx
-import numpy as np
 
 from inferpool.protocol.generated.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 from tests.mlserver.runtimes import grpc_outputs, grpc_request
 from tests.support import Server
 from tests.support.mlserver import running_mlserver
+from tests.support.same_outputs import assert_same_outputs
 
 
 @contextmanager
@@ -29,27 +29,13 @@ def side_by_side(repository: Path, *flags: str) -> Iterator[tuple[Server, tuple[
         yield ours, theirs
 
 
-def assert_same_outputs(ours: list[dict], theirs: list[dict]) -> None:
-    assert [o["name"] for o in ours] == [t["name"] for t in theirs]
-    for one, other in zip(ours, theirs, strict=True):
-        assert (one["name"], one["datatype"], one["shape"]) == (
-            other["name"],
-            other["datatype"],
-            other["shape"],
-        )
-        if one["datatype"] in ("BYTES",):
-            assert one["data"] == other["data"], one["name"]
-        else:
-            assert np.allclose(one["data"], other["data"], rtol=1e-6, atol=1e-7), one["name"]
-
-
 def assert_rest_same(ours: str, theirs: str, path: str, body: dict) -> None:
     """``body`` posted to ``path`` on both REST URLs: both 200, the same outputs and
     model version."""
     mine = httpx.post(ours + path, json=body, timeout=60)
     other = httpx.post(theirs + path, json=body, timeout=60)
     assert mine.status_code == other.status_code == 200, (mine.text, other.text)
-    assert_same_outputs(mine.json()["outputs"], other.json()["outputs"])
+    assert_same_outputs(mine.json()["outputs"], other.json()["outputs"], atol=1e-7)
     assert mine.json().get("model_version") == other.json().get("model_version")
 
 

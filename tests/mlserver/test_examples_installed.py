@@ -30,11 +30,11 @@ import pytest
 from tests.mlserver.examples import write_examples
 from tests.mlserver.side_by_side import (
     assert_rest_same,
-    assert_same_outputs,
     grpc_infer,
     side_by_side,
 )
 from tests.support import Server
+from tests.support.same_outputs import assert_same_outputs
 
 
 @pytest.fixture(scope="module")
@@ -65,4 +65,4 @@ def test_rest_answers_as_mlserver(name: str, examples, both) -> None:
 def test_grpc_answers_as_mlserver(name: str, examples, both) -> None:
     path, body = examples[1][name]
     ours, theirs = both[0].grpc_address, both[1][1]
-    assert_same_outputs(grpc_infer(ours, path, body), grpc_infer(theirs, path, body))
+    assert_same_outputs(grpc_infer(ours, path, body), grpc_infer(theirs, path, body), atol=1e-7)

@@ -39,11 +39,11 @@ from tests.mlserver.examples_second import (
 )
 from tests.mlserver.side_by_side import (
     assert_rest_same,
-    assert_same_outputs,
     grpc_infer,
     side_by_side,
 )
 from tests.support import Server
+from tests.support.same_outputs import assert_same_outputs
 
 WITH_MLFLOW, WITH_NUMPYRO = mlflow_installed(), numpyro_installed()
 needs_mlflow = pytest.mark.skipif(
@@ -85,7 +85,7 @@ def test_grpc_answers_as_mlserver(name: str, second, both) -> None:
     flat = [{**tensor, "data": np.ravel(tensor["data"]).tolist()} for tensor in body["inputs"]]
     body = {**body, "inputs": flat}  # typed contents are flat; the README's rows are nested
     ours, theirs = both[0].grpc_address, both[1][1]
-    assert_same_outputs(grpc_infer(ours, path, body), grpc_infer(theirs, path, body))
+    assert_same_outputs(grpc_infer(ours, path, body), grpc_infer(theirs, path, body), atol=1e-7)
 
 
 def _repository_walk(url: str) -> list[tuple[int, bytes, list | None]]:
@@ -135,7 +135,7 @@ def test_generate_stream_answers_as_mlserver(both) -> None:
     assert [e["outputs"][0]["data"] for e in ours] == [e["outputs"][0]["data"] for e in theirs]
     assert [e["outputs"][0]["data"] for e in ours] == [[word] for word in WORDS]
     for one, other in zip(ours, theirs, strict=True):
-        assert_same_outputs(one["outputs"], other["outputs"])
+        assert_same_outputs(one["outputs"], other["outputs"], atol=1e-7)
         assert one["model_name"] == other["model_name"] == "text-model"
         assert sorted(one["parameters"]["headers"]) == sorted(other["parameters"]["headers"])
 
