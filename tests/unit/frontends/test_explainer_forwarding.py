@@ -131,6 +131,7 @@ def test_binary_outputs_come_in_tritons_form_as_from_infer(answers: dict[str, An
 def test_grpc_custom_service_forwards_the_same(answers: dict[str, Any]) -> None:
     reply = answers["grpc"]
     assert reply.status_code == 200 and reply.content_type == "application/json"
+    assert reply.headers["x-seldon-alibi-type"] == "explanation"  # the explainer's
     grpc_output = json.loads(reply.body)["outputs"][0]
     assert grpc_output == answers["iris-logreg"].json()["outputs"][0]
 
