@@ -130,7 +130,8 @@ class EndpointRouter:
             return Reply(exc.status, message.encode())
         if reply.status != 200:
             return reply  # an error's reply: its message
-        answered, headers = reply.body, {}
+        answered: bytes = reply.body
+        headers: dict[str, str] = {}
         if exchanges:
             headers, answered = unwrap(reply.body)
         if reply.json_length is None:
