@@ -12,6 +12,7 @@ Run by tox's ``spark`` environment (mlserver and mlserver-mllib installed beside
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import grpc
@@ -49,9 +50,24 @@ def both(model) -> Iterator[tuple[Server, tuple[str, str]]]:
     started together so that each starts its Spark while the other does."""
     root, _ = model
     options = ("--workers", "0", "--worker-heartbeat-timeout", "900")
-    with Server(root, *options) as ours, running_mlserver(root) as theirs:
+    with Server(root, *options) as ours, ExitStack() as stack:
+        theirs = start_mlserver(stack, root)
         ours.wait_ready(timeout=600)
         yield ours, theirs
+
+
+def start_mlserver(stack: ExitStack, root: Path) -> tuple[str, str]:
+    """MLServer on ``root``, started again once if its Spark gateway died as it started.
+    MLServer 1.7.1 forks spark-submit while its gRPC server's threads start; in ci25 here
+    (2026-12-07, one run in four) the JVM exited at once ("JAVA_GATEWAY_EXITED", gRPC
+    "skipping fork() handlers") and MLServer stopped: its start-up race, not what these
+    tests compare."""
+    try:
+        return stack.enter_context(running_mlserver(root))
+    except RuntimeError as exc:
+        if "JAVA_GATEWAY_EXITED" not in str(exc):
+            raise
+        return stack.enter_context(running_mlserver(root))
 
 
 def rows_body(rows: np.ndarray, shape: list[int]) -> dict:
