@@ -41,7 +41,7 @@ from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.grpc_wire import response_from_message
 from tests.environments import named_by, serving_settled
 from tests.support import Server
-from tests.support.alibi_headers import alibi_headers, answer_with_headers
+from tests.support.alibi_headers import answer_with_headers, reply_with_headers
 from tests.support.grpc import stub_for
 
 # The first test's setup unpacks the 936 MiB tarball (3.3 GB), runs deep_models.py and
@@ -130,9 +130,8 @@ def infer_grpc(server: Server, name: str, data: list) -> dict:
     tensor = request.inputs.add(name="x", datatype="FP32", shape=list(values.shape))
     tensor.contents.fp32_contents.extend(values.ravel().tolist())
     with stub_for(server) as stub:
-        reply, call = stub.ModelInfer.with_call(request, timeout=120)
+        reply, headers = reply_with_headers(stub, request, 120)
     decoded = response_from_message(reply)
-    assert "headers" not in decoded.parameters
     outputs = [
         {"name": o.name, "datatype": o.datatype, "shape": list(o.shape),
          "data": [bytes(v) for v in np.asarray(o.data, dtype=object).ravel()]
@@ -140,7 +139,6 @@ def infer_grpc(server: Server, name: str, data: list) -> dict:
          else np.asarray(o.data).ravel().tolist()}
         for o in decoded.outputs
     ]  # fmt: skip
-    headers = alibi_headers(call.trailing_metadata())
     return {"outputs": outputs, "parameters": dict(decoded.parameters), "alibi_headers": headers}
 
 

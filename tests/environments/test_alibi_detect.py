@@ -32,7 +32,7 @@ from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from inferpool.protocol.grpc_wire import response_from_message
 from tests.environments import named_by, serving_settled
 from tests.support import Server
-from tests.support.alibi_headers import alibi_headers, answer_with_headers
+from tests.support.alibi_headers import answer_with_headers, reply_with_headers
 from tests.support.grpc import stub_for
 
 # The fixture unpacks a 1.3 GB environment, fits and saves models with its python and
@@ -254,15 +254,13 @@ def infer_grpc(server: Server, name: str, data: list) -> tuple[list[dict], Any, 
     tensor = request.inputs.add(name="x", datatype="FP32", shape=rows.shape)
     tensor.contents.fp32_contents.extend(rows.ravel().tolist())
     with stub_for(server) as stub:
-        reply, call = stub.ModelInfer.with_call(request, timeout=60)
+        reply, headers = reply_with_headers(stub, request, 60)
     decoded = response_from_message(reply)
     outputs = [
         {"name": o.name, "shape": list(o.shape), "data": np.asarray(o.data).ravel().tolist()}
         for o in decoded.outputs
     ]
-    # As MLServer sends them: trailing metadata, not a parameter.
-    assert "headers" not in reply.parameters
-    return outputs, reply.parameters, alibi_headers(call.trailing_metadata())
+    return outputs, reply.parameters, headers
 
 
 def test_grpc_answers_the_same(server: Server, repository: tuple[Path, dict]) -> None:

@@ -41,7 +41,7 @@ from tests.environments.test_alibi_detect import (
     body,
 )
 from tests.support import Server
-from tests.support.alibi_headers import alibi_headers, answer_with_headers
+from tests.support.alibi_headers import answer_with_headers, reply_with_headers
 from tests.support.grpc import stub_for
 from tests.support.mlserver import running_mlserver
 from tests.support.same_outputs import assert_same_outputs
@@ -243,7 +243,7 @@ def grpc_answer(stub: GRPCInferenceServiceStub, name: str, data: list) -> dict:
     request = pb.ModelInferRequest(model_name=name)
     tensor = request.inputs.add(name="x", datatype="FP32", shape=[len(data), len(data[0])])
     tensor.contents.fp32_contents.extend(value for row in data for value in row)
-    reply, call = stub.ModelInfer.with_call(request, timeout=60)
+    reply, headers = reply_with_headers(stub, request, 60)
     decoded = response_from_message(reply)
     outputs = [
         {"name": o.name, "datatype": o.datatype, "shape": list(o.shape),
@@ -253,7 +253,7 @@ def grpc_answer(stub: GRPCInferenceServiceStub, name: str, data: list) -> dict:
     parameters = dict(decoded.parameters or {})
     return {"model_name": name, "model_version": None, "outputs": outputs,
             "parameters": parameters,
-            "alibi_headers": alibi_headers(call.trailing_metadata())}  # fmt: skip
+            "alibi_headers": headers}  # fmt: skip
 
 
 def test_grpc_answers_as_mlservers_does_or_where_mlservers_fails(

@@ -30,7 +30,7 @@ from inferpool.engine.environments.unpack import prepare
 from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from tests.environments import named_by, serving_settled
 from tests.support import Server
-from tests.support.alibi_headers import alibi_headers, answer_with_headers
+from tests.support.alibi_headers import answer_with_headers, reply_with_headers
 from tests.support.grpc import stub_for
 
 # The fixture unpacks a 1.3 GB environment, fits and saves models with its python and
@@ -221,11 +221,9 @@ def explain_grpc(server: Server, name: str, rows: list[list[float]]) -> dict:
     tensor = request.inputs.add(name="x", datatype="FP64", shape=[len(rows), len(rows[0])])
     tensor.contents.fp64_contents.extend(flat(rows))
     with stub_for(server) as stub:
-        reply, call = stub.ModelInfer.with_call(request, timeout=120)
+        reply, headers = reply_with_headers(stub, request, 120)
     assert [o.name for o in reply.outputs] == ["explanation"]
-    # As MLServer sends them: trailing metadata, not a parameter.
-    assert "headers" not in reply.parameters
-    assert alibi_headers(call.trailing_metadata())["x-seldon-alibi-type"] == "explanation"
+    assert headers["x-seldon-alibi-type"] == "explanation"
     if reply.raw_output_contents:
         return json.loads(reply.raw_output_contents[0][4:])
     return json.loads(reply.outputs[0].contents.bytes_contents[0])

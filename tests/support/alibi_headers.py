@@ -4,6 +4,7 @@ sends them: HTTP response headers, gRPC trailing metadata; never the body's para
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import httpx
 
@@ -23,3 +24,12 @@ def answer_with_headers(response: httpx.Response) -> dict:
     assert "headers" not in document.get("parameters", {}), document["parameters"]
     document["alibi_headers"] = alibi_headers(response.headers.items())
     return document
+
+
+def reply_with_headers(stub: Any, request: Any, timeout: float) -> tuple[Any, dict[str, str]]:
+    """A gRPC ModelInfer's reply and its alibi headers (trailing metadata): they must have
+    left the reply's parameters, as MLServer moves them (``answer_with_headers`` over
+    gRPC)."""
+    reply, call = stub.ModelInfer.with_call(request, timeout=timeout)
+    assert "headers" not in reply.parameters, dict(reply.parameters)
+    return reply, alibi_headers(call.trailing_metadata())
