@@ -18,6 +18,7 @@ A per-model environment runs in worker processes only: ``--workers 0`` cannot ho
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -229,13 +230,30 @@ def explain_grpc(server: Server, name: str, rows: list[list[float]]) -> dict:
     return json.loads(reply.outputs[0].contents.bytes_contents[0])
 
 
-def assert_anchor(got: dict, want: dict) -> None:
-    """An anchor of alibi's: its meta, rule and prediction; its precision (sampled) high."""
+def rule_holds(condition: str, row: list[float]) -> bool:
+    """Whether one of an anchor's conditions ("a < name <= b", "name <= b", "name > a")
+    is true of the row it explains."""
+    bounds = re.fullmatch(r"(?:([\d.]+) < )?(\w+)(?: <= ([\d.]+)| > ([\d.]+))?", condition)
+    assert bounds is not None, condition
+    low, name, high, above = bounds.groups()
+    value = row[COLUMNS.index(name)]
+    lowest = max(float(x) for x in (low, above, "-inf") if x is not None)
+    return lowest < value <= float(high or "inf")
+
+
+def assert_anchor(got: dict, want: dict, row: list[float]) -> None:
+    """An anchor of alibi's for this row: its meta and prediction; every condition of its
+    rule true of the row. Its precision is sampled: when no anchor reaches the threshold
+    (0.95) alibi answers its best one, and the versicolor row's was 0.86-0.99 over 75
+    seeds of alibi's own (2026-12-07; 0.863 failed ci26's bound of 0.9): the setosa's and
+    the virginica's were 1.0 in every one."""
     assert got["meta"]["name"] == "AnchorTabular"
     assert got["meta"]["params"] == want["meta"]["params"]
     assert set(got["data"]) == set(want["data"])
     assert got["data"]["raw"]["prediction"] == want["data"]["raw"]["prediction"]
-    assert got["data"]["precision"] >= 0.9 and 0 < got["data"]["coverage"] <= 1
+    assert got["data"]["anchor"] and all(rule_holds(c, row) for c in got["data"]["anchor"])
+    floor = 0.8 if row == ROWS[1] else 0.9
+    assert got["data"]["precision"] >= floor and 0 < got["data"]["coverage"] <= 1
 
 
 def test_an_anchor_explains_the_model_it_calls(
@@ -246,14 +264,14 @@ def test_an_anchor_explains_the_model_it_calls(
     assert setosa["data"]["anchor"] == ["petal_length <= 1.60"]  # else the test proves little
     for _ in range(2):  # two replicas: each builds its explainer on its first request
         got = explain(server, "iris-anchor", [ROWS[0]])
-        assert_anchor(got, setosa)
+        assert_anchor(got, setosa, ROWS[0])
         assert got["data"]["anchor"] == setosa["data"]["anchor"]
     for row, want in zip(ROWS[1:], expected["anchors"][1:], strict=True):
-        assert_anchor(explain(server, "iris-anchor", [row]), want)
+        assert_anchor(explain(server, "iris-anchor", [row]), want, row)
     # explainer_batch false (MLServer's default): the first row alone is explained.
-    assert_anchor(explain(server, "iris-anchor", ROWS), setosa)
+    assert_anchor(explain(server, "iris-anchor", ROWS), setosa, ROWS[0])
     got = explain_grpc(server, "iris-anchor", [ROWS[0]])
-    assert_anchor(got, setosa)
+    assert_anchor(got, setosa, ROWS[0])
     assert got["data"]["anchor"] == setosa["data"]["anchor"]
 
 
@@ -335,7 +353,7 @@ def test_a_models_explain_endpoint_forwards_to_its_explainer(
 ) -> None:
     _, expected = repository
     got = explain(server, "iris", [ROWS[0]], path="explain")
-    assert_anchor(got, expected["anchors"][0])
+    assert_anchor(got, expected["anchors"][0], ROWS[0])
     assert got["data"]["anchor"] == expected["anchors"][0]["data"]["anchor"]
 
 
