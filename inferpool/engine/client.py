@@ -39,9 +39,24 @@ from inferpool.settings import ModelSettings, ServerSettings
 __all__ = ["EngineClient", "StartupFailed", "make_client"]
 
 
+# What a client serving another's models shares with it (``host`` below).
+_SHARED_PARTS = (
+    "table", "shared_memory", "accounting", "stats", "buckets", "load_seconds", "admin",
+    "pipelines", "lifecycle", "call_server", "inference",
+)  # fmt: skip
+
+
 class EngineClient(ABC):
-    def __init__(self, settings: ServerSettings) -> None:
+    def __init__(self, settings: ServerSettings, host: EngineClient | None = None) -> None:
+        """``host``: the client whose models this one runs some of (``--workers 0``'s
+        environment workers, ``environment_workers.py``): its model table, lifecycle,
+        statistics and calls are this one's too, so that states, counts and calls between
+        models are the same whichever of the two runs a model."""
         self.settings = settings
+        if host is not None:
+            for part in _SHARED_PARTS:
+                setattr(self, part, getattr(host, part))
+            return
         # This process's decode limits (workers get theirs when they are forked): the
         # in-process path and what the frontends parse themselves both read them.
         limits.configure(limits.DecodeLimits.from_settings(settings))

@@ -89,7 +89,7 @@ class Engine:
         """
         client = self._client()
         request = build_request(inputs, outputs, parameters, _input_name(client, model, version))
-        if isinstance(client, InProcessClient) and not client.pipelines.serves(model, version):
+        if isinstance(client, InProcessClient) and client.runs_here(model, version):
             return InferenceResult(await client.infer_request(model, version, request))
         reply = await client.infer(model, version, Kind.GRPC, to_wire(request), None)
         if reply.status != 200:

@@ -1,5 +1,8 @@
 """``workers=0``: models load and predict in the frontend process (embedding, debugging).
 
+A model naming an environment of its own needs that environment's interpreter: it goes
+to environment workers beside this process (``environment_workers.py``).
+
 The worker path (``worker/path.py``) runs here on the event loop's thread; loads run
 in a thread, one at a time, so the loop keeps answering health checks. A model that
 batches (``worker/batching.py``) queues its requests until the loop's next turn, so
@@ -17,15 +20,26 @@ import importlib
 import logging
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from inferpool import calls
 from inferpool.engine.call_server import InProcessCalls
 from inferpool.engine.client import EngineClient
 from inferpool.engine.daemon_thread import in_daemon_thread
+from inferpool.engine.environment_workers import EnvironmentWorkers
 from inferpool.engine.environments.capabilities import here, importable_here
 from inferpool.engine.environments.unpack import named_environment
+from inferpool.engine.inprocess_queue import (
+    Executions,
+    Queue,
+    Waiting,
+    answer,
+    answer_executions,
+    fail,
+    run_all,
+    run_first,
+)
 from inferpool.engine.ipc.messages import Reply, RequestHeader
 from inferpool.engine.load_probe import LoadProbe, probed
 from inferpool.engine.pool.groups import lacking, runtime_library
@@ -38,7 +52,6 @@ from inferpool.settings import ModelSettings, ServerSettings
 
 if TYPE_CHECKING:
     from inferpool.engine.worker.model import LoadedModel
-    from inferpool.engine.worker.path import Job
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +64,7 @@ class InProcessClient(EngineClient):
         self.models: dict[ModelKey, LoadedModel] = {}  # per version
         # Requests of a batching version waiting for the loop's next turn (or for the
         # model's max_batch_time), per version.
-        self._queued: dict[ModelKey, _Queue] = {}
+        self._queued: dict[ModelKey, Queue] = {}
         # Batching versions with a joined predict in a thread now: their next queue waits
         # for it to end, as a worker drains its ring only between predicts, so that the
         # requests arriving meanwhile join one predict rather than one each.
@@ -69,20 +82,54 @@ class InProcessClient(EngineClient):
         if settings.stall_threshold > 0:
             self.threads = PredictThreads(1 + settings.max_standby_workers)
         self.probe = LoadProbe(settings.model_load_timeout)
+        self.environments = EnvironmentWorkers(self)
+
+    def live_reason(self) -> str | None:
+        return self.environments.live_reason()
+
+    def drop_shared_memory(self, serials: list[int]) -> None:
+        super().drop_shared_memory(serials)
+        self.environments.drop_shared_memory(serials)
+
+    def set_log_levels(self, levels: dict[str, int]) -> None:
+        super().set_log_levels(levels)
+        self.environments.set_log_levels(levels)
+
+    def overload_refusal(self, key: ModelKey) -> InferpoolError | None:
+        return self.environments.overload_refusal(key)
+
+    def runs_here(self, name: str, version: str | None) -> bool:
+        """Whether the model (not a pipeline) runs in this process, for the embedded API's
+        typed path; False for one in an environment's workers (found or not, listed as it
+        may be later: the raw path says why)."""
+        if self.pipelines.serves(name, version):
+            return False
+        return not any(key.partition("\x00")[0] == name for key in self.environments.keys)
 
     async def _start_workers(self) -> None:
         # A runtime's calls to other models, from its predict thread (call_server.py).
         self.calls = InProcessCalls(self.call_server, asyncio.get_running_loop(), self.threads)
         calls.install(self.calls)
 
+    def _on_shutdown(self) -> None:
+        self.environments.on_shutdown()
+
     async def close(self) -> None:
         await super().close()
+        await self.environments.close()
         await self.probe.close()
         calls.uninstall(getattr(self, "calls", None))
 
     async def _load(self, settings: ModelSettings) -> dict[str, Any]:
         from inferpool.engine.worker.model import failure_reason, unload_model
 
+        key = model_key(settings.name, settings.version)
+        if named_environment(settings) is not None:
+            metadata = await self.environments.load(settings)
+            replaced = self.models.pop(key, None)  # it ran here before its reload
+            if replaced is not None:
+                await asyncio.to_thread(unload_model, replaced)
+            return metadata
         await self._check_capabilities(settings)
         if self.settings.load_probe and probed(settings):
             # A file that crashes its library fails here; meanwhile this process imports the
@@ -98,7 +145,7 @@ class InProcessClient(EngineClient):
             model = await in_daemon_thread(_load_one_at_a_time, settings)
         except Exception as exc:
             raise InferpoolError(failure_reason(exc)) from None
-        key = model_key(settings.name, settings.version)
+        await self.environments.unload(key)  # it ran in an environment before its reload
         replaced = self.models.get(key)
         self.models[key] = model
         if replaced is not None:  # a reload: the old runtime's custom counters are kept
@@ -110,13 +157,7 @@ class InProcessClient(EngineClient):
 
     async def _check_capabilities(self, settings: ModelSettings) -> None:
         """The scheduler's capability filter, with this process as the one worker:
-        ModelLoadError if the model names an environment or needs what is not here."""
-        if named_environment(settings) is not None:
-            raise ModelLoadError(
-                f"model '{settings.name}' names an environment ({named_environment(settings)}): "
-                "its replicas run in workers started with that environment's interpreter, "
-                "and with --workers 0 there is none; start the server with --workers 1 or more"
-            )
+        ModelLoadError if the model needs what is not here."""
         tags = self.settings.worker_tags
         reason = await asyncio.to_thread(  # here() reads once, at the first that asks
             lacking,
@@ -135,6 +176,7 @@ class InProcessClient(EngineClient):
     async def _unload(self, key: ModelKey) -> None:
         from inferpool.engine.worker.model import unload_model
 
+        await self.environments.unload(key)
         model = self.models.pop(key, None)
         if model is not None:  # off the loop: an MLServer model's unload() may take a while
             await asyncio.to_thread(unload_model, model)
@@ -144,11 +186,14 @@ class InProcessClient(EngineClient):
     ) -> Reply:
         from inferpool.engine.worker.path import Job, run_group
 
+        model = self.models.get(key)
+        if model is None:  # in an environment's workers
+            pool = self.environments.pool_of(key)
+            return await pool._infer(key, kind, body, json_length, deadline)
         # The header a worker would have read.
         deadline_ns = 0 if deadline is None else int(deadline * 1e9)
         now = time.monotonic_ns()
         header = RequestHeader(0, 0, kind, json_length, deadline_ns, now, len(body))
-        model = self.models[key]
         threads = self.threads
         if not model.batching.joins:  # a group of one, as a worker would run it
             if threads is None:
@@ -158,7 +203,7 @@ class InProcessClient(EngineClient):
             future = asyncio.get_running_loop().create_future()
             queue = self._queued.get(key)
             if queue is None:
-                queue = self._queued[key] = _Queue(model, self._run_queued, key)
+                queue = self._queued[key] = Queue(model, self._run_queued, key)
             queue.add(Job(header, body), future)
             if queue.full():
                 self._run_queued(key)
@@ -184,14 +229,18 @@ class InProcessClient(EngineClient):
         from inferpool.engine.worker.path import Job
         from inferpool.engine.worker.streaming import stream_replies, streams
 
-        model = self.models[key]
-        if not streams(model.runtime):
+        model = self.models.get(key)
+        if model is None:  # in an environment's workers
+            pool = self.environments.pool_of(key)
+            replies = pool._infer_stream(key, kind, body, json_length, deadline, more)
+        elif not streams(model.runtime):
             yield await self._infer(key, kind, body, json_length, deadline)
             return
-        deadline_ns = 0 if deadline is None else int(deadline * 1e9)
-        header = RequestHeader(0, 0, kind, json_length, deadline_ns, time.monotonic_ns(), len(body))
-        job = Job(header, body)
-        replies = local_replies(lambda bodies: stream_replies(model, job, bodies), more)
+        else:
+            deadline_ns = 0 if deadline is None else int(deadline * 1e9)
+            now = time.monotonic_ns()
+            job = Job(RequestHeader(0, 0, kind, json_length, deadline_ns, now, len(body)), body)
+            replies = local_replies(lambda bodies: stream_replies(model, job, bodies), more)
         try:
             async for reply in replies:
                 yield reply
@@ -219,17 +268,17 @@ class InProcessClient(EngineClient):
             done.add_done_callback(lambda done: self._after_predict(key, waiting, done))
             return
         try:
-            _answer_executions(waiting, run_executions(queue.model, jobs))
+            answer_executions(waiting, run_executions(queue.model, jobs))
         except Exception as exc:  # a bug of the path: answer every caller, never hang one
-            _fail(waiting, exc)
+            fail(waiting, exc)
 
     def _after_predict(
-        self, key: ModelKey, waiting: _Waiting, done: asyncio.Future[_Executions]
+        self, key: ModelKey, waiting: Waiting, done: asyncio.Future[Executions]
     ) -> None:
         """A joined predict came back: answer its requests, then run the queue that
         waited for it (if its own time has come)."""
         self._predicting.discard(key)
-        _answer(waiting, done)
+        answer(waiting, done)
         queue = self._queued.get(key)
         if queue is not None and queue.due:
             self._run_queued(key)
@@ -239,9 +288,10 @@ class InProcessClient(EngineClient):
         others wait for a thread or a batch); on the loop (``--stall-threshold 0``), those
         of a version without a queue right now (the loop runs a request from the moment
         it is accepted to its reply without yielding, unless it joins a batch)."""
+        elsewhere = self.environments.running_requests()
         if self.threads is not None:
-            return self.threads.running_by_key()
-        running = super().running_requests()
+            return {**self.threads.running_by_key(), **elsewhere}
+        running = {**super().running_requests(), **elsewhere}
         for key, queue in self._queued.items():
             left = running.get(key, 0) - len(queue.waiting)
             if left > 0:
@@ -275,81 +325,6 @@ class InProcessClient(EngineClient):
         rows = outputs[0].shape[0] if outputs and outputs[0].shape else 1
         self.accounting.record(key, True, started, None, rows, rows)
         return response
-
-
-class _Queue:
-    """The requests of one batching version waiting to run together: they run at the
-    loop's next turn (every request that reached the engine in this turn joins them), or
-    after the model's ``max_batch_time`` when it sets one, or at once when they are as
-    many as its rows (``batching.Batcher``'s rule for the workers); in predict threads,
-    not before the version's previous joined predict has ended."""
-
-    __slots__ = ("due", "model", "timer", "waiting")
-
-    def __init__(self, model: LoadedModel, run: Callable[[ModelKey], None], key: ModelKey) -> None:
-        self.model = model
-        # Its time came while the version's previous predict ran: it runs when that ends.
-        self.due = False
-        self.waiting: list[tuple[Job, asyncio.Future[Reply]]] = []
-        loop = asyncio.get_running_loop()
-        wait = model.batching.wait_ns / 1e9
-        self.timer: asyncio.Handle = (
-            loop.call_later(wait, run, key) if wait else loop.call_soon(run, key)
-        )
-
-    def add(self, job: Job, future: asyncio.Future[Reply]) -> None:
-        self.waiting.append((job, future))
-
-    def full(self) -> bool:
-        batching = self.model.batching
-        return batching.wait_ns > 0 and len(self.waiting) >= batching.rows
-
-
-def run_first(model: LoadedModel, job: Job) -> Reply:
-    """A group of one, in a predict thread."""
-    from inferpool.engine.worker.path import run_group
-
-    return run_group(model, [job])[0]
-
-
-def run_all(model: LoadedModel, jobs: list[Job]) -> list[tuple[list[int], list[Reply]]]:
-    """Every execution of a batching version's queued requests, in a predict thread."""
-    from inferpool.engine.worker.path import run_executions
-
-    return list(run_executions(model, jobs))
-
-
-_Waiting = list[tuple["Job", asyncio.Future[Reply]]]
-# Each execution of a joined predict: the positions of its requests, and their replies.
-_Executions = list[tuple[list[int], list[Reply]]]
-
-
-def _answer_executions(
-    waiting: _Waiting, executions: Iterable[tuple[list[int], list[Reply]]]
-) -> None:
-    """Answer each waiting request from the executions that ran it."""
-    for positions, replies in executions:
-        for position, reply in zip(positions, replies, strict=True):
-            future = waiting[position][1]
-            if not future.done():
-                future.set_result(reply)
-
-
-def _answer(waiting: _Waiting, done: asyncio.Future[_Executions]) -> None:
-    """The queued requests' executions came back from a predict thread."""
-    if done.cancelled():
-        return
-    error = done.exception()
-    if error is None:
-        _answer_executions(waiting, done.result())
-    else:  # a bug of the path: answer every caller, never hang one
-        _fail(waiting, error)
-
-
-def _fail(waiting: _Waiting, error: BaseException) -> None:
-    for _, future in waiting:
-        if not future.done():
-            future.set_exception(error)
 
 
 # Loads run in a thread (the loop keeps answering health checks), one at a time: a

@@ -165,8 +165,7 @@ def test_platform_and_versions_warn_that_mlmodel_runtimes_read_them(
 
 def test_unknown_keys_warn_and_a_tarball_fails_only_its_model(tmp_path: Path) -> None:
     """A real server: warnings name the key and file; the tarball's model is FAILED with
-    its reason in the index (an environment needs worker processes) while the other
-    model serves."""
+    its reason in the index (its tarball is missing) while the other model serves."""
     X, y = iris_data()
     estimator = LogisticRegression(max_iter=1000).fit(X, y)
     good, packed = tmp_path / "good", tmp_path / "packed"
@@ -187,7 +186,7 @@ def test_unknown_keys_warn_and_a_tarball_fails_only_its_model(tmp_path: Path) ->
         assert index["good"]["state"] == "READY"
         assert index["packed"]["state"] == "FAILED"
         reason = index["packed"]["reason"]
-        assert "'packed' names an environment" in reason and "--workers 1" in reason
+        assert reason == f"environment {packed / 'env.tar.gz'} does not exist"
         answer = httpx.post(f"{server.url}/v2/models/good/infer", json=BODY, timeout=30)
         assert answer.status_code == 200, answer.text
         output = server.output()

@@ -5,7 +5,7 @@ A model naming an environment (``parameters.environment_path`` or MLServer's
 others stay on the server's. Worker groups advertise tags, models declare requirements,
 and a model no worker can hold fails with one summary sentence. With ``--workers 0`` the
 server process is the one worker: requirements are checked against it, and a model
-naming an environment fails saying it needs workers.
+naming an environment runs in a worker of that environment all the same.
 """
 
 from __future__ import annotations
@@ -29,7 +29,13 @@ from inferpool.protocol.generated import grpc_predict_v2_pb2 as pb
 from tests.support import Server, iris_data, rest_output, write_sklearn_model
 from tests.support.grpc import infer_request, stub_for
 from tests.support.pool import wait_for
-from tests.support.where import make_venv, report, reports_at_once, write_where_model
+from tests.support.where import (
+    WHERE_BODY,
+    make_venv,
+    report,
+    reports_at_once,
+    write_where_model,
+)
 
 BIGBOX = {"name": "bigbox", "workers": 1, "tags": ["big"]}
 
@@ -245,14 +251,67 @@ def test_without_workers_the_server_process_is_the_one_worker(alone: Server) -> 
     assert index["tagged"]["state"] == "READY"
     assert report(alone.url, "tagged")["pid"] == alone.process.pid
     assert index["gpu"]["reason"] == "cannot place 1 replica of 'gpu': 1 worker; 1 lacks 'gpu'"
-    reason = index["isolated"]["reason"]
-    assert "'isolated' names an environment" in reason and "--workers 1 or more" in reason
+
+
+def test_without_workers_a_model_naming_an_environment_runs_in_a_worker_of_it(
+    alone: Server, venv: Path
+) -> None:
+    """The one exception to ``--workers 0``: its interpreter is the environment's, so it
+    runs in a worker group started for it (``environment_workers``, 1), over REST and
+    gRPC; the others stay in the server process."""
+    assert index_of(alone)["isolated"]["state"] == "READY"
+    where = report(alone.url, "isolated")
+    assert where["prefix"] == str(venv) and where["marker"] == "2.5"
+    assert where["pid"] != alone.process.pid
+    with stub_for(alone) as stub:
+        reply = stub.ModelInfer(infer_request("isolated", x=np.array([[1.0, 2.0]])))
+    [answered] = reply.outputs[0].contents.bytes_contents
+    assert json.loads(answered)["pid"] == where["pid"]
+    assert "starting worker group 'env-" in alone.output()
     with stub_for(alone) as stub:
         assert stub.ModelReady(pb.ModelReadyRequest(name="tagged")).ready is True
         assert stub.ModelReady(pb.ModelReadyRequest(name="gpu")).ready is False
         with pytest.raises(grpc.RpcError) as error:
             stub.ModelInfer(infer_request("gpu", x=np.array([[1.0, 2.0]])))
     assert "1 lacks 'gpu'" in (error.value.details() or "")
+
+
+def test_without_workers_a_reload_moves_a_model_to_its_environment_and_back(
+    tmp_path: Path, venv: Path
+) -> None:
+    write_where_model(tmp_path / "moving")
+    with Server(tmp_path, "--workers", "0") as server:
+        server.wait_live()
+        settled(server)
+        assert report(server.url, "moving")["pid"] == server.process.pid
+        for parameters, here in (({"environment_path": str(venv)}, False), ({}, True)):
+            write_where_model(tmp_path / "moving", parameters=parameters)
+            load = httpx.post(f"{server.url}/v2/repository/models/moving/load", timeout=60)
+            assert load.status_code == 200, load.text
+            where = report(server.url, "moving")
+            assert (where["pid"] == server.process.pid) is here
+            assert (where["prefix"] == str(venv)) is not here
+        unload = httpx.post(f"{server.url}/v2/repository/models/moving/unload", timeout=60)
+        assert unload.status_code == 200, unload.text
+        gone = httpx.post(f"{server.url}/v2/models/moving/infer", json=WHERE_BODY, timeout=30)
+        assert gone.status_code in (400, 404, 503) and "unloaded" in gone.json()["error"]
+
+
+def test_the_embedded_engine_without_workers_runs_an_environments_model_in_its_worker(
+    tmp_path: Path, venv: Path
+) -> None:
+    """``inferpool.Engine(workers=0)``: the typed path for the model in this process, the
+    raw path for the one in its environment's worker."""
+    import inferpool
+
+    write_where_model(tmp_path / "isolated", parameters={"environment_path": str(venv)})
+    write_where_model(tmp_path / "plain")
+    x = np.array([[1.0, 2.0]])
+    with inferpool.Engine(tmp_path, workers=0) as engine:
+        isolated = json.loads(engine.infer_sync("isolated", x)["where"][0])
+        plain = json.loads(engine.infer_sync("plain", x)["where"][0])
+    assert isolated["prefix"] == str(venv) and isolated["pid"] != os.getpid()
+    assert plain["pid"] == os.getpid()
 
 
 def test_a_new_generation_of_the_servers_workers_leaves_the_environments_alone(

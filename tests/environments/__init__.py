@@ -33,10 +33,12 @@ def wait_settled(server: Server, timeout: float = 180) -> dict[str, dict]:
     raise TimeoutError(f"models still loading: {index}")
 
 
-def serving_settled(root: Path, environments: Path, timeout: float = 180) -> Iterator[Server]:
-    """A server of ``root``'s models (two workers and two per environment,
+def serving_settled(
+    root: Path, environments: Path, timeout: float = 180, workers: int = 2
+) -> Iterator[Server]:
+    """A server of ``root``'s models (two workers, or ``workers``, and two per environment,
     ``environments`` its environments' cache, failed models kept out), once settled."""
-    arguments = ("--workers", "2", "--environment-workers", "2",
+    arguments = ("--workers", str(workers), "--environment-workers", "2",
                  "--environments-dir", str(environments), "--no-exit-on-error")  # fmt: skip
     with Server(root, *arguments) as running:
         running.wait_live(timeout=120)

@@ -12,7 +12,8 @@ and its response shape. Detectors: KSDrift, ChiSquareDrift, TabularDrift (also u
 its reference data), FETDrift, CVMDrift, ClassifierDrift (scikit-learn's backend), the
 online CVMDriftOnline and FETDriftOnline, and the outlier detectors IForest,
 Mahalanobis (which keeps state) and SpectralResidual (time series), none of which needs
-TensorFlow or PyTorch to run (alibi_detect_detectors.py saves them).
+TensorFlow or PyTorch to run (alibi_detect_detectors.py saves them). With ``--workers 0``
+the detectors still run in their environment's workers (``environment_workers.py``).
 """
 
 from __future__ import annotations
@@ -180,6 +181,13 @@ def repository(
 @pytest.fixture(scope="module")
 def server(repository: tuple[Path, dict], cache: Path) -> Iterator[Server]:
     yield from serving_settled(repository[0], cache, timeout=420)
+
+
+@pytest.fixture(scope="module")
+def alone(repository: tuple[Path, dict], cache: Path) -> Iterator[Server]:
+    """``--workers 0``: the detectors in workers of their environment, beside a server
+    process that holds no model."""
+    yield from serving_settled(repository[0], cache, timeout=420, workers=0)
 
 
 DTYPES = {"FP32": np.float32, "INT64": np.int64}
@@ -540,3 +548,18 @@ def test_data_deeper_than_numpy_1_holds_is_a_400_saying_so(server: Server) -> No
     answer = httpx.post(f"{server.url}/v2/models/ksdrift/infer", json=request, timeout=60)
     assert answer.status_code == 400, answer.text
     assert "nested deeper than the 32 dimensions numpy 1." in answer.json()["error"]
+
+
+def test_without_workers_the_detectors_answer_from_their_environments_workers(
+    alone: Server, repository: tuple[Path, dict]
+) -> None:
+    _, expected = repository
+    for name in ("same", "shifted"):
+        answer = infer(alone, "ksdrift", REQUESTS[name])
+        assert_detector_data(answer["outputs"], expected["answers"][name])
+    assert answer["alibi_headers"]["x-seldon-alibi-method"] == "ks"
+    outputs, parameters, headers = infer_grpc(alone, "iforest", REQUESTS["shifted"])
+    assert_detector_data(outputs, expected["outliers"]["iforest"]["shifted"])
+    assert parameters["name"].string_param == "IForest"
+    assert headers["x-seldon-alibi-type"] == "outlier"
+    assert "starting worker group 'env-" in alone.output()

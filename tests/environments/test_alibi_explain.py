@@ -12,7 +12,8 @@ precision bounded; KernelShap (four features: every coalition, no sampling) and
 TreeShap are compared value by value. AnchorText explains a text classifier (strings
 both ways) with a blank spaCy pipeline: nothing downloaded.
 
-A per-model environment runs in worker processes only: ``--workers 0`` cannot hold it.
+With ``--workers 0`` the classifiers load in the server process and the explainers in
+their environment's workers (``environment_workers.py``): the same answers.
 """
 
 from __future__ import annotations
@@ -194,6 +195,14 @@ def repository(tmp_path_factory: pytest.TempPathFactory, tarball: Path) -> tuple
 def server(repository: tuple[Path, dict]) -> Iterator[Server]:
     root, _ = repository
     yield from serving_settled(root, root.parent / "environments", timeout=420)
+
+
+@pytest.fixture(scope="module")
+def alone(repository: tuple[Path, dict]) -> Iterator[Server]:
+    """``--workers 0``: the classifiers in the server process, the explainers in workers
+    of their environment."""
+    root, _ = repository
+    yield from serving_settled(root, root.parent / "environments", timeout=420, workers=0)
 
 
 def flat(rows: list[list[float]]) -> list[float]:
@@ -415,3 +424,25 @@ def test_bad_settings_fail_the_load_in_one_sentence(
     answer = httpx.post(f"{server.url}/v2/models/iris-anchor/infer", json=asked, timeout=60)
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"].endswith("explain_parameters must be an object, not [0.8]")
+
+
+def test_without_workers_the_explainers_call_the_classifier_in_the_server_process(
+    alone: Server, repository: tuple[Path, dict]
+) -> None:
+    """An anchor (black-box: its calls reach 'iris' through the engine, in the server
+    process), KernelShap over gRPC and TreeShap (white-box), and the classifier's own
+    /explain: alibi's answers, as with workers."""
+    _, expected = repository
+    setosa = expected["anchors"][0]
+    got = explain(alone, "iris-anchor", [ROWS[0]])
+    assert_anchor(got, setosa, ROWS[0])
+    assert got["data"]["anchor"] == setosa["data"]["anchor"]
+    got = explain(alone, "iris", [ROWS[0]], path="explain")
+    assert got["data"]["anchor"] == setosa["data"]["anchor"]
+    shap = explain_grpc(alone, "iris-kernel-shap", ROWS)["data"]["shap_values"]
+    np.testing.assert_allclose(shap, expected["kernel_shap"]["data"]["shap_values"], atol=1e-6)
+    tree = explain(alone, "iris-tree-shap", ROWS)["data"]["shap_values"]
+    np.testing.assert_allclose(tree, expected["tree_shap"]["data"]["shap_values"])
+    index = {e["name"]: e for e in httpx.post(f"{alone.url}/v2/repository/index").json()}
+    assert index["iris-anchor"]["state"] == index["iris"]["state"] == "READY"
+    assert "starting worker group 'env-" in alone.output()

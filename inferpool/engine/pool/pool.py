@@ -50,11 +50,14 @@ logger = logging.getLogger(__name__)
 
 
 class PoolClient(EngineClient):
-    def __init__(self, settings: ServerSettings) -> None:
-        super().__init__(settings)
+    def __init__(self, settings: ServerSettings, host: EngineClient | None = None) -> None:
+        super().__init__(settings, host)
         self.supervisor = Supervisor(settings, self, lambda: self.stopping)
+        # Queued requests wait up to max_queue per worker; a pool of environment groups
+        # only (``--workers 0``'s, under ``host``) counts a group's workers.
+        workers = settings.workers or settings.environment_workers
         self.dispatcher = Dispatcher(
-            self.table, max(1, settings.max_queue), settings.workers, lambda: self.stopping
+            self.table, max(1, settings.max_queue), workers, lambda: self.stopping
         )
         supervisor = self.supervisor
         self.placement = Placement(

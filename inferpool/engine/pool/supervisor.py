@@ -92,7 +92,8 @@ class Supervisor:
         # The slots the server's own template forks: the default group's, then those of
         # the configured groups without an environment. Other groups' slots come after.
         self.count = shared_slots(settings)
-        self.threads = max(1, (os.cpu_count() or 1) // self.count)
+        # 0 slots of its own: --workers 0's pool of environment groups (environment_workers.py).
+        self.threads = max(1, (os.cpu_count() or 1) // max(1, self.count))
         self.max_queue = max(1, settings.max_queue)
         self.limits = DecodeLimits.from_settings(settings)
         # Bytes each worker may map beyond its start (worker/memory_limit.py).
@@ -147,7 +148,8 @@ class Supervisor:
         return [*self.alive(), *(w for w in others if w.alive)]
 
     async def start(self) -> None:
-        self.templates.start(shared_preloads(self.settings))
+        if self.count:  # else no worker of the server's own: no template of its own
+            self.templates.start(shared_preloads(self.settings))
         await asyncio.gather(*(self._spawn(slot, installs=0) for slot in range(self.count)))
         await self.roster.start_configured()
         self.keep(self.watchdog.run())
