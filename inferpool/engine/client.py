@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferpool.engine.accounting import Accounting
 from inferpool.engine.admin import AdminPolicy
@@ -35,6 +35,9 @@ from inferpool.engine.states import ModelKey, ModelStatus, ModelTable
 from inferpool.errors import InferpoolError
 from inferpool.protocol import limits
 from inferpool.settings import ModelSettings, ServerSettings
+
+if TYPE_CHECKING:
+    from inferpool.engine.pool.pool import PoolClient
 
 __all__ = ["EngineClient", "StartupFailed", "make_client"]
 
@@ -118,6 +121,11 @@ class EngineClient(ABC):
 
     def live_reason(self) -> str | None:
         """Why the process is wedged (not live), or None. Draining is still live."""
+        return None
+
+    def worker_pool(self) -> PoolClient | None:
+        """The worker pool running models, for its metrics (workers, routes, processes):
+        the pool itself, ``--workers 0``'s environment workers once started, else None."""
         return None
 
     def not_ready_reason(self) -> str | None:

@@ -51,6 +51,7 @@ from inferpool.protocol.types import InferenceRequest, InferenceResponse
 from inferpool.settings import ModelSettings, ServerSettings
 
 if TYPE_CHECKING:
+    from inferpool.engine.pool.pool import PoolClient
     from inferpool.engine.worker.model import LoadedModel
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,9 @@ class InProcessClient(EngineClient):
 
     def live_reason(self) -> str | None:
         return self.environments.live_reason()
+
+    def worker_pool(self) -> PoolClient | None:
+        return self.environments.pool
 
     def drop_shared_memory(self, serials: list[int]) -> None:
         super().drop_shared_memory(serials)

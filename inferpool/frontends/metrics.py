@@ -36,7 +36,6 @@ from starlette.routing import Route
 
 from inferpool.engine.client import EngineClient
 from inferpool.engine.custom_metrics_sum import CustomMetricsCollector
-from inferpool.engine.pool.pool import PoolClient
 from inferpool.engine.states import ModelState, ModelStatus
 from inferpool.engine.stats import PROTOCOLS, REASONS, Histogram, ModelStats
 from inferpool.errors import HTTP_OF_GRPC, grpc_code_for
@@ -128,7 +127,8 @@ class EngineCollector(Collector):
         under its own state. In-process a version is one replica in its state."""
         counts = dict.fromkeys(_REPLICA_STATES, 0)
         client = self.client
-        route = client.routes.get(status.key) if isinstance(client, PoolClient) else None
+        pool = client.worker_pool()
+        route = pool.routes.get(status.key) if pool is not None else None
         if route is not None and status.state in (ModelState.READY, ModelState.LOADING):
             ready = sum(1 for worker in route.ready if worker.alive)
             counts["ready"] = ready

@@ -103,7 +103,7 @@ class ServerCollector(Collector):
         yield info
         yield self._open_connections()
         yield from self._refusals()
-        pool = self.client if isinstance(self.client, PoolClient) else None
+        pool = self.client.worker_pool()
         if pool is not None:
             yield from self._workers(pool)
         yield from self._process_tree(pool)

@@ -276,6 +276,22 @@ def test_without_workers_a_model_naming_an_environment_runs_in_a_worker_of_it(
     assert "1 lacks 'gpu'" in (error.value.details() or "")
 
 
+def test_without_workers_the_metrics_count_the_environments_worker(alone: Server) -> None:
+    """Its replica and its process, as the pool's metrics count them with workers."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    scraped = httpx.get(f"http://127.0.0.1:{alone.metrics_port}/metrics", timeout=30).text
+    samples = [s for f in text_string_to_metric_families(scraped) for s in f.samples]
+    replicas = {(s.labels["model"], s.labels["state"]): s.value for s in samples
+                if s.name == "inferpool_model_replicas"}  # fmt: skip
+    assert replicas[("isolated", "ready")] == 1 and replicas[("tagged", "ready")] == 1
+    processes = {s.labels["process"] for s in samples
+                 if s.name == "inferpool_process_resident_memory_bytes"}  # fmt: skip
+    assert processes == {"server", "worker-0"}
+    restarts = [s for s in samples if s.name == "inferpool_worker_restarts_total"]
+    assert [s.labels["worker"] for s in restarts] == ["0"]
+
+
 def test_without_workers_a_reload_moves_a_model_to_its_environment_and_back(
     tmp_path: Path, venv: Path
 ) -> None:

@@ -99,6 +99,9 @@ class PoolClient(EngineClient):
         return self.dispatcher.running([*supervisor.workers, *supervisor.retiring,
                                         *supervisor.standby])  # fmt: skip
 
+    def worker_pool(self) -> PoolClient:
+        return self
+
     def live_reason(self) -> str | None:
         if self._closed:
             return "the worker pool is closed"
