@@ -57,17 +57,17 @@ def both(model) -> Iterator[tuple[Server, tuple[str, str]]]:
 
 
 def start_mlserver(stack: ExitStack, root: Path) -> tuple[str, str]:
-    """MLServer on ``root``, started again once if its Spark gateway died as it started.
-    MLServer 1.7.1 forks spark-submit while its gRPC server's threads start; in ci25 here
-    (2026-12-07, one run in four) the JVM exited at once ("JAVA_GATEWAY_EXITED", gRPC
-    "skipping fork() handlers") and MLServer stopped: its start-up race, not what these
-    tests compare."""
+    """MLServer on ``root``, up and ready for 5 s, started again once if it exited by
+    then. MLServer 1.7.1 forks spark-submit while its gRPC server's threads start; in
+    ci25 here (2026-12-07) the JVM exited at once ("JAVA_GATEWAY_EXITED", gRPC "skipping
+    fork() handlers") and MLServer stopped; in ci30 it answered ready, then refused
+    every connection of this module's tests: its start-up race, not what they compare."""
     try:
-        return stack.enter_context(running_mlserver(root))
+        return stack.enter_context(running_mlserver(root, settle=5.0))
     except RuntimeError as exc:
-        if "JAVA_GATEWAY_EXITED" not in str(exc):
+        if "mlserver exited" not in str(exc):
             raise
-        return stack.enter_context(running_mlserver(root))
+        return stack.enter_context(running_mlserver(root, settle=5.0))
 
 
 def rows_body(rows: np.ndarray, shape: list[int]) -> dict:

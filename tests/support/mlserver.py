@@ -26,10 +26,13 @@ def running_mlserver(
     python: str | Path = sys.executable,
     http_port: int | None = None,
     timeout: float = 300,
+    settle: float = 0.0,
 ) -> Iterator[tuple[str, str]]:
     """MLServer serving ``repository`` in-process (no parallel workers), started by
     ``python``: its REST URL and gRPC address. ``http_port``: its REST port, when the
-    repository's settings must name it before it starts (an explainer's infer_uri)."""
+    repository's settings must name it before it starts (an explainer's infer_uri).
+    ``settle``: seconds it must stay up and ready after it first was (RuntimeError,
+    "mlserver exited", with its log if it exits or stops answering meanwhile)."""
     http_port = http_port or free_port()
     grpc_port = free_port()
     env = {
@@ -45,6 +48,12 @@ def running_mlserver(
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             url = _wait_ready(f"http://127.0.0.1:{http_port}", process, log, timeout)
+            if settle > 0:
+                time.sleep(settle)
+                try:
+                    _wait_ready(url, process, log, 30)
+                except TimeoutError as exc:  # alive, but its listener gone
+                    raise RuntimeError(f"mlserver exited its REST listener: {exc}") from None
             yield url, f"127.0.0.1:{grpc_port}"
         finally:
             process.terminate()
