@@ -46,7 +46,7 @@ from inferpool.engine.pool.groups import lacking, runtime_library
 from inferpool.engine.pool.placement_choice import PlacementError, place
 from inferpool.engine.predict_threads import PredictThreads
 from inferpool.engine.states import ModelKey, describe_key, model_key
-from inferpool.errors import InferpoolError, ModelLoadError, from_status
+from inferpool.errors import InferpoolError, ModelLoadError, ModelNotFound, from_status
 from inferpool.protocol.types import InferenceRequest, InferenceResponse
 from inferpool.settings import ModelSettings, ServerSettings
 
@@ -104,11 +104,15 @@ class InProcessClient(EngineClient):
 
     def runs_here(self, name: str, version: str | None) -> bool:
         """Whether the model (not a pipeline) runs in this process, for the embedded API's
-        typed path; False for one in an environment's workers (found or not, listed as it
-        may be later: the raw path says why)."""
+        typed path; False for a version in an environment's workers. An unknown name is
+        left to the typed path, which says so."""
         if self.pipelines.serves(name, version):
             return False
-        return not any(key.partition("\x00")[0] == name for key in self.environments.keys)
+        try:
+            key = self.table.find(name, version).key
+        except ModelNotFound:
+            return True
+        return key not in self.environments.keys
 
     async def _start_workers(self) -> None:
         # A runtime's calls to other models, from its predict thread (call_server.py).
