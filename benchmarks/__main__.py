@@ -167,6 +167,15 @@ def parser() -> argparse.ArgumentParser:
     large.add_argument("--repeat", type=int, default=5, help="round trips per protocol")
     large.add_argument("--out", type=Path, help="folder for results (benchmarks/out/...)")
 
+    cores = commands.add_parser(
+        "cores", help="iris batch 1 CPU a request by process role, and a model of it over cores"
+    )
+    cores.add_argument("--servers", default="inferpool-w1,inferpool-w2", help="comma-separated")
+    cores.add_argument("--duration", type=float, default=10.0, help="seconds of each measured run")
+    cores.add_argument("--repetitions", type=int, default=3, help="runs per scenario and server")
+    cores.add_argument("--out", type=Path, help="folder for results (benchmarks/out/...)")
+    cores.add_argument("--repo", type=Path, default=OUT / "repo", help="model repository")
+
     commands.add_parser("install-mlserver", help="create MLServer's virtualenv now")
     commands.add_parser("install-kserve", help="create KServe's virtualenv now")
     peer = commands.add_parser("install-peer", help="create a native peer's virtualenv now")
@@ -287,6 +296,25 @@ def command_overload(args: argparse.Namespace) -> int:
     return overload.main(config, args.profile, args.repetitions)
 
 
+def command_cores(args: argparse.Namespace) -> int:
+    from benchmarks import cores
+
+    servers = tuple(args.servers.split(","))
+    for name in servers:
+        ServerSpec.parse(name)
+    config = Config(
+        scenarios=cores.SCENARIOS,
+        servers=servers,
+        baseline=servers[0],
+        duration=args.duration,
+        warmup=2.0,
+        repetitions=args.repetitions,
+        workdir=(args.out or OUT / f"cores-{time.strftime('%Y%m%d-%H%M%S')}").resolve(),
+        repo=args.repo.resolve(),
+    )
+    return cores.main(config)
+
+
 def preflight(config: Config) -> str:
     """Why the run cannot start (a missing generator, a busy --port-base port), or ""."""
     missing = loadgen.missing_tools()
@@ -326,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         return memory.main(sys.argv[1:] if argv is None else argv, args)
     if args.command == "overload":
         return command_overload(args)
+    if args.command == "cores":
+        return command_cores(args)
     if args.command == "large":
         from benchmarks import large_tensor
 

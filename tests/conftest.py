@@ -26,6 +26,7 @@ SLOW_FILES = frozenset(
         "tests/unit/engine/test_ring_stress.py",
         "tests/bench/test_quick_profile.py",
         "tests/bench/test_overload_command.py",
+        "tests/bench/test_cores.py",
         # Not waiting by design, but many servers each (33 broken models loaded with and
         # without workers; the gRPC service's faults; the repository API's refusals): the
         # default environment's 20 minutes (CI measured 19.5 with them).
