@@ -53,14 +53,20 @@ def test_the_tree_is_split_into_frontend_and_workers() -> None:
     )
     process = subprocess.Popen([sys.executable, "-c", parent], stdin=subprocess.PIPE)
     try:
-        before = cores.role_cpu(process.pid)
-        time.sleep(1.5)  # all three burnt (the parent waits on stdin, the rest on children)
-        after = cores.role_cpu(process.pid)
+        # Until all three have burnt (a busy host may take a while); then the parent waits
+        # on stdin and the others on their children.
+        deadline = time.monotonic() + 30
+        usage = cores.role_cpu(process.pid)
+        while usage["frontend"] < 0.3 or usage["workers"] < 0.4:
+            assert time.monotonic() < deadline, usage
+            time.sleep(0.1)
+            usage = cores.role_cpu(process.pid)
+        time.sleep(0.2)
+        usage = cores.role_cpu(process.pid)
     finally:
         process.communicate(b"")
-    frontend = after["frontend"]
-    assert 0.3 <= frontend < 0.3 + 0.25  # its burn and its start-up
-    assert after["workers"] - before["workers"] >= 0.3  # both descendants, not the parent
+    assert usage["frontend"] < 0.3 + 0.25, usage  # its burn and its start-up, no more
+    assert usage["workers"] < 0.4 + 0.5, usage  # theirs: the parent's is not counted twice
     assert cores.role_cpu(process.pid) == {"frontend": 0.0, "workers": 0.0}  # gone
 
 
