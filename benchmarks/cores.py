@@ -34,7 +34,6 @@ from benchmarks.runner import Config, build_payloads, start_servers
 from benchmarks.scenarios import Scenario
 
 SCENARIOS = (Scenario("iris", 1, "rest-json", 64), Scenario("iris", 1, "grpc-raw", 64))
-ROLES = ("frontend", "workers", "generator")
 PROJECTED_CORES = (2, 4, 8, 16, 32)
 
 
