@@ -25,11 +25,10 @@ import sys
 from dataclasses import dataclass, replace
 from typing import Any
 
-import psutil
-
 from benchmarks import loadgen
 from benchmarks.check import check
-from benchmarks.loadgen.base import Job
+from benchmarks.loadgen import Generator, Job
+from benchmarks.process_stats import tree_cpu
 from benchmarks.runner import Config, build_payloads, start_servers
 from benchmarks.scenarios import Scenario
 
@@ -39,20 +38,10 @@ PROJECTED_CORES = (2, 4, 8, 16, 32)
 
 def role_cpu(pid: int) -> dict[str, float]:
     """CPU seconds so far of the server's tree by role: the process ``pid`` (frontend),
-    its children (templates: counted with the workers, which they fork) and the rest."""
-    usage = {"frontend": 0.0, "workers": 0.0}
-    try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return usage
-    for process in processes:
-        try:
-            times = process.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        usage["frontend" if process.pid == pid else "workers"] += times.user + times.system
-    return usage
+    and its descendants (templates and the workers they fork); zeros once it is gone."""
+    usage = tree_cpu(pid)
+    frontend = usage.pop(pid, 0.0)
+    return {"frontend": frontend, "workers": sum(usage.values())}
 
 
 @dataclass(frozen=True)
@@ -74,9 +63,8 @@ class Split:
         return max(1, math.ceil(cores * self.frontend / (self.frontend + self.workers)))
 
 
-def measure(job: Job, pid: int) -> dict[str, Any]:
+def measure(job: Job, pid: int, generate: Generator) -> dict[str, Any]:
     """One closed-loop run: the rate and each role's µs of CPU a request."""
-    _, generate = loadgen.pick(job.payload.transport, "auto")
     before = role_cpu(pid)
     result = generate(job)
     after = role_cpu(pid)
@@ -124,11 +112,12 @@ def run(config: Config, say: Any = print) -> dict[str, Any]:
     try:
         for scenario in SCENARIOS:
             payload = payloads[scenario.payload_key]
+            _, generate = loadgen.pick(payload.transport, "auto")
             jobs = []
             for server in servers:
                 warm = Job(server.target, payload, scenario.concurrency, config.warmup,
                            workdir, check(server, payload))  # fmt: skip
-                loadgen.pick(payload.transport, "auto")[1](warm)
+                generate(warm)
                 job = replace(warm, duration=config.duration)
                 jobs.append((server, job))
             for repetition in range(config.repetitions):
@@ -136,7 +125,7 @@ def run(config: Config, say: Any = print) -> dict[str, Any]:
                     say(f"{server.spec.name} {scenario.name}: repetition {repetition + 1}")
                     assert server.pid
                     cell = rows.setdefault(server.spec.name, {}).setdefault(scenario.name, [])
-                    cell.append(measure(job, server.pid))
+                    cell.append(measure(job, server.pid, generate))
     finally:
         for server in servers:
             server.stop()
