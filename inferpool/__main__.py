@@ -2,6 +2,6 @@
 
 import sys
 
-from inferpool.cli import main
+from inferpool.cli import launch
 
-sys.exit(main())
+sys.exit(launch())

@@ -425,6 +425,18 @@ def _interrupts_deferred() -> contextlib.AbstractContextManager[None]:
     return _EARLY_INTERRUPT.deferred()
 
 
+def launch() -> int:
+    """The ``inferpool`` program (its console script and ``python -m inferpool``): for
+    ``serve``, first the restart that puts large buffers on huge pages
+    (inferpool.huge_pages), then ``main``. Not for an app calling ``main`` itself, whose
+    process must not be replaced."""
+    if sys.argv[1:2] == ["serve"]:
+        from inferpool.huge_pages import restart_with_huge_pages
+
+        restart_with_huge_pages()
+    return main()
+
+
 def main(argv: list[str] | None = None) -> int:
     global _EARLY_INTERRUPT
     early = _EARLY_INTERRUPT = _EarlyInterrupt()
