@@ -8,13 +8,18 @@ same 64 MiB, best of its repetitions, before and after the requests). Peak memor
 request: before each request every process of the server's tree has its RSS high-water
 mark reset (``/proc/PID/clear_refs`` 5); after it, the sum over the processes of the
 high-water mark less the RSS before. The clients are lean (a raw socket for REST, grpc
-with bytes in and out) so the server's copies are what is measured.
+with bytes in and out) so the server's copies are what is measured. Beside them, the
+ceiling of any server reached over TCP on this machine: the same bytes echoed by a child
+process over a loopback connection (``loopback_echo``), so each protocol's rate is also
+given as a fraction of it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import statistics
 import sys
@@ -70,6 +75,55 @@ def memcpy_bandwidth(nbytes: int, repeat: int = 10) -> float:
         np.copyto(dst, src)
         best = min(best, time.perf_counter() - start)
     return nbytes / best
+
+
+def _echo(conn: socket.socket, size: int) -> None:
+    """Send back every ``size`` bytes received, until the peer closes."""
+    view = memoryview(bytearray(size))
+    while True:
+        got = 0
+        while got < size:
+            count = conn.recv_into(view[got:])
+            if not count:
+                return
+            got += count
+        conn.sendall(view)
+
+
+def loopback_echo(raw: bytes, repeat: int) -> dict[str, Any]:
+    """What any server over TCP can reach here: ``raw`` sent over a loopback connection to
+    a child process that sends it straight back (received into one buffer, sent from it),
+    ``repeat`` round trips after a first. Fork before any grpc channel exists."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    address = listener.getsockname()
+    pid = os.fork()
+    if pid == 0:  # the echo: no Python object of the parent's is touched
+        try:
+            conn, _ = listener.accept()
+            _echo(conn, len(raw))
+        finally:
+            os._exit(0)
+    listener.close()
+    seconds = []
+    view = memoryview(bytearray(len(raw)))
+    try:
+        with socket.create_connection(address) as sock:
+            for _ in range(repeat + 1):
+                start = time.perf_counter()
+                sock.sendall(raw)
+                got = 0
+                while got < len(raw):
+                    got += sock.recv_into(view[got:])
+                seconds.append(time.perf_counter() - start)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)  # gone already once the connection closed
+        os.waitpid(pid, 0)
+    if view != raw:
+        raise RuntimeError("the echo differs from what was sent")
+    median = statistics.median(seconds[1:])
+    return {"seconds_median": median, "seconds_best": min(seconds[1:]),
+            "rate_mb_s": len(raw) / median / 1e6}  # fmt: skip
 
 
 def rest_request(host: str, port: int, raw: bytes) -> bytes:
@@ -204,6 +258,7 @@ def run(host: str, http: int, grpc: int, pid: int, size_mib: int, repeat: int) -
     raw = np.random.default_rng(0).random(size_mib * MIB // 4, dtype=np.float32).tobytes()
     result: dict[str, Any] = {"payload_mib": size_mib, "memcpy_mb_s": []}
     result["memcpy_mb_s"].append(memcpy_bandwidth(len(raw)) / 1e6)
+    result["tcp-echo"] = loopback_echo(raw, repeat)
     for name, kind in (("rest-binary", RestClient), ("grpc-raw", GrpcClient)):
         client = kind(host, http if kind is RestClient else grpc, raw)
         try:
@@ -212,27 +267,34 @@ def run(host: str, http: int, grpc: int, pid: int, size_mib: int, repeat: int) -
             client.close()
     result["memcpy_mb_s"].append(memcpy_bandwidth(len(raw)) / 1e6)
     memcpy = statistics.median(result["memcpy_mb_s"])
+    echo = result["tcp-echo"]["rate_mb_s"]
+    result["tcp-echo"]["of_memcpy"] = echo / memcpy
     for name in ("rest-binary", "grpc-raw"):
         cell = result[name]
         cell["of_memcpy"] = cell["rate_mb_s"] / memcpy
+        cell["of_echo"] = cell["rate_mb_s"] / echo
         cell["peak_over_payload"] = cell["peak_growth_mib_median"] / size_mib
     return result
 
 
 def markdown(result: dict[str, Any]) -> str:
     memcpy = " / ".join(f"{v:,.0f}" for v in result["memcpy_mb_s"])
+    echo = result["tcp-echo"]
     lines = [
         f"single-core memcpy (numpy copyto of {result['payload_mib']} MiB, before / after): "
         f"{memcpy} MB/s\n",
-        "| protocol | round trip s (median, best) | MB/s of payload | x memcpy "
+        "| protocol | round trip s (median, best) | MB/s of payload | x memcpy | x tcp echo "
         "| peak growth MiB (median, max) | x payload |",
-        "|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|",
+        f"| tcp echo (the ceiling over TCP) | {echo['seconds_median']:.3f}, "
+        f"{echo['seconds_best']:.3f} | {echo['rate_mb_s']:,.0f} | {echo['of_memcpy']:.2f} "
+        "| 1.00 | | |",
     ]
     for name in ("rest-binary", "grpc-raw"):
         c = result[name]
         lines.append(
             f"| {name} | {c['seconds_median']:.3f}, {c['seconds_best']:.3f} | "
-            f"{c['rate_mb_s']:,.0f} | {c['of_memcpy']:.2f} | "
+            f"{c['rate_mb_s']:,.0f} | {c['of_memcpy']:.2f} | {c['of_echo']:.2f} | "
             f"{c['peak_growth_mib_median']:.0f}, {c['peak_growth_mib_max']:.0f} | "
             f"{c['peak_over_payload']:.2f} |"
         )

@@ -244,7 +244,7 @@ class Http2Connection(Http2FrameReader):
         if CONNECTION_WINDOW - self._recv_window >= CONNECTION_WINDOW // 4:
             self._replenish(out)
         if out:
-            self._write(b"".join(out))
+            self._write_out(out)
 
     def _wait_for(self, head: bytes, needed: int) -> None:
         """Keep the start of an incomplete frame until ``needed`` bytes have arrived."""
@@ -298,7 +298,7 @@ class Http2Connection(Http2FrameReader):
             return
         self._replenish(out)
         if out:
-            self._write(b"".join(out))
+            self._write_out(out)
         self._timer = loop.call_later(limits.tick, self._tick)
 
     def _check_streams(self, now: float, out: list[bytes]) -> None:

@@ -34,11 +34,18 @@ from inferpool.transport.http2_wire import (
     U32,
     ProtocolFailure,
     frame,
+    frame_head,
 )
 from inferpool.transport.unsent import ANSWERS
 
 if TYPE_CHECKING:
     from inferpool.transport.http2 import Http2Connection
+
+# A DATA frame of this many bytes or more goes out as its head and a view of the answer,
+# written with the transport's ``writelines`` (``_write_out``): a large answer is not copied
+# frame by frame, then joined, before the kernel copies it. Smaller frames are joined: one
+# write of one bytes object is cheaper than a list of pieces.
+VIEW_FRAME = 64 * 1024
 
 
 class Stream:
@@ -57,6 +64,7 @@ class Stream:
         "received",
         "recv_window",
         "refused",
+        "rest",
         "seen",
         "send_window",
         "stalled_since",
@@ -79,6 +87,7 @@ class Stream:
         self.refused = 0  # an error code: decode the header block, then reset the stream
         self.send_window = send_window
         self.pending: memoryview | None = None  # response DATA waiting for window
+        self.rest: memoryview | None = None  # DATA to send once ``pending`` is (``respond``'s lead)
         self.trailers = b""
         self.streaming = False  # a response of several messages (open_stream) not yet ended
         self.task: asyncio.Future[None] | None = None  # whoever answers it; cancelled on reset
@@ -111,6 +120,7 @@ class Http2Streams(asyncio.Protocol):
         self._blocked: dict[int, Stream] = {}  # streams with DATA waiting for window
         self._buffered = 0  # body bytes of unfinished requests held on this connection
         self._biggest = 0  # the largest write since the transport's buffer was last empty
+        self._views = False  # the frames being gathered hold views of an answer (VIEW_FRAME)
         # RST_STREAM received plus streams we reset: a per-second budget the timer refills.
         self._resets = RESET_BUDGET
 
@@ -180,9 +190,13 @@ class Http2Streams(asyncio.Protocol):
             stream.task.cancel()
 
     # -- responses -------------------------------------------------------------------------
-    def respond(self, stream: Stream, headers: bytes, body: bytes, trailers: bytes) -> None:
-        """Send a response: HEADERS, then ``body`` as DATA (as windows allow), then
-        ``trailers`` with END_STREAM. Empty ``body`` and ``trailers``: headers end it."""
+    def respond(
+        self, stream: Stream, headers: bytes, body: bytes, trailers: bytes, lead: bytes = b""
+    ) -> None:
+        """Send a response: HEADERS, then ``lead`` and ``body`` as DATA (as windows allow),
+        then ``trailers`` with END_STREAM. Empty ``body`` and ``trailers``: headers end it.
+        ``lead`` (a gRPC message's 5-byte prefix) goes out with a copy of the body's first
+        bytes only, so that a large body is sent from views of it, never copied whole."""
         if stream.closed or self.transport is None or self.transport.is_closing():
             return
         if not body and not trailers:
@@ -190,10 +204,16 @@ class Http2Streams(asyncio.Protocol):
             self._write(self._header_frames(stream.id, END_STREAM, headers))
             return
         out = [self._header_frames(stream.id, 0, headers)]
-        stream.pending = memoryview(body)
+        if lead:
+            whole = memoryview(body)
+            split = min(len(whole), VIEW_FRAME - len(lead))
+            stream.pending = memoryview(lead + whole[:split].tobytes())
+            stream.rest = whole[split:] if split < len(whole) else None
+        else:
+            stream.pending = memoryview(body)
         stream.trailers = trailers
         self._send_pending(stream, out)
-        self._write(b"".join(out))
+        self._write_out(out)
 
     def _send_pending(self, stream: Stream, out: list[bytes]) -> None:
         pending = stream.pending
@@ -204,10 +224,17 @@ class Http2Streams(asyncio.Protocol):
                 self._blocked[stream.id] = stream
                 ANSWERS.hold(self)  # counted in the process's unsent answers while it waits
                 return
-            out.append(frame(DATA, 0, stream.id, pending[:size].tobytes()))
+            if size >= VIEW_FRAME:
+                out.append(frame_head(DATA, 0, stream.id, size))
+                out.append(pending[:size])  # type: ignore[arg-type]  # bytes-like: see _write_out
+                self._views = True
+            else:
+                out.append(frame(DATA, 0, stream.id, pending[:size].tobytes()))
             pending = pending[size:]
             self._send_window -= size
             stream.send_window -= size
+            if not pending and stream.rest is not None:
+                pending, stream.rest = stream.rest, None
         stream.pending = None
         if self._blocked.pop(stream.id, None) is not None:
             ANSWERS.released()  # an answer that waited for window is sent
@@ -234,7 +261,7 @@ class Http2Streams(asyncio.Protocol):
         out: list[bytes] = []
         self._send_pending(stream, out)
         if out:
-            self._write(b"".join(out))
+            self._write_out(out)
 
     def end_stream(self, stream: Stream, trailers: bytes) -> None:
         """End an open stream: the trailers, with END_STREAM, after any pending DATA."""
@@ -262,7 +289,9 @@ class Http2Streams(asyncio.Protocol):
         what is left of each is a view of it) and the transport's buffer
         (``transport.unsent.Holder``)."""
         held = sum(
-            len(cast(bytes, stream.pending.obj))
+            # Behind a lead, the answer whole is what ``rest`` views (``pending`` holds the
+            # lead and a copy of the answer's first bytes).
+            len(cast(bytes, (stream.pending if stream.rest is None else stream.rest).obj))
             for stream in self._blocked.values()
             if stream.pending is not None
         )
@@ -285,6 +314,25 @@ class Http2Streams(asyncio.Protocol):
         if stream.held:
             self._buffered -= stream.held
             stream.held = 0
+
+    def _write_out(self, out: list[bytes]) -> None:
+        """Write the frames a step gathered: joined into one write, or, when they hold
+        views of an answer (``VIEW_FRAME``), as they are with ``writelines``, which keeps
+        them as buffers until the kernel has taken them."""
+        if not self._views:
+            self._write(b"".join(out))
+            return
+        self._views = False
+        transport = self.transport
+        if transport is None:
+            return
+        size = sum(len(part) for part in out)
+        if size > self._biggest:
+            self._biggest = size
+        transport.writelines(out)
+        if self.going_away_sent and not self.streams:
+            self._closed_by_us = True
+            transport.close()
 
     def _write(self, data: bytes) -> None:
         """Write, then close if we are going away and this ended the last stream."""

@@ -135,6 +135,11 @@ def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
     return FRAME_HEAD.pack(length >> 8, length & 0xFF, kind, flags, stream_id) + payload
 
 
+def frame_head(kind: int, flags: int, stream_id: int, length: int) -> bytes:
+    """A frame's 9-byte head alone, for a payload written apart from it."""
+    return FRAME_HEAD.pack(length >> 8, length & 0xFF, kind, flags, stream_id)
+
+
 def hpack_int(value: int, prefix_bits: int, first: int = 0) -> bytes:
     """An HPACK integer (RFC 7541 §5.1) with ``first``'s high bits set in its first byte."""
     limit = (1 << prefix_bits) - 1

@@ -43,6 +43,13 @@ def test_memcpy_bandwidth_is_a_rate():
     assert 1e8 < rate < 1e12  # bytes a second, between 100 MB/s and 1 TB/s
 
 
+def test_the_loopback_echo_is_a_rate_of_bytes_sent_back_whole():
+    raw = bytes(range(256)) * (16 * 1024)  # 4 MiB; the echo checks what came back
+    echo = large_tensor.loopback_echo(raw, repeat=2)
+    assert 0 < echo["seconds_best"] <= echo["seconds_median"]
+    assert 1e6 < echo["rate_mb_s"] * 1e6 < 1e12
+
+
 def test_the_command_measures_both_protocols_on_a_server(tmp_path):
     # A 4 MiB tensor, one round trip each over REST binary and gRPC raw, predict in the
     # frontend (one process: the cheapest start). The identity's answer is checked.
@@ -52,6 +59,9 @@ def test_the_command_measures_both_protocols_on_a_server(tmp_path):
     for protocol in ("rest-binary", "grpc-raw"):
         cell = result[protocol]
         assert cell["rate_mb_s"] > 0 and cell["of_memcpy"] > 0
+        # Against the TCP echo measured in the same run (the ceiling of any TCP server).
+        assert cell["of_echo"] == cell["rate_mb_s"] / result["tcp-echo"]["rate_mb_s"]
         # The server held the tensor at least once while answering.
         assert cell["peak_growth_mib_max"] >= 3
-    assert "| rest-binary |" in (tmp_path / "results.md").read_text()
+    table = (tmp_path / "results.md").read_text()
+    assert "| rest-binary |" in table and "| tcp echo (the ceiling over TCP) |" in table

@@ -32,6 +32,7 @@ from inferpool.frontends.grpc.compression import (
 from inferpool.frontends.grpc.custom import ExtensionServices, extension_methods
 from inferpool.frontends.grpc.early import call_admission, path_of
 from inferpool.frontends.grpc.h2_call import (
+    LARGE_MESSAGE,
     NOT_GRPC_HEADERS,
     OK_TRAILERS,
     REQUEST_ID,
@@ -43,6 +44,7 @@ from inferpool.frontends.grpc.h2_call import (
     framed,
     held_back,
     is_grpc,
+    message_prefix,
     ok_trailers,
     parse_timeout,
     parsed,
@@ -338,22 +340,25 @@ class GrpcH2Server:
         (``infer``) carries its request id and the runtime's headers in its trailers.
         Returns that request id (b"" for the other methods)."""
         held_back(connection, len(body))
-        head, data = RESPONSE_HEADERS, None
+        head, data, lead = RESPONSE_HEADERS, None, b""
         gzip = self.gzip
         if gzip is not None and len(body) >= gzip.min_bytes:
             data = gzip.framed(stream.headers, body)
             head = RESPONSE_HEADERS if data is None else RESPONSE_HEADERS + GZIP_HEADERS
         if data is None:
-            data = framed(body)
+            if len(body) >= LARGE_MESSAGE:  # sent behind its prefix, not copied into a frame
+                data, lead = body, message_prefix(len(body))
+            else:
+                data = framed(body)
         if not infer:
-            connection.respond(stream, head, data, OK_TRAILERS)
+            connection.respond(stream, head, data, OK_TRAILERS, lead)
             return b""
         request_id = infer_request_id().encode()
         trailers = ok_trailers(request_id)
         metadata = response_metadata.get()
         if metadata:  # a runtime's parameters.headers, as MLServer sends them
             trailers += b"".join(literal(k.encode(), v.encode()) for k, v in metadata)
-        connection.respond(stream, head, data, trailers)
+        connection.respond(stream, head, data, trailers, lead)
         return request_id
 
     async def _watch(

@@ -166,7 +166,13 @@ def is_grpc(headers: dict[bytes, bytes]) -> bool:
 
 
 def framed(message: bytes) -> bytes:
-    return b"\x00" + len(message).to_bytes(4, "big") + message
+    return message_prefix(len(message)) + message
+
+
+def message_prefix(length: int) -> bytes:
+    """The 5-byte prefix of an uncompressed message of ``length`` bytes (a large one's is
+    sent apart from it: ``Http2Streams.respond``'s ``lead``)."""
+    return b"\x00" + length.to_bytes(4, "big")
 
 
 class HeadersContext:

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from inferpool.transport import http2, http2_wire
 from inferpool.transport.http2 import Http2Connection
 from inferpool.transport.http2_headers import CACHE_BYTES, CACHE_ENTRIES
+from inferpool.transport.http2_streams import VIEW_FRAME
 from inferpool.transport.http2_wire import (
     CONNECTION_WINDOW,
     DATA,
@@ -31,6 +32,7 @@ from inferpool.transport.http2_wire import (
     RECEIVE_FRAME,
     RST_STREAM,
     SETTINGS,
+    WINDOW_UPDATE,
     Limits,
     frame,
 )
@@ -51,10 +53,16 @@ class FakeTransport:
         self.closing = False
         self.aborted = False
         self.reading = True
+        self.lines = 0  # writelines calls (an answer's large DATA frames as views)
 
     def write(self, data: bytes) -> None:
         assert not self.aborted, "written after abort"
         self.written += data
+
+    def writelines(self, parts: list[bytes]) -> None:
+        self.lines += 1
+        for part in parts:
+            self.write(part)
 
     def is_closing(self) -> bool:
         return self.closing or self.aborted
@@ -251,6 +259,53 @@ def test_a_body_is_no_longer_buffered_once_handed_over():
         )
         assert len(requests) == 1 and connection._buffered == 0
         assert b"".join(requests[0].body) == b"\x00\x00\x00\x00\x10" + b"y" * 16
+
+    run(scenario)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    max_frame=st.sampled_from([16_384, 65_535, 65_536, 100_000, 262_144, 1 << 20]),
+    window=st.integers(0, 1 << 20),
+    updates=st.lists(st.integers(1, 1 << 19), max_size=12),
+    lead=st.sampled_from([b"", b"\x00\x00\x04\xb0\x00"]),
+)
+def test_a_large_answer_goes_out_whole_in_the_frames_and_windows_the_peer_allows(
+    max_frame, window, updates, lead
+):
+    """A 300 KiB answer, with or without a lead sent apart (a gRPC message's prefix): its
+    DATA frames (heads with views of it, from VIEW_FRAME bytes) carry the lead then the
+    body whole and in order, none over the peer's SETTINGS_MAX_FRAME_SIZE, none past its
+    windows, and the trailers come last."""
+    body = bytes(range(256)) * 1200
+
+    def respond(connection, stream):
+        connection.respond(stream, b"\x88", body, b"\x00\x01a\x01b", lead)
+
+    def scenario():
+        connection, transport, _ = connect(respond, limits=Limits())
+        peer = struct.pack(">HI", 4, window) + struct.pack(">HI", 5, max_frame)
+        block = hpack.Encoder().encode(REQUEST)
+        request = frame(HEADERS, END_HEADERS | END_STREAM, 1, block)
+        connection.data_received(PREFACE + frame(SETTINGS, 0, 0, peer) + request)
+        given_connection, given_stream = 65_535, window
+        for increment in [*updates, len(body), len(body)]:  # the last two let it all go
+            sent = sum(len(p) for kind, _, _, p in transport.frames() if kind == DATA)
+            assert sent <= min(given_connection, given_stream)
+            window_update = struct.pack(">I", increment)
+            connection.data_received(
+                frame(WINDOW_UPDATE, 0, 0, window_update)
+                + frame(WINDOW_UPDATE, 0, 1, window_update)
+            )
+            given_connection += increment
+            given_stream += increment
+        frames = [(kind, flags, p) for kind, flags, sid, p in transport.frames() if sid == 1]
+        data = [p for kind, _, p in frames if kind == DATA]
+        assert b"".join(data) == lead + body
+        assert all(len(p) <= max_frame for p in data)
+        assert frames[-1][0] == HEADERS and frames[-1][1] & END_STREAM
+        assert (transport.lines > 0) == any(len(p) >= VIEW_FRAME for p in data)
+        assert not goaways(transport)
 
     run(scenario)
 
