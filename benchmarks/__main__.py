@@ -162,10 +162,15 @@ def parser() -> argparse.ArgumentParser:
     large = commands.add_parser(
         "large", help="a 64 MiB FP32 tensor through an identity model: rate against memcpy"
     )
-    large.add_argument("--servers", default="inferpool-w2", help="comma-separated inferpool-wN")
+    large.add_argument(
+        "--servers", default="inferpool-w2", help="comma-separated inferpool-wN[-base]"
+    )
     large.add_argument("--size-mib", type=int, default=64, help="the tensor's size")
     large.add_argument("--repeat", type=int, default=5, help="round trips per protocol")
     large.add_argument("--out", type=Path, help="folder for results (benchmarks/out/...)")
+    large.add_argument(
+        "--base-checkout", type=Path, help="where the -base servers run from (a git worktree)"
+    )
 
     cores = commands.add_parser(
         "cores", help="iris batch 1 CPU a request by process role, and a model of it over cores"
@@ -361,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
 
         out = (args.out or OUT / f"large-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
         out.mkdir(parents=True, exist_ok=True)
-        return large_tensor.main(args.servers.split(","), out, args.size_mib, args.repeat)
+        servers = args.servers.split(",")
+        return large_tensor.main(servers, out, args.size_mib, args.repeat, args.base_checkout)
     if args.command == "install-kserve":
         print(kserve_env.ensure())
         return 0

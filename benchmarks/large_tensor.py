@@ -301,18 +301,20 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def start_with_limit(spec: Any, repo: Path, workdir: Path, size_mib: int) -> Any:
+def start_with_limit(
+    spec: Any, repo: Path, workdir: Path, size_mib: int, base_checkout: Path | None = None
+) -> Any:
     """The server started with a body limit that fits the tensor: the default
     --max-body-bytes (65 MiB) admits a tensor of up to 64 MiB with its JSON header; a
-    larger one gets the limit raised."""
+    larger one gets the limit raised. A ``-base`` server runs from ``base_checkout``."""
     from benchmarks.servers import start
 
     if size_mib <= 64:
-        return start(spec, repo, [MODEL], workdir / "servers")
+        return start(spec, repo, [MODEL], workdir / "servers", base_checkout=base_checkout)
     name, old = "INFERPOOL_MAX_BODY_BYTES", os.environ.get("INFERPOOL_MAX_BODY_BYTES")
     os.environ[name] = str((size_mib + 16) * MIB)  # start() passes our environment on
     try:
-        return start(spec, repo, [MODEL], workdir / "servers")
+        return start(spec, repo, [MODEL], workdir / "servers", base_checkout=base_checkout)
     finally:
         if old is None:
             del os.environ[name]
@@ -320,16 +322,19 @@ def start_with_limit(spec: Any, repo: Path, workdir: Path, size_mib: int) -> Any
             os.environ[name] = old
 
 
-def main(servers: list[str], workdir: Path, size_mib: int, repeat: int) -> int:
+def main(
+    servers: list[str], workdir: Path, size_mib: int, repeat: int, base_checkout: Path | None = None
+) -> int:
     """Start each server with the identity model (its body limit raised to fit the
-    tensor), measure it, print the tables, write results.json and results.md."""
+    tensor; a ``-base`` one from ``base_checkout``), measure it, print the tables, write
+    results.json and results.md."""
     from benchmarks.servers import ServerSpec
 
     repo = workdir / "repo"
     write_model(repo)
     results, text = {}, []
     for name in servers:
-        server = start_with_limit(ServerSpec.parse(name), repo, workdir, size_mib)
+        server = start_with_limit(ServerSpec.parse(name), repo, workdir, size_mib, base_checkout)
         try:
             target = server.target
             assert target.http_port and target.grpc_port and server.pid

@@ -222,26 +222,31 @@ def add_model(source: Path, repo: Path) -> None:
 def predict_on_every_worker(
     client: httpx.Client, root: int, workers: int, body: bytes, timeout: float = 60.0
 ) -> None:
-    """Once the tree holds its N workers, predict until each one's CPU time grew by 20 ms
-    (ties go round-robin, so sequential requests visit every worker): pages touched by
-    serving then count."""
+    """Once the tree holds its N workers, predict until each one's CPU time grew by 20 ms:
+    pages touched by serving then count. The requests go N at a time: one at a time, the
+    dispatcher keeps them all on its first warm worker (``Dispatcher.pick``), and the
+    others would never predict."""
     settle(root, workers)
+
+    def predict(_: int) -> None:
+        answer = client.post(f"/v2/models/{MODEL}/infer", content=body)
+        if answer.status_code != 200:
+            raise RuntimeError(f"predict answered {answer.status_code}: {answer.text}")
+
     try:
         procs = [psutil.Process(p.pid) for p in tree_memory(root) if p.role == "worker"]
         if len(procs) != workers:
             raise RuntimeError(f"the server runs {len(procs)} workers, not {workers}")
         start = {w.pid: sum(w.cpu_times()[:2]) for w in procs}
         deadline = time.monotonic() + timeout
-        while True:
-            for _ in procs:
-                answer = client.post(f"/v2/models/{MODEL}/infer", content=body)
-                if answer.status_code != 200:
-                    raise RuntimeError(f"predict answered {answer.status_code}: {answer.text}")
-            idle = [w.pid for w in procs if sum(w.cpu_times()[:2]) - start[w.pid] < 0.02]
-            if not idle:
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"workers {idle} did not predict in {timeout:.0f}s")
+        with ThreadPoolExecutor(workers) as pool:
+            while True:
+                list(pool.map(predict, range(4 * workers)))
+                idle = [w.pid for w in procs if sum(w.cpu_times()[:2]) - start[w.pid] < 0.02]
+                if not idle:
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"workers {idle} did not predict in {timeout:.0f}s")
     except psutil.NoSuchProcess as exc:
         raise RuntimeError(f"worker {exc.pid} exited while the forest was predicted") from None
 

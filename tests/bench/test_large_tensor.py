@@ -4,6 +4,9 @@ frees, and the whole command against a real server (a small tensor, one round tr
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from benchmarks import large_tensor
 
@@ -50,11 +53,14 @@ def test_the_loopback_echo_is_a_rate_of_bytes_sent_back_whole():
     assert 1e6 < echo["rate_mb_s"] * 1e6 < 1e12
 
 
-def test_the_command_measures_both_protocols_on_a_server(tmp_path):
+@pytest.mark.parametrize("name", ["inferpool-w0", "inferpool-w0-base"])
+def test_the_command_measures_both_protocols_on_a_server(tmp_path, name):
     # A 4 MiB tensor, one round trip each over REST binary and gRPC raw, predict in the
-    # frontend (one process: the cheapest start). The identity's answer is checked.
-    assert large_tensor.main(["inferpool-w0"], tmp_path, size_mib=4, repeat=1) == 0
-    result = json.loads((tmp_path / "results.json").read_text())["inferpool-w0"]
+    # frontend (one process: the cheapest start). The identity's answer is checked. The
+    # -base server runs from a checkout given (this one: a -base without it is refused).
+    checkout = Path(__file__).resolve().parents[2]
+    assert large_tensor.main([name], tmp_path, size_mib=4, repeat=1, base_checkout=checkout) == 0
+    result = json.loads((tmp_path / "results.json").read_text())[name]
     assert result["payload_mib"] == 4 and len(result["memcpy_mb_s"]) == 2
     for protocol in ("rest-binary", "grpc-raw"):
         cell = result[protocol]

@@ -142,21 +142,24 @@ def test_a_trained_forest_is_reused(tmp_path):
     assert build_forest(ForestRecipe(trees=3, samples=200), tmp_path) != artefact.parents[1]
 
 
-def test_one_worker_end_to_end_with_a_tiny_forest(tmp_path, capsys):
+def test_two_workers_end_to_end_with_a_tiny_forest(tmp_path, capsys):
+    """Both workers predict before the loaded reading (one at a time, requests would all go
+    to the first: the command once failed there, "workers [...] did not predict")."""
     results_md = tmp_path / "RESULTS.md"
     results_md.write_text("# Benchmark results\n\n## older\n")
-    argv = ["memory", "--workers", "1", "--trees", "3", "--samples", "400", "--reloads", "1"]
+    argv = ["memory", "--workers", "2", "--trees", "3", "--samples", "400", "--reloads", "1"]
     paths = ["--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "out")]
     assert main([*argv, *paths, "--write", "--results", str(results_md)]) == 0
     [server] = json.loads((tmp_path / "out" / "results.json").read_text())["results"]
-    assert server["name"] == "inferpool-w1" and server["error"] == ""
+    assert server["name"] == "inferpool-w2" and server["error"] == ""
     assert list(server["stages"]) == ["idle", "loaded", "reloaded", "unloaded"]
     for processes in server["stages"].values():
-        assert sorted(p["role"] for p in processes) == ["frontend", "template", "worker"]
+        roles = sorted(p["role"] for p in processes)
+        assert roles == ["frontend", "template", "worker", "worker"]
         assert all(p["pss"] > 0 for p in processes)
     printed = capsys.readouterr().out
     # The verdict is the server's (pass or FAIL); an error would be the harness's.
-    [row] = [line for line in printed.splitlines() if line.startswith("| inferpool-w1 | 1 | ")]
+    [row] = [line for line in printed.splitlines() if line.startswith("| inferpool-w2 | 2 | ")]
     assert row.endswith(("| pass |", "| FAIL |"))
     assert printed.strip() in results_md.read_text()
     assert results_md.read_text().endswith("## older\n")

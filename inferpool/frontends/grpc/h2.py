@@ -26,13 +26,11 @@ from typing import TYPE_CHECKING, Any
 from inferpool.engine.client import EngineClient
 from inferpool.frontends.dataplane import DataPlane
 from inferpool.frontends.grpc.compression import (
-    GZIP_HEADERS,
     response_gzip,
 )
 from inferpool.frontends.grpc.custom import ExtensionServices, extension_methods
 from inferpool.frontends.grpc.early import call_admission, path_of
 from inferpool.frontends.grpc.h2_call import (
-    LARGE_MESSAGE,
     NOT_GRPC_HEADERS,
     OK_TRAILERS,
     REQUEST_ID,
@@ -40,11 +38,11 @@ from inferpool.frontends.grpc.h2_call import (
     CallError,
     Expiry,
     HeadersContext,
+    answer_parts,
     call_end,
     framed,
     held_back,
     is_grpc,
-    message_prefix,
     ok_trailers,
     parse_timeout,
     parsed,
@@ -340,16 +338,7 @@ class GrpcH2Server:
         (``infer``) carries its request id and the runtime's headers in its trailers.
         Returns that request id (b"" for the other methods)."""
         held_back(connection, len(body))
-        head, data, lead = RESPONSE_HEADERS, None, b""
-        gzip = self.gzip
-        if gzip is not None and len(body) >= gzip.min_bytes:
-            data = gzip.framed(stream.headers, body)
-            head = RESPONSE_HEADERS if data is None else RESPONSE_HEADERS + GZIP_HEADERS
-        if data is None:
-            if len(body) >= LARGE_MESSAGE:  # sent behind its prefix, not copied into a frame
-                data, lead = body, message_prefix(len(body))
-            else:
-                data = framed(body)
+        head, data, lead = answer_parts(self.gzip, stream.headers, body)
         if not infer:
             connection.respond(stream, head, data, OK_TRAILERS, lead)
             return b""

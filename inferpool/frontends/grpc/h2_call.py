@@ -13,7 +13,7 @@ import time
 from typing import Any
 from urllib.parse import quote
 
-from inferpool.frontends.grpc.compression import BadMessage, inflate
+from inferpool.frontends.grpc.compression import GZIP_HEADERS, BadMessage, ResponseGzip, inflate
 from inferpool.frontends.grpc.service import call_status
 from inferpool.frontends.request_context import HEADER
 from inferpool.transport.http2 import Http2Connection
@@ -167,6 +167,22 @@ def is_grpc(headers: dict[bytes, bytes]) -> bool:
 
 def framed(message: bytes) -> bytes:
     return message_prefix(len(message)) + message
+
+
+def answer_parts(
+    gzip: ResponseGzip | None, headers: list[tuple[bytes, bytes]], body: bytes
+) -> tuple[bytes, bytes, bytes]:
+    """A call's OK answer as ``respond`` takes it: its HEADERS block, its DATA and the lead
+    sent before that DATA. Gzipped and framed when the server compresses, the client
+    accepts it and it is worth it; else framed; a large message (``LARGE_MESSAGE``) as it
+    is, behind its prefix as the lead, so that it is sent from views of it, not copied."""
+    if gzip is not None and len(body) >= gzip.min_bytes:
+        data = gzip.framed(headers, body)
+        if data is not None:
+            return RESPONSE_HEADERS + GZIP_HEADERS, data, b""
+    if len(body) >= LARGE_MESSAGE:
+        return RESPONSE_HEADERS, body, message_prefix(len(body))
+    return RESPONSE_HEADERS, framed(body), b""
 
 
 def message_prefix(length: int) -> bytes:
