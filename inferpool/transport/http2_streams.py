@@ -207,7 +207,7 @@ class Http2Streams(asyncio.Protocol):
         if lead:
             whole = memoryview(body)
             split = min(len(whole), VIEW_FRAME - len(lead))
-            stream.pending = memoryview(lead + whole[:split].tobytes())
+            stream.pending = memoryview(lead + whole[:split])  # one copy of the first bytes
             stream.rest = whole[split:] if split < len(whole) else None
         else:
             stream.pending = memoryview(body)
